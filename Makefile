@@ -1,0 +1,39 @@
+# The README's commands. Every target creates/uses .venv and installs what it needs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# pytest workers: the test suite is sized for 2 cores.
+WORKERS ?= 2
+export SPARK_LOCAL_IP ?= 127.0.0.1
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: run test bench soak lint venv clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev,pipeline,operator]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/python -m kraft.demo
+
+test: $(STAMP)
+	$(BIN)/pytest -n $(WORKERS) -q tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check kraft operator pipeline tests bench
+	$(BIN)/mypy kraft
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+soak: $(STAMP)
+	$(BIN)/python -m kraft.sim --soak
+
+clean:
+	rm -rf $(VENV) build *.egg-info

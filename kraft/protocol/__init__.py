@@ -1,0 +1,1 @@
+"""Kafka wire protocol: primitive types, message schemas and framing."""

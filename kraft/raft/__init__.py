@@ -1,0 +1,1 @@
+"""The KRaft consensus core: a pure, deterministic state machine (events in, effects out)."""

@@ -1,0 +1,1 @@
+"""asyncio runtime: listener, network client, timers, disk writer and admin HTTP."""

@@ -1,0 +1,1 @@
+"""Deterministic simulator that drives the raft core under injected faults."""

@@ -1,0 +1,1 @@
+"""Application state machines replicated through the log (built-in key-value store)."""

@@ -1,0 +1,29 @@
+"""The repository layout keeps its promises: operator/ never shadows the standard library."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_operator_folder_has_no_init_so_it_cannot_shadow_stdlib() -> None:
+    assert not (ROOT / "operator" / "__init__.py").exists()
+
+
+def test_python_started_at_repo_root_gets_stdlib_operator() -> None:
+    # `python -m` puts the working directory first on sys.path: the stdlib must still win.
+    code = "import operator, collections; print(operator.__file__)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert Path(out).name == "operator.py"
+    assert Path(out).parent != ROOT
+
+
+def test_operator_package_is_installed_as_kraft_operator() -> None:
+    import kraft_operator.main
+
+    assert Path(kraft_operator.main.__file__).parent == ROOT / "operator"
