@@ -23,7 +23,7 @@ run: $(STAMP)
 	$(BIN)/python -m kraft.demo
 
 test: $(STAMP)
-	$(BIN)/pytest -n $(WORKERS) -q tests
+	$(BIN)/pytest -n $(WORKERS) --dist loadgroup -q tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check kraft operator pipeline tests bench

@@ -1,0 +1,114 @@
+"""`python -m bench`: run every benchmark module and record the figures.
+
+Each `bench/bench_*.py` module exposes `run() -> dict`: a flat mapping of metric name to a
+number (or a nested mapping of such). The results of one invocation are written, together with
+the machine they ran on, to `docs/benchmarks.json` and rendered as tables in the generated part
+of `docs/benchmarks.md`. `python -m bench protocol records` runs a subset by name.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+BEGIN = "<!-- BEGIN GENERATED: make bench -->"
+END = "<!-- END GENERATED: make bench -->"
+
+
+def machine() -> dict[str, Any]:
+    """Describe the machine and software versions a run was measured on."""
+    mem_kib = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kib = int(line.split()[1])
+    except OSError:
+        pass
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    return {
+        "nproc": os.cpu_count(),
+        "memory_gib": round(mem_kib / 1024 / 1024, 1),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "commit": commit,
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def discover() -> list[str]:
+    """Names of the benchmark modules present (bench_<name>.py)."""
+    return sorted(p.stem[len("bench_") :] for p in (ROOT / "bench").glob("bench_*.py"))
+
+
+def flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    """Flatten nested result mappings to dotted metric names."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    else:
+        out[prefix] = value
+
+
+def render(results: dict[str, Any], info: dict[str, Any]) -> str:
+    """Markdown tables of one run."""
+    lines = [BEGIN, "", f"Measured by `make bench` on {info['date_utc']} at commit {info['commit']}: "
+             f"{info['nproc']} cores, {info['memory_gib']} GiB, Python {info['python']}.", ""]
+    for name, res in results.items():
+        lines += [f"### {name}", "", "| metric | value |", "| --- | --- |"]
+        flat: dict[str, Any] = {}
+        flatten("", res, flat)
+        for k, v in flat.items():
+            shown = f"{v:,.3f}" if isinstance(v, float) else str(v)
+            lines.append(f"| {k} | {shown} |")
+        lines.append("")
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    """Run the named benchmarks (all by default) and write docs/benchmarks.{json,md}."""
+    names = argv or discover()
+    unknown = [n for n in names if n not in discover()]
+    if unknown:
+        print(f"unknown benchmark(s): {', '.join(unknown)}; have: {', '.join(discover())}")
+        return 2
+    info = machine()
+    results: dict[str, Any] = {}
+    for name in names:
+        print(f"== bench {name}", flush=True)
+        started = time.perf_counter()
+        mod = importlib.import_module(f"bench.bench_{name}")
+        results[name] = mod.run()
+        print(json.dumps(results[name], indent=2, default=str), flush=True)
+        print(f"== bench {name} took {time.perf_counter() - started:.1f} s", flush=True)
+    DOCS.mkdir(exist_ok=True)
+    json_path = DOCS / "benchmarks.json"
+    previous = json.loads(json_path.read_text()) if json_path.exists() else {}
+    merged = dict(previous.get("results", {}))
+    merged.update(results)
+    json_path.write_text(json.dumps({"machine": info, "results": merged}, indent=2, default=str) + "\n")
+    md_path = DOCS / "benchmarks.md"
+    text = md_path.read_text() if md_path.exists() else "# Benchmarks\n\n"
+    block = render(merged, info)
+    if BEGIN in text and END in text:
+        text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END) :]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    md_path.write_text(text)
+    print(f"wrote {json_path.relative_to(ROOT)} and {md_path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
