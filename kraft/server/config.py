@@ -1,0 +1,360 @@
+"""Node configuration: Kafka-style properties plus `KRAFT_*` environment overrides.
+
+A node reads one properties file (`key=value` lines, `#`/`!` comments, Java escapes), then
+applies environment variables named `KRAFT_<KEY>` where `<KEY>` is the property name upper-cased
+with dots turned into underscores (`KRAFT_NODE_ID=3` overrides `node.id`). Everything is
+validated by a pydantic model; an unknown key or an invalid value raises `ConfigError` naming
+the key (and, for an environment override, the variable it came from).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+ENV_PREFIX = "KRAFT_"
+
+
+class ConfigError(ValueError):
+    """A configuration key is unknown, missing or has an invalid value; the message names it."""
+
+
+class ListenerAddress(BaseModel):
+    """One `NAME://host:port` listener."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    host: str
+    port: int = Field(ge=0, le=65535)
+
+    def __str__(self) -> str:
+        return f"{self.name}://{self.host}:{self.port}"
+
+
+class VoterAddress(BaseModel):
+    """One `id@host:port` entry of `controller.quorum.voters`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node_id: int = Field(ge=0)
+    host: str
+    port: int = Field(ge=1, le=65535)
+
+
+class HostPort(BaseModel):
+    """A `host:port` pair (bootstrap servers, the admin HTTP listener)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    host: str
+    port: int = Field(ge=0, le=65535)
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def _split_host_port(text: str, what: str) -> tuple[str, int]:
+    text = text.strip()
+    if text.startswith("["):
+        close = text.find("]")
+        if close < 0 or text[close + 1 : close + 2] != ":":
+            raise ValueError(f"{what} {text!r} is not [ipv6]:port")
+        host, port_text = text[1:close], text[close + 2 :]
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep:
+            raise ValueError(f"{what} {text!r} has no :port")
+    if not port_text.isdigit():
+        raise ValueError(f"{what} {text!r} has a non-numeric port")
+    return host, int(port_text)
+
+
+def _csv(value: Any) -> list[str]:
+    if isinstance(value, list):
+        return [str(v).strip() for v in value if str(v).strip()]
+    return [part.strip() for part in str(value).split(",") if part.strip()]
+
+
+class NodeConfig(BaseModel):
+    """The validated configuration of one kraft node (property names as aliases).
+
+    Timeouts and intervals are milliseconds, as in Kafka. Either `controller.quorum.voters`
+    (a static quorum, kraft.version 0) or `controller.quorum.bootstrap.servers` (a dynamic
+    quorum, KIP-853) must be set.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    node_id: int = Field(alias="node.id", ge=0)
+    process_roles: list[str] = Field(alias="process.roles")
+    listeners: list[ListenerAddress] = Field(alias="listeners")
+    advertised_listeners: list[ListenerAddress] = Field(default=[], alias="advertised.listeners")
+    controller_listener_names: list[str] = Field(alias="controller.listener.names")
+    listener_security_protocol_map: str = Field(
+        default="", alias="listener.security.protocol.map"
+    )
+    quorum_voters: list[VoterAddress] = Field(default=[], alias="controller.quorum.voters")
+    bootstrap_servers: list[HostPort] = Field(
+        default=[], alias="controller.quorum.bootstrap.servers"
+    )
+    election_timeout_ms: int = Field(default=1000, alias="controller.quorum.election.timeout.ms", ge=1)
+    election_backoff_max_ms: int = Field(
+        default=1000, alias="controller.quorum.election.backoff.max.ms", ge=1
+    )
+    fetch_timeout_ms: int = Field(default=2000, alias="controller.quorum.fetch.timeout.ms", ge=1)
+    request_timeout_ms: int = Field(default=2000, alias="controller.quorum.request.timeout.ms", ge=1)
+    retry_backoff_ms: int = Field(default=20, alias="controller.quorum.retry.backoff.ms", ge=0)
+    append_linger_ms: int = Field(default=25, alias="controller.quorum.append.linger.ms", ge=0)
+    auto_join_enable: bool = Field(default=False, alias="controller.quorum.auto.join.enable")
+    metadata_log_dir: str | None = Field(default=None, alias="metadata.log.dir")
+    log_dirs: list[str] = Field(default=[], alias="log.dirs")
+    segment_bytes: int = Field(default=1 << 30, alias="metadata.log.segment.bytes", ge=1024)
+    snapshot_max_bytes_between: int = Field(
+        default=20 * 1024 * 1024, alias="metadata.log.max.record.bytes.between.snapshots", ge=1
+    )
+    snapshot_interval_ms: int = Field(
+        default=3_600_000, alias="metadata.log.max.snapshot.interval.ms", ge=0
+    )
+    http_listener: HostPort | None = Field(default=None, alias="http.listener")
+    fsync: bool = Field(default=True, alias="kraft.log.fsync")
+
+    @field_validator("process_roles", "controller_listener_names", "log_dirs", mode="before")
+    @classmethod
+    def _parse_csv(cls, value: Any) -> list[str]:
+        return _csv(value)
+
+    @field_validator("process_roles")
+    @classmethod
+    def _roles(cls, value: list[str]) -> list[str]:
+        if value != ["controller"]:
+            raise ValueError(f"only process.roles=controller is supported, got {','.join(value)!r}")
+        return value
+
+    @field_validator("listeners", "advertised_listeners", mode="before")
+    @classmethod
+    def _parse_listeners(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        out = []
+        for item in _csv(value):
+            name, sep, rest = item.partition("://")
+            if not sep or not name:
+                raise ValueError(f"listener {item!r} is not NAME://host:port")
+            host, port = _split_host_port(rest, "listener")
+            out.append({"name": name, "host": host, "port": port})
+        return out
+
+    @field_validator("quorum_voters", mode="before")
+    @classmethod
+    def _parse_voters(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        out = []
+        for item in _csv(value):
+            ident, sep, rest = item.partition("@")
+            if not sep or not ident.strip().isdigit():
+                raise ValueError(f"voter {item!r} is not id@host:port")
+            host, port = _split_host_port(rest, "voter")
+            if host == "0.0.0.0":
+                raise ValueError(f"voter {item!r}: host 0.0.0.0 is not a reachable address")
+            out.append({"node_id": int(ident), "host": host, "port": port})
+        return out
+
+    @field_validator("bootstrap_servers", mode="before")
+    @classmethod
+    def _parse_bootstrap(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        out = []
+        for item in _csv(value):
+            host, port = _split_host_port(item, "bootstrap server")
+            out.append({"host": host, "port": port})
+        return out
+
+    @field_validator("http_listener", mode="before")
+    @classmethod
+    def _parse_http(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            host, port = _split_host_port(value, "http.listener")
+            return {"host": host, "port": port}
+        return value
+
+    @field_validator("auto_join_enable", "fsync", mode="before")
+    @classmethod
+    def _parse_bool(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            low = value.strip().lower()
+            if low not in ("true", "false"):
+                raise ValueError(f"expected true or false, got {value!r}")
+            return low == "true"
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> NodeConfig:
+        names = {listener.name for listener in self.listeners}
+        if len(names) != len(self.listeners):
+            raise ValueError("listeners: a listener name appears twice")
+        if not self.controller_listener_names:
+            raise ValueError("controller.listener.names: at least one name is required")
+        first = self.controller_listener_names[0]
+        if first not in names:
+            raise ValueError(
+                f"controller.listener.names: {first!r} is not one of listeners {sorted(names)}"
+            )
+        if not self.quorum_voters and not self.bootstrap_servers:
+            raise ValueError(
+                "one of controller.quorum.voters or controller.quorum.bootstrap.servers is required"
+            )
+        ids = [v.node_id for v in self.quorum_voters]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"controller.quorum.voters: duplicate node id in {ids}")
+        if self.metadata_log_dir is None and not self.log_dirs:
+            raise ValueError("metadata.log.dir (or log.dirs) is required")
+        return self
+
+    @property
+    def controller_listener(self) -> ListenerAddress:
+        """The bound listener raft uses (the first of controller.listener.names)."""
+        name = self.controller_listener_names[0]
+        return next(item for item in self.listeners if item.name == name)
+
+    @property
+    def advertised_controller_listeners(self) -> list[ListenerAddress]:
+        """The controller listeners as peers should reach them (advertised overrides bound)."""
+        out = []
+        advertised = {a.name: a for a in self.advertised_listeners}
+        for name in self.controller_listener_names:
+            bound = next((item for item in self.listeners if item.name == name), None)
+            chosen = advertised.get(name, bound)
+            if chosen is not None:
+                out.append(chosen)
+        return out
+
+    @property
+    def metadata_dir(self) -> Path:
+        """The metadata log directory (metadata.log.dir, else the first of log.dirs)."""
+        return Path(self.metadata_log_dir if self.metadata_log_dir else self.log_dirs[0])
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java `.properties` text: `=`, `:` or blank separators, comments, continuations.
+
+    Duplicate keys keep the last value, as Java does.
+    """
+    out: dict[str, str] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].lstrip()
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        while _ends_with_continuation(line) and i < len(lines):
+            line = line[:-1] + lines[i].lstrip()
+            i += 1
+        key_chars: list[str] = []
+        j = 0
+        while j < len(line):
+            ch = line[j]
+            if ch == "\\" and j + 1 < len(line):
+                key_chars.append(_unescape_char(line[j + 1]))
+                j += 2
+                continue
+            if ch in "=: \t":
+                break
+            key_chars.append(ch)
+            j += 1
+        rest = line[j:].lstrip(" \t")
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:].lstrip(" \t")
+        out["".join(key_chars)] = _unescape(rest)
+    return out
+
+
+def _ends_with_continuation(line: str) -> bool:
+    backslashes = len(line) - len(line.rstrip("\\"))
+    return backslashes % 2 == 1
+
+
+def _unescape_char(ch: str) -> str:
+    return {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(ch, ch)
+
+
+def _unescape(value: str) -> str:
+    out: list[str] = []
+    j = 0
+    while j < len(value):
+        ch = value[j]
+        if ch == "\\" and j + 1 < len(value):
+            nxt = value[j + 1]
+            if nxt == "u" and j + 6 <= len(value):
+                out.append(chr(int(value[j + 2 : j + 6], 16)))
+                j += 6
+                continue
+            out.append(_unescape_char(nxt))
+            j += 2
+            continue
+        out.append(ch)
+        j += 1
+    return "".join(out)
+
+
+def known_keys() -> list[str]:
+    """Every property name a node accepts."""
+    return sorted(str(f.alias) for f in NodeConfig.model_fields.values())
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """Map `KRAFT_*` variables to (property name, variable name); unknown ones raise."""
+    by_env = {ENV_PREFIX + key.upper().replace(".", "_"): key for key in known_keys()}
+    out: dict[str, tuple[str, str]] = {}
+    for var, value in environ.items():
+        if not var.startswith(ENV_PREFIX):
+            continue
+        key = by_env.get(var)
+        if key is None:
+            raise ConfigError(f"unknown configuration variable {var} (no such property)")
+        out[key] = (value, var)
+    return out
+
+
+def build_config(
+    properties: Mapping[str, str], environ: Mapping[str, str] | None = None
+) -> NodeConfig:
+    """Validate `properties` with `environ`'s `KRAFT_*` overrides applied on top."""
+    merged: dict[str, str] = dict(properties)
+    origin: dict[str, str] = {}
+    for key, (value, var) in env_overrides(environ or {}).items():
+        merged[key] = value
+        origin[key] = var
+    known = set(known_keys())
+    for key in merged:
+        if key not in known:
+            raise ConfigError(f"unknown configuration key {key!r}")
+    try:
+        return NodeConfig.model_validate(merged)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"]) if err["loc"] else ""
+            key = loc.split(".")[0] if loc.split(".")[0] in known else loc
+            # nested locations look like "listeners.0.port"; name the property
+            for candidate in sorted(known, key=len, reverse=True):
+                if loc == candidate or loc.startswith(candidate + "."):
+                    key = candidate
+                    break
+            where = f" (from {origin[key]})" if key in origin else ""
+            label = key or "configuration"
+            problems.append(f"{label}{where}: {err['msg']}")
+        raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
+
+
+def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> NodeConfig:
+    """Read a properties file and apply `KRAFT_*` overrides (from `os.environ` by default)."""
+    text = Path(path).read_text(encoding="utf-8")
+    return build_config(parse_properties(text), os.environ if environ is None else environ)

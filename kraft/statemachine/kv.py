@@ -1,0 +1,206 @@
+"""The built-in key-value state machine: put, delete, compare-and-set, read barriers.
+
+Every command is one record value in the log. Layout (all integers big-endian):
+
+    u8 format version (1) | u8 op | field* ; field = u32 length + bytes, 0xFFFFFFFF = absent
+
+| op | name    | fields                         | result                                   |
+| -- | ------- | ------------------------------ | ---------------------------------------- |
+| 1  | PUT     | key, value                     | `KVResult(ok=True, value=previous)`      |
+| 2  | DELETE  | key                            | `KVResult(ok=existed, value=previous)`   |
+| 3  | CAS     | key, expected (absent = none), new (absent = delete) | `ok` = swapped, `value` = value before |
+| 4  | BARRIER | token                          | `KVResult(ok=True)`; changes nothing      |
+
+A snapshot is the list of PUT commands of every key, in key order. Keys are UTF-8 text.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kraft.statemachine.base import CommittedBatch
+
+FORMAT_VERSION = 1
+OP_PUT = 1
+OP_DELETE = 2
+OP_CAS = 3
+OP_BARRIER = 4
+_ABSENT = 0xFFFFFFFF
+MAX_KEY_BYTES = 4096
+MAX_VALUE_BYTES = 1024 * 1024
+
+
+class CommandError(ValueError):
+    """A record value that is not a valid KV command."""
+
+
+@dataclass(frozen=True, slots=True)
+class KVCommand:
+    """A decoded KV command (see the module docstring for the meaning of each field)."""
+
+    op: int
+    key: str
+    value: bytes | None = None
+    expected: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KVResult:
+    """The outcome of applying one command; `error` is set for an undecodable record."""
+
+    ok: bool
+    value: bytes | None = None
+    error: str | None = None
+
+
+def _field(data: bytes | None) -> bytes:
+    if data is None:
+        return struct.pack(">I", _ABSENT)
+    return struct.pack(">I", len(data)) + data
+
+
+def encode_put(key: str, value: bytes) -> bytes:
+    """The record value of PUT key=value."""
+    return bytes([FORMAT_VERSION, OP_PUT]) + _field(key.encode()) + _field(value)
+
+
+def encode_delete(key: str) -> bytes:
+    """The record value of DELETE key."""
+    return bytes([FORMAT_VERSION, OP_DELETE]) + _field(key.encode())
+
+
+def encode_cas(key: str, expected: bytes | None, new: bytes | None) -> bytes:
+    """The record value of CAS: set `key` to `new` iff its value is `expected` (None = absent)."""
+    return bytes([FORMAT_VERSION, OP_CAS]) + _field(key.encode()) + _field(expected) + _field(new)
+
+
+def encode_barrier(token: bytes = b"") -> bytes:
+    """A record that changes nothing; committing it proves leadership for a linearizable read."""
+    return bytes([FORMAT_VERSION, OP_BARRIER]) + _field(token)
+
+
+def decode_command(value: bytes) -> KVCommand:
+    """Decode one record value; raises CommandError naming what is wrong."""
+    if len(value) < 2:
+        raise CommandError(f"KV command too short ({len(value)} bytes)")
+    if value[0] != FORMAT_VERSION:
+        raise CommandError(f"KV command format version {value[0]} unknown")
+    op = value[1]
+    pos = 2
+    fields: list[bytes | None] = []
+    while pos < len(value):
+        if pos + 4 > len(value):
+            raise CommandError(f"KV command truncated at byte {pos}")
+        (length,) = struct.unpack_from(">I", value, pos)
+        pos += 4
+        if length == _ABSENT:
+            fields.append(None)
+            continue
+        if pos + length > len(value):
+            raise CommandError(f"KV command field at byte {pos - 4} overruns the record")
+        fields.append(bytes(value[pos : pos + length]))
+        pos += length
+    want = {OP_PUT: 2, OP_DELETE: 1, OP_CAS: 3, OP_BARRIER: 1}.get(op)
+    if want is None:
+        raise CommandError(f"KV command op {op} unknown")
+    if len(fields) != want:
+        raise CommandError(f"KV command op {op} has {len(fields)} fields, expected {want}")
+    if op == OP_BARRIER:
+        return KVCommand(OP_BARRIER, "", fields[0])
+    raw_key = fields[0]
+    if raw_key is None:
+        raise CommandError("KV command has no key")
+    try:
+        key = raw_key.decode()
+    except UnicodeDecodeError:
+        raise CommandError("KV command key is not UTF-8") from None
+    if op == OP_PUT:
+        if fields[1] is None:
+            raise CommandError(f"PUT {key!r} has no value")
+        return KVCommand(OP_PUT, key, fields[1])
+    if op == OP_DELETE:
+        return KVCommand(OP_DELETE, key)
+    return KVCommand(OP_CAS, key, value=fields[2], expected=fields[1])
+
+
+class KVStore:
+    """An in-memory map from text keys to byte values, driven by committed log records.
+
+    Implements `kraft.statemachine.base.StateMachine`.
+    """
+
+    def __init__(self) -> None:
+        self._data: dict[str, bytes] = {}
+        self._applied = 0
+
+    @property
+    def applied_offset(self) -> int:
+        """The offset after the last applied record."""
+        return self._applied
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def get(self, key: str) -> bytes | None:
+        """The value of `key` as of `applied_offset` (None when absent)."""
+        return self._data.get(key)
+
+    def items(self) -> list[tuple[str, bytes]]:
+        """Every (key, value), sorted by key."""
+        return sorted(self._data.items())
+
+    def skip_to(self, offset: int) -> None:
+        """Advance `applied_offset` over records that are not KV commands (control batches)."""
+        self._applied = max(self._applied, offset)
+
+    def apply(self, batch: CommittedBatch) -> list[object]:
+        """Apply the batch's commands in order; one `KVResult` per record."""
+        results: list[object] = []
+        for offset, value in enumerate(batch.values, start=batch.base_offset):
+            if offset < self._applied:
+                # already applied (e.g. covered by a loaded snapshot): answer, do not re-apply
+                results.append(KVResult(ok=False, error="already applied"))
+                continue
+            results.append(self._apply_one(value))
+            self._applied = offset + 1
+        return results
+
+    def _apply_one(self, value: bytes) -> KVResult:
+        try:
+            cmd = decode_command(value)
+        except CommandError as exc:
+            return KVResult(ok=False, error=str(exc))
+        previous = self._data.get(cmd.key)
+        if cmd.op == OP_PUT:
+            assert cmd.value is not None
+            self._data[cmd.key] = cmd.value
+            return KVResult(ok=True, value=previous)
+        if cmd.op == OP_DELETE:
+            self._data.pop(cmd.key, None)
+            return KVResult(ok=previous is not None, value=previous)
+        if cmd.op == OP_CAS:
+            if previous != cmd.expected:
+                return KVResult(ok=False, value=previous)
+            if cmd.value is None:
+                self._data.pop(cmd.key, None)
+            else:
+                self._data[cmd.key] = cmd.value
+            return KVResult(ok=True, value=previous)
+        return KVResult(ok=True)
+
+    def snapshot_values(self) -> list[bytes]:
+        """The state as PUT commands in key order (a fresh list: safe to write elsewhere)."""
+        return [encode_put(k, v) for k, v in sorted(self._data.items())]
+
+    def load_snapshot(self, end_offset: int, values: Iterable[bytes]) -> None:
+        """Replace the state with the PUTs in `values`; raises CommandError on anything else."""
+        data: dict[str, bytes] = {}
+        for value in values:
+            cmd = decode_command(value)
+            if cmd.op != OP_PUT or cmd.value is None:
+                raise CommandError(f"snapshot holds a non-PUT command (op {cmd.op})")
+            data[cmd.key] = cmd.value
+        self._data = data
+        self._applied = end_offset

@@ -1,0 +1,105 @@
+"""The built-in KV state machine: command encoding, apply semantics, snapshots."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kraft.statemachine.base import CommittedBatch, StateMachine, chunk_values
+from kraft.statemachine.kv import (
+    OP_CAS,
+    CommandError,
+    KVResult,
+    KVStore,
+    decode_command,
+    encode_barrier,
+    encode_cas,
+    encode_delete,
+    encode_put,
+)
+
+
+def test_kvstore_implements_the_state_machine_protocol() -> None:
+    assert isinstance(KVStore(), StateMachine)
+
+
+def test_put_delete_cas_apply_in_order_and_report_results() -> None:
+    kv = KVStore()
+    values = (
+        encode_put("a", b"1"),
+        encode_cas("a", b"1", b"2"),
+        encode_cas("a", b"1", b"3"),
+        encode_delete("a"),
+        encode_delete("a"),
+        encode_cas("b", None, b"new"),
+        encode_barrier(b"t"),
+    )
+    results = kv.apply(CommittedBatch(10, 1, values))
+    assert kv.applied_offset == 17
+    assert results == [
+        KVResult(ok=True, value=None),
+        KVResult(ok=True, value=b"1"),
+        KVResult(ok=False, value=b"2"),
+        KVResult(ok=True, value=b"2"),
+        KVResult(ok=False, value=None),
+        KVResult(ok=True, value=None),
+        KVResult(ok=True),
+    ]
+    assert kv.get("a") is None
+    assert kv.get("b") == b"new"
+
+
+def test_cas_with_absent_new_value_deletes() -> None:
+    kv = KVStore()
+    kv.apply(CommittedBatch(0, 1, (encode_put("k", b"v"), encode_cas("k", b"v", None))))
+    assert kv.get("k") is None
+
+
+def test_undecodable_record_is_an_error_result_not_an_exception() -> None:
+    kv = KVStore()
+    results = kv.apply(CommittedBatch(0, 1, (b"\x01", b"\x07\x01", encode_put("x", b"y"))))
+    assert isinstance(results[0], KVResult) and results[0].error
+    assert isinstance(results[1], KVResult) and "version" in (results[1].error or "")
+    assert kv.get("x") == b"y"
+    assert kv.applied_offset == 3
+
+
+def test_records_below_the_applied_offset_are_not_applied_twice() -> None:
+    kv = KVStore()
+    kv.load_snapshot(5, [encode_put("k", b"snap")])
+    kv.apply(CommittedBatch(3, 1, (encode_put("k", b"old"), encode_put("k", b"o2"),
+                                   encode_put("k", b"new"))))
+    assert kv.get("k") == b"new"
+    assert kv.applied_offset == 6
+
+
+def test_decode_rejects_truncated_and_overrunning_fields() -> None:
+    good = encode_cas("key", b"e", b"n")
+    assert decode_command(good).op == OP_CAS
+    for bad in (good[:-1], good[:5], good + b"\x00", b"\x01\x09" + good[2:]):
+        with pytest.raises(CommandError):
+            decode_command(bad)
+
+
+@given(st.dictionaries(st.text(max_size=20), st.binary(max_size=50), max_size=30))
+def test_snapshot_round_trip_restores_the_same_state(data: dict[str, bytes]) -> None:
+    kv = KVStore()
+    kv.apply(CommittedBatch(0, 1, tuple(encode_put(k, v) for k, v in data.items())))
+    restored = KVStore()
+    restored.load_snapshot(kv.applied_offset, kv.snapshot_values())
+    assert restored.items() == kv.items() == sorted(data.items())
+    assert restored.applied_offset == len(data)
+
+
+def test_snapshot_of_non_put_commands_is_rejected() -> None:
+    with pytest.raises(CommandError):
+        KVStore().load_snapshot(1, [encode_delete("a")])
+
+
+def test_chunk_values_respects_the_byte_budget_and_keeps_order() -> None:
+    values = [bytes([i]) * 10 for i in range(7)]
+    chunks = list(chunk_values(values, 25))
+    assert [len(c) for c in chunks] == [2, 2, 2, 1]
+    assert [v for c in chunks for v in c] == values
+    assert list(chunk_values([b"x" * 100], 10)) == [[b"x" * 100]]
