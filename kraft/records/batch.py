@@ -185,14 +185,16 @@ class BatchHeader:
 
 
 def _check_header_fields(
-    base_offset: int, length: int, magic: int, attributes: int, count: int,
+    base_offset: int,
+    length: int,
+    magic: int,
+    attributes: int,
+    count: int,
     last_delta: int,
 ) -> str | None:
     """Problem with header values that make the batch unparseable, or None."""
     if length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
-        return (
-            f"length {length} is smaller than the minimum {BATCH_HEADER_SIZE - LOG_OVERHEAD}"
-        )
+        return f"length {length} is smaller than the minimum {BATCH_HEADER_SIZE - LOG_OVERHEAD}"
     if magic != MAGIC:
         return f"magic {magic} is not {MAGIC}"
     if count < 0:
@@ -389,8 +391,7 @@ class RecordBatch:
         computed = self.compute_crc()
         if computed != self.crc:
             raise CorruptRecordError(
-                f"{self._where()}: CRC mismatch: stored {self.crc:#010x}, "
-                f"computed {computed:#010x}"
+                f"{self._where()}: CRC mismatch: stored {self.crc:#010x}, computed {computed:#010x}"
             )
         if self.attributes & COMPRESSION_MASK > Compression.ZSTD:
             raise CorruptRecordError(
@@ -535,7 +536,9 @@ def _iter_records(
                 headers, pos = _read_headers(data, pos, rec_end, where, index, start)
             if pos != rec_end:
                 raise _bad_record(
-                    where, index, start,
+                    where,
+                    index,
+                    start,
                     f"record length {length} disagrees with its fields ({pos - rec_end:+d})",
                 )
             if offset_delta < 0:
