@@ -1,0 +1,339 @@
+"""`spark.read.format("kraft")`: a PySpark Python Data Source over KRaft replica directories.
+
+Usage::
+
+    from kraft_pipeline.datasource import KraftDataSource
+    spark.dataSource.register(KraftDataSource)
+    df = spark.read.format("kraft").load("/data/node-1")              # one replica
+    df = spark.read.format("kraft").option("paths", "/a,/b,/c").load()  # several replicas
+
+`path` (or `paths`, comma-separated) may name a replica directory, its
+`__cluster_metadata-0/` directory, or a folder of replica directories (see
+`kraft_pipeline.layout`). Each segment (`*.log`) and each snapshot (`*.checkpoint`) becomes
+one Spark partition, so the read spreads over every core or executor.
+
+One row per record (columns in `SCHEMA`; see docs/audit.md for the full table):
+
+=====================  ========  ===================================================
+column                 type      meaning
+=====================  ========  ===================================================
+replica                string    `node-<node.id>` (or the directory name)
+node_id                int       node.id from meta.properties (null when absent)
+directory_id           string    directory.id from meta.properties (base64 uuid)
+source                 string    `log` or `snapshot`
+file                   string    absolute path of the segment or snapshot file
+snapshot_end_offset    long      snapshot id end offset (exclusive); null for `log`
+snapshot_epoch         int       snapshot id epoch; null for `log`
+position               long      byte position of the batch in its file
+batch_base_offset      long      base offset of the batch (snapshot batches start at 0)
+batch_last_offset      long      last offset of the batch
+offset                 long      the record's offset (null on error rows)
+epoch                  int       partition leader epoch of the batch
+timestamp              long      record timestamp, milliseconds since the epoch
+is_control             boolean   control batch
+control_type           string    LEADER_CHANGE, KRAFT_VOTERS, ... (null for data)
+control_detail         string    decoded control record as JSON (null for data)
+key                    binary    record key (null in KRaft data records)
+value                  binary    record value
+batch_crc              long      stored CRC-32C of the batch
+batch_size             int       batch size in bytes, header included
+batch_records          int       records count of the batch header
+error                  string    null, or why this batch could not be read
+=====================  ========  ===================================================
+
+A batch that cannot be read becomes one row with `error` set (and whatever header fields
+could be decoded) instead of failing the job: a CRC mismatch or malformed records (the scan
+skips the batch by its length and goes on), a torn batch at the end of a file or an
+impossible header (the rest of the file cannot be framed, so the scan stops there).
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, is_dataclass
+from enum import Enum
+from typing import Any
+
+from kraft_pipeline.layout import LogFile, discover_replicas
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from kraft.protocol.errors import ProtocolError
+from kraft.protocol.uuid import Uuid
+from kraft.records.batch import RecordBatch, TailKind, scan_batches
+from kraft.records.control import ControlRecordType
+
+SCHEMA_DDL = (
+    "replica string, node_id int, directory_id string, source string, file string, "
+    "snapshot_end_offset long, snapshot_epoch int, position long, "
+    "batch_base_offset long, batch_last_offset long, offset long, epoch int, timestamp long, "
+    "is_control boolean, control_type string, control_detail string, "
+    "key binary, value binary, batch_crc long, batch_size int, batch_records int, "
+    "error string"
+)
+"""The data source's schema as a Spark DDL string (also `SCHEMA`)."""
+
+COLUMNS = [c.strip().split(" ")[0] for c in SCHEMA_DDL.split(",")]
+ARROW_BATCH_ROWS = 32768
+"""Rows per Arrow record batch handed to Spark."""
+
+
+def schema() -> StructType:
+    """The schema of `spark.read.format("kraft")` as a StructType."""
+    return StructType.fromDDL(SCHEMA_DDL)
+
+
+def _arrow_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("replica", pa.string()), ("node_id", pa.int32()), ("directory_id", pa.string()),
+            ("source", pa.string()), ("file", pa.string()),
+            ("snapshot_end_offset", pa.int64()), ("snapshot_epoch", pa.int32()),
+            ("position", pa.int64()), ("batch_base_offset", pa.int64()),
+            ("batch_last_offset", pa.int64()), ("offset", pa.int64()), ("epoch", pa.int32()),
+            ("timestamp", pa.int64()), ("is_control", pa.bool_()),
+            ("control_type", pa.string()), ("control_detail", pa.string()),
+            ("key", pa.binary()), ("value", pa.binary()), ("batch_crc", pa.int64()),
+            ("batch_size", pa.int32()), ("batch_records", pa.int32()), ("error", pa.string()),
+        ]
+    )
+
+
+# ----------------------------------------------------------------------------- control records
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, Uuid):
+        return str(obj)
+    if isinstance(obj, Enum):
+        return obj.name
+    if isinstance(obj, bytes):
+        return obj.hex()
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return {
+            k: _jsonable(v) for k, v in asdict(obj).items() if k != "unknown_tags" or v
+        }
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    return obj
+
+
+def control_type_name(key: bytes | None) -> str:
+    """The ControlRecordType name from a control record key (`UNKNOWN(<n>)` if unknown)."""
+    if key is None or len(key) < 4:
+        return "UNKNOWN"
+    type_id = int.from_bytes(key[2:4], "big", signed=True)
+    try:
+        return ControlRecordType(type_id).name
+    except ValueError:
+        return f"UNKNOWN({type_id})"
+
+
+def describe_control(key: bytes | None, value: bytes | None) -> str | None:
+    """The decoded control record as JSON, or None when kraft.records cannot decode it."""
+    try:
+        from kraft.records.control import decode_control_record  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    try:
+        decoded = decode_control_record(key, value)
+    except TypeError:
+        return None
+    except (ProtocolError, ValueError) as exc:
+        return json.dumps({"decode_error": str(exc)})
+    return json.dumps(_jsonable(decoded), sort_keys=True)
+
+
+# ----------------------------------------------------------------------------- file scan
+
+
+def _error_row(f: LogFile, position: int, batch: RecordBatch | None, message: str) -> tuple:
+    return (
+        f.replica, f.node_id, f.directory_id, f.source, f.path,
+        f.snapshot_end_offset, f.snapshot_epoch, position,
+        batch.base_offset if batch else None, batch.last_offset if batch else None, None,
+        batch.partition_leader_epoch if batch else None,
+        batch.base_timestamp if batch else None, batch.is_control if batch else None,
+        None, None, None, None,
+        batch.crc if batch else None, batch.size_in_bytes if batch else None,
+        batch.records_count if batch else None, message,
+    )
+
+
+def _batch_rows(f: LogFile, batch: RecordBatch) -> list[tuple]:
+    """All rows of one CRC-valid batch; raises ProtocolError when its records do not parse."""
+    records = list(batch.records())
+    if len(records) != batch.records_count:
+        raise ProtocolError(
+            f"record batch at byte position {batch.position} (base offset {batch.base_offset}):"
+            f" header announces {batch.records_count} records, {len(records)} found"
+        )
+    head = (
+        f.replica, f.node_id, f.directory_id, f.source, f.path,
+        f.snapshot_end_offset, f.snapshot_epoch, batch.position,
+        batch.base_offset, batch.last_offset,
+    )
+    tail = (batch.crc, batch.size_in_bytes, batch.records_count, None)
+    epoch = batch.partition_leader_epoch
+    control = batch.is_control
+    rows = []
+    for r in records:
+        if control:
+            ctype: str | None = control_type_name(r.key)
+            detail = describe_control(r.key, r.value)
+        else:
+            ctype = detail = None
+        rows.append(
+            (*head, r.offset, epoch, r.timestamp, control, ctype, detail, r.key, r.value, *tail)
+        )
+    return rows
+
+
+def scan_file_rows(f: LogFile) -> Iterator[tuple]:
+    """Yield the rows (tuples in `COLUMNS` order) of one segment or snapshot file.
+
+    Never raises for bad content: every problem becomes an error row (see the module
+    docstring). A missing or unreadable file is one error row at position 0.
+    """
+    try:
+        fd = os.open(f.path, os.O_RDONLY)
+    except OSError as exc:
+        yield _error_row(f, 0, None, f"cannot open: {exc}")
+        return
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return
+        with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mm:
+            view = memoryview(mm)
+            try:
+                yield from _scan_buffer(f, view)
+            finally:
+                view.release()
+    finally:
+        os.close(fd)
+
+
+def _scan_buffer(f: LogFile, view: memoryview) -> Iterator[tuple]:
+    pos = 0
+    end = len(view)
+    while pos < end:
+        result = scan_batches(view, start=pos)
+        for batch in result.batches:
+            try:
+                rows = _batch_rows(f, batch)
+            except ProtocolError as exc:
+                yield _error_row(f, batch.position, batch, f"invalid_records: {exc}")
+                continue
+            yield from rows
+        tail = result.tail
+        if tail is None:
+            return
+        if tail.kind in (TailKind.CORRUPT_CRC, TailKind.INVALID_RECORDS):
+            # The header framed the batch: report it and resume right after it.
+            bad = RecordBatch.parse(view, tail.position)
+            yield _error_row(f, tail.position, bad, f"{tail.kind.value}: {tail.message}")
+            pos = tail.position + bad.size_in_bytes
+            del bad
+            continue
+        # Torn or unframeable: nothing after this position can be located.
+        bad_batch: RecordBatch | None = None
+        try:
+            bad_batch = RecordBatch.parse(view, tail.position)
+        except ProtocolError:
+            bad_batch = None
+        yield _error_row(
+            f, tail.position, bad_batch,
+            f"{tail.kind.value}: {tail.message} ({end - tail.position} bytes unread)",
+        )
+        return
+
+
+# ----------------------------------------------------------------------------- Spark API
+
+
+class KraftFilePartition(InputPartition):
+    """One Spark input partition: a single segment or snapshot file."""
+
+    def __init__(self, file: LogFile) -> None:
+        super().__init__(file.path)
+        self.file = file
+
+
+def _paths_option(options: dict[str, str]) -> list[str]:
+    raw = options.get("paths") or options.get("path") or ""
+    if raw.startswith("["):
+        return [str(p) for p in json.loads(raw)]
+    return [p for p in (s.strip() for s in raw.split(",")) if p]
+
+
+class KraftDataSource(DataSource):
+    """The `kraft` data source: records of KRaft replica logs and snapshots (read only)."""
+
+    @classmethod
+    def name(cls) -> str:
+        """Format name for `spark.read.format(...)`."""
+        return "kraft"
+
+    def schema(self) -> str:
+        """The fixed schema (`SCHEMA_DDL`)."""
+        return SCHEMA_DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """A batch reader over the replica directories named by `path`/`paths`."""
+        return KraftReader(dict(self.options))
+
+
+class KraftReader(DataSourceReader):
+    """Plans one partition per file and decodes it into Arrow record batches."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.paths = _paths_option(options)
+        self.include_snapshots = options.get("snapshots", "true").lower() != "false"
+        self.include_log = options.get("log", "true").lower() != "false"
+
+    def partitions(self) -> list[InputPartition]:
+        """One partition per segment and per snapshot file, largest first."""
+        files: list[LogFile] = []
+        for replica in discover_replicas(self.paths):
+            if self.include_log:
+                files.extend(replica.segments)
+            if self.include_snapshots:
+                files.extend(replica.snapshots)
+        files.sort(key=lambda lf: -lf.size_bytes)
+        return [KraftFilePartition(lf) for lf in files]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        """Yield pyarrow RecordBatches of at most ARROW_BATCH_ROWS rows for one file."""
+        import pyarrow as pa
+
+        assert isinstance(partition, KraftFilePartition)
+        arrow_schema = _arrow_schema()
+        buffer: list[tuple] = []
+        for row in scan_file_rows(partition.file):
+            buffer.append(row)
+            if len(buffer) >= ARROW_BATCH_ROWS:
+                yield _to_arrow(pa, arrow_schema, buffer)
+                buffer = []
+        if buffer:
+            yield _to_arrow(pa, arrow_schema, buffer)
+
+
+def _to_arrow(pa: Any, arrow_schema: Any, rows: list[tuple]) -> Any:
+    columns = list(zip(*rows))
+    arrays = [
+        pa.array(col, type=field.type) for col, field in zip(columns, arrow_schema, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+
+def register(spark: Any) -> None:
+    """Register the `kraft` format with a SparkSession."""
+    spark.dataSource.register(KraftDataSource)
