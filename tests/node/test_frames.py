@@ -1,0 +1,112 @@
+"""Size-prefixed framing: in-order responses, and bad input closes only the bad connection."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import struct
+from collections.abc import AsyncIterator
+
+import pytest
+
+from kraft.server.frames import ConnectionClosedError, FrameConnection, FrameListener, PeerInfo
+
+
+async def _handler(body: bytes, peer: PeerInfo) -> bytes | None:
+    if body == b"close":
+        return None
+    if body == b"boom":
+        raise RuntimeError("handler failure")
+    if body.startswith(b"sleep"):
+        # earlier requests finish later: responses must still come back in request order
+        await asyncio.sleep(float(body[5:].decode()))
+    return b"re:" + body
+
+
+@pytest.fixture
+async def listener() -> AsyncIterator[FrameListener]:
+    lst = FrameListener("127.0.0.1", 0, _handler, max_frame_bytes=1 << 20,
+                        partial_frame_timeout_s=0.3)
+    await lst.start()
+    yield lst
+    await lst.stop()
+
+
+async def _connect(lst: FrameListener) -> FrameConnection:
+    conn = FrameConnection("127.0.0.1", lst.port)
+    await conn.open(2)
+    return conn
+
+
+async def test_pipelined_requests_are_answered_in_request_order(listener: FrameListener) -> None:
+    conn = await _connect(listener)
+    delays = [0.2, 0.0, 0.1, 0.05, 0.0]
+    results = await asyncio.gather(
+        *(conn.request(f"sleep{d}".encode(), 5) for d in delays)
+    )
+    assert results == [f"re:sleep{d}".encode() for d in delays]
+    conn.close()
+
+
+async def _raw_then_check(lst: FrameListener, payload: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", lst.port)
+    writer.write(payload)
+    await writer.drain()
+    data = await asyncio.wait_for(reader.read(), 3)
+    writer.close()
+    return data
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        struct.pack(">i", 2**31 - 1) + b"x",  # a 2 GiB length prefix
+        struct.pack(">i", -5),  # negative size
+        bytes(random.Random(7).randrange(256) | 0x80 for _ in range(64)),  # garbage bytes
+        struct.pack(">i", 100) + b"half",  # half a frame, then silence
+        b"\x00\x00",  # half a size prefix, then silence
+    ],
+    ids=["2GiB-prefix", "negative-size", "garbage", "half-frame", "half-prefix"],
+)
+async def test_bad_input_closes_that_connection_and_the_listener_keeps_serving(
+    listener: FrameListener, payload: bytes
+) -> None:
+    healthy = await _connect(listener)
+    assert await _raw_then_check(listener, payload) == b""
+    assert listener.connections_closed_for_bad_input == 1
+    # an existing connection and a new one both still work
+    assert await healthy.request(b"a", 2) == b"re:a"
+    fresh = await _connect(listener)
+    assert await fresh.request(b"b", 2) == b"re:b"
+    healthy.close()
+    fresh.close()
+
+
+async def test_undecodable_request_closes_after_earlier_responses(listener: FrameListener) -> None:
+    conn = await _connect(listener)
+    first = asyncio.ensure_future(conn.request(b"sleep0.1", 3))
+    await asyncio.sleep(0)
+    second = asyncio.ensure_future(conn.request(b"close", 3))
+    assert await first == b"re:sleep0.1"
+    with pytest.raises(ConnectionClosedError):
+        await second
+
+
+async def test_handler_exception_closes_the_connection_only(listener: FrameListener) -> None:
+    conn = await _connect(listener)
+    with pytest.raises(ConnectionClosedError):
+        await conn.request(b"boom", 3)
+    other = await _connect(listener)
+    assert await other.request(b"ok", 3) == b"re:ok"
+    other.close()
+
+
+async def test_client_timeout_closes_and_fails_everything_in_flight(listener: FrameListener) -> None:
+    conn = await _connect(listener)
+    slow = asyncio.ensure_future(conn.request(b"sleep1", 5))
+    await asyncio.sleep(0)
+    with pytest.raises(TimeoutError):
+        await conn.request(b"sleep1", 0.1)
+    with pytest.raises(ConnectionClosedError):
+        await slow
+    assert conn.closed
