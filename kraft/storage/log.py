@@ -1,0 +1,826 @@
+"""The segmented metadata log: append, read, roll, truncate, crash recovery, group commit.
+
+Files in the partition directory: `<20-digit base offset>.log` segments of record batches
+(v2), with their `.index`/`.timeindex`, and the `leader-epoch-checkpoint`.
+
+Thread-safety contract
+----------------------
+* One *owner* thread (the runtime's event loop) calls every method except `flush`, and never
+  two at once: `append`, `read`, `batches`, `truncate_to`, `truncate_fully_and_start_at`,
+  `advance_log_start_offset`, `close` and the read-only properties.
+* `flush()` may be called from **one other thread** (the disk writer) while the owner keeps
+  appending. `append` only writes into the OS page cache (`pwrite`, no fsync) under a short
+  internal lock; `flush` takes that lock only to capture the end offset and the files to sync,
+  then fsyncs **without** holding it, so appends are never blocked by a disk flush. Group
+  commit is simply many appends followed by one flush.
+* `flush()` returns the durable end offset: every offset below it is on stable storage. It
+  covers at least everything appended before `flush` was called (appends racing with it may
+  or may not be covered). `durable_end_offset` reads the last value a flush published.
+* Truncations, log-start advances and `close` wait for an in-progress flush (they take the
+  flush lock) and fsync what they changed before returning, so a reported durable offset is
+  never silently undone by a crash; they lower `durable_end_offset` to the new end.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import mmap
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kraft.protocol.errors import ProtocolError, TruncatedInputError
+from kraft.records.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, MAGIC, RecordBatch
+from kraft.storage.durability import fsync_dir
+from kraft.storage.epoch_cache import (
+    EpochEntry,
+    LeaderEpochCache,
+    checkpoint_path,
+    read_epoch_checkpoint,
+    write_epoch_checkpoint,
+)
+from kraft.storage.errors import (
+    CorruptLogError,
+    InvalidAppendError,
+    OffsetOutOfRangeError,
+    StorageError,
+)
+from kraft.storage.index import DEFAULT_INDEX_INTERVAL_BYTES, SegmentIndex, append_entry
+from kraft.storage.layout import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    parse_segment_file_name,
+    segment_file_name,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SEGMENT_BYTES = 1 << 30
+"""`metadata.log.segment.bytes` default (1 GiB)."""
+
+MAX_BATCH_BYTES = 8 * 1024 * 1024
+"""Largest batch the metadata log accepts (`max.message.bytes` of KafkaMetadataLog)."""
+
+_MAX_SANE_BATCH = 64 * 1024 * 1024
+"""Recovery treats a declared batch length above this as garbage rather than a real batch."""
+
+
+@dataclass(slots=True)
+class Segment:
+    """One `.log` file plus its in-memory index; `next_offset` is the offset after its last batch."""
+
+    base_offset: int
+    path: Path
+    fd: int
+    size: int
+    next_offset: int
+    index: SegmentIndex
+    index_fd: int = -1
+    time_index_fd: int = -1
+    epochs: list[EpochEntry] = field(default_factory=list)
+
+    @property
+    def index_path(self) -> Path:
+        """`<base>.index`."""
+        return self.path.with_suffix(INDEX_SUFFIX)
+
+    @property
+    def time_index_path(self) -> Path:
+        """`<base>.timeindex`."""
+        return self.path.with_suffix(TIME_INDEX_SUFFIX)
+
+    def open_index_files(self) -> None:
+        """Open the index files for appending (active segment only)."""
+        if self.index_fd < 0:
+            self.index_fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT, 0o644)
+            self.time_index_fd = os.open(self.time_index_path, os.O_RDWR | os.O_CREAT, 0o644)
+
+    def close_index_files(self) -> None:
+        """Close the index file descriptors (the data stays as written)."""
+        for fd in (self.index_fd, self.time_index_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.index_fd = self.time_index_fd = -1
+
+    def close(self) -> None:
+        """Close every descriptor of the segment."""
+        self.close_index_files()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What `SegmentedLog.open` found and repaired."""
+
+    segments: int
+    log_start_offset: int
+    log_end_offset: int
+    truncated_bytes: int = 0
+    truncated_file: Path | None = None
+    truncated_at_position: int | None = None
+    indexes_rebuilt: tuple[Path, ...] = ()
+    epoch_cache_rebuilt: bool = False
+
+
+class SegmentedLog:
+    """The metadata log of one partition directory. Open it with `SegmentedLog.open`.
+
+    See the module docstring for the thread-safety contract of `append` and `flush`.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        segments: list[Segment],
+        epoch_cache: LeaderEpochCache,
+        *,
+        segment_bytes: int,
+        index_interval_bytes: int,
+        report: RecoveryReport,
+    ) -> None:
+        self.directory = directory
+        self.segment_bytes = segment_bytes
+        self.index_interval_bytes = index_interval_bytes
+        self.recovery = report
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._epochs = epoch_cache
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._log_start = segments[0].base_offset
+        self._durable = self.log_end_offset
+        self._unsynced: dict[int, Segment] = {}
+        self._dir_dirty = False
+        self._epochs_written: tuple[EpochEntry, ...] = epoch_cache.entries
+        self._closed = False
+        self._failed: BaseException | None = None
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path | str,
+        *,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+        initial_offset: int = 0,
+    ) -> SegmentedLog:
+        """Open (creating if needed) the log in `directory`, recovering from a crash.
+
+        Every batch of every segment is checked (header, CRC, offset continuity, epochs).
+        A torn or corrupt tail of the last segment is truncated and logged; a problem
+        anywhere else — or a bad batch followed by valid data — raises CorruptLogError naming
+        the file and byte position, and nothing is modified. Index files and the epoch
+        checkpoint are rebuilt when they disagree with the batches. All segment files are
+        fsynced before returning, so `durable_end_offset == log_end_offset`.
+        """
+        if segment_bytes < BATCH_HEADER_SIZE:
+            raise ValueError(f"segment_bytes {segment_bytes} is too small")
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        bases: set[int] = set()
+        strays: list[Path] = []
+        for entry in sorted(os.listdir(d)):
+            parsed = parse_segment_file_name(entry)
+            if parsed is not None:
+                if parsed[1] == LOG_SUFFIX:
+                    bases.add(parsed[0])
+            elif entry.endswith((".log.deleted", ".index.deleted", ".timeindex.deleted")):
+                strays.append(d / entry)
+        for entry in sorted(os.listdir(d)):
+            parsed = parse_segment_file_name(entry)
+            if parsed is not None and parsed[1] != LOG_SUFFIX and parsed[0] not in bases:
+                strays.append(d / entry)
+        ordered = sorted(bases)
+        plans = _scan_segments(d, ordered, index_interval_bytes)
+        # No exception: decide the repair, then apply it.
+        truncated_bytes = 0
+        truncated_file: Path | None = None
+        truncated_pos: int | None = None
+        for plan in plans:
+            if plan.truncate_to is not None:
+                truncated_file = plan.path
+                truncated_pos = plan.truncate_to
+                truncated_bytes += plan.file_size - plan.truncate_to
+        for path in strays:
+            log.info("event=stray_file_removed file=%s", path)
+            path.unlink(missing_ok=True)
+        segments: list[Segment] = []
+        cache = LeaderEpochCache()
+        for plan in plans:
+            if plan.delete:
+                truncated_bytes += plan.file_size
+                log.warning(
+                    "event=empty_segment_after_torn_tail_removed file=%s bytes=%d",
+                    plan.path, plan.file_size,
+                )
+                for p in (plan.path, plan.path.with_suffix(INDEX_SUFFIX),
+                          plan.path.with_suffix(TIME_INDEX_SUFFIX)):
+                    p.unlink(missing_ok=True)
+                continue
+            fd = os.open(plan.path, os.O_RDWR)
+            if plan.truncate_to is not None:
+                os.ftruncate(fd, plan.truncate_to)
+                log.warning(
+                    "event=torn_tail_truncated file=%s position=%d bytes_dropped=%d "
+                    "last_valid_offset=%d next_offset=%d reason=%r",
+                    plan.path, plan.truncate_to, plan.file_size - plan.truncate_to,
+                    plan.next_offset - 1, plan.next_offset, plan.reason,
+                )
+            os.fsync(fd)
+            seg = Segment(
+                base_offset=plan.base_offset,
+                path=plan.path,
+                fd=fd,
+                size=plan.valid_size,
+                next_offset=plan.next_offset,
+                index=plan.index,
+                epochs=plan.epochs,
+            )
+            for e in plan.epochs:
+                cache.assign(e.epoch, e.start_offset)
+            segments.append(seg)
+        if not segments:
+            segments.append(_create_segment(d, initial_offset, index_interval_bytes))
+        rebuilt: list[Path] = []
+        for seg in segments:
+            if seg.index.sync_files(seg.index_path, seg.time_index_path):
+                rebuilt.append(seg.index_path)
+                log.info(
+                    "event=index_rebuilt file=%s entries=%d", seg.index_path, len(seg.index)
+                )
+        segments[-1].open_index_files()
+        cp = checkpoint_path(d)
+        stored: list[EpochEntry] | None
+        try:
+            stored = read_epoch_checkpoint(cp)
+        except CorruptLogError as exc:
+            log.warning("event=epoch_checkpoint_unreadable file=%s error=%r", cp, str(exc))
+            stored = None
+        epoch_rebuilt = stored != list(cache.entries)
+        if epoch_rebuilt:
+            write_epoch_checkpoint(cp, cache.entries)
+            log.info(
+                "event=epoch_cache_rebuilt file=%s entries=%d previous=%s",
+                cp, len(cache.entries), "missing" if stored is None else len(stored),
+            )
+        fsync_dir(d)
+        report = RecoveryReport(
+            segments=len(segments),
+            log_start_offset=segments[0].base_offset,
+            log_end_offset=segments[-1].next_offset,
+            truncated_bytes=truncated_bytes,
+            truncated_file=truncated_file,
+            truncated_at_position=truncated_pos,
+            indexes_rebuilt=tuple(rebuilt),
+            epoch_cache_rebuilt=epoch_rebuilt,
+        )
+        log.info(
+            "event=log_opened dir=%s segments=%d log_start_offset=%d log_end_offset=%d "
+            "truncated_bytes=%d",
+            d, report.segments, report.log_start_offset, report.log_end_offset, truncated_bytes,
+        )
+        return cls(
+            d, segments, cache, segment_bytes=segment_bytes,
+            index_interval_bytes=index_interval_bytes, report=report,
+        )
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def log_start_offset(self) -> int:
+        """The first offset still readable."""
+        return self._log_start
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended batch must start at (LEO, exclusive)."""
+        return self._segments[-1].next_offset
+
+    @property
+    def durable_end_offset(self) -> int:
+        """Every offset below this is fsynced (as published by the last flush/truncation)."""
+        with self._lock:
+            return self._durable
+
+    @property
+    def epoch_cache(self) -> LeaderEpochCache:
+        """The leader-epoch cache (owner thread only; do not mutate)."""
+        return self._epochs
+
+    @property
+    def last_epoch(self) -> int:
+        """Epoch of the last batch in the log, or -1 when the log holds no batch."""
+        return self._epochs.latest_epoch()
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        """The segments, oldest first (read-only view for tools and tests)."""
+        return tuple(self._segments)
+
+    def size_in_bytes(self) -> int:
+        """Total bytes of all segment files."""
+        return sum(s.size for s in self._segments)
+
+    # ------------------------------------------------------------------ append
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Append one or more complete batches; returns the new log end offset. No fsync.
+
+        The first batch must start at `log_end_offset`, each following batch where the
+        previous one ended; epochs must not decrease; every CRC must match and no batch may
+        exceed 8 MiB. Raises InvalidAppendError (and writes nothing) otherwise. Rolls to a
+        new segment first when the active one would exceed `segment_bytes`.
+        """
+        self._check_usable()
+        buf = memoryview(data)
+        expected = self.log_end_offset
+        last_epoch = self._epochs.latest_epoch()
+        metas: list[tuple[int, int, int, int, int]] = []  # rel pos, base, last, epoch, max ts
+        pos = 0
+        while pos < len(buf):
+            try:
+                batch = RecordBatch.parse(buf, pos)
+            except ProtocolError as exc:
+                raise InvalidAppendError(f"append at offset {expected}: {exc}") from None
+            if not batch.is_valid():
+                raise InvalidAppendError(
+                    f"append at offset {expected}: batch with base offset {batch.base_offset} "
+                    "fails its CRC check"
+                )
+            if batch.base_offset != expected:
+                raise InvalidAppendError(
+                    f"append: batch base offset {batch.base_offset} does not continue the log "
+                    f"at {expected}"
+                )
+            if batch.size_in_bytes > MAX_BATCH_BYTES:
+                raise InvalidAppendError(
+                    f"append: batch at offset {expected} is {batch.size_in_bytes} bytes, "
+                    f"above the {MAX_BATCH_BYTES}-byte limit"
+                )
+            epoch = batch.partition_leader_epoch
+            if epoch < last_epoch:
+                raise InvalidAppendError(
+                    f"append: batch at offset {expected} has epoch {epoch} below the log's "
+                    f"last epoch {last_epoch}"
+                )
+            metas.append((pos, batch.base_offset, batch.last_offset, epoch, batch.max_timestamp))
+            last_epoch = epoch
+            expected = batch.next_offset
+            pos += batch.size_in_bytes
+            del batch
+        if not metas:
+            return self.log_end_offset
+        with self._lock:
+            active = self._segments[-1]
+            if active.size > 0 and active.size + len(buf) > self.segment_bytes:
+                active = self._roll_locked()
+            start = active.size
+            written = 0
+            while written < len(buf):
+                written += os.pwrite(active.fd, buf[written:], start + written)
+            for rel, base, last, epoch, max_ts in metas:
+                before_t = active.index.time_entry_count()
+                if active.index.observe(start + rel, last, max_ts):
+                    o_entry, t_entry = active.index.last_entries_bytes()
+                    append_entry(active.index_fd, o_entry, (len(active.index) - 1) * 8)
+                    if active.index.time_entry_count() > before_t:
+                        append_entry(
+                            active.time_index_fd, t_entry,
+                            (active.index.time_entry_count() - 1) * 12,
+                        )
+                if self._epochs.assign(epoch, base):
+                    active.epochs.append(EpochEntry(epoch, base))
+            active.size = start + len(buf)
+            active.next_offset = expected
+            self._unsynced[active.base_offset] = active
+        return expected
+
+    def _roll_locked(self) -> Segment:
+        old = self._segments[-1]
+        old.close_index_files()
+        seg = _create_segment(self.directory, old.next_offset, self.index_interval_bytes)
+        seg.open_index_files()
+        self._segments.append(seg)
+        self._bases.append(seg.base_offset)
+        self._dir_dirty = True
+        log.info(
+            "event=segment_rolled file=%s base_offset=%d previous_bytes=%d",
+            seg.path, seg.base_offset, old.size,
+        )
+        return seg
+
+    # ------------------------------------------------------------------ flush
+
+    def flush(self) -> int:
+        """fsync everything appended so far; returns the durable end offset.
+
+        Safe to call from one thread other than the owner while the owner appends (see the
+        module docstring). Also persists the leader-epoch checkpoint when it changed and the
+        directory when segments were created. An fsync failure marks the log failed: every
+        later call raises, as the page cache can no longer be trusted.
+        """
+        with self._flush_lock:
+            self._check_usable()
+            with self._lock:
+                target = self.log_end_offset
+                to_sync = list(self._unsynced.values())
+                self._unsynced.clear()
+                dir_dirty = self._dir_dirty
+                self._dir_dirty = False
+                epochs = self._epochs.entries
+            try:
+                for seg in to_sync:
+                    os.fsync(seg.fd)
+                if dir_dirty:
+                    fsync_dir(self.directory)
+                if epochs != self._epochs_written:
+                    write_epoch_checkpoint(checkpoint_path(self.directory), epochs)
+                    self._epochs_written = epochs
+            except OSError as exc:
+                self._failed = exc
+                log.error("event=flush_failed dir=%s error=%r", self.directory, str(exc))
+                raise StorageError(f"fsync failed in {self.directory}: {exc}") from exc
+            with self._lock:
+                if target > self._durable:
+                    self._durable = target
+                return self._durable
+
+    # ------------------------------------------------------------------ reads
+
+    def _segment_for(self, offset: int) -> Segment:
+        i = bisect.bisect_right(self._bases, offset) - 1
+        return self._segments[max(i, 0)]
+
+    def read(self, offset: int, max_bytes: int = MAX_BATCH_BYTES) -> bytes:
+        """Whole batches starting with the one that contains `offset`, up to `max_bytes`.
+
+        At least one batch is returned even if it is larger than `max_bytes` (as Kafka does);
+        reads stay within one segment; at the log end offset the result is empty. Raises
+        OffsetOutOfRangeError below the log start offset or above the log end offset.
+        """
+        self._check_usable()
+        if offset < self._log_start or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside the log [{self._log_start}, {self.log_end_offset}]"
+            )
+        if offset == self.log_end_offset:
+            return b""
+        seg = self._segment_for(offset)
+        if offset >= seg.next_offset:  # only possible on an empty active segment
+            return b""
+        pos = self._position_of(seg, offset)
+        out = bytearray()
+        while pos < seg.size:
+            header = os.pread(seg.fd, LOG_OVERHEAD, pos)
+            size = int.from_bytes(header[8:12], "big", signed=True) + LOG_OVERHEAD
+            if out and len(out) + size > max_bytes:
+                break
+            out += os.pread(seg.fd, size, pos)
+            pos += size
+            if len(out) >= max_bytes:
+                break
+        return bytes(out)
+
+    def _position_of(self, seg: Segment, offset: int) -> int:
+        """File position of the batch containing `offset` (scans from the index entry)."""
+        pos = seg.index.lookup(offset)
+        while pos < seg.size:
+            head = os.pread(seg.fd, 27, pos)
+            base = int.from_bytes(head[0:8], "big", signed=True)
+            length = int.from_bytes(head[8:12], "big", signed=True)
+            delta = int.from_bytes(head[23:27], "big", signed=True)
+            if base + delta >= offset:
+                return pos
+            pos += length + LOG_OVERHEAD
+        return seg.size
+
+    def batches(self, start_offset: int | None = None) -> Iterator[RecordBatch]:
+        """Iterate the batches from the one containing `start_offset` (default: log start).
+
+        Owner thread only; do not append while iterating.
+        """
+        offset = self._log_start if start_offset is None else start_offset
+        while offset < self.log_end_offset:
+            chunk = self.read(offset, 1 << 20)
+            if not chunk:
+                break
+            pos = 0
+            batch: RecordBatch | None = None
+            while pos < len(chunk):
+                batch = RecordBatch.parse(chunk, pos)
+                yield batch
+                pos += batch.size_in_bytes
+            assert batch is not None
+            offset = batch.next_offset
+
+    # ------------------------------------------------------------------ truncation
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove everything at and after `offset`; returns the new log end offset.
+
+        If `offset` falls inside a batch, the whole batch goes (the new end is that batch's
+        base offset), as in Kafka. The change is fsynced before returning. Raises
+        OffsetOutOfRangeError below the log start offset; a no-op at or above the end.
+        """
+        with self._flush_lock, self._lock:
+            self._check_usable()
+            if offset >= self.log_end_offset:
+                return self.log_end_offset
+            if offset < self._log_start:
+                raise OffsetOutOfRangeError(
+                    f"cannot truncate to {offset}: below log start offset {self._log_start}"
+                )
+            old_end = self.log_end_offset
+            removed_bytes = 0
+            while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+                seg = self._segments.pop()
+                self._bases.pop()
+                removed_bytes += seg.size
+                self._unsynced.pop(seg.base_offset, None)
+                self._delete_segment_files(seg)
+            seg = self._segments[-1]
+            pos = self._position_of(seg, offset)
+            new_end = int.from_bytes(os.pread(seg.fd, 8, pos), "big", signed=True)
+            removed_bytes += seg.size - pos
+            os.ftruncate(seg.fd, pos)
+            seg.size = pos
+            seg.next_offset = new_end
+            seg.index.truncate_to_position(pos)
+            seg.epochs = [e for e in seg.epochs if e.start_offset < new_end]
+            seg.open_index_files()
+            self._rewrite_index_files(seg)
+            os.fsync(seg.fd)
+            fsync_dir(self.directory)
+            self._epochs.truncate_from_end(new_end)
+            self._durable = min(self._durable, new_end)
+            self._persist_epochs_locked()
+        log.info(
+            "event=log_truncated dir=%s from_offset=%d to_offset=%d bytes_removed=%d",
+            self.directory, old_end, new_end, removed_bytes,
+        )
+        return new_end
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and restart the empty log at `offset` (after a snapshot load)."""
+        with self._flush_lock, self._lock:
+            self._check_usable()
+            old_start, old_end = self._log_start, self.log_end_offset
+            for seg in self._segments:
+                self._delete_segment_files(seg)
+            self._unsynced.clear()
+            seg = _create_segment(self.directory, offset, self.index_interval_bytes)
+            seg.open_index_files()
+            self._segments = [seg]
+            self._bases = [offset]
+            self._log_start = offset
+            self._durable = offset
+            self._epochs.clear()
+            fsync_dir(self.directory)
+            self._persist_epochs_locked()
+        log.info(
+            "event=log_truncated_fully dir=%s old_start=%d old_end=%d new_start=%d",
+            self.directory, old_start, old_end, offset,
+        )
+
+    def advance_log_start_offset(self, offset: int) -> int:
+        """Raise the log start offset (a snapshot covers everything below it).
+
+        Deletes every segment whose offsets are all below `offset` (never the active one)
+        and forgets epoch-cache entries below it. Returns the number of segments deleted.
+        Raises OffsetOutOfRangeError when `offset` is above the log end offset.
+        """
+        with self._flush_lock, self._lock:
+            self._check_usable()
+            if offset > self.log_end_offset:
+                raise OffsetOutOfRangeError(
+                    f"log start offset {offset} would be above the log end offset "
+                    f"{self.log_end_offset}; use truncate_fully_and_start_at"
+                )
+            if offset <= self._log_start:
+                return 0
+            self._log_start = offset
+            deleted = 0
+            while len(self._segments) > 1 and self._segments[1].base_offset <= offset:
+                seg = self._segments.pop(0)
+                self._bases.pop(0)
+                self._unsynced.pop(seg.base_offset, None)
+                self._delete_segment_files(seg)
+                deleted += 1
+                log.info(
+                    "event=segment_deleted file=%s base_offset=%d next_offset=%d bytes=%d",
+                    seg.path, seg.base_offset, seg.next_offset, seg.size,
+                )
+            if deleted:
+                fsync_dir(self.directory)
+            if self._epochs.truncate_from_start(offset):
+                self._persist_epochs_locked()
+        return deleted
+
+    def _persist_epochs_locked(self) -> None:
+        entries = self._epochs.entries
+        if entries != self._epochs_written:
+            write_epoch_checkpoint(checkpoint_path(self.directory), entries)
+            self._epochs_written = entries
+
+    def _rewrite_index_files(self, seg: Segment) -> None:
+        for fd, content in (
+            (seg.index_fd, seg.index.offset_index_bytes()),
+            (seg.time_index_fd, seg.index.time_index_bytes()),
+        ):
+            os.ftruncate(fd, 0)
+            if content:
+                os.pwrite(fd, content, 0)
+
+    def _delete_segment_files(self, seg: Segment) -> None:
+        seg.close()
+        for p in (seg.path, seg.index_path, seg.time_index_path):
+            p.unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise StorageError(f"log {self.directory} is closed")
+        if self._failed is not None:
+            raise StorageError(f"log {self.directory} failed earlier: {self._failed}")
+
+    def close(self) -> None:
+        """Flush, then close every file. Idempotent."""
+        if self._closed:
+            return
+        if self._failed is None:
+            self.flush()
+        with self._flush_lock, self._lock:
+            for seg in self._segments:
+                seg.close()
+            self._closed = True
+
+    def __enter__(self) -> SegmentedLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------- recovery scan
+
+
+@dataclass(slots=True)
+class _SegmentPlan:
+    base_offset: int
+    path: Path
+    file_size: int
+    valid_size: int
+    next_offset: int
+    index: SegmentIndex
+    epochs: list[EpochEntry]
+    truncate_to: int | None = None
+    delete: bool = False
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class _Problem:
+    position: int
+    reason: str
+    repairable: bool = True
+    """True for what a torn write can leave (cut-short batch, bad header, bad CRC)."""
+
+
+def _create_segment(directory: Path, base_offset: int, interval: int) -> Segment:
+    path = directory / segment_file_name(base_offset)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    seg = Segment(base_offset, path, fd, 0, base_offset, SegmentIndex(base_offset, interval))
+    return seg
+
+
+def _scan_segments(directory: Path, bases: list[int], interval: int) -> list[_SegmentPlan]:
+    """Validate every segment; returns the repair plan or raises CorruptLogError."""
+    plans: list[_SegmentPlan] = []
+    expected_next: int | None = None
+    last_epoch = -1
+    problems: list[tuple[int, _Problem]] = []
+    for i, base in enumerate(bases):
+        path = directory / segment_file_name(base)
+        if expected_next is not None and base != expected_next:
+            problems.append(
+                (i, _Problem(0, f"segment base offset {base} does not continue the previous "
+                                f"segment, which ends at offset {expected_next}", False))
+            )
+        plan, problem, last_epoch = _scan_one(path, base, interval, last_epoch)
+        plans.append(plan)
+        if problem is not None:
+            problems.append((i, problem))
+        expected_next = plan.next_offset
+    if not problems:
+        return plans
+    idx, problem = problems[0]
+    plan = plans[idx]
+    if not problem.repairable:
+        raise CorruptLogError(plan.path, problem.position, problem.reason)
+    if any(p.file_size > 0 for p in plans[idx + 1 :]):
+        raise CorruptLogError(
+            plan.path, problem.position,
+            f"{problem.reason} (not the tail of the log: later segments hold data; refusing "
+            "to start rather than drop what may be committed)",
+        )
+    found = _find_valid_batch_after(plan.path, problem.position, plan.next_offset)
+    if found is not None:
+        raise CorruptLogError(
+            plan.path, problem.position,
+            f"{problem.reason}; a valid batch (base offset {found[1]}) follows at position "
+            f"{found[0]}, so this is not a torn tail; refusing to start rather than drop what "
+            "may be committed",
+        )
+    plan.truncate_to = problem.position
+    plan.valid_size = problem.position
+    plan.reason = problem.reason
+    for p in plans[idx + 1:]:
+        p.delete = True
+    return plans
+
+
+def _scan_one(
+    path: Path, base: int, interval: int, last_epoch: int
+) -> tuple[_SegmentPlan, _Problem | None, int]:
+    size = path.stat().st_size
+    index = SegmentIndex(base, interval)
+    epochs: list[EpochEntry] = []
+    plan = _SegmentPlan(base, path, size, size, base, index, epochs)
+    if size == 0:
+        return plan, None, last_epoch
+    problem: _Problem | None = None
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        view = memoryview(mm)
+        try:
+            pos = 0
+            next_offset = base
+            while pos < size:
+                try:
+                    batch = RecordBatch.parse(view, pos)
+                except TruncatedInputError as exc:
+                    problem = _Problem(pos, f"torn batch: {exc}")
+                    break
+                except ProtocolError as exc:
+                    problem = _Problem(pos, f"invalid batch header: {exc}")
+                    break
+                try:
+                    if not batch.is_valid():
+                        problem = _Problem(
+                            pos, f"CRC mismatch in batch with base offset {batch.base_offset}"
+                        )
+                        break
+                    if batch.base_offset != next_offset:
+                        problem = _Problem(
+                            pos, f"batch base offset {batch.base_offset} where offset "
+                            f"{next_offset} was expected", False,
+                        )
+                        break
+                    epoch = batch.partition_leader_epoch
+                    if epoch < last_epoch:
+                        problem = _Problem(
+                            pos, f"batch at offset {batch.base_offset} has epoch {epoch} "
+                            f"below the previous epoch {last_epoch}", False,
+                        )
+                        break
+                    if epoch > last_epoch:
+                        epochs.append(EpochEntry(epoch, batch.base_offset))
+                        last_epoch = epoch
+                    index.observe(pos, batch.last_offset, batch.max_timestamp)
+                    next_offset = batch.next_offset
+                    pos += batch.size_in_bytes
+                finally:
+                    del batch
+            plan.next_offset = next_offset
+            plan.valid_size = pos
+        finally:
+            view.release()
+    return plan, problem, last_epoch
+
+
+def _find_valid_batch_after(path: Path, position: int, min_offset: int) -> tuple[int, int] | None:
+    """A CRC-valid batch starting after `position` with base offset >= min_offset, if any."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    q = data.find(bytes([MAGIC]), position + 1 + 16)
+    while q != -1:
+        start = q - 16
+        if start > position and len(data) - start >= BATCH_HEADER_SIZE:
+            length = int.from_bytes(data[start + 8:start + 12], "big", signed=True)
+            if BATCH_HEADER_SIZE - LOG_OVERHEAD <= length <= _MAX_SANE_BATCH:
+                try:
+                    batch = RecordBatch.parse(data, start)
+                    if batch.is_valid() and batch.base_offset >= min_offset:
+                        return start, batch.base_offset
+                except ProtocolError:
+                    pass
+        q = data.find(bytes([MAGIC]), q + 1)
+    return None
