@@ -199,7 +199,7 @@ def test_trailing_bytes_are_ignored_like_kafka() -> None:
 def test_hostile_array_counts_fail_before_allocating() -> None:
     # 2**32-2 voters announced in a 10-byte value
     with pytest.raises(TruncatedInputError):
-        decode_control_value(6, bytes.fromhex("0000fefffff0f0") + b"\x00" * 4)
+        decode_control_value(6, bytes.fromhex("0000ffffffff0f") + b"\x00" * 4)
     with pytest.raises(TruncatedInputError):
         decode_control_value(2, bytes.fromhex("000000000001ffffffff0f"))
 
