@@ -1,0 +1,271 @@
+"""The admin HTTP server (aiohttp) of a node: health, readiness, metrics, quorum, KV API.
+
+Routes:
+
+| route | answer |
+| --- | --- |
+| `GET /healthz` | 200 while the process and its event loop run |
+| `GET /readyz` | 200 when this node is the leader with a high watermark, or a follower whose applied state has reached the leader's high watermark; else 503 with the reason |
+| `GET /metrics` | Prometheus text |
+| `GET /v1/status` | this node's view (role, epoch, leader, offsets) as JSON |
+| `GET /v1/quorum` | DescribeQuorum of the leader as JSON |
+| `PUT /v1/kv/{key}` | body = value bytes; 200 `{"offset": N}` once committed and applied |
+| `GET /v1/kv/{key}` | 200 with the value bytes, 404 when absent (linearizable) |
+| `DELETE /v1/kv/{key}` | 200 `{"existed": bool}` |
+| `POST /v1/kv/{key}/cas` | JSON `{"expected": b64|null, "value": b64|null}` → `{"swapped": bool, "previous": b64|null}` |
+
+KV calls on a node that is not the leader answer `307` with the leader's admin address in
+`Location` when it is known, else `503` naming the leader id. A write whose outcome is unknown
+(leader changed before commit, timeout) answers `503` with `"outcome": "unknown"`.
+
+`GET /v1/kv/{key}?stale=true` reads this node's local state without any leadership check. It is
+NOT linearizable; it exists so the test suite can show that its linearizability checker catches
+stale reads.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from kraft.statemachine.kv import MAX_KEY_BYTES, MAX_VALUE_BYTES
+
+log = logging.getLogger("kraft.server.admin")
+
+
+class NotLeaderError(Exception):
+    """This node is not the leader; `leader_id` is -1 when no leader is known."""
+
+    def __init__(self, leader_id: int, leader_http: str | None) -> None:
+        super().__init__(f"not the leader (leader is {leader_id})")
+        self.leader_id = leader_id
+        self.leader_http = leader_http
+
+
+class OutcomeUnknownError(Exception):
+    """A write was accepted but its fate is unknown (leader change, timeout)."""
+
+
+class NodeAPI(Protocol):
+    """What the admin server needs from the node runtime."""
+
+    def status(self) -> dict[str, Any]:
+        """This node's view of the quorum, JSON-ready."""
+        ...
+
+    def readiness(self) -> tuple[bool, str]:
+        """(ready, reason)."""
+        ...
+
+    def render_metrics(self) -> str:
+        """Prometheus text."""
+        ...
+
+    async def describe_quorum(self) -> dict[str, Any]:
+        """DescribeQuorum from the leader, JSON-ready; raises NotLeaderError if none known."""
+        ...
+
+    async def kv_put(self, key: str, value: bytes) -> int:
+        """Replicate PUT; returns the committed offset."""
+        ...
+
+    async def kv_delete(self, key: str) -> bool:
+        """Replicate DELETE; returns whether the key existed."""
+        ...
+
+    async def kv_cas(self, key: str, expected: bytes | None, new: bytes | None) -> tuple[bool, bytes | None]:
+        """Replicate CAS; returns (swapped, previous value)."""
+        ...
+
+    async def kv_get(self, key: str) -> bytes | None:
+        """Linearizable read."""
+        ...
+
+    def kv_get_stale(self, key: str) -> bytes | None:
+        """Local, non-linearizable read."""
+        ...
+
+
+def _json(status: int, body: dict[str, Any]) -> web.Response:
+    return web.json_response(body, status=status)
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+def _unb64(value: Any, field: str) -> bytes | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{field} must be a base64 string or null")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"{field} is not valid base64") from None
+
+
+class AdminServer:
+    """Serves the routes in the module docstring for one node."""
+
+    def __init__(self, node: NodeAPI, host: str, port: int) -> None:
+        self.node = node
+        self.host = host
+        self.port = port
+        self.app = web.Application(client_max_size=MAX_VALUE_BYTES + 1024)
+        self.app.add_routes(
+            [
+                web.get("/healthz", self.healthz),
+                web.get("/readyz", self.readyz),
+                web.get("/metrics", self.metrics),
+                web.get("/v1/status", self.status),
+                web.get("/v1/quorum", self.quorum),
+                web.put("/v1/kv/{key}", self.kv_put),
+                web.get("/v1/kv/{key}", self.kv_get),
+                web.delete("/v1/kv/{key}", self.kv_delete),
+                web.post("/v1/kv/{key}/cas", self.kv_cas),
+            ]
+        )
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> int:
+        """Bind and serve; returns the bound port."""
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        await site.start()
+        addresses = self._runner.addresses
+        if addresses:
+            self.port = int(addresses[0][1])
+        log.info("event=admin_listening host=%s port=%d", self.host, self.port)
+        return self.port
+
+    async def stop(self) -> None:
+        """Stop serving."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # ------------------------------------------------------------------ handlers
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        """Liveness."""
+        return web.Response(text="ok\n")
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        """Readiness (see the module docstring)."""
+        ready, reason = self.node.readiness()
+        return _json(200 if ready else 503, {"ready": ready, "reason": reason})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """Prometheus metrics."""
+        return web.Response(
+            text=self.node.render_metrics(), content_type="text/plain", charset="utf-8",
+            headers={"X-Prometheus-Format": "0.0.4"},
+        )
+
+    async def status(self, request: web.Request) -> web.Response:
+        """This node's status."""
+        return _json(200, self.node.status())
+
+    async def quorum(self, request: web.Request) -> web.Response:
+        """DescribeQuorum as JSON."""
+        try:
+            return _json(200, await self.node.describe_quorum())
+        except NotLeaderError as exc:
+            return _json(503, {"error": "no leader known", "leader_id": exc.leader_id})
+        except (TimeoutError, ConnectionError, OSError) as exc:
+            return _json(503, {"error": f"leader unreachable: {exc}"})
+
+    def _key(self, request: web.Request) -> str:
+        key = request.match_info["key"]
+        if not key or len(key.encode()) > MAX_KEY_BYTES:
+            raise web.HTTPBadRequest(
+                text=json.dumps({"error": f"key must be 1..{MAX_KEY_BYTES} bytes of UTF-8"}),
+                content_type="application/json",
+            )
+        return key
+
+    def _redirect(self, request: web.Request, exc: NotLeaderError) -> web.Response:
+        if exc.leader_http:
+            location = f"http://{exc.leader_http}{request.rel_url}"
+            return web.Response(status=307, headers={"Location": location},
+                                text=json.dumps({"leader_id": exc.leader_id}),
+                                content_type="application/json")
+        return _json(503, {"error": "NOT_LEADER_OR_FOLLOWER", "leader_id": exc.leader_id})
+
+    async def _run(self, request: web.Request, coro: Any) -> web.Response:
+        try:
+            result: web.Response = await coro
+            return result
+        except NotLeaderError as exc:
+            return self._redirect(request, exc)
+        except OutcomeUnknownError as exc:
+            return _json(503, {"error": str(exc), "outcome": "unknown"})
+        except TimeoutError:
+            return _json(503, {"error": "timed out", "outcome": "unknown"})
+
+    async def kv_put(self, request: web.Request) -> web.Response:
+        """PUT a value."""
+        key = self._key(request)
+        try:
+            value = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return _json(413, {"error": f"value larger than {MAX_VALUE_BYTES} bytes"})
+
+        async def go() -> web.Response:
+            offset = await self.node.kv_put(key, value)
+            return _json(200, {"offset": offset})
+
+        return await self._run(request, go())
+
+    async def kv_get(self, request: web.Request) -> web.Response:
+        """GET a value (linearizable unless ?stale=true)."""
+        key = self._key(request)
+        if request.query.get("stale") == "true":
+            value = self.node.kv_get_stale(key)
+            if value is None:
+                return _json(404, {"error": "not found"})
+            return web.Response(body=value, content_type="application/octet-stream")
+
+        async def go() -> web.Response:
+            value = await self.node.kv_get(key)
+            if value is None:
+                return _json(404, {"error": "not found"})
+            return web.Response(body=value, content_type="application/octet-stream")
+
+        return await self._run(request, go())
+
+    async def kv_delete(self, request: web.Request) -> web.Response:
+        """DELETE a key."""
+        key = self._key(request)
+
+        async def go() -> web.Response:
+            existed = await self.node.kv_delete(key)
+            return _json(200, {"existed": existed})
+
+        return await self._run(request, go())
+
+    async def kv_cas(self, request: web.Request) -> web.Response:
+        """Compare-and-set."""
+        key = self._key(request)
+        try:
+            body = await request.json(loads=json.loads)
+            if not isinstance(body, dict):
+                raise ValueError("body must be a JSON object")
+            expected = _unb64(body.get("expected"), "expected")
+            new = _unb64(body.get("value"), "value")
+        except (ValueError, UnicodeDecodeError) as exc:
+            return _json(400, {"error": f"invalid CAS body: {exc}"})
+        except web.HTTPRequestEntityTooLarge:
+            return _json(413, {"error": "body too large"})
+
+        async def go() -> web.Response:
+            swapped, previous = await self.node.kv_cas(key, expected, new)
+            return _json(200, {"swapped": swapped, "previous": _b64(previous)})
+
+        return await self._run(request, go())
