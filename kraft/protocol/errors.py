@@ -69,7 +69,26 @@ class FrameTooLargeError(ProtocolError):
 
 
 class UnsupportedVersionError(ProtocolError):
-    """An api key or version that this implementation does not speak."""
+    """An api key or version that this implementation does not speak.
+
+    Also raised when encoding a non-default value into a version that lacks the field (as
+    Kafka's UnsupportedVersionException). When raised while decoding a request frame it
+    carries the api key, api version and correlation id read from the header, so a server
+    can still answer with UNSUPPORTED_VERSION; each is None when unknown.
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        api_key: int | None = None,
+        api_version: int | None = None,
+        correlation_id: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
 
 
 class CorruptRecordError(ProtocolError):

@@ -1,0 +1,266 @@
+"""Request/response headers, size-prefixed frames and an incremental frame splitter.
+
+On the socket every request and response is `int32 size` + header + body. Request header v1
+is (api key int16, api version int16, correlation id int32, client id nullable int16-string);
+v2 adds a tagged-field section and is used for flexible api versions. Response header v0 is
+the correlation id; v1 adds a tagged-field section. ApiVersions responses always use v0.
+
+`encode_request` / `encode_response` return complete frames *with* the size prefix.
+`decode_request` / `decode_response` take one frame as `FrameDecoder` yields it, i.e.
+*without* the size prefix (pass `size_prefixed=True` to decode the output of the encoders).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from kraft.protocol.api import ApiKey, api_spec
+from kraft.protocol.codec import decode_from, encode_into
+from kraft.protocol.errors import (
+    ErrorCode,
+    FrameTooLargeError,
+    MalformedInputError,
+    ProtocolError,
+    TruncatedInputError,
+    UnsupportedVersionError,
+)
+from kraft.protocol.primitives import Reader, Writer
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
+    "FrameDecoder",
+    "RequestHeader",
+    "ResponseHeader",
+    "decode_request",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+]
+
+DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
+"""Default frame limit (Kafka's `socket.request.max.bytes` default is 100 MiB)."""
+
+_SIZE = struct.Struct(">i")
+_REQ_FIXED = struct.Struct(">hhi")
+_I32 = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    """A request header (v1 or v2; the version follows from the api version)."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None = None
+    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseHeader:
+    """A response header (v0 or v1)."""
+
+    correlation_id: int
+    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+
+
+def _w_tags(out: bytearray, tags: dict[int, bytes]) -> None:
+    w = Writer()
+    w.tagged_fields(tags)
+    out += w.buf
+
+
+def _finish(out: bytearray) -> bytes:
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    return bytes(out)
+
+
+def encode_request(header: RequestHeader, body: object) -> bytes:
+    """Encode header + body as one size-prefixed request frame.
+
+    The body must be an instance of the request class of `header.api_key`; the header
+    version (v1/v2) is chosen from the api version.
+    """
+    spec = api_spec(header.api_key, header.api_version)
+    if not isinstance(body, spec.request_class):
+        raise TypeError(f"{spec.name} request body must be {spec.request_class.__name__}")
+    out = bytearray(4)
+    out += _REQ_FIXED.pack(header.api_key, header.api_version, header.correlation_id)
+    if header.client_id is None:
+        out += b"\xff\xff"
+    else:
+        cid = header.client_id.encode("utf-8")
+        if len(cid) > 0x7FFF:
+            raise ValueError("client id longer than 32767 bytes")
+        out += struct.pack(">h", len(cid)) + cid
+    if spec.request_header_version(header.api_version) >= 2:
+        _w_tags(out, header.unknown_tagged_fields)
+    encode_into(body, header.api_version, out)
+    return _finish(out)
+
+
+def encode_response(api_key: int, api_version: int, correlation_id: int, body: object,
+                    unknown_tagged_fields: dict[int, bytes] | None = None) -> bytes:
+    """Encode a size-prefixed response frame (header v0/v1 chosen from the api version)."""
+    spec = api_spec(api_key, api_version)
+    if not isinstance(body, spec.response_class):
+        raise TypeError(f"{spec.name} response body must be {spec.response_class.__name__}")
+    out = bytearray(4)
+    out += _I32.pack(correlation_id)
+    if spec.response_header_version(api_version) >= 1:
+        _w_tags(out, unknown_tagged_fields or {})
+    encode_into(body, api_version, out)
+    return _finish(out)
+
+
+def _frame_view(frame: bytes | bytearray | memoryview, size_prefixed: bool,
+                what: str) -> tuple[Any, int, int]:
+    buf: Any = bytes(frame) if isinstance(frame, bytearray) else frame
+    end = len(buf)
+    if not size_prefixed:
+        return buf, 0, end
+    if end < 4:
+        raise TruncatedInputError(f"{what}: size prefix truncated at byte offset 0")
+    size = _SIZE.unpack_from(buf, 0)[0]
+    if size != end - 4:
+        raise MalformedInputError(
+            f"{what}: size prefix says {size} bytes but {end - 4} follow (byte offset 0)"
+        )
+    return buf, 4, end
+
+
+def decode_request(
+    frame: bytes | bytearray | memoryview, *, size_prefixed: bool = False
+) -> tuple[RequestHeader, Any]:
+    """Decode one request frame into (header, body).
+
+    An unknown api key or unsupported version raises UnsupportedVersionError carrying
+    `api_key`, `api_version` and `correlation_id`, so the caller can still answer with
+    UNSUPPORTED_VERSION. Any other bad input raises another ProtocolError.
+    """
+    buf, pos, end = _frame_view(frame, size_prefixed, "request")
+    r = Reader(buf, pos, context="request header")
+    api_key = r.int16("api_key")
+    api_version = r.int16("api_version")
+    correlation_id = r.int32("correlation_id")
+    try:
+        spec = api_spec(api_key, api_version)
+    except UnsupportedVersionError as exc:
+        raise UnsupportedVersionError(
+            str(exc), api_key=api_key, api_version=api_version, correlation_id=correlation_id
+        ) from None
+    version = spec.request_header_version(api_version)
+    r.context = f"request header v{version} ({spec.name} v{api_version})"
+    client_id = r.nullable_string("client_id")
+    tags: dict[int, bytes] = r.tagged_fields() if version >= 2 else {}
+    header = RequestHeader(api_key, api_version, correlation_id, client_id, tags)
+    body: Any
+    body, pos = decode_from(spec.request_class, buf, r.pos, end, header.api_version)
+    if pos != end:
+        raise MalformedInputError(
+            f"{spec.name}Request v{api_version}: {end - pos} unexpected trailing bytes at "
+            f"byte offset {pos}"
+        )
+    return header, body
+
+
+def decode_response(
+    api_key: int, api_version: int, frame: bytes | bytearray | memoryview, *,
+    size_prefixed: bool = False,
+) -> tuple[ResponseHeader, Any]:
+    """Decode one response frame for a request sent as (api_key, api_version).
+
+    For ApiVersions, a body carrying UNSUPPORTED_VERSION, or one that does not parse at the
+    requested version, is decoded with the v0 layout (KIP-511: the server answers an
+    ApiVersions version it does not know with a v0 body).
+    """
+    spec = api_spec(api_key, api_version)
+    buf, pos, end = _frame_view(frame, size_prefixed, "response")
+    hv = spec.response_header_version(api_version)
+    r = Reader(buf, pos, context=f"response header v{hv} ({spec.name} v{api_version})")
+    correlation_id = r.int32("correlation_id")
+    tags: dict[int, bytes] = r.tagged_fields() if hv >= 1 else {}
+    header = ResponseHeader(correlation_id, tags)
+    body_pos = r.pos
+
+    def body_at(version: int) -> Any:
+        body: Any
+        body, p = decode_from(spec.response_class, buf, body_pos, end, version)
+        if p != end:
+            raise MalformedInputError(
+                f"{spec.name}Response v{version}: {end - p} unexpected trailing bytes at "
+                f"byte offset {p}"
+            )
+        return body
+
+    if spec.key == ApiKey.API_VERSIONS and api_version > 0:
+        if end - body_pos >= 2 and \
+                struct.unpack_from(">h", buf, body_pos)[0] == ErrorCode.UNSUPPORTED_VERSION:
+            return header, body_at(0)
+        try:
+            return header, body_at(api_version)
+        except ProtocolError:
+            return header, body_at(0)
+    return header, body_at(api_version)
+
+
+class FrameDecoder:
+    """Splits a byte stream into frames (size prefix removed), bounded by `max_frame_bytes`.
+
+    `feed(data)` returns the frames completed by `data`. A size prefix that is negative or
+    larger than the limit raises (MalformedInputError / FrameTooLargeError) as soon as its
+    four bytes arrive, before anything is allocated for it; the decoder then stays failed,
+    since the stream can no longer be re-synchronised.
+    """
+
+    __slots__ = ("_buf", "_error", "_need", "max_frame_bytes")
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        if max_frame_bytes < 0:
+            raise ValueError("max_frame_bytes must be >= 0")
+        self.max_frame_bytes = max_frame_bytes
+        self._buf = bytearray()
+        self._need = -1
+        self._error: ProtocolError | None = None
+
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as a frame."""
+        return len(self._buf)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        """Add received bytes; return every frame they complete, in order."""
+        if self._error is not None:
+            raise self._error
+        self._buf += data
+        frames: list[bytes] = []
+        buf = self._buf
+        start = 0
+        avail = len(buf)
+        while True:
+            if self._need < 0:
+                if avail - start < 4:
+                    break
+                size = _SIZE.unpack_from(buf, start)[0]
+                if size < 0:
+                    self._error = MalformedInputError(
+                        f"frame: negative size prefix {size} at stream offset {start}"
+                    )
+                    raise self._error
+                if size > self.max_frame_bytes:
+                    self._error = FrameTooLargeError(
+                        f"frame: size prefix {size} exceeds the limit of "
+                        f"{self.max_frame_bytes} bytes"
+                    )
+                    raise self._error
+                self._need = size
+                start += 4
+            if avail - start < self._need:
+                break
+            frames.append(bytes(buf[start : start + self._need]))
+            start += self._need
+            self._need = -1
+        if start:
+            del buf[:start]
+        return frames

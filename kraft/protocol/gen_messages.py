@@ -1,0 +1,198 @@
+"""Generator of `kraft/protocol/messages.py` from the schema table in `schema.py`.
+
+Run `python -m kraft.protocol.gen_messages` after editing `schema.py`; a test fails when the
+committed `messages.py` differs from what this module renders.
+
+The dataclasses are plain source (not built at runtime) so that mypy sees every field.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+from kraft.protocol.schema import MESSAGES, FieldSpec, MessageSpec, iter_structs
+from kraft.protocol.uuid import Uuid
+
+__all__ = ["TARGET", "default_source", "main", "python_type", "render", "scalar_default"]
+
+TARGET = Path(__file__).with_name("messages.py")
+
+_INT_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint16"})
+
+
+def _nullable_anywhere(fs: FieldSpec) -> bool:
+    return not fs.nullable.is_empty() or fs.default is None
+
+
+def python_type(fs: FieldSpec, owner: str) -> str:
+    """The annotation for a field of message class `owner`."""
+    t = fs.element_type
+    if fs.is_struct:
+        base = f"{owner}.{t}"
+    elif t in _INT_TYPES:
+        base = "int"
+    elif t == "float64":
+        base = "float"
+    elif t == "bool":
+        base = "bool"
+    elif t == "uuid":
+        base = "Uuid"
+    elif t == "string":
+        base = "str"
+    elif t == "bytes":
+        base = "bytes"
+    elif t == "records":
+        base = "bytes | memoryview"
+    else:  # pragma: no cover - the schema table is fixed
+        raise ValueError(f"unknown type {t}")
+    if fs.is_array:
+        base = f"list[{base}]"
+    if _nullable_anywhere(fs) and not fs.is_struct:
+        base = f"{base} | None"
+    return base
+
+
+def default_source(fs: FieldSpec, owner: str) -> str:
+    """Source text of the field's default (`= ...` right-hand side)."""
+    if fs.is_array:
+        if fs.default is None:
+            return "None"
+        return "field(default_factory=list)"
+    if fs.is_struct:
+        return f"field(default_factory=lambda: {owner}.{fs.struct_name}())"
+    t = fs.type
+    if fs.has_explicit_default():
+        if fs.default is None:
+            return "None"
+        return repr(fs.default)
+    if t in _INT_TYPES:
+        return "0"
+    if t == "float64":
+        return "0.0"
+    if t == "bool":
+        return "False"
+    if t == "uuid":
+        return "Uuid.ZERO"
+    if t == "string":
+        return '""'
+    if t == "bytes":
+        return 'b""'
+    if t == "records":
+        return "None" if _nullable_anywhere(fs) else 'b""'
+    raise ValueError(f"unknown type {t}")  # pragma: no cover
+
+
+def scalar_default(fs: FieldSpec) -> object:
+    """The default value of a non-array, non-struct field (the value `default_source` names)."""
+    src = default_source(fs, "")
+    if src == "Uuid.ZERO":
+        return Uuid.ZERO
+    return ast.literal_eval(src)
+
+
+def _versions_note(fs: FieldSpec) -> str:
+    parts = [f"v{fs.versions}"]
+    if fs.tag is not None:
+        parts.append(f"tag {fs.tag} in v{fs.tagged}")
+    if not fs.nullable.is_empty():
+        parts.append(f"nullable v{fs.nullable}")
+    if fs.ignorable:
+        parts.append("ignorable")
+    return ", ".join(parts)
+
+
+def _class_body(fields: tuple[FieldSpec, ...], owner: str, indent: str) -> list[str]:
+    lines: list[str] = []
+    for fs in fields:
+        lines.append(f"{indent}{fs.attr}: {python_type(fs, owner)} = {default_source(fs, owner)}")
+        lines.append(f"{indent}# {fs.name}: {fs.type}, {_versions_note(fs)}")
+    lines.append(f"{indent}unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)")
+    return lines
+
+
+def _render_message(spec: MessageSpec) -> list[str]:
+    owner = spec.class_name
+    doc = (
+        f"{spec.name} body (api key {spec.api_key}), versions {spec.valid}, "
+        f"flexible {spec.flexible}."
+    )
+    lines = [
+        "",
+        "",
+        "@dataclass(frozen=True, slots=True)",
+        f"class {owner}:",
+        f'    """{doc}"""',
+        "",
+    ]
+    seen: dict[str, tuple[FieldSpec, ...]] = {}
+    for st in iter_structs(spec.fields):
+        if st.struct_name in seen:
+            if seen[st.struct_name] != st.fields:  # pragma: no cover - schema sanity
+                raise ValueError(f"{spec.name}: struct {st.struct_name} declared twice")
+            continue
+        seen[st.struct_name] = st.fields
+        lines += [
+            "    @dataclass(frozen=True, slots=True)",
+            f"    class {st.struct_name}:",
+            f'        """{spec.name} struct {st.struct_name}."""',
+            "",
+        ]
+        lines += _class_body(st.fields, owner, "        ")
+        lines.append("")
+    lines += _class_body(spec.fields, owner, "    ")
+    return lines
+
+
+def render() -> str:
+    """Render the complete source of `messages.py`."""
+    lines = [
+        '"""Typed message bodies for every supported Kafka api (GENERATED, do not edit).',
+        "",
+        "Generated by `python -m kraft.protocol.gen_messages` from `kraft/protocol/schema.py`.",
+        "Each class holds the union of the fields of all versions; a field absent from the",
+        "version being encoded must keep its default unless the schema marks it ignorable.",
+        "Defaults equal the schema defaults. Unknown tagged fields are kept in",
+        "`unknown_tagged_fields` ({tag: raw value bytes}) and re-encoded unchanged.",
+        '"""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "from dataclasses import dataclass, field",
+        "",
+        "from kraft.protocol.uuid import Uuid",
+        "",
+        "__all__ = [",
+    ]
+    lines += [f'    "{m.class_name}",' for m in sorted(MESSAGES, key=lambda m: m.class_name)]
+    lines.append("]")
+    for spec in MESSAGES:
+        lines += _render_message(spec)
+    lines += [
+        "",
+        "",
+        "ALL_MESSAGE_CLASSES: tuple[type, ...] = (",
+    ]
+    lines += [f"    {m.class_name}," for m in MESSAGES]
+    lines.append(")")
+    lines.append('"""Every generated message class, in schema order."""')
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write (or with `--check`, verify) `messages.py`; returns a process exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    text = render()
+    if "--check" in args:
+        current = TARGET.read_text(encoding="utf-8") if TARGET.exists() else ""
+        if current != text:
+            print(f"{TARGET} is out of date; run python -m kraft.protocol.gen_messages")
+            return 1
+        return 0
+    TARGET.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
