@@ -145,8 +145,6 @@ def read_snapshot(
                 f"{where}: partition leader epoch {batch.partition_leader_epoch}, "
                 f"expected the snapshot epoch {epoch}"
             )
-        if footer is not None:
-            raise CorruptRecordError(f"{where}: batch after the SNAPSHOT_FOOTER")
         next_offset = batch.next_offset
         if not batch.is_control:
             if i == 0:
