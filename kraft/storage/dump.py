@@ -1,0 +1,216 @@
+"""`kraft dump`: human-readable listing of segments, snapshots and metadata directories.
+
+Every batch is printed with its header fields and CRC status; control records are decoded by
+type; data records are shown as metadata records (apiKey name, version, and the decoded body
+for FeatureLevelRecord) when their value carries the metadata frame, else as length + hex.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from kraft.protocol.errors import ProtocolError
+from kraft.protocol.uuid import Uuid
+from kraft.records.batch import RecordBatch
+from kraft.records.control import decode_control_record
+from kraft.storage.bootstrap import (
+    FEATURE_LEVEL_RECORD_API_KEY,
+    METADATA_RECORD_NAMES,
+    decode_feature_level,
+    decode_metadata_frame,
+)
+from kraft.storage.layout import (
+    BOOTSTRAP_CHECKPOINT,
+    INDEX_SUFFIX,
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_SUFFIX,
+    META_PROPERTIES,
+    METADATA_PARTITION_DIR,
+    PARTITION_METADATA,
+    QUORUM_STATE,
+    SNAPSHOT_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    parse_segment_file_name,
+    parse_snapshot_file_name,
+)
+
+
+@dataclass(slots=True)
+class DumpReport:
+    """Files dumped and problems found (a problem makes `kraft dump` exit with 1)."""
+
+    files: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, Uuid):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_fmt(v) for v in value) + "]"
+    if is_dataclass(value) and not isinstance(value, type):
+        parts = [
+            f"{f.name}={_fmt(getattr(value, f.name))}"
+            for f in fields(value)
+            if not (f.name == "unknown_tags" and not getattr(value, f.name))
+        ]
+        return f"{type(value).__name__}(" + ", ".join(parts) + ")"
+    return repr(value)
+
+
+def describe_data_value(value: bytes | None) -> str:
+    """One-line description of a data record value."""
+    if value is None:
+        return "value=null"
+    try:
+        api_key, version, _ = decode_metadata_frame(value)
+        name = METADATA_RECORD_NAMES.get(api_key, f"apiKey{api_key}")
+        if api_key == FEATURE_LEVEL_RECORD_API_KEY and version == 0:
+            rec = decode_feature_level(value)
+            return f"{name} v{version} name={rec.name} featureLevel={rec.feature_level}"
+        return f"{name} v{version} bytes={len(value)}"
+    except (ProtocolError, UnicodeDecodeError):
+        pass
+    preview = value[:32].hex()
+    return f"value bytes={len(value)} hex={preview}{'...' if len(value) > 32 else ''}"
+
+
+def dump_batches(data: bytes, source: str, report: DumpReport) -> Iterator[str]:
+    """Lines for every batch of a record-batch file (segment or snapshot)."""
+    pos = 0
+    while pos < len(data):
+        try:
+            batch = RecordBatch.parse(data, pos)
+        except ProtocolError as exc:
+            report.problems.append(f"{source}: {exc}")
+            yield f"  ERROR at position {pos}: {exc} ({len(data) - pos} bytes not shown)"
+            return
+        valid = batch.is_valid()
+        yield (
+            f"  batch base_offset={batch.base_offset} last_offset={batch.last_offset} "
+            f"epoch={batch.partition_leader_epoch} records={batch.records_count} "
+            f"control={str(batch.is_control).lower()} size={batch.size_in_bytes} "
+            f"position={pos} crc={batch.crc:#010x} crc_valid={str(valid).lower()} "
+            f"base_timestamp={batch.base_timestamp}"
+        )
+        if not valid:
+            report.problems.append(f"{source}: CRC mismatch in batch at position {pos}")
+        try:
+            for rec in batch.records():
+                if batch.is_control:
+                    decoded = decode_control_record(rec)
+                    yield f"    offset={rec.offset} {_fmt(decoded)}"
+                else:
+                    yield f"    offset={rec.offset} {describe_data_value(rec.value)}"
+        except ProtocolError as exc:
+            report.problems.append(f"{source}: {exc}")
+            yield f"    ERROR: {exc}"
+        pos += batch.size_in_bytes
+
+
+def _dump_index(path: Path, entry_size: int) -> Iterator[str]:
+    base = parse_segment_file_name(path.name)
+    base_offset = base[0] if base else 0
+    data = path.read_bytes()
+    for i in range(0, len(data) - len(data) % entry_size, entry_size):
+        if entry_size == 8:
+            rel, position = struct.unpack_from(">ii", data, i)
+            yield f"  offset={base_offset + rel} position={position}"
+        else:
+            ts, rel = struct.unpack_from(">qi", data, i)
+            yield f"  timestamp={ts} offset={base_offset + rel}"
+
+
+def dump_file(path: Path, report: DumpReport) -> Iterator[str]:
+    """Lines describing one file, chosen by its name."""
+    report.files += 1
+    name = path.name
+    if name.endswith(LOG_SUFFIX):
+        yield f"== segment {path} ({path.stat().st_size} bytes)"
+        yield from dump_batches(path.read_bytes(), str(path), report)
+    elif name.endswith(SNAPSHOT_SUFFIX):
+        sid = parse_snapshot_file_name(name)
+        label = f"snapshot end_offset={sid.end_offset} epoch={sid.epoch}" if sid else "checkpoint"
+        if name == BOOTSTRAP_CHECKPOINT:
+            label = "bootstrap checkpoint"
+        yield f"== {label} {path} ({path.stat().st_size} bytes)"
+        yield from dump_batches(path.read_bytes(), str(path), report)
+    elif name.endswith(INDEX_SUFFIX):
+        yield f"== offset index {path}"
+        yield from _dump_index(path, 8)
+    elif name.endswith(TIME_INDEX_SUFFIX):
+        yield f"== time index {path}"
+        yield from _dump_index(path, 12)
+    elif name == QUORUM_STATE:
+        text = path.read_text(encoding="utf-8").strip()
+        yield f"== quorum-state {path}"
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as exc:
+            report.problems.append(f"{path}: {exc}")
+        yield f"  {text}"
+    elif name in (META_PROPERTIES, LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA):
+        yield f"== {name} {path}"
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            yield f"  {line}"
+    else:
+        yield f"== {path} ({path.stat().st_size} bytes, not a KRaft file)"
+
+
+def _partition_files(pdir: Path) -> list[Path]:
+    order = {QUORUM_STATE: 0, PARTITION_METADATA: 1, LEADER_EPOCH_CHECKPOINT: 2}
+    files = sorted(p for p in pdir.iterdir() if p.is_file())
+
+    def key(p: Path) -> tuple[int, str]:
+        if p.name in order:
+            return order[p.name], p.name
+        if p.name.endswith(SNAPSHOT_SUFFIX):
+            return 3, p.name
+        if p.name.endswith(LOG_SUFFIX):
+            return 4, p.name
+        return 5, p.name
+
+    return sorted((p for p in files if not p.name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX))), key=key)
+
+
+def dump_path(path: Path | str, report: DumpReport | None = None) -> Iterator[str]:
+    """Lines for a file, a `__cluster_metadata-0` directory or a whole metadata directory."""
+    rep = report if report is not None else DumpReport()
+    p = Path(path)
+    if not p.exists():
+        rep.problems.append(f"{p}: no such file or directory")
+        yield f"ERROR: {p}: no such file or directory"
+        return
+    if p.is_file():
+        yield from dump_file(p, rep)
+        return
+    pdir = p / METADATA_PARTITION_DIR
+    if pdir.is_dir() or (p / META_PROPERTIES).exists():
+        yield f"# metadata directory {p}"
+        for name in (META_PROPERTIES, BOOTSTRAP_CHECKPOINT):
+            if (p / name).exists():
+                yield from dump_file(p / name, rep)
+        if pdir.is_dir():
+            yield f"# partition directory {pdir}"
+            for f in _partition_files(pdir):
+                yield from dump_file(f, rep)
+        return
+    yield f"# partition directory {p}"
+    for f in _partition_files(p):
+        yield from dump_file(f, rep)
+
+
+def dump(path: Path | str, out: TextIO) -> DumpReport:
+    """Write the dump of `path` to `out`; returns the report."""
+    report = DumpReport()
+    for line in dump_path(path, report):
+        out.write(line + os.linesep)
+    return report

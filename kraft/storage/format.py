@@ -1,0 +1,383 @@
+"""`kraft format`: what Kafka 4.1's `kafka-storage format` writes, from a server.properties.
+
+For every configured directory (all of `log.dirs`, plus `metadata.log.dir`, which defaults to
+the first of `log.dirs`): `bootstrap.checkpoint` (metadata.version and any `--feature`
+levels), then for a *dynamic* metadata directory (`--standalone` or `--initial-controllers`)
+`__cluster_metadata-0/00000000000000000000-0000000000.checkpoint` holding SnapshotHeader,
+KRaftVersion(1) and the initial VotersRecord, and last `meta.properties` — so a format cut
+short leaves a directory that is still "not formatted" and can be formatted again.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from kraft.protocol.uuid import Uuid
+from kraft.records.control import Endpoint, KRaftVersionFeature, Voter, VotersRecord
+from kraft.records.snapshot_format import iter_snapshot_batches
+from kraft.storage.bootstrap import (
+    KRAFT_VERSION_FEATURE,
+    LATEST_PRODUCTION,
+    METADATA_VERSION_FEATURE,
+    FeatureLevelRecord,
+    metadata_version_level,
+    write_bootstrap_checkpoint,
+)
+from kraft.storage.durability import fsync_dir
+from kraft.storage.errors import AlreadyFormattedError, StorageConfigError
+from kraft.storage.layout import BOOTSTRAP_SNAPSHOT_ID, LOG_SUFFIX, partition_dir
+from kraft.storage.meta_properties import (
+    MetaProperties,
+    read_meta_properties,
+    write_meta_properties,
+)
+from kraft.storage.snapshots import SnapshotStore
+
+
+@dataclass(frozen=True, slots=True)
+class InitialVoter:
+    """One `id@host:port:directoryId` entry of `--initial-controllers`."""
+
+    node_id: int
+    host: str
+    port: int
+    directory_id: Uuid
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.node_id}@{host}:{self.port}:{self.directory_id}"
+
+
+_VOTER_RE = re.compile(r"^(?P<id>[^@]*)@(?P<host>\[[^\]]*\]|[^:\[\]]*):(?P<port>[^:]*):(?P<dir>.*)$")
+
+
+def parse_initial_controllers(text: str) -> tuple[InitialVoter, ...]:
+    """Parse `id@host:port:dirId,...`; raises StorageConfigError naming the bad entry."""
+    voters: list[InitialVoter] = []
+    for raw in text.split(","):
+        entry = raw.strip()
+        if not entry:
+            raise StorageConfigError(f"--initial-controllers {text!r}: empty entry")
+        m = _VOTER_RE.match(entry)
+        if m is None:
+            raise StorageConfigError(
+                f"--initial-controllers entry {entry!r}: expected id@host:port:directoryId"
+            )
+        try:
+            node_id = int(m.group("id"))
+        except ValueError:
+            node_id = -1
+        if node_id < 0:
+            raise StorageConfigError(
+                f"--initial-controllers entry {entry!r}: node id {m.group('id')!r} is not a "
+                "non-negative integer"
+            )
+        host = m.group("host")
+        if host.startswith("["):
+            host = host[1:-1]
+        if not host:
+            raise StorageConfigError(f"--initial-controllers entry {entry!r}: empty host")
+        try:
+            port = int(m.group("port"))
+        except ValueError:
+            port = -1
+        if not 0 < port < 65536:
+            raise StorageConfigError(
+                f"--initial-controllers entry {entry!r}: port {m.group('port')!r} is not in 1-65535"
+            )
+        try:
+            dir_id = Uuid.parse(m.group("dir"))
+        except ValueError as exc:
+            raise StorageConfigError(
+                f"--initial-controllers entry {entry!r}: bad directory id: {exc}"
+            ) from None
+        if dir_id.is_zero():
+            raise StorageConfigError(
+                f"--initial-controllers entry {entry!r}: the directory id must not be zero"
+            )
+        if any(v.node_id == node_id for v in voters):
+            raise StorageConfigError(
+                f"--initial-controllers: node id {node_id} appears more than once"
+            )
+        voters.append(InitialVoter(node_id, host, port, dir_id))
+    return tuple(voters)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """The server.properties keys `format` needs, validated."""
+
+    node_id: int
+    process_roles: tuple[str, ...]
+    log_dirs: tuple[Path, ...]
+    metadata_log_dir: Path
+    controller_listener_names: tuple[str, ...]
+    listeners: dict[str, tuple[str, int]]
+    advertised_listeners: dict[str, tuple[str, int]]
+    quorum_voters: str
+
+    @property
+    def is_controller(self) -> bool:
+        """True when process.roles includes controller."""
+        return "controller" in self.process_roles
+
+
+def _csv(value: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in value.split(",") if x.strip())
+
+
+def parse_listeners(key: str, value: str) -> dict[str, tuple[str, int]]:
+    """`NAME://host:port,...` -> {NAME: (host, port)}; raises StorageConfigError."""
+    out: dict[str, tuple[str, int]] = {}
+    for entry in _csv(value):
+        m = re.match(r"^([A-Za-z0-9_\-]+)://(\[[^\]]*\]|[^:]*):(\d+)$", entry)
+        if m is None:
+            raise StorageConfigError(
+                f"config {key}: bad listener {entry!r}; expected NAME://host:port"
+            )
+        host = m.group(2)[1:-1] if m.group(2).startswith("[") else m.group(2)
+        port = int(m.group(3))
+        if not 0 <= port < 65536:
+            raise StorageConfigError(f"config {key}: listener {entry!r}: port out of range")
+        out[m.group(1)] = (host, port)
+    return out
+
+
+def server_config(props: dict[str, str], source: str = "config") -> ServerConfig:
+    """Validate the keys format reads; errors name the key and the bad value."""
+    raw_id = props.get("node.id")
+    if raw_id is None:
+        raise StorageConfigError(f"{source}: node.id is required")
+    try:
+        node_id = int(raw_id.strip())
+    except ValueError:
+        raise StorageConfigError(f"{source}: node.id {raw_id!r} is not an integer") from None
+    if node_id < 0:
+        raise StorageConfigError(f"{source}: node.id {node_id} must be >= 0")
+    roles = _csv(props.get("process.roles", ""))
+    for r in roles:
+        if r not in ("broker", "controller"):
+            raise StorageConfigError(
+                f"{source}: process.roles has unknown role {r!r} (broker, controller)"
+            )
+    dirs_text = props.get("log.dirs") or props.get("log.dir") or ""
+    log_dirs = tuple(Path(d) for d in _csv(dirs_text))
+    meta_text = props.get("metadata.log.dir", "").strip()
+    if meta_text:
+        metadata_dir = Path(meta_text)
+    elif log_dirs:
+        metadata_dir = log_dirs[0]
+    else:
+        raise StorageConfigError(
+            f"{source}: no directory to format: set metadata.log.dir or log.dirs"
+        )
+    return ServerConfig(
+        node_id=node_id,
+        process_roles=roles,
+        log_dirs=log_dirs,
+        metadata_log_dir=metadata_dir,
+        controller_listener_names=_csv(props.get("controller.listener.names", "")),
+        listeners=parse_listeners("listeners", props.get("listeners", "")),
+        advertised_listeners=parse_listeners(
+            "advertised.listeners", props.get("advertised.listeners", "")
+        ),
+        quorum_voters=props.get("controller.quorum.voters", "").strip(),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FormattedDirectory:
+    """One directory `format` wrote: its kind (Kafka's wording), identity and files."""
+
+    path: Path
+    kind: str
+    meta: MetaProperties
+    files: tuple[Path, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FormatResult:
+    """What `format_storage` did."""
+
+    release_version: str
+    kraft_version: int
+    voters: tuple[InitialVoter, ...] | None
+    formatted: tuple[FormattedDirectory, ...]
+    skipped: tuple[Path, ...] = field(default=())
+
+
+def _parse_features(features: list[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for f in features:
+        name, sep, level = f.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise StorageConfigError(f"--feature {f!r}: expected name=level")
+        try:
+            out[name] = int(level)
+        except ValueError:
+            raise StorageConfigError(f"--feature {f!r}: level {level!r} is not an integer") from None
+    return out
+
+
+def _standalone_voter(cfg: ServerConfig) -> InitialVoter:
+    if not cfg.controller_listener_names:
+        raise StorageConfigError("--standalone: controller.listener.names is not set")
+    name = cfg.controller_listener_names[0]
+    found = cfg.advertised_listeners.get(name) or cfg.listeners.get(name)
+    if found is None:
+        raise StorageConfigError(
+            f"--standalone: no listener named {name} (the first of controller.listener.names) "
+            "in advertised.listeners or listeners"
+        )
+    host, port = found
+    return InitialVoter(cfg.node_id, host or "localhost", port, Uuid.random())
+
+
+def format_storage(
+    props: dict[str, str],
+    cluster_id: str,
+    *,
+    standalone: bool = False,
+    initial_controllers: str | None = None,
+    no_initial_controllers: bool = False,
+    ignore_formatted: bool = False,
+    release_version: str = LATEST_PRODUCTION,
+    features: list[str] | None = None,
+    out: TextIO | None = None,
+    source: str = "config",
+    timestamp_ms: int | None = None,
+) -> FormatResult:
+    """Format the directories named by `props` (a parsed server.properties).
+
+    Raises StorageConfigError for bad input (before anything is written) and
+    AlreadyFormattedError when a directory holds meta.properties and `ignore_formatted` is
+    false. Directories already formatted are never modified.
+    """
+    stream = out if out is not None else sys.stdout
+    try:
+        Uuid.parse(cluster_id)
+    except ValueError as exc:
+        raise StorageConfigError(f"--cluster-id: {exc}") from None
+    cfg = server_config(props, source)
+    modes = sum([standalone, initial_controllers is not None, no_initial_controllers])
+    if modes > 1:
+        raise StorageConfigError(
+            "--standalone, --initial-controllers and --no-initial-controllers are mutually exclusive"
+        )
+    if modes and not cfg.is_controller:
+        raise StorageConfigError(
+            "--standalone, --initial-controllers and --no-initial-controllers can only be used "
+            "on a controller (process.roles must include controller)"
+        )
+    if modes and cfg.quorum_voters:
+        raise StorageConfigError(
+            "controller.quorum.voters is set (a static quorum): do not also give "
+            "--standalone, --initial-controllers or --no-initial-controllers"
+        )
+    if cfg.is_controller and not cfg.quorum_voters and not modes:
+        raise StorageConfigError(
+            "controller.quorum.voters is not set on this controller: give one of "
+            "--standalone, --initial-controllers or --no-initial-controllers"
+        )
+    release, mv_level = metadata_version_level(release_version)
+    extra = _parse_features(features or [])
+    if METADATA_VERSION_FEATURE in extra:
+        raise StorageConfigError("use --release-version, not --feature metadata.version=...")
+    kraft_version = 1 if modes else 0
+    if KRAFT_VERSION_FEATURE in extra and extra.pop(KRAFT_VERSION_FEATURE) != kraft_version:
+        raise StorageConfigError(
+            f"--feature kraft.version contradicts the quorum type: it must be {kraft_version} "
+            + ("with a dynamic quorum" if modes else "with a static quorum (controller.quorum.voters)")
+        )
+    voters: tuple[InitialVoter, ...] | None = None
+    if standalone:
+        voters = (_standalone_voter(cfg),)
+    elif initial_controllers is not None:
+        voters = parse_initial_controllers(initial_controllers)
+        if not cfg.controller_listener_names:
+            raise StorageConfigError("--initial-controllers: controller.listener.names is not set")
+
+    dirs: list[Path] = []
+    for d in (cfg.metadata_log_dir, *cfg.log_dirs):
+        if d not in dirs:
+            dirs.append(d)
+    to_format: list[Path] = []
+    skipped: list[Path] = []
+    for d in dirs:
+        if (d / "meta.properties").exists():
+            read_meta_properties(d)  # refuse loudly on a damaged file as well
+            if not ignore_formatted:
+                raise AlreadyFormattedError(
+                    f"Log directory {d} is already formatted. Use --ignore-formatted to "
+                    "ignore this directory and format the others."
+                )
+            skipped.append(d)
+            continue
+        pdir = partition_dir(d)
+        if pdir.is_dir() and any(
+            p.suffix == LOG_SUFFIX and p.stat().st_size > 0 for p in pdir.iterdir()
+        ):
+            raise AlreadyFormattedError(
+                f"{d} has no meta.properties but {pdir} holds log segments with data; "
+                "refusing to format over them"
+            )
+        to_format.append(d)
+    if not to_format:
+        print("All of the log directories are already formatted.", file=stream)
+        return FormatResult(release, kraft_version, voters, (), tuple(skipped))
+
+    feature_records = [FeatureLevelRecord(METADATA_VERSION_FEATURE, mv_level)]
+    feature_records += [FeatureLevelRecord(n, lvl) for n, lvl in sorted(extra.items())]
+    now = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    my_voter = next((v for v in voters or () if v.node_id == cfg.node_id), None)
+    results: list[FormattedDirectory] = []
+    for d in to_format:
+        is_meta = d == cfg.metadata_log_dir
+        if not is_meta:
+            kind = "data directory"
+        elif voters is not None:
+            kind = "dynamic metadata voter directory" if my_voter else "dynamic metadata directory"
+        else:
+            kind = "metadata directory"
+        print(f"Formatting {kind} {d} with metadata.version {release}.", file=stream)
+        d.mkdir(parents=True, exist_ok=True)
+        files = [write_bootstrap_checkpoint(d, feature_records, timestamp_ms=now)]
+        dir_id = my_voter.directory_id if (is_meta and my_voter) else Uuid.random()
+        if is_meta and voters is not None:
+            pdir = partition_dir(d)
+            pdir.mkdir(exist_ok=True)
+            store = SnapshotStore(pdir)
+            stale = store.path(BOOTSTRAP_SNAPSHOT_ID)
+            stale.unlink(missing_ok=True)  # left by an earlier, interrupted format
+            store.recover()
+            listener = cfg.controller_listener_names[0]
+            record = VotersRecord(
+                tuple(
+                    Voter(
+                        v.node_id,
+                        v.directory_id,
+                        (Endpoint(listener, v.host, v.port),),
+                        KRaftVersionFeature(0, 1),
+                    )
+                    for v in voters
+                )
+            )
+            files.append(
+                store.write(
+                    BOOTSTRAP_SNAPSHOT_ID,
+                    iter_snapshot_batches(
+                        0, now, [], timestamp_ms=now, kraft_version=1, voters=record
+                    ),
+                )
+            )
+        meta = MetaProperties(cluster_id, cfg.node_id, dir_id)
+        files.append(write_meta_properties(d, meta))
+        fsync_dir(d.parent if d.parent != d else d)
+        results.append(FormattedDirectory(d, kind, meta, tuple(files)))
+    return FormatResult(release, kraft_version, voters, tuple(results), tuple(skipped))
