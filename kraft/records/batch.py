@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -457,6 +457,12 @@ class RecordBatch:
         )
 
 
+def _slot_setter(name: str) -> Callable[[Record, object], None]:
+    """The slot descriptor's setter of a Record field (bypasses the frozen __setattr__)."""
+    setter: Callable[[Record, object], None] = vars(Record)[name].__set__
+    return setter
+
+
 def _iter_records(
     data: bytes,
     count: int,
@@ -465,18 +471,34 @@ def _iter_records(
     base_timestamp: int,
     where: str,
 ) -> Iterator[Record]:
-    """Parse `count` records filling exactly `data` (the batch body)."""
+    """Parse `count` records filling exactly `data` (the batch body).
+
+    This is the hot read path, so varints of one and two bytes (every length and delta of an
+    ordinary record) are decoded inline; longer ones go through `kraft.protocol.primitives`.
+    Records are built through their slot descriptors, which skips the frozen dataclass's
+    per-field `object.__setattr__` calls but yields an identical, immutable object.
+    """
     n = len(data)
     pos = 0
     index = 0
+    new = object.__new__
+    set_offset = _slot_setter("offset")
+    set_timestamp = _slot_setter("timestamp")
+    set_key = _slot_setter("key")
+    set_value = _slot_setter("value")
+    set_headers = _slot_setter("headers")
+    no_headers: tuple[tuple[str, bytes | None], ...] = ()
     try:
         while index < count:
             start = pos
-            # Length: the fast path is a one-byte zig-zag varint (records < 64 bytes).
             b = data[pos]
             if b < 0x80:
                 length = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif data[pos + 1] < 0x80:
+                raw = (b & 0x7F) | (data[pos + 1] << 7)
+                length = (raw >> 1) ^ -(raw & 1)
+                pos += 2
             else:
                 length, pos = _read_varint(data, pos)
             rec_end = pos + length
@@ -496,27 +518,32 @@ def _iter_records(
             if b < 0x80:
                 offset_delta = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif data[pos + 1] < 0x80:
+                raw = (b & 0x7F) | (data[pos + 1] << 7)
+                offset_delta = (raw >> 1) ^ -(raw & 1)
+                pos += 2
             else:
                 offset_delta, pos = _read_varint(data, pos)
             b = data[pos]
-            if b < 0x80:
-                klen = (b >> 1) ^ -(b & 1)
+            if b == 1:  # null key, the KRaft case
+                key: bytes | None = None
                 pos += 1
             else:
                 klen, pos = _read_varint(data, pos)
-            if klen >= 0:
+                if klen < 0:
+                    raise _bad_record(where, index, start, f"invalid key length {klen}")
                 if pos + klen > rec_end:
                     raise _bad_record(where, index, start, f"key length {klen} overruns record")
-                key: bytes | None = data[pos : pos + klen]
+                key = data[pos : pos + klen]
                 pos += klen
-            elif klen == -1:
-                key = None
-            else:
-                raise _bad_record(where, index, start, f"invalid key length {klen}")
             b = data[pos]
             if b < 0x80:
                 vlen = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif data[pos + 1] < 0x80:
+                raw = (b & 0x7F) | (data[pos + 1] << 7)
+                vlen = (raw >> 1) ^ -(raw & 1)
+                pos += 2
             else:
                 vlen, pos = _read_varint(data, pos)
             if vlen >= 0:
@@ -528,9 +555,8 @@ def _iter_records(
                 value = None
             else:
                 raise _bad_record(where, index, start, f"invalid value length {vlen}")
-            b = data[pos]
-            if b == 0:
-                headers: tuple[tuple[str, bytes | None], ...] = ()
+            if data[pos] == 0:
+                headers = no_headers
                 pos += 1
             else:
                 headers, pos = _read_headers(data, pos, rec_end, where, index, start)
@@ -543,13 +569,15 @@ def _iter_records(
                 )
             if offset_delta < 0:
                 raise _bad_record(where, index, start, f"negative offset delta {offset_delta}")
-            yield Record(
-                base_offset + offset_delta,
-                log_append_time if log_append_time is not None else base_timestamp + ts_delta,
-                key,
-                value,
-                headers,
+            rec = new(Record)
+            set_offset(rec, base_offset + offset_delta)
+            set_timestamp(
+                rec, base_timestamp + ts_delta if log_append_time is None else log_append_time
             )
+            set_key(rec, key)
+            set_value(rec, value)
+            set_headers(rec, headers)
+            yield rec
             index += 1
     except IndexError:
         # A varint ran off the end of the body: the record claimed more bytes than exist.
