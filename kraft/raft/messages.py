@@ -16,21 +16,13 @@ from dataclasses import dataclass, field
 
 from kraft.protocol.errors import ErrorCode
 from kraft.protocol.uuid import Uuid
+from kraft.records.control import Endpoint as Endpoint  # listeners use the record type
 
 NO_LEADER = -1
 """Leader id meaning "leader unknown" (Kafka's -1)."""
 
 
 @dataclass(frozen=True, slots=True)
-class Endpoint:
-    """One listener of a replica: the name of the listener plus host and port."""
-
-    name: str
-    host: str
-    port: int
-
-
-@dataclass(frozen=True, slots=True, order=True)
 class ReplicaKey:
     """A replica identity: node id plus metadata directory id (None when unknown/unused)."""
 

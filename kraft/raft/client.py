@@ -1,0 +1,1695 @@
+"""The KRaft consensus core: `RaftCore.handle(event, now_ms) -> list[Effect]`.
+
+The core is a deterministic state machine. It never does I/O, reads a clock, awaits or draws
+randomness other than from the injected `random.Random`; the time is whatever `now_ms` the
+runtime passes in. The runtime (or the simulator) executes the returned effects in the order
+documented in `kraft.raft.effects`:
+
+1. effects run in list order;
+2. `PersistQuorumState` is durable before any later `Send*` of the same list (a vote is on disk
+   before it is answered);
+3. log writes run in order and are fsynced later; each fsync is reported back as
+   `Persisted(end)`; the leader counts itself, and a follower fetches again, only up to that;
+4. `Committed(hw)` allows applying records below `hw` and nothing more; `CreateSnapshot`
+   always follows the `Committed` that covers it.
+
+Call `start()` once before the first `handle()`; after each call ask `next_deadline()` and
+deliver a `Tick` no later than that time.
+
+Protocol: KIP-595 (epochs, votes, Begin/EndQuorumEpoch, fetch-based replication, check-quorum),
+KIP-996 (pre-vote), KIP-320 (leader-epoch fencing, divergence), KIP-630 (snapshots), KIP-853
+(voters set in the log, Add/Remove/UpdateRaftVoter, kraft.version upgrade), KIP-1166 (follower
+high watermark in Fetch).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+
+from kraft.protocol.errors import ErrorCode
+from kraft.raft.config import LogState, QuorumStateData, RaftConfig
+from kraft.raft.effects import (
+    AbortSnapshotDownload,
+    AdvanceLogStart,
+    AppendAccepted,
+    AppendCommitted,
+    AppendControl,
+    AppendFetched,
+    AppendRecords,
+    AppendRejected,
+    Committed,
+    CreateSnapshot,
+    DeleteSnapshot,
+    Effect,
+    InstallSnapshot,
+    PersistQuorumState,
+    SendApiVersions,
+    SendFetchResponse,
+    SendFetchSnapshotResponse,
+    SendRequest,
+    SendResponse,
+    StateChanged,
+    TruncateTo,
+    WriteSnapshotChunk,
+)
+from kraft.raft.events import (
+    Append,
+    ApiVersionsReceived,
+    Event,
+    Persisted,
+    RequestFailed,
+    RequestReceived,
+    ResponseReceived,
+    Shutdown,
+    SnapshotCreated,
+    SnapshotInstalled,
+    SnapshotInstallFailed,
+    SnapshotRequested,
+    Tick,
+)
+from kraft.raft.leader import (
+    CAUGHT_UP_WINDOW_MS,
+    OBSERVER_SESSION_TIMEOUT_MS,
+    ChangeKind,
+    LeaderState,
+    ParkedFetch,
+    PendingChange,
+)
+from kraft.raft.log import LogMeta
+from kraft.raft.messages import (
+    AddRaftVoterRequest,
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
+    Endpoint,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    FetchedBatch,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    OffsetAndEpoch,
+    RemoveRaftVoterRequest,
+    ReplicaDescription,
+    ReplicaKey,
+    Request,
+    Response,
+    UpdateKRaftVersionRequest,
+    UpdateKRaftVersionResponse,
+    UpdateRaftVoterRequest,
+    UpdateRaftVoterResponse,
+    VoterChangeResponse,
+    VoteRequest,
+    VoteResponse,
+)
+from kraft.raft.quorum import VoteResult, majority_size, vote_result
+from kraft.raft.records import kraft_version_record, leader_change, scan_control, voters_record
+from kraft.raft.state import (
+    CandidateState,
+    FollowerState,
+    ProspectiveState,
+    ResignedState,
+    Role,
+    SnapshotDownload,
+    UnattachedState,
+)
+from kraft.raft.voters import OffsetHistory, VoterNode, VoterSet
+
+logger = logging.getLogger("kraft.raft")
+
+RETRY_BACKOFF_BASE_MS = 100
+"""Base of the candidate's randomized exponential backoff after a lost election."""
+
+CHECK_QUORUM_FACTOR = 1.5
+"""The leader resigns if a majority has not fetched within this many fetch timeouts."""
+
+State = UnattachedState | ProspectiveState | CandidateState | LeaderState | FollowerState | ResignedState
+"""The state object of the current epoch."""
+
+
+class RaftFatalError(RuntimeError):
+    """A rule that must never break did (e.g. truncation below the high watermark)."""
+
+
+@dataclass(slots=True)
+class _InFlight:
+    destination: int
+    request: Request
+    deadline: int
+
+
+class RaftCore:
+    """One replica's consensus state machine.
+
+    Construct with the replica's `RaftConfig`, the `LogState` loaded from disk and a seeded
+    `random.Random`; call `start()` and execute its effects, then feed every event to
+    `handle()`.
+    """
+
+    def __init__(
+        self, config: RaftConfig, log_state: LogState, rng: random.Random, now_ms: int = 0
+    ) -> None:
+        self.config = config
+        self.key = ReplicaKey(config.node_id, config.directory_id)
+        self._rng = rng
+        self._now = now_ms
+        self._out: list[Effect] = []
+        self.log = LogMeta(
+            log_state.log_start_offset,
+            log_state.log_end_offset,
+            log_state.epoch_cache,
+            log_state.snapshots,
+        )
+        self.voters_history: OffsetHistory[VoterSet] = OffsetHistory(config.static_voters)
+        for offset, voters in log_state.voters_history:
+            if offset < log_state.log_end_offset:
+                self.voters_history.add(offset, voters)
+        self.kraft_version_history: OffsetHistory[int] = OffsetHistory(0)
+        for offset, version in log_state.kraft_version_history:
+            if offset < log_state.log_end_offset:
+                self.kraft_version_history.add(offset, version)
+        self.high_watermark: int | None = None
+        self._qs = log_state.quorum_state
+        self._persisted = log_state.quorum_state
+        self._corr = 0
+        self._inflight: dict[int, _InFlight] = {}
+        self._fetch_corr: int | None = None
+        self._fetch_backoff_until = 0
+        self._admin_corr: int | None = None
+        self._election_retries = 0
+        self._snapshot_in_progress: OffsetAndEpoch | None = None
+        self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = now_ms
+        self._shutting_down = False
+        self._bootstrap_index = 0
+        self.state: State = UnattachedState(0)
+        self._started = False
+
+    # ================================================================== public API
+
+    def start(self) -> list[Effect]:
+        """Enter the initial state from the loaded quorum-state; returns the first effects."""
+        self._out = []
+        qs = self._qs
+        epoch = qs.leader_epoch
+        voted = (
+            ReplicaKey(qs.voted_id, qs.voted_directory_id) if qs.voted_id >= 0 else None
+        )
+        log_epoch = self.log.last_epoch()
+        if epoch < log_epoch:
+            self._to_unattached(log_epoch, None)
+        elif qs.leader_id == self.key.id:
+            self.state = ResignedState(
+                epoch, self._now + self._election_timeout(), (), self.key.id, voted
+            )
+            self._emit_state()
+        elif qs.leader_id >= 0:
+            self._to_follower(epoch, qs.leader_id, ())
+        else:
+            self.state = UnattachedState(epoch, voted, None)
+            self._emit_state()
+        self._started = True
+        logger.info(
+            "raft started node=%s epoch=%s state=%s log_end=%s",
+            self.key,
+            self.state.epoch,
+            self.state.role.value,
+            self.log.end_offset,
+        )
+        self._expire_timers()
+        self._poll()
+        out, self._out = self._out, []
+        return out
+
+    def handle(self, event: Event, now_ms: int) -> list[Effect]:
+        """Process one event at time `now_ms` and return the effects to execute, in order."""
+        if now_ms > self._now:
+            self._now = now_ms
+        self._out = []
+        t = type(event)
+        if t is RequestReceived:
+            assert isinstance(event, RequestReceived)
+            self._on_request(event.source, event.correlation_id, event.request)
+        elif t is ResponseReceived:
+            assert isinstance(event, ResponseReceived)
+            self._on_response(event.source, event.correlation_id, event.response)
+        elif t is Persisted:
+            assert isinstance(event, Persisted)
+            self._on_persisted(event.end_offset)
+        elif t is Append:
+            assert isinstance(event, Append)
+            self._on_append(event)
+        elif t is Tick:
+            pass
+        elif t is RequestFailed:
+            assert isinstance(event, RequestFailed)
+            self._on_request_failed(event.correlation_id)
+        elif t is SnapshotRequested:
+            self._maybe_snapshot(force=True)
+        elif t is SnapshotCreated:
+            assert isinstance(event, SnapshotCreated)
+            self._on_snapshot_created(event.snapshot_id, event.size_bytes)
+        elif t is SnapshotInstalled:
+            assert isinstance(event, SnapshotInstalled)
+            self._on_snapshot_installed(event)
+        elif t is SnapshotInstallFailed:
+            assert isinstance(event, SnapshotInstallFailed)
+            self._on_snapshot_install_failed(event.snapshot_id)
+        elif t is ApiVersionsReceived:
+            assert isinstance(event, ApiVersionsReceived)
+            self._on_api_versions(event)
+        elif t is Shutdown:
+            self._on_shutdown()
+        else:  # pragma: no cover - the Event union is closed
+            raise TypeError(f"unknown event {event!r}")
+        self._expire_timers()
+        self._poll()
+        out, self._out = self._out, []
+        return out
+
+    def next_deadline(self) -> int | None:
+        """The earliest time at which a `Tick` has work to do (None: no timer armed)."""
+        times: list[int] = [f.deadline for f in self._inflight.values()]
+        s = self.state
+        if isinstance(s, UnattachedState):
+            if s.election_deadline is not None:
+                times.append(s.election_deadline)
+            elif self._is_voter():
+                times.append(self._now)
+            if not self._is_voter() and self.config.bootstrap_servers and self._fetch_corr is None:
+                times.append(max(self._now, self._fetch_backoff_until))
+        elif isinstance(s, ProspectiveState | ResignedState):
+            times.append(s.election_deadline)
+        elif isinstance(s, CandidateState):
+            times.append(s.backoff_until if s.backoff_until is not None else s.election_deadline)
+        elif isinstance(s, FollowerState):
+            times.append(s.fetch_deadline)
+            if self._fetch_corr is None and self._fetch_backoff_until > self._now:
+                times.append(self._fetch_backoff_until)
+            if self._admin_corr is None and self._wants_admin(s):
+                times.append(max(self._now, s.next_admin_at))
+        elif isinstance(s, LeaderState):
+            times.append(s.check_quorum_deadline)
+            times.append(s.begin_quorum_resend_at)
+            times.extend(p.deadline for p in s.parked)
+            if s.pending_change is not None:
+                times.append(s.pending_change.deadline)
+        return min(times) if times else None
+
+    @property
+    def role(self) -> Role:
+        """The current epoch state's role."""
+        return self.state.role
+
+    @property
+    def epoch(self) -> int:
+        """The current epoch."""
+        return self.state.epoch
+
+    @property
+    def leader_id(self) -> int:
+        """The leader of the current epoch, -1 when unknown."""
+        return self.state.leader_id
+
+    @property
+    def kraft_version(self) -> int:
+        """The finalized kraft.version (latest in the log, committed or not)."""
+        v = self.kraft_version_history.latest()
+        return v if v is not None else 0
+
+    def voters(self) -> VoterSet:
+        """The active voters set (latest in the log, committed or not)."""
+        v = self.voters_history.latest()
+        return v if v is not None else VoterSet(())
+
+    def is_voter(self) -> bool:
+        """True when this replica's key is in the active voters set."""
+        return self._is_voter()
+
+    # ================================================================== helpers
+
+    def _voters(self) -> VoterSet:
+        v = self.voters_history.latest()
+        return v if v is not None else VoterSet(())
+
+    def _is_voter(self) -> bool:
+        return self._voters().is_voter(self.key)
+
+    def _election_timeout(self) -> int:
+        t = self.config.election_timeout_ms
+        return self._rng.randrange(t, 2 * t)
+
+    def _next_corr(self) -> int:
+        self._corr += 1
+        return self._corr
+
+    def _send(self, dest: int, endpoints: tuple[Endpoint, ...], request: Request) -> int:
+        corr = self._next_corr()
+        self._inflight[corr] = _InFlight(dest, request, self._now + self.config.request_timeout_ms)
+        self._out.append(SendRequest(dest, endpoints, corr, request))
+        return corr
+
+    def _respond(self, dest: int, corr: int, response: Response) -> None:
+        self._out.append(SendResponse(dest, corr, response))
+
+    def _persist(self, leader_id: int, epoch: int, voted: ReplicaKey | None) -> None:
+        data = QuorumStateData(
+            epoch, leader_id, voted.id if voted else -1, voted.directory_id if voted else None
+        )
+        if data != self._persisted:
+            self._persisted = data
+            self._out.append(
+                PersistQuorumState(leader_id, epoch, data.voted_id, data.voted_directory_id)
+            )
+
+    def _emit_state(self) -> None:
+        s = self.state
+        self._out.append(StateChanged(s.role.value, s.epoch, s.leader_id))
+
+    def _leader_endpoints(self) -> tuple[Endpoint, ...]:
+        s = self.state
+        if isinstance(s, FollowerState):
+            return s.leader_endpoints
+        if isinstance(s, LeaderState | ResignedState):
+            return self.config.listeners
+        return ()
+
+    def _endpoints_of(self, node_id: int) -> tuple[Endpoint, ...]:
+        v = self._voters().get(node_id)
+        return v.endpoints if v is not None else ()
+
+    # ================================================================== transitions
+
+    def _set_state(self, new: State) -> None:
+        old = self.state
+        self.state = new
+        self._inflight.clear()
+        self._fetch_corr = None
+        self._admin_corr = None
+        if isinstance(old, LeaderState):
+            self._abandon_leadership(old)
+        if isinstance(old, FollowerState) and old.download is not None and not old.download.complete:
+            self._out.append(AbortSnapshotDownload(old.download.snapshot_id))
+        if isinstance(new, LeaderState | FollowerState):
+            self._election_retries = 0
+        self._emit_state()
+        logger.debug(
+            "raft transition node=%s from=%s to=%s epoch=%s leader=%s",
+            self.key.id,
+            old.role.value,
+            new.role.value,
+            new.epoch,
+            new.leader_id,
+        )
+
+    def _to_unattached(self, epoch: int, voted: ReplicaKey | None) -> None:
+        self._persist(-1, epoch, voted)
+        deadline = self._now + self._election_timeout() if self._is_voter() else None
+        self._set_state(UnattachedState(epoch, voted, deadline))
+
+    def _to_follower(self, epoch: int, leader_id: int, endpoints: tuple[Endpoint, ...]) -> None:
+        old = self.state
+        voted = self._voted_of(old) if old.epoch == epoch else None
+        if not endpoints:
+            endpoints = self._endpoints_of(leader_id)
+        self._persist(leader_id, epoch, voted)
+        self._set_state(
+            FollowerState(
+                epoch, leader_id, endpoints, voted, self._now + self.config.fetch_timeout_ms
+            )
+        )
+
+    def _voted_of(self, s: State) -> ReplicaKey | None:
+        """Whom this replica voted for in the current epoch."""
+        if isinstance(s, CandidateState):
+            return self.key
+        return s.voted
+
+    def _to_prospective(self) -> None:
+        old = self.state
+        voted = self._voted_of(old)
+        retained: int = -1
+        endpoints: tuple[Endpoint, ...] = ()
+        if isinstance(old, FollowerState):
+            retained, endpoints = old.leader_id, old.leader_endpoints
+        elif isinstance(old, ResignedState | ProspectiveState):
+            retained = old.node_id if isinstance(old, ResignedState) else old.retained_leader
+        new = ProspectiveState(
+            old.epoch, voted, retained, endpoints, self._now + self._election_timeout()
+        )
+        new.granted.add(self.key.id)
+        self._set_state(new)
+        voters = self._voters()
+        result = vote_result(voters.ids(), new.granted, new.rejected)
+        if result is VoteResult.WON:
+            self._to_candidate()
+            return
+        last = self.log.end_position()
+        for v in voters.voters:
+            if v.id == self.key.id:
+                continue
+            self._send(
+                v.id,
+                v.endpoints,
+                VoteRequest(
+                    replica_epoch=new.epoch,
+                    replica_id=self.key.id,
+                    replica_directory_id=self.key.directory_id,
+                    voter_id=v.id,
+                    voter_directory_id=v.key.directory_id,
+                    last_offset_epoch=last.epoch,
+                    last_offset=last.offset,
+                    pre_vote=True,
+                ),
+            )
+
+    def _prospective_lost(self, s: ProspectiveState) -> None:
+        if s.retained_leader >= 0 and s.retained_leader != self.key.id:
+            self._to_follower(s.epoch, s.retained_leader, s.retained_endpoints)
+        else:
+            self._to_unattached(s.epoch, s.voted)
+
+    def _to_candidate(self) -> None:
+        epoch = self.state.epoch + 1
+        self._persist(-1, epoch, self.key)
+        new = CandidateState(epoch, self._now + self._election_timeout(), self._election_retries)
+        new.granted.add(self.key.id)
+        self._set_state(new)
+        voters = self._voters()
+        if vote_result(voters.ids(), new.granted, new.rejected) is VoteResult.WON:
+            self._to_leader()
+            return
+        last = self.log.end_position()
+        for v in voters.voters:
+            if v.id == self.key.id:
+                continue
+            self._send(
+                v.id,
+                v.endpoints,
+                VoteRequest(
+                    replica_epoch=epoch,
+                    replica_id=self.key.id,
+                    replica_directory_id=self.key.directory_id,
+                    voter_id=v.id,
+                    voter_directory_id=v.key.directory_id,
+                    last_offset_epoch=last.epoch,
+                    last_offset=last.offset,
+                    pre_vote=False,
+                ),
+            )
+
+    def _candidate_backoff(self, s: CandidateState) -> None:
+        self._election_retries += 1
+        s.retries = self._election_retries
+        span = 1 << min(self._election_retries, 21)
+        s.backoff_until = self._now + min(
+            RETRY_BACKOFF_BASE_MS * self._rng.randrange(0, span),
+            self.config.election_backoff_max_ms,
+        )
+
+    def _to_leader(self) -> None:
+        cand = self.state
+        assert isinstance(cand, CandidateState)
+        epoch = cand.epoch
+        cfg = self.config
+        leader = LeaderState(
+            epoch=epoch,
+            node_key=self.key,
+            epoch_start_offset=self.log.end_offset,
+            granting=frozenset(cand.granted),
+            check_quorum_deadline=self._now + int(CHECK_QUORUM_FACTOR * cfg.fetch_timeout_ms),
+            begin_quorum_resend_at=self._now + cfg.fetch_timeout_ms // 2,
+            voted=self.key,
+        )
+        self._persist(self.key.id, epoch, self.key)
+        self._set_state(leader)
+        logger.info(
+            "raft elected node=%s epoch=%s epoch_start=%s voters=%s",
+            self.key.id,
+            epoch,
+            leader.epoch_start_offset,
+            self._voters(),
+        )
+        voters = self._voters()
+        records: list[object] = [leader_change(self.key.id, voters, leader.granting)]
+        kv = self.kraft_version
+        if kv >= 1:
+            own = voters.get(self.key.id)
+            if not self.voters_history.has_log_entry():
+                records += [kraft_version_record(kv), voters_record(voters)]
+            elif (
+                own is not None
+                and own.key == self.key
+                and cfg.listeners
+                and (own.endpoints != cfg.listeners or own.kraft_version != cfg.kraft_version_range)
+            ):
+                updated = voters.replaced(VoterNode(self.key, cfg.listeners, cfg.kraft_version_range))
+                records.append(voters_record(updated))
+        self._append_control(tuple(records))
+        for v in voters.voters:
+            if v.id != self.key.id:
+                self._send_begin_quorum(v)
+
+    def _send_begin_quorum(self, v: VoterNode) -> None:
+        self._send(
+            v.id,
+            v.endpoints,
+            BeginQuorumEpochRequest(
+                leader_id=self.key.id,
+                leader_epoch=self.state.epoch,
+                voter_id=v.id,
+                voter_directory_id=v.key.directory_id,
+                leader_endpoints=self.config.listeners,
+            ),
+        )
+
+    def _resign(self, reason: str) -> None:
+        s = self.state
+        assert isinstance(s, LeaderState)
+        voters = self._voters()
+        # Best candidates first: the most caught-up voters are the likeliest to win quickly.
+        others = [v for v in voters.voters if v.key != self.key and v.id != self.key.id]
+        others.sort(key=lambda v: -(p.end_offset if (p := s.voter_progress(v)) else -1))
+        preferred = tuple(v.key for v in others)
+        logger.info("raft resign node=%s epoch=%s reason=%s", self.key.id, s.epoch, reason)
+        self._set_state(
+            ResignedState(
+                s.epoch, self._now + self._election_timeout(), preferred, self.key.id, self.key
+            )
+        )
+        for v in others:
+            self._send(
+                v.id,
+                v.endpoints,
+                EndQuorumEpochRequest(
+                    leader_id=self.key.id,
+                    leader_epoch=s.epoch,
+                    preferred_candidates=preferred,
+                    leader_endpoints=self.config.listeners,
+                ),
+            )
+
+    def _abandon_leadership(self, old: LeaderState) -> None:
+        for append_id in sorted(old.pending_appends):
+            self._out.append(AppendCommitted(append_id, ErrorCode.NOT_LEADER_OR_FOLLOWER))
+        old.pending_appends.clear()
+        if old.pending_change is not None:
+            pc = old.pending_change
+            self._reply_change(pc, ErrorCode.NOT_LEADER_OR_FOLLOWER, "leader changed")
+            old.pending_change = None
+        parked, old.parked = old.parked, []
+        for p in parked:
+            self._on_fetch(p.source, p.correlation_id, p.request)
+
+    def _maybe_transition_on_epoch(
+        self, epoch: int, leader_id: int, endpoints: tuple[Endpoint, ...]
+    ) -> bool:
+        """React to (epoch, leader) learnt from a peer; True when the state changed."""
+        s = self.state
+        if epoch > s.epoch:
+            if leader_id >= 0 and leader_id != self.key.id:
+                self._to_follower(epoch, leader_id, endpoints)
+            else:
+                self._to_unattached(epoch, None)
+            return True
+        # A Prospective replica that came from following a leader keeps that leader: hearing
+        # about it again from the voters it asks must not pull it back (it already timed out).
+        if (
+            epoch == s.epoch
+            and leader_id >= 0
+            and leader_id != self.key.id
+            and (
+                isinstance(s, UnattachedState | CandidateState)
+                or (isinstance(s, ProspectiveState) and s.retained_leader < 0)
+            )
+        ):
+            self._to_follower(epoch, leader_id, endpoints)
+            return True
+        return False
+
+    # ================================================================== timers and polling
+
+    def _expire_timers(self) -> None:
+        now = self._now
+        if self._inflight:
+            for corr in [c for c, f in self._inflight.items() if f.deadline <= now]:
+                del self._inflight[corr]
+                self._on_request_failed(corr)
+        s = self.state
+        if isinstance(s, UnattachedState):
+            if self._is_voter():
+                if s.election_deadline is None:
+                    s.election_deadline = now + self._election_timeout()
+                elif s.election_deadline <= now:
+                    self._to_prospective()
+            else:
+                s.election_deadline = None
+        elif isinstance(s, ProspectiveState):
+            if s.election_deadline <= now:
+                self._prospective_lost(s)
+        elif isinstance(s, CandidateState):
+            if s.backoff_until is not None:
+                if s.backoff_until <= now:
+                    self._to_prospective()
+            elif s.election_deadline <= now:
+                self._candidate_backoff(s)
+        elif isinstance(s, FollowerState):
+            if s.fetch_deadline <= now:
+                if self._is_voter():
+                    self._to_prospective()
+                else:
+                    self._to_unattached(s.epoch, s.voted)
+        elif isinstance(s, ResignedState):
+            if s.election_deadline <= now:
+                if self._is_voter():
+                    self._to_prospective()
+                else:
+                    self._to_unattached(s.epoch, s.voted)
+        elif isinstance(s, LeaderState):
+            self._leader_timers(s)
+
+    def _leader_timers(self, s: LeaderState) -> None:
+        now = self._now
+        if s.parked:
+            due = [p for p in s.parked if p.deadline <= now]
+            if due:
+                s.parked = [p for p in s.parked if p.deadline > now]
+                for p in due:
+                    self._answer_fetch(p.source, p.correlation_id, p.request)
+        if s.pending_change is not None and s.pending_change.deadline <= now:
+            pc = s.pending_change
+            s.pending_change = None
+            self._reply_change(pc, ErrorCode.REQUEST_TIMED_OUT, "timed out")
+        if s.begin_quorum_resend_at <= now:
+            s.begin_quorum_resend_at = now + self.config.fetch_timeout_ms // 2
+            for v in self._voters().voters:
+                if v.id == self.key.id or v.id in s.begin_quorum_acked:
+                    continue
+                progress = s.voter_progress(v)
+                if progress is None or progress.last_fetch_ms < 0:
+                    self._send_begin_quorum(v)
+        if s.check_quorum_deadline <= now:
+            if self._check_quorum_ok(s):
+                self._reset_check_quorum(s)
+            else:
+                self._resign("check-quorum: no majority fetched")
+
+    def _check_quorum_ok(self, s: LeaderState) -> bool:
+        voters = self._voters()
+        count = len(s.fetched_since_check & voters.ids())
+        if voters.is_voter(self.key):
+            count += 1
+        return count >= majority_size(len(voters))
+
+    def _reset_check_quorum(self, s: LeaderState) -> None:
+        s.fetched_since_check.clear()
+        s.check_quorum_deadline = self._now + int(CHECK_QUORUM_FACTOR * self.config.fetch_timeout_ms)
+
+    def _on_request_failed(self, corr: int) -> None:
+        self._inflight.pop(corr, None)
+        if corr == self._fetch_corr:
+            self._fetch_corr = None
+            self._fetch_backoff_until = self._now + self.config.retry_backoff_ms
+        if corr == self._admin_corr:
+            self._admin_corr = None
+            s = self.state
+            if isinstance(s, FollowerState):
+                s.next_admin_at = self._now + self.config.retry_backoff_ms * 10
+
+    def _poll(self) -> None:
+        s = self.state
+        if isinstance(s, FollowerState):
+            if self._fetch_corr is None and self._now >= self._fetch_backoff_until:
+                if s.download is not None:
+                    if not s.download.complete:
+                        self._fetch_corr = self._send(
+                            s.leader_id,
+                            s.leader_endpoints,
+                            FetchSnapshotRequest(
+                                replica_id=self.key.id,
+                                replica_directory_id=self.key.directory_id,
+                                current_leader_epoch=s.epoch,
+                                snapshot_id=s.download.snapshot_id,
+                                position=s.download.position,
+                                max_bytes=self.config.max_fetch_bytes,
+                            ),
+                        )
+                elif self.log.persisted_end >= self.log.end_offset:
+                    self._fetch_corr = self._send(
+                        s.leader_id, s.leader_endpoints, self._fetch_request(s.epoch)
+                    )
+            if self._admin_corr is None and self._now >= s.next_admin_at and self._wants_admin(s):
+                self._send_admin(s)
+        elif (
+            isinstance(s, UnattachedState)
+            and not self._is_voter()
+            and self.config.bootstrap_servers
+            and self._fetch_corr is None
+            and self._now >= self._fetch_backoff_until
+        ):
+            servers = self.config.bootstrap_servers
+            i = self._bootstrap_index % len(servers)
+            self._bootstrap_index += 1
+            self._fetch_corr = self._send(-2 - i, (servers[i],), self._fetch_request(s.epoch))
+            # Bootstrap servers may not answer (not the leader, unreachable): pace the discovery.
+            self._fetch_backoff_until = self._now + self.config.retry_backoff_ms * 5
+
+    def _fetch_request(self, epoch: int) -> FetchRequest:
+        return FetchRequest(
+            replica_id=self.key.id,
+            replica_directory_id=self.key.directory_id,
+            current_leader_epoch=epoch,
+            fetch_offset=self.log.end_offset,
+            last_fetched_epoch=self.log.last_epoch(),
+            max_wait_ms=self.config.max_fetch_wait_ms,
+            max_bytes=self.config.max_fetch_bytes,
+            high_watermark=self.high_watermark if self.high_watermark is not None else -1,
+        )
+
+    # ---------------------------------------------------------------- voter self-service
+
+    def _wants_admin(self, s: FollowerState) -> bool:
+        """Does this follower need to send UpdateRaftVoter or auto-join requests?"""
+        voters = self._voters()
+        cfg = self.config
+        if voters.is_voter(self.key):
+            if s.update_voter_done or not cfg.listeners:
+                return False
+            own = voters.get(self.key.id)
+            assert own is not None
+            if self.kraft_version == 0:
+                return True
+            return own.endpoints != cfg.listeners or own.kraft_version != cfg.kraft_version_range
+        if not cfg.auto_join or self.kraft_version < 1 or not cfg.listeners:
+            return False
+        return self.high_watermark is not None and self.high_watermark >= self.log.end_offset
+
+    def _send_admin(self, s: FollowerState) -> None:
+        cfg = self.config
+        voters = self._voters()
+        s.next_admin_at = self._now + cfg.update_voter_period_ms
+        request: Request
+        if voters.is_voter(self.key):
+            request = UpdateRaftVoterRequest(
+                current_leader_epoch=s.epoch,
+                voter_id=self.key.id,
+                voter_directory_id=self.key.directory_id,
+                listeners=cfg.listeners,
+                kraft_version_feature=cfg.kraft_version_range,
+            )
+        else:
+            stale = voters.get(self.key.id)
+            if stale is not None:
+                # Auto-join: our id is a voter under an old directory id (a lost disk); remove
+                # that stale replica first, then add ourselves.
+                request = RemoveRaftVoterRequest(self.key.id, stale.key.directory_id)
+            else:
+                request = AddRaftVoterRequest(self.key.id, self.key.directory_id, cfg.listeners)
+        self._admin_corr = self._send(s.leader_id, s.leader_endpoints, request)
+
+    # ================================================================== requests
+
+    def _on_request(self, src: int, corr: int, req: Request) -> None:
+        t = type(req)
+        if t is FetchRequest:
+            assert isinstance(req, FetchRequest)
+            self._on_fetch(src, corr, req)
+        elif t is VoteRequest:
+            assert isinstance(req, VoteRequest)
+            self._on_vote(src, corr, req)
+        elif t is BeginQuorumEpochRequest:
+            assert isinstance(req, BeginQuorumEpochRequest)
+            self._on_begin_quorum(src, corr, req)
+        elif t is EndQuorumEpochRequest:
+            assert isinstance(req, EndQuorumEpochRequest)
+            self._on_end_quorum(src, corr, req)
+        elif t is FetchSnapshotRequest:
+            assert isinstance(req, FetchSnapshotRequest)
+            self._on_fetch_snapshot(src, corr, req)
+        elif t is DescribeQuorumRequest:
+            self._on_describe(src, corr)
+        elif t is AddRaftVoterRequest:
+            assert isinstance(req, AddRaftVoterRequest)
+            self._on_add_voter(src, corr, req)
+        elif t is RemoveRaftVoterRequest:
+            assert isinstance(req, RemoveRaftVoterRequest)
+            self._on_remove_voter(src, corr, req)
+        elif t is UpdateRaftVoterRequest:
+            assert isinstance(req, UpdateRaftVoterRequest)
+            self._on_update_voter(src, corr, req)
+        elif t is UpdateKRaftVersionRequest:
+            assert isinstance(req, UpdateKRaftVersionRequest)
+            self._on_update_kraft_version(src, corr, req)
+
+    # ---------------------------------------------------------------- Vote
+
+    def _vote_response(self, error: ErrorCode, granted: bool) -> VoteResponse:
+        return VoteResponse(
+            error, self.state.leader_id, self.state.epoch, granted, self._leader_endpoints()
+        )
+
+    def _on_vote(self, src: int, corr: int, req: VoteRequest) -> None:
+        bad_epoch = (
+            req.last_offset_epoch > req.replica_epoch
+            if req.pre_vote
+            else req.last_offset_epoch >= req.replica_epoch
+        )
+        if req.replica_id < 0 or req.last_offset < 0 or req.last_offset_epoch < 0 or bad_epoch:
+            self._respond(src, corr, self._vote_response(ErrorCode.INVALID_REQUEST, False))
+            return
+        if req.voter_id != self.key.id or (
+            req.voter_directory_id is not None
+            and req.voter_directory_id != self.key.directory_id
+        ):
+            self._respond(src, corr, self._vote_response(ErrorCode.INVALID_VOTER_KEY, False))
+            return
+        if req.replica_epoch < self.state.epoch:
+            self._respond(src, corr, self._vote_response(ErrorCode.FENCED_LEADER_EPOCH, False))
+            return
+        if req.replica_epoch > self.state.epoch:
+            self._to_unattached(req.replica_epoch, None)
+        s = self.state
+        candidate = ReplicaKey(req.replica_id, req.replica_directory_id)
+        up_to_date = OffsetAndEpoch(req.last_offset_epoch, req.last_offset) >= self.log.end_position()
+        granted = False
+        if req.pre_vote:
+            if isinstance(s, UnattachedState | ProspectiveState | CandidateState | ResignedState):
+                granted = up_to_date
+            elif isinstance(s, FollowerState):
+                # A follower that hears from a live leader protects it (KIP-996).
+                granted = up_to_date and not s.has_fetched
+        elif isinstance(s, UnattachedState | ProspectiveState):
+            leader_known = isinstance(s, ProspectiveState) and s.retained_leader >= 0
+            voted = s.voted
+            same = voted is not None and voted.id == candidate.id and (
+                voted.directory_id is None or voted.directory_id == candidate.directory_id
+            )
+            if up_to_date and not leader_known and (voted is None or same):
+                granted = True
+                if voted is None:
+                    self._persist(-1, s.epoch, candidate)
+                    self._set_state(
+                        UnattachedState(s.epoch, candidate, self._now + self._election_timeout())
+                    )
+                elif isinstance(s, UnattachedState):
+                    s.election_deadline = self._now + self._election_timeout()
+        self._respond(src, corr, self._vote_response(ErrorCode.NONE, granted))
+
+    def _on_vote_response(self, req: VoteRequest, resp: VoteResponse) -> None:
+        if self._maybe_transition_on_epoch(resp.leader_epoch, resp.leader_id, resp.leader_endpoints):
+            return
+        s = self.state
+        if resp.leader_epoch != s.epoch:
+            return
+        if req.pre_vote and isinstance(s, ProspectiveState) and req.replica_epoch == s.epoch:
+            if resp.error_code == ErrorCode.UNSUPPORTED_VERSION:
+                # The peer cannot pre-vote (Vote < v2): skip straight to a real election.
+                self._to_candidate()
+                return
+            if resp.error_code != ErrorCode.NONE:
+                return
+            (s.granted if resp.vote_granted else s.rejected).add(req.voter_id)
+            result = vote_result(self._voters().ids(), s.granted, s.rejected)
+            if result is VoteResult.WON:
+                self._to_candidate()
+            elif result is VoteResult.LOST:
+                self._prospective_lost(s)
+        elif not req.pre_vote and isinstance(s, CandidateState) and req.replica_epoch == s.epoch:
+            if resp.error_code != ErrorCode.NONE or s.backoff_until is not None:
+                return
+            (s.granted if resp.vote_granted else s.rejected).add(req.voter_id)
+            result = vote_result(self._voters().ids(), s.granted, s.rejected)
+            if result is VoteResult.WON:
+                self._to_leader()
+            elif result is VoteResult.LOST:
+                self._candidate_backoff(s)
+
+    # ---------------------------------------------------------------- Begin/EndQuorumEpoch
+
+    def _on_begin_quorum(self, src: int, corr: int, req: BeginQuorumEpochRequest) -> None:
+        if req.voter_id != self.key.id or (
+            req.voter_directory_id is not None and req.voter_directory_id != self.key.directory_id
+        ):
+            err = ErrorCode.INVALID_VOTER_KEY
+        elif req.leader_epoch < self.state.epoch:
+            err = ErrorCode.FENCED_LEADER_EPOCH
+        else:
+            err = ErrorCode.NONE
+            s = self.state
+            if req.leader_epoch > s.epoch or (
+                s.leader_id < 0 and not isinstance(s, LeaderState | ResignedState)
+            ):
+                self._to_follower(req.leader_epoch, req.leader_id, req.leader_endpoints)
+        s = self.state
+        self._respond(src, corr, BeginQuorumEpochResponse(err, s.leader_id, s.epoch))
+
+    def _on_end_quorum(self, src: int, corr: int, req: EndQuorumEpochRequest) -> None:
+        s = self.state
+        if req.leader_epoch < s.epoch:
+            self._respond(
+                src, corr, EndQuorumEpochResponse(ErrorCode.FENCED_LEADER_EPOCH, s.leader_id, s.epoch)
+            )
+            return
+        if req.leader_epoch > s.epoch:
+            self._to_follower(req.leader_epoch, req.leader_id, req.leader_endpoints)
+        s = self.state
+        if isinstance(s, FollowerState) and s.leader_id == req.leader_id:
+            s.fetch_deadline = self._now + self._end_quorum_backoff(req.preferred_candidates)
+            s.has_fetched = False
+        self._respond(src, corr, EndQuorumEpochResponse(ErrorCode.NONE, s.leader_id, s.epoch))
+
+    def _end_quorum_backoff(self, preferred: tuple[ReplicaKey, ...]) -> int:
+        """Strict exponential backoff by rank among the resigning leader's preferred
+        candidates: the best one starts its election at once."""
+        cap = self.config.election_backoff_max_ms
+        pos = next((i for i, k in enumerate(preferred) if k.id == self.key.id), None)
+        if pos is None:
+            return cap
+        if pos == 0:
+            return 0
+        n = len(preferred)
+        return min((cap >> (n - 1)) << (pos - 1), cap)
+
+    # ---------------------------------------------------------------- Fetch (leader side)
+
+    def _leader_only_error(self, request_epoch: int) -> ErrorCode | None:
+        s = self.state
+        if request_epoch < s.epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        if request_epoch > s.epoch:
+            return ErrorCode.UNKNOWN_LEADER_EPOCH
+        if not isinstance(s, LeaderState):
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if self._shutting_down:
+            return ErrorCode.BROKER_NOT_AVAILABLE
+        return None
+
+    def _fetch_error(self, dest: int, corr: int, err: ErrorCode) -> None:
+        s = self.state
+        hw = self.high_watermark if self.high_watermark is not None else -1
+        resp = FetchResponse(
+            err, s.leader_id, s.epoch, hw, self.log.start_offset,
+            leader_endpoints=self._leader_endpoints(),
+        )
+        self._out.append(SendFetchResponse(dest, corr, resp, None, 0))
+
+    def _on_fetch(self, src: int, corr: int, req: FetchRequest) -> None:
+        if (
+            req.max_wait_ms < 0
+            or req.fetch_offset < 0
+            or req.last_fetched_epoch < 0
+            or req.last_fetched_epoch > req.current_leader_epoch
+        ):
+            self._fetch_error(src, corr, ErrorCode.INVALID_REQUEST)
+            return
+        err = self._leader_only_error(req.current_leader_epoch)
+        if err is not None:
+            self._fetch_error(src, corr, err)
+            return
+        s = self.state
+        assert isinstance(s, LeaderState)
+        resp, read = self._fetch_answer(s, req)
+        if resp.diverging_epoch is not None or resp.snapshot_id is not None:
+            self._out.append(SendFetchResponse(src, corr, resp, None, req.max_bytes))
+            return
+        key = ReplicaKey(req.replica_id, req.replica_directory_id)
+        if req.replica_id >= 0:
+            p = s.progress_for(key)
+            p.record_fetch(req.fetch_offset, self.log.end_offset, self._now)
+            voters = self._voters()
+            if voters.is_voter(key):
+                s.fetched_since_check.add(key.id)
+                s.begin_quorum_acked.add(key.id)
+                if self._check_quorum_ok(s):
+                    self._reset_check_quorum(s)
+                self._maybe_advance_hw()
+                if self.state is not s:
+                    self._fetch_error(src, corr, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                    return
+        hw = s.high_watermark
+        follower_hw_behind = (
+            req.high_watermark is not None and hw is not None and req.high_watermark < hw
+        )
+        if read is None and req.max_wait_ms > 0 and not follower_hw_behind:
+            s.parked.append(ParkedFetch(src, corr, req, self._now + req.max_wait_ms))
+            return
+        self._answer_fetch(src, corr, req)
+
+    def _fetch_answer(self, s: LeaderState, req: FetchRequest) -> tuple[FetchResponse, int | None]:
+        """Decide what a valid Fetch gets: a snapshot id, a diverging epoch, or records."""
+        log = self.log
+        hw = s.high_watermark if s.high_watermark is not None else -1
+        base = (ErrorCode.NONE, s.leader_id, s.epoch, hw, log.start_offset)
+        latest = log.latest_snapshot()
+        if req.fetch_offset == 0 and latest is not None and latest.offset > 0:
+            return FetchResponse(*base, snapshot_id=latest), None
+        if not (log.start_offset == 0 and req.fetch_offset == 0):
+            oldest = log.oldest_snapshot()
+            if latest is not None and oldest is not None and (
+                req.fetch_offset < log.start_offset
+                or (
+                    req.fetch_offset == log.start_offset
+                    and oldest.offset == log.start_offset
+                    and req.last_fetched_epoch != oldest.epoch
+                )
+                or req.last_fetched_epoch < oldest.epoch
+            ):
+                return FetchResponse(*base, snapshot_id=latest), None
+            end = log.end_offset_for_epoch(req.last_fetched_epoch)
+            if end.epoch != req.last_fetched_epoch or end.offset < req.fetch_offset:
+                return FetchResponse(*base, diverging_epoch=end), None
+        read = req.fetch_offset if req.fetch_offset < log.end_offset else None
+        return FetchResponse(*base), read
+
+    def _answer_fetch(self, src: int, corr: int, req: FetchRequest) -> None:
+        s = self.state
+        if not isinstance(s, LeaderState) or req.current_leader_epoch != s.epoch:
+            self._on_fetch(src, corr, req)
+            return
+        resp, read = self._fetch_answer(s, req)
+        self._out.append(SendFetchResponse(src, corr, resp, read, req.max_bytes))
+
+    def _complete_parked(self, s: LeaderState, hw_moved_only: bool) -> None:
+        if not s.parked:
+            return
+        if hw_moved_only:
+            done = [p for p in s.parked if p.request.high_watermark is not None]
+            s.parked = [p for p in s.parked if p.request.high_watermark is None]
+        else:
+            done, s.parked = s.parked, []
+        for p in done:
+            self._answer_fetch(p.source, p.correlation_id, p.request)
+
+    # ---------------------------------------------------------------- high watermark
+
+    def _maybe_advance_hw(self) -> None:
+        s = self.state
+        if not isinstance(s, LeaderState):
+            return
+        new = s.compute_high_watermark(self._voters(), self.log.persisted_end)
+        if new is None or (s.high_watermark is not None and new <= s.high_watermark):
+            return
+        s.high_watermark = new
+        self._set_hw(new)
+        for append_id in sorted(a for a, last in s.pending_appends.items() if last < new):
+            del s.pending_appends[append_id]
+            self._out.append(AppendCommitted(append_id, ErrorCode.NONE))
+        pc = s.pending_change
+        if pc is not None and pc.record_offset is not None and pc.record_offset < new:
+            s.pending_change = None
+            self._reply_change(pc, ErrorCode.NONE, None)
+        self._complete_parked(s, hw_moved_only=True)
+        if (
+            not self._voters().is_voter(self.key)
+            and 0 <= self.voters_history.latest_offset() < new
+        ):
+            # A leader that removed itself serves until the removal commits, then steps down.
+            self._resign("removed from the voters set")
+
+    def _set_hw(self, hw: int) -> None:
+        if self.high_watermark is not None and hw <= self.high_watermark:
+            return
+        self.high_watermark = hw
+        self._out.append(Committed(hw))
+        self._maybe_snapshot(force=False)
+
+    # ---------------------------------------------------------------- FetchSnapshot (leader)
+
+    def _on_fetch_snapshot(self, src: int, corr: int, req: FetchSnapshotRequest) -> None:
+        s = self.state
+        err = self._leader_only_error(req.current_leader_epoch)
+        size = 0
+        if err is None:
+            assert isinstance(s, LeaderState)
+            known = self.log.snapshots.get(req.snapshot_id)
+            if known is None or req.snapshot_id.offset == 0:
+                err = ErrorCode.SNAPSHOT_NOT_FOUND
+            elif req.position < 0 or req.position >= known:
+                err = ErrorCode.POSITION_OUT_OF_RANGE
+            else:
+                err = ErrorCode.NONE
+                size = known
+                key = ReplicaKey(req.replica_id, req.replica_directory_id)
+                p = s.progress_for(key)
+                p.last_fetch_ms = self._now
+                if self._voters().is_voter(key):
+                    s.fetched_since_check.add(key.id)
+                    s.begin_quorum_acked.add(key.id)
+        resp = FetchSnapshotResponse(
+            err,
+            s.leader_id,
+            s.epoch,
+            req.snapshot_id,
+            size=size,
+            position=req.position,
+            leader_endpoints=self._leader_endpoints(),
+        )
+        self._out.append(
+            SendFetchSnapshotResponse(src, corr, resp, req.max_bytes if err == ErrorCode.NONE else 0)
+        )
+
+    # ---------------------------------------------------------------- DescribeQuorum
+
+    def _on_describe(self, src: int, corr: int) -> None:
+        s = self.state
+        if not isinstance(s, LeaderState):
+            self._respond(
+                src,
+                corr,
+                DescribeQuorumResponse(
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER, s.leader_id, s.epoch, -1,
+                    error_message="not the leader",
+                ),
+            )
+            return
+        voters = self._voters()
+        rows: list[ReplicaDescription] = []
+        for v in voters.voters:
+            if v.id == self.key.id and (v.key.directory_id in (None, self.key.directory_id)):
+                rows.append(
+                    ReplicaDescription(
+                        self.key.id, self.key.directory_id, self.log.end_offset, self._now, self._now
+                    )
+                )
+                continue
+            p = s.voter_progress(v)
+            rows.append(
+                ReplicaDescription(
+                    v.id,
+                    p.key.directory_id if p else v.key.directory_id,
+                    p.end_offset if p else -1,
+                    p.last_fetch_ms if p else -1,
+                    p.last_caught_up_ms if p else -1,
+                )
+            )
+        observers = [
+            ReplicaDescription(
+                p.key.id, p.key.directory_id, p.end_offset, p.last_fetch_ms, p.last_caught_up_ms
+            )
+            for p in sorted(s.progress.values(), key=lambda p: (p.key.id, str(p.key.directory_id)))
+            if not voters.is_voter(p.key)
+            and p.last_fetch_ms >= self._now - OBSERVER_SESSION_TIMEOUT_MS
+        ]
+        if not voters.is_voter(self.key):
+            observers.append(
+                ReplicaDescription(
+                    self.key.id, self.key.directory_id, self.log.end_offset, self._now, self._now
+                )
+            )
+        hw = s.high_watermark if s.high_watermark is not None else -1
+        self._respond(
+            src,
+            corr,
+            DescribeQuorumResponse(
+                ErrorCode.NONE,
+                s.leader_id,
+                s.epoch,
+                hw,
+                tuple(rows),
+                tuple(observers),
+                tuple((v.id, v.endpoints) for v in voters.voters),
+            ),
+        )
+
+    # ---------------------------------------------------------------- voter changes (leader)
+
+    def _change_precondition_error(self, s: LeaderState) -> tuple[ErrorCode, str] | None:
+        if s.pending_change is not None:
+            return ErrorCode.REQUEST_TIMED_OUT, "another voter change is in progress"
+        if s.high_watermark is None or s.high_watermark <= s.epoch_start_offset:
+            return ErrorCode.REQUEST_TIMED_OUT, "the leader has not committed its epoch start yet"
+        if self.voters_history.latest_offset() >= s.high_watermark:
+            return ErrorCode.REQUEST_TIMED_OUT, "the latest voters record is not committed yet"
+        return None
+
+    def _reply_change(self, pc: PendingChange, err: ErrorCode, message: str | None) -> None:
+        response: Response
+        if pc.kind is ChangeKind.UPGRADE:
+            response = UpdateKRaftVersionResponse(err, message)
+        else:
+            response = VoterChangeResponse(err, message)
+        self._respond(pc.source, pc.correlation_id, response)
+
+    def _append_voters(self, s: LeaderState, voters: VoterSet) -> int:
+        self._append_control((voters_record(voters),))
+        return self.log.end_offset - 1
+
+    def _on_add_voter(self, src: int, corr: int, req: AddRaftVoterRequest) -> None:
+        s = self.state
+
+        def fail(err: ErrorCode, msg: str) -> None:
+            self._respond(src, corr, VoterChangeResponse(err, msg))
+
+        if not isinstance(s, LeaderState) or self._shutting_down:
+            fail(ErrorCode.NOT_LEADER_OR_FOLLOWER, "not the leader")
+            return
+        pre = self._change_precondition_error(s)
+        if pre is not None:
+            fail(*pre)
+            return
+        if self.kraft_version < 1:
+            fail(ErrorCode.UNSUPPORTED_VERSION, "kraft.version 0 does not support voter changes")
+            return
+        if req.voter_id < 0 or req.voter_directory_id is None or req.voter_directory_id.is_zero():
+            fail(ErrorCode.INVALID_REQUEST, "the new voter needs an id and a directory id")
+            return
+        if not req.listeners:
+            fail(ErrorCode.INVALID_REQUEST, "the new voter has no endpoint")
+            return
+        voters = self._voters()
+        if voters.is_voter_id(req.voter_id):
+            fail(ErrorCode.DUPLICATE_VOTER, f"node {req.voter_id} is already a voter")
+            return
+        key = ReplicaKey(req.voter_id, req.voter_directory_id)
+        p = s.progress.get(key)
+        if (
+            p is None
+            or p.last_caught_up_ms < 0
+            or p.last_fetch_ms < self._now - CAUGHT_UP_WINDOW_MS
+            or p.end_offset < (s.high_watermark or 0)
+        ):
+            fail(ErrorCode.REQUEST_TIMED_OUT, f"replica {key} has not caught up")
+            return
+        s.pending_change = PendingChange(
+            ChangeKind.ADD,
+            src,
+            corr,
+            self._now + self.config.request_timeout_ms,
+            key,
+            VoterNode(key, req.listeners),
+        )
+        self._out.append(SendApiVersions(req.voter_id, req.listeners))
+
+    def _on_api_versions(self, ev: ApiVersionsReceived) -> None:
+        s = self.state
+        if not isinstance(s, LeaderState):
+            return
+        pc = s.pending_change
+        if pc is None or pc.kind is not ChangeKind.ADD or pc.record_offset is not None:
+            return
+        if pc.key.id != ev.node_id:
+            return
+        if ev.result.error_code != ErrorCode.NONE:
+            s.pending_change = None
+            self._reply_change(pc, ErrorCode.REQUEST_TIMED_OUT, "new voter unreachable")
+            return
+        if not ev.result.kraft_version.supports(1):
+            s.pending_change = None
+            self._reply_change(pc, ErrorCode.INVALID_REQUEST, "new voter lacks kraft.version 1")
+            return
+        assert pc.node is not None
+        node = VoterNode(pc.key, pc.node.endpoints, ev.result.kraft_version)
+        pc.record_offset = self._append_voters(s, self._voters().with_voter(node))
+        pc.deadline = self._now + 30_000
+        self._maybe_advance_hw()
+
+    def _on_remove_voter(self, src: int, corr: int, req: RemoveRaftVoterRequest) -> None:
+        s = self.state
+
+        def fail(err: ErrorCode, msg: str) -> None:
+            self._respond(src, corr, VoterChangeResponse(err, msg))
+
+        if not isinstance(s, LeaderState) or self._shutting_down:
+            fail(ErrorCode.NOT_LEADER_OR_FOLLOWER, "not the leader")
+            return
+        pre = self._change_precondition_error(s)
+        if pre is not None:
+            fail(*pre)
+            return
+        if self.kraft_version < 1:
+            fail(ErrorCode.UNSUPPORTED_VERSION, "kraft.version 0 does not support voter changes")
+            return
+        if req.voter_directory_id is None or req.voter_directory_id.is_zero():
+            fail(ErrorCode.INVALID_REQUEST, "a directory id is required")
+            return
+        key = ReplicaKey(req.voter_id, req.voter_directory_id)
+        voters = self._voters()
+        if key not in voters.keys() or len(voters) <= 1:
+            fail(ErrorCode.VOTER_NOT_FOUND, f"replica {key} is not a removable voter")
+            return
+        offset = self._append_voters(s, voters.without(key))
+        s.pending_change = PendingChange(
+            ChangeKind.REMOVE, src, corr, self._now + 30_000, key, None, offset
+        )
+        self._maybe_advance_hw()
+
+    def _on_update_voter(self, src: int, corr: int, req: UpdateRaftVoterRequest) -> None:
+        s = self.state
+
+        def reply(err: ErrorCode) -> None:
+            st = self.state
+            self._respond(src, corr, UpdateRaftVoterResponse(err, st.leader_id, st.epoch))
+
+        err = self._leader_only_error(req.current_leader_epoch)
+        if err is not None:
+            reply(err)
+            return
+        assert isinstance(s, LeaderState)
+        rng = req.kraft_version_feature
+        if (
+            req.voter_directory_id is None
+            or req.voter_directory_id.is_zero()
+            or rng.min_supported < 0
+            or rng.max_supported < rng.min_supported
+            or not req.listeners
+        ):
+            reply(ErrorCode.INVALID_REQUEST)
+            return
+        voters = self._voters()
+        current = voters.get(req.voter_id)
+        key = ReplicaKey(req.voter_id, req.voter_directory_id)
+        if current is None or not voters.is_voter(key):
+            reply(ErrorCode.VOTER_NOT_FOUND)
+            return
+        p = s.progress_for(key)
+        p.reported_range = rng
+        p.reported_endpoints = req.listeners
+        if self.kraft_version == 0:
+            # kraft.version 0: nothing is written; the leader remembers the voter's directory
+            # id and supported range so a later kraft.version upgrade can check them.
+            reply(ErrorCode.NONE)
+            return
+        pre = self._change_precondition_error(s)
+        if pre is not None:
+            reply(pre[0])
+            return
+        node = VoterNode(key, req.listeners, rng)
+        if node != current:
+            self._append_voters(s, voters.replaced(node))
+            self._maybe_advance_hw()
+        reply(ErrorCode.NONE)
+
+    def _on_update_kraft_version(self, src: int, corr: int, req: UpdateKRaftVersionRequest) -> None:
+        s = self.state
+
+        def reply(err: ErrorCode, msg: str | None = None) -> None:
+            self._respond(src, corr, UpdateKRaftVersionResponse(err, msg))
+
+        if not isinstance(s, LeaderState) or self._shutting_down:
+            reply(ErrorCode.NOT_LEADER_OR_FOLLOWER, "not the leader")
+            return
+        current = self.kraft_version
+        target = req.kraft_version
+        if target < current:
+            reply(ErrorCode.INVALID_UPDATE_VERSION, "kraft.version cannot be downgraded")
+            return
+        if target == current:
+            reply(ErrorCode.NONE)
+            return
+        if target > 1 or not self.config.kraft_version_range.supports(target):
+            reply(ErrorCode.INVALID_UPDATE_VERSION, f"kraft.version {target} is not supported")
+            return
+        pre = self._change_precondition_error(s)
+        if pre is not None:
+            reply(*pre)
+            return
+        upgraded: list[VoterNode] = []
+        for v in self._voters().voters:
+            if v.id == self.key.id:
+                upgraded.append(VoterNode(self.key, self.config.listeners or v.endpoints,
+                                          self.config.kraft_version_range))
+                continue
+            p = s.voter_progress(v)
+            if (
+                p is None
+                or p.reported_range is None
+                or not p.reported_range.supports(target)
+                or p.key.directory_id is None
+            ):
+                reply(ErrorCode.INVALID_UPDATE_VERSION, f"voter {v.id} does not support {target}")
+                return
+            upgraded.append(VoterNode(p.key, p.reported_endpoints or v.endpoints, p.reported_range))
+        if req.validate_only:
+            reply(ErrorCode.NONE)
+            return
+        self._append_control((kraft_version_record(target), voters_record(VoterSet.of(upgraded))))
+        s.pending_change = PendingChange(
+            ChangeKind.UPGRADE, src, corr, self._now + 30_000, self.key, None,
+            self.log.end_offset - 1,
+        )
+        self._maybe_advance_hw()
+
+    # ================================================================== responses
+
+    def _on_response(self, src: int, corr: int, resp: Response) -> None:
+        f = self._inflight.pop(corr, None)
+        if f is None:
+            return  # duplicate, late or from a previous state: ignore
+        req = f.request
+        if corr == self._fetch_corr:
+            self._fetch_corr = None
+        if corr == self._admin_corr:
+            self._admin_corr = None
+        if isinstance(resp, FetchResponse):
+            self._on_fetch_response(resp)
+        elif isinstance(resp, VoteResponse) and isinstance(req, VoteRequest):
+            self._on_vote_response(req, resp)
+        elif isinstance(resp, BeginQuorumEpochResponse | EndQuorumEpochResponse):
+            if self._maybe_transition_on_epoch(resp.leader_epoch, resp.leader_id, ()):
+                return
+            s = self.state
+            if isinstance(s, LeaderState) and resp.error_code == ErrorCode.NONE:
+                s.begin_quorum_acked.add(f.destination)
+        elif isinstance(resp, FetchSnapshotResponse):
+            self._on_fetch_snapshot_response(resp)
+        elif isinstance(resp, UpdateRaftVoterResponse):
+            s = self.state
+            if resp.error_code == ErrorCode.NONE and isinstance(s, FollowerState):
+                s.update_voter_done = True
+            elif not self._maybe_transition_on_epoch(resp.leader_epoch, resp.leader_id, ()):
+                pass
+        # VoterChangeResponse (auto-join): the next attempt is paced by next_admin_at.
+
+    # ---------------------------------------------------------------- Fetch (follower side)
+
+    def _on_fetch_response(self, resp: FetchResponse) -> None:
+        if self._maybe_transition_on_epoch(resp.leader_epoch, resp.leader_id, resp.leader_endpoints):
+            return
+        s = self.state
+        if not isinstance(s, FollowerState) or resp.leader_epoch != s.epoch:
+            return
+        if resp.error_code != ErrorCode.NONE:
+            self._fetch_backoff_until = self._now + self.config.retry_backoff_ms
+            return
+        s.fetch_deadline = self._now + self.config.fetch_timeout_ms
+        s.has_fetched = True
+        if resp.diverging_epoch is not None:
+            self._truncate_diverging(resp.diverging_epoch)
+        elif resp.snapshot_id is not None:
+            if s.download is None:
+                s.download = SnapshotDownload(resp.snapshot_id)
+                logger.info(
+                    "raft snapshot download node=%s snapshot=%s", self.key.id, resp.snapshot_id
+                )
+            return
+        elif resp.batches:
+            if not self._append_fetched(s, resp.batches):
+                return
+        if resp.high_watermark >= 0:
+            new = min(resp.high_watermark, self.log.end_offset)
+            if self.high_watermark is None or new > self.high_watermark:
+                self._set_hw(new)
+
+    def _truncate_diverging(self, diverging: OffsetAndEpoch) -> None:
+        own = self.log.end_offset_for_epoch(diverging.epoch)
+        target = min(diverging.offset, own.offset, self.log.end_offset)
+        if self.high_watermark is not None and target < self.high_watermark:
+            raise RaftFatalError(
+                f"node {self.key.id}: truncation to {target} is below the high watermark "
+                f"{self.high_watermark} (diverging epoch {diverging})"
+            )
+        if target < self.log.end_offset:
+            self._truncate(target)
+
+    def _truncate(self, target: int) -> None:
+        self.log.truncate_to(target)
+        self.voters_history.truncate_to(target)
+        self.kraft_version_history.truncate_to(target)
+        self._out.append(TruncateTo(target))
+        logger.info("raft truncate node=%s end_offset=%s", self.key.id, target)
+
+    def _append_fetched(self, s: FollowerState, batches: tuple[FetchedBatch, ...]) -> bool:
+        if batches[0].base_offset != self.log.end_offset:
+            return False
+        for b in batches:
+            if b.epoch > s.epoch:
+                raise RaftFatalError(
+                    f"node {self.key.id}: fetched batch of epoch {b.epoch} > leader epoch {s.epoch}"
+                )
+            self.log.append(b.base_offset, b.last_offset, b.epoch)
+            if b.is_control:
+                self._scan_control(b.base_offset, b.control_records)
+            elif isinstance(b.payload, bytes | bytearray | memoryview):
+                self._bytes_since_snapshot += len(b.payload)
+            else:
+                self._bytes_since_snapshot += b.last_offset - b.base_offset + 1
+        self._out.append(AppendFetched(batches))
+        return True
+
+    def _scan_control(self, base_offset: int, records: tuple[object, ...]) -> None:
+        for i, record in enumerate(records):
+            voters, version = scan_control((record,))
+            if version is not None:
+                self.kraft_version_history.add(base_offset + i, version)
+            if voters is not None:
+                self.voters_history.add(base_offset + i, voters)
+
+    # ---------------------------------------------------------------- FetchSnapshot (follower)
+
+    def _on_fetch_snapshot_response(self, resp: FetchSnapshotResponse) -> None:
+        if self._maybe_transition_on_epoch(resp.leader_epoch, resp.leader_id, resp.leader_endpoints):
+            return
+        s = self.state
+        if not isinstance(s, FollowerState) or s.download is None or resp.leader_epoch != s.epoch:
+            return
+        d = s.download
+        if resp.error_code in (ErrorCode.SNAPSHOT_NOT_FOUND, ErrorCode.POSITION_OUT_OF_RANGE):
+            # The leader no longer has it (a newer one replaced it): go back to Fetch, which
+            # redirects us to the current snapshot.
+            self._out.append(AbortSnapshotDownload(d.snapshot_id))
+            s.download = None
+            return
+        if resp.error_code != ErrorCode.NONE:
+            self._fetch_backoff_until = self._now + self.config.retry_backoff_ms
+            return
+        if resp.snapshot_id != d.snapshot_id or resp.position != d.position or d.complete:
+            return
+        data = resp.unaligned_records
+        n = len(data) if isinstance(data, bytes | bytearray | memoryview) else 0
+        if n == 0:
+            self._out.append(AbortSnapshotDownload(d.snapshot_id))
+            s.download = None
+            return
+        s.fetch_deadline = self._now + self.config.fetch_timeout_ms
+        s.has_fetched = True
+        self._out.append(WriteSnapshotChunk(d.snapshot_id, d.position, data))
+        d.position += n
+        if d.position >= resp.size:
+            d.complete = True
+            self._out.append(InstallSnapshot(d.snapshot_id))
+
+    def _on_snapshot_installed(self, ev: SnapshotInstalled) -> None:
+        sid = ev.snapshot_id
+        if sid.offset <= self.log.end_offset and sid in self.log.snapshots:
+            return
+        if self.high_watermark is not None and sid.offset < self.high_watermark:
+            raise RaftFatalError(
+                f"node {self.key.id}: installed snapshot {sid} below high watermark "
+                f"{self.high_watermark}"
+            )
+        old_snapshots = [x for x in self.log.snapshots if x != sid]
+        self.log.reset_to_snapshot(sid, ev.size_bytes)
+        for x in old_snapshots:
+            del self.log.snapshots[x]
+            self._out.append(DeleteSnapshot(x))
+        base = ev.voters if ev.voters is not None else self.config.static_voters
+        self.voters_history.reset(-1, base)
+        self.kraft_version_history.reset(-1, ev.kraft_version)
+        self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = self._now
+        s = self.state
+        if isinstance(s, FollowerState) and s.download is not None and s.download.snapshot_id == sid:
+            s.download = None
+        logger.info("raft snapshot installed node=%s snapshot=%s", self.key.id, sid)
+        if self.high_watermark is None or sid.offset > self.high_watermark:
+            self._set_hw(sid.offset)
+
+    def _on_snapshot_install_failed(self, sid: OffsetAndEpoch) -> None:
+        s = self.state
+        if isinstance(s, FollowerState) and s.download is not None and s.download.snapshot_id == sid:
+            s.download = None
+        logger.warning("raft snapshot install failed node=%s snapshot=%s", self.key.id, sid)
+
+    # ================================================================== local events
+
+    def _append_control(self, records: tuple[object, ...]) -> None:
+        s = self.state
+        assert isinstance(s, LeaderState)
+        base = self.log.end_offset
+        self.log.append(base, base + len(records) - 1, s.epoch)
+        self._scan_control(base, records)
+        self._out.append(AppendControl(base, s.epoch, records, self._now))
+        self._complete_parked(s, hw_moved_only=False)
+
+    def _on_append(self, ev: Append) -> None:
+        s = self.state
+        if not isinstance(s, LeaderState) or self._shutting_down or not ev.values:
+            err = (
+                ErrorCode.INVALID_REQUEST
+                if isinstance(s, LeaderState) and not ev.values
+                else ErrorCode.NOT_LEADER_OR_FOLLOWER
+            )
+            self._out.append(AppendRejected(ev.append_id, err, s.leader_id, s.epoch))
+            return
+        base = self.log.end_offset
+        last = base + len(ev.values) - 1
+        self.log.append(base, last, s.epoch)
+        self._bytes_since_snapshot += ev.size_bytes or len(ev.values)
+        self._out.append(AppendRecords(base, s.epoch, ev.values, self._now))
+        self._out.append(AppendAccepted(ev.append_id, base, last, s.epoch))
+        s.pending_appends[ev.append_id] = last
+        self._complete_parked(s, hw_moved_only=False)
+
+    def _on_persisted(self, end: int) -> None:
+        end = min(end, self.log.end_offset)
+        if end > self.log.persisted_end:
+            self.log.persisted_end = end
+            self._maybe_advance_hw()
+
+    def _on_shutdown(self) -> None:
+        if isinstance(self.state, LeaderState):
+            self._resign("shutdown")
+        self._shutting_down = True
+
+    # ---------------------------------------------------------------- snapshots
+
+    def _maybe_snapshot(self, force: bool) -> None:
+        hw = self.high_watermark
+        if hw is None or self._snapshot_in_progress is not None:
+            return
+        latest = self.log.latest_snapshot()
+        if latest is not None and latest.offset >= hw:
+            return
+        if hw <= self.log.start_offset or hw <= 0:
+            return
+        if not force:
+            interval = self.config.snapshot_interval_ms
+            due = self._bytes_since_snapshot >= self.config.snapshot_max_bytes_between or (
+                interval > 0 and self._now - self._last_snapshot_ms >= interval
+            )
+            if not due:
+                return
+        sid = OffsetAndEpoch(self.log.epoch_at(hw), hw)
+        self._snapshot_in_progress = sid
+        self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = self._now
+        self._out.append(CreateSnapshot(sid, self.voters_at(hw), self.kraft_version_at(hw)))
+
+    def voters_at(self, end_offset: int) -> VoterSet | None:
+        """The voters set in force for the log prefix ending at `end_offset`."""
+        return self.voters_history.value_at(end_offset)
+
+    def kraft_version_at(self, end_offset: int) -> int:
+        """The kraft.version in force for the log prefix ending at `end_offset`."""
+        v = self.kraft_version_history.value_at(end_offset)
+        return v if v is not None else 0
+
+    def _on_snapshot_created(self, sid: OffsetAndEpoch, size: int) -> None:
+        if self._snapshot_in_progress == sid:
+            self._snapshot_in_progress = None
+        if sid.offset > self.log.end_offset:
+            return
+        self.log.snapshots[sid] = size
+        logger.info("raft snapshot created node=%s snapshot=%s size=%s", self.key.id, sid, size)
+        if self.config.delete_log_after_snapshot and sid.offset > self.log.start_offset:
+            hw = self.high_watermark if self.high_watermark is not None else 0
+            if sid.offset <= hw:
+                self.log.advance_start(sid.offset)
+                self._out.append(AdvanceLogStart(sid.offset))
+                for old in [x for x in self.log.snapshots if x.offset < self.log.start_offset]:
+                    del self.log.snapshots[old]
+                    self._out.append(DeleteSnapshot(old))

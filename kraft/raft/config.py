@@ -1,0 +1,68 @@
+"""Construction inputs of the consensus core: static configuration and the loaded log state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kraft.protocol.uuid import Uuid
+from kraft.raft.messages import Endpoint, KRaftVersionRange, OffsetAndEpoch
+from kraft.raft.voters import VoterSet
+
+
+@dataclass(frozen=True, slots=True)
+class RaftConfig:
+    """Configuration of one replica (Kafka's `controller.quorum.*` and snapshot settings).
+
+    Exactly one of `static_voters` (controller.quorum.voters, kraft.version 0) and
+    `bootstrap_servers` (controller.quorum.bootstrap.servers, dynamic quorum whose voters come
+    from the log / bootstrap snapshot) is normally set; a dynamic quorum may set both empty when
+    the voters are in the loaded `LogState`.
+    """
+
+    node_id: int
+    directory_id: Uuid
+    listeners: tuple[Endpoint, ...] = ()
+    static_voters: VoterSet | None = None
+    bootstrap_servers: tuple[Endpoint, ...] = ()
+    election_timeout_ms: int = 1000
+    election_backoff_max_ms: int = 1000
+    fetch_timeout_ms: int = 2000
+    request_timeout_ms: int = 2000
+    retry_backoff_ms: int = 20
+    max_fetch_wait_ms: int = 500
+    max_fetch_bytes: int = 8 * 1024 * 1024
+    auto_join: bool = False
+    kraft_version_range: KRaftVersionRange = field(default_factory=lambda: KRaftVersionRange(0, 1))
+    snapshot_max_bytes_between: int = 20 * 1024 * 1024
+    snapshot_interval_ms: int = 3_600_000
+    delete_log_after_snapshot: bool = True
+    update_voter_period_ms: int = 6000
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumStateData:
+    """Contents of the `quorum-state` file."""
+
+    leader_epoch: int = 0
+    leader_id: int = -1
+    voted_id: int = -1
+    voted_directory_id: Uuid | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogState:
+    """What the runtime loaded from disk before starting the core.
+
+    `epoch_cache` is the leader-epoch checkpoint ((epoch, start offset), ascending);
+    `voters_history` holds (offset, voters) for each VotersRecord in the log plus the latest
+    snapshot's set at offset -1; `kraft_version_history` likewise for KRaftVersion records;
+    `snapshots` lists every complete snapshot id with its size in bytes.
+    """
+
+    quorum_state: QuorumStateData = field(default_factory=QuorumStateData)
+    log_start_offset: int = 0
+    log_end_offset: int = 0
+    epoch_cache: tuple[tuple[int, int], ...] = ()
+    voters_history: tuple[tuple[int, VoterSet], ...] = ()
+    kraft_version_history: tuple[tuple[int, int], ...] = ()
+    snapshots: tuple[tuple[OffsetAndEpoch, int], ...] = ()

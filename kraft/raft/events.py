@@ -1,0 +1,124 @@
+"""Inputs of the consensus core. Every event is handed to `RaftCore.handle(event, now_ms)`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kraft.raft.messages import ApiVersionsResult, OffsetAndEpoch, Request, Response
+from kraft.raft.voters import VoterSet
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Time advanced; the core fires whatever timers are due at `now_ms`."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestReceived:
+    """A request arrived from `source` (a node id; admin clients may use -1)."""
+
+    source: int
+    correlation_id: int
+    request: Request
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseReceived:
+    """A response arrived for the request the core sent with `correlation_id`."""
+
+    source: int
+    correlation_id: int
+    response: Response
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFailed:
+    """The runtime gave up on a request the core sent (disconnect, timeout, no route)."""
+
+    destination: int
+    correlation_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """A client wants `values` appended as one data batch (leader only).
+
+    The answer is an `AppendAccepted`/`AppendRejected` effect right away and a
+    `AppendCommitted` effect once the batch is committed.
+    """
+
+    append_id: int
+    values: tuple[object, ...]
+    size_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Persisted:
+    """The log is durable (fsynced) up to `end_offset` (exclusive)."""
+
+    end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRequested:
+    """The state machine asks for a snapshot at the current high watermark."""
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotCreated:
+    """The runtime finished writing the snapshot asked for by `CreateSnapshot`."""
+
+    snapshot_id: OffsetAndEpoch
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotInstalled:
+    """A downloaded snapshot was validated and installed; the log now starts at its end.
+
+    `voters` and `kraft_version` are what the snapshot's control records hold (None/0 when it
+    has none).
+    """
+
+    snapshot_id: OffsetAndEpoch
+    size_bytes: int
+    voters: VoterSet | None
+    kraft_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotInstallFailed:
+    """A downloaded snapshot failed validation; the core goes back to fetching the log."""
+
+    snapshot_id: OffsetAndEpoch
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ApiVersionsReceived:
+    """Result of an ApiVersions exchange asked for by `SendApiVersions`."""
+
+    node_id: int
+    result: ApiVersionsResult
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown:
+    """Graceful shutdown: a leader resigns (EndQuorumEpoch) before the process stops."""
+
+
+Event = (
+    Tick
+    | RequestReceived
+    | ResponseReceived
+    | RequestFailed
+    | Append
+    | Persisted
+    | SnapshotRequested
+    | SnapshotCreated
+    | SnapshotInstalled
+    | SnapshotInstallFailed
+    | ApiVersionsReceived
+    | Shutdown
+)
+"""Every input of the core."""

@@ -1,0 +1,78 @@
+"""Command line of the simulator.
+
+    python -m kraft.sim --seeds N [--start S] [--nodes K]   run N seeds, one summary line
+    python -m kraft.sim --seed S [--nodes K] --trace         replay one seed with a trace
+    python -m kraft.sim --soak [--start S]                   run seeds until stopped
+
+A failing seed prints the one command that replays it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import time
+
+from kraft.sim.cluster import SimParams, SimResult, run_seed
+
+
+def replay_command(seed: int, nodes: int) -> str:
+    """The command that replays one seed with a trace."""
+    return f"python -m kraft.sim --seed {seed} --nodes {nodes} --trace"
+
+
+def summary(results: list[SimResult], seconds: float) -> str:
+    """The one-line summary of a batch of seeds."""
+    failed = [r for r in results if not r.ok]
+    return (
+        f"seeds={len(results)} steps={sum(r.steps for r in results)} "
+        f"invariant_checks={sum(r.checks for r in results)} violations={len(failed)} "
+        f"commits={sum(r.committed for r in results)} elections={sum(r.elections for r in results)} "
+        f"seconds={seconds:.1f}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit status (1 when a seed failed)."""
+    ap = argparse.ArgumentParser(prog="python -m kraft.sim", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=None, help="number of seeds to run")
+    ap.add_argument("--start", type=int, default=0, help="first seed")
+    ap.add_argument("--seed", type=int, default=None, help="run this one seed")
+    ap.add_argument("--nodes", type=int, default=3, help="initial voters")
+    ap.add_argument("--trace", action="store_true", help="print a readable trace")
+    ap.add_argument("--soak", action="store_true", help="run seeds until interrupted")
+    args = ap.parse_args(argv)
+    params = SimParams(nodes=args.nodes)
+
+    if args.seed is not None:
+        trace = print if args.trace else None
+        r = run_seed(args.seed, params, trace)
+        print(
+            f"seed={r.seed} mode={r.mode} steps={r.steps} invariant_checks={r.checks} "
+            f"commits={r.committed} elections={r.elections} sim_ms={r.sim_time_ms} "
+            f"violation={r.violation}"
+        )
+        return 0 if r.ok else 1
+
+    seeds: itertools.count[int] | range
+    if args.soak:
+        seeds = itertools.count(args.start)
+    else:
+        seeds = range(args.start, args.start + (args.seeds if args.seeds is not None else 100))
+    results: list[SimResult] = []
+    t0 = time.monotonic()
+    try:
+        for seed in seeds:
+            r = run_seed(seed, params)
+            results.append(r)
+            if not r.ok:
+                print(f"FAIL seed={seed}: {r.violation}", file=sys.stderr)
+                print(f"replay: {replay_command(seed, args.nodes)}", file=sys.stderr)
+            if args.soak and len(results) % 100 == 0:
+                print(summary(results, time.monotonic() - t0), flush=True)
+    except KeyboardInterrupt:
+        pass
+    print(summary(results, time.monotonic() - t0))
+    return 0 if all(r.ok for r in results) else 1

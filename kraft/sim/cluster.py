@@ -1,0 +1,768 @@
+"""A deterministic simulation of a KRaft quorum: one seed reproduces one run exactly.
+
+The simulator plays the runtime for several `RaftCore`s: a simulated clock and event queue, a
+network that delays, drops, duplicates and reorders messages and can be partitioned (fully or
+one way), disks with fsync latency that lose unflushed writes on a crash and can be lost
+entirely (the replica comes back with a new directory id), client appends, snapshots, restarts
+and membership changes through the real AddRaftVoter / RemoveRaftVoter requests. Effects are
+executed in the order the core's contract prescribes, and the invariants of
+`kraft.sim.invariants` are checked as the effects are executed. After the fault phase every
+fault is healed and a leader must be elected and commit a new client append within a bounded
+simulated time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kraft.protocol.errors import ErrorCode
+from kraft.protocol.uuid import Uuid
+from kraft.raft.client import RaftCore
+from kraft.raft.config import QuorumStateData, RaftConfig
+from kraft.raft.effects import (
+    AbortSnapshotDownload,
+    AdvanceLogStart,
+    AppendAccepted,
+    AppendCommitted,
+    AppendControl,
+    AppendFetched,
+    AppendRecords,
+    AppendRejected,
+    Committed,
+    CreateSnapshot,
+    DeleteSnapshot,
+    Effect,
+    InstallSnapshot,
+    PersistQuorumState,
+    SendApiVersions,
+    SendFetchResponse,
+    SendFetchSnapshotResponse,
+    SendRequest,
+    SendResponse,
+    StateChanged,
+    TruncateTo,
+    WriteSnapshotChunk,
+)
+from kraft.raft.events import (
+    Append,
+    ApiVersionsReceived,
+    Event,
+    Persisted,
+    RequestReceived,
+    ResponseReceived,
+    Shutdown,
+    SnapshotCreated,
+    SnapshotInstalled,
+    SnapshotInstallFailed,
+    SnapshotRequested,
+    Tick,
+)
+from kraft.raft.messages import (
+    AddRaftVoterRequest,
+    ApiVersionsResult,
+    Endpoint,
+    FetchedBatch,
+    FetchResponse,
+    FetchSnapshotResponse,
+    KRaftVersionRange,
+    RemoveRaftVoterRequest,
+    ReplicaKey,
+    UpdateKRaftVersionRequest,
+)
+from kraft.raft.state import Role
+from kraft.raft.voters import VoterNode, VoterSet
+from kraft.sim.disk import SimDisk, SimSnapshot
+from kraft.sim.invariants import InvariantViolation, Invariants
+
+ADMIN = -100
+"""Node id the simulated admin client uses as its source."""
+
+LISTENER = "CONTROLLER"
+
+# event-queue item kinds
+_DELIVER, _TICK, _FLUSH, _LOCAL, _FAULT, _CLIENT, _HEAL, _ADMIN = range(8)
+
+
+@dataclass(frozen=True, slots=True)
+class SimParams:
+    """Shape of one simulated run."""
+
+    nodes: int = 3
+    spares: int = 1
+    fault_ms: int = 12_000
+    liveness_ms: int = 15_000
+    max_delay_ms: int = 15
+    fetch_batch_entries: int = 16
+
+
+@dataclass(slots=True)
+class SimResult:
+    """Outcome of one seed."""
+
+    seed: int
+    steps: int
+    checks: int
+    violation: str | None
+    sim_time_ms: int
+    committed: int
+    elections: int
+    mode: str
+
+    @property
+    def ok(self) -> bool:
+        """True when no invariant was violated."""
+        return self.violation is None
+
+
+@dataclass(slots=True)
+class SimNode:
+    """One simulated replica: its disk survives restarts, everything else does not."""
+
+    node_id: int
+    disk: SimDisk
+    config: RaftConfig
+    core: RaftCore | None = None
+    incarnation: int = 0
+    timer_at: int | None = None
+    flush_pending: bool = False
+    applied_to: int = 0
+    last_hw: int = -1
+    partials: dict[object, bytearray] = field(default_factory=dict)
+
+
+def _endpoint(node_id: int) -> Endpoint:
+    return Endpoint(LISTENER, f"node{node_id}", 9093)
+
+
+class Simulation:
+    """One seeded run over `params.nodes` voters (+ spares in dynamic mode)."""
+
+    def __init__(
+        self,
+        seed: int,
+        params: SimParams | None = None,
+        trace: Callable[[str], None] | None = None,
+    ) -> None:
+        self.seed = seed
+        self.params = params or SimParams()
+        self.rng = random.Random(seed)
+        self.trace = trace
+        self.now = 0
+        self._seq = 0
+        self._queue: list[tuple[int, int, int, int, object, int]] = []
+        self.inv = Invariants()
+        self.steps = 0
+        self.elections = 0
+        self.dynamic = seed % 3 != 0
+        self.mode = "dynamic" if self.dynamic else "static"
+        self.blocked: set[tuple[int, int]] = set()
+        self.loss = 0.0
+        self.dup = 0.01
+        self.healed_at: int | None = None
+        self.live_after_heal = False
+        self._append_seq = 0
+        self._value_seq = 0
+        self._after_heal_appends: set[int] = set()
+        self.committed_appends = 0
+        self._admin_corr = 0
+        self.nodes: dict[int, SimNode] = {}
+        self._build()
+
+    # ------------------------------------------------------------------ setup
+
+    def _uuid(self) -> Uuid:
+        return Uuid(self.rng.randbytes(16))
+
+    def _build(self) -> None:
+        p = self.params
+        total = p.nodes + (p.spares if self.dynamic else 0)
+        ids = list(range(1, total + 1))
+        bootstrap = tuple(_endpoint(i) for i in ids[: p.nodes])
+        disks = {i: SimDisk(self._uuid()) for i in ids}
+        static: VoterSet | None = None
+        boot_voters: VoterSet | None = None
+        if self.dynamic:
+            boot_voters = VoterSet.of(
+                [
+                    VoterNode(ReplicaKey(i, disks[i].directory_id), (_endpoint(i),),
+                              KRaftVersionRange(0, 1))
+                    for i in ids[: p.nodes]
+                ]
+            )
+        else:
+            static = VoterSet.of(
+                [VoterNode(ReplicaKey(i, None), (_endpoint(i),), KRaftVersionRange(0, 0))
+                 for i in ids[: p.nodes]]
+            )
+        snap_every = self.rng.choice([15, 40, 1 << 40])
+        for i in ids:
+            d = disks[i]
+            if self.dynamic and i <= p.nodes:
+                d.bootstrap_voters = boot_voters
+                d.bootstrap_kraft_version = 1
+            cfg = self._config(i, d.directory_id, static, bootstrap, snap_every)
+            self.nodes[i] = SimNode(i, d, cfg)
+        for i in ids:
+            self._start_node(self.nodes[i])
+
+    def _config(
+        self,
+        node_id: int,
+        directory_id: Uuid,
+        static: VoterSet | None,
+        bootstrap: tuple[Endpoint, ...],
+        snap_every: int,
+    ) -> RaftConfig:
+        return RaftConfig(
+            node_id=node_id,
+            directory_id=directory_id,
+            listeners=(_endpoint(node_id),),
+            static_voters=static,
+            bootstrap_servers=bootstrap,
+            election_timeout_ms=500,
+            election_backoff_max_ms=500,
+            fetch_timeout_ms=1000,
+            request_timeout_ms=800,
+            retry_backoff_ms=20,
+            max_fetch_wait_ms=200,
+            max_fetch_bytes=96,
+            auto_join=self.dynamic,
+            snapshot_max_bytes_between=snap_every,
+            snapshot_interval_ms=0,
+            update_voter_period_ms=2000,
+        )
+
+    def _start_node(self, n: SimNode) -> None:
+        n.incarnation += 1
+        state = n.disk.load()
+        n.core = RaftCore(
+            n.config, state, random.Random(self.seed * 7919 + n.node_id * 104729 + n.incarnation),
+            self.now,
+        )
+        n.applied_to = n.disk.start_offset
+        n.last_hw = -1
+        n.timer_at = None
+        n.flush_pending = False
+        n.partials.clear()
+        self._trace(n.node_id, "start", f"incarnation={n.incarnation} log_end={state.log_end_offset}")
+        self._execute(n, n.core.start())
+        self._arm(n)
+
+    # ------------------------------------------------------------------ queue
+
+    def _push(self, at: int, kind: int, node: int, payload: object, inc: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self._queue, (at, self._seq, kind, node, payload, inc))
+
+    def _arm(self, n: SimNode) -> None:
+        if n.core is None:
+            return
+        d = n.core.next_deadline()
+        if d is None:
+            return
+        d = max(d, self.now + 1)
+        if n.timer_at is None or d < n.timer_at or n.timer_at < self.now:
+            n.timer_at = d
+            self._push(d, _TICK, n.node_id, None, n.incarnation)
+
+    def _trace(self, node: int, what: str, detail: object) -> None:
+        if self.trace is not None:
+            text = str(detail)
+            if len(text) > 220:
+                text = text[:217] + "..."
+            self.trace(f"{self.now:>7} n{node:<3} {what:<26} {text}")
+
+    # ------------------------------------------------------------------ run
+
+    def run(self) -> SimResult:
+        """Run the seed to the end; returns the result (violation text if any)."""
+        p = self.params
+        end = p.fault_ms + p.liveness_ms
+        self._push(self.rng.randint(50, 300), _CLIENT, 0, None)
+        self._push(self.rng.randint(300, 1500), _FAULT, 0, None)
+        self._push(p.fault_ms, _HEAL, 0, None)
+        violation: str | None = None
+        try:
+            while self._queue:
+                at, _, kind, node, payload, inc = heapq.heappop(self._queue)
+                if at > end:
+                    break
+                self.now = at
+                self.steps += 1
+                self._step(kind, node, payload, inc)
+                if self.live_after_heal and self.now > p.fault_ms + 1000:
+                    # Liveness shown; run a little more to check the healed steady state.
+                    end = min(end, self.now + 1500)
+            if not self.live_after_heal:
+                self.inv.fail(
+                    "liveness",
+                    f"no client append committed within {p.liveness_ms} ms after healing",
+                )
+        except InvariantViolation as exc:
+            violation = str(exc)
+        except Exception as exc:  # a crash of the core is a finding too
+            violation = f"exception: {type(exc).__name__}: {exc}"
+        return SimResult(
+            self.seed,
+            self.steps,
+            self.inv.checks,
+            violation,
+            self.now,
+            self.committed_appends,
+            self.elections,
+            self.mode,
+        )
+
+    def _step(self, kind: int, node_id: int, payload: object, inc: int) -> None:
+        if kind == _DELIVER or kind == _LOCAL:
+            if node_id == ADMIN:
+                self._trace(ADMIN, "admin <-", payload)
+                return
+            n = self.nodes[node_id]
+            if n.core is None or (kind == _LOCAL and inc != n.incarnation):
+                return
+            assert isinstance(payload, Event)  # type: ignore[misc,arg-type]
+            self._deliver(n, payload)  # type: ignore[arg-type]
+        elif kind == _TICK:
+            n = self.nodes[node_id]
+            if n.core is None or inc != n.incarnation or n.timer_at != self.now:
+                return
+            n.timer_at = None
+            self._deliver(n, Tick())
+        elif kind == _FLUSH:
+            n = self.nodes[node_id]
+            if n.core is None or inc != n.incarnation:
+                return
+            n.flush_pending = False
+            end = n.disk.flush()
+            self._deliver(n, Persisted(end))
+        elif kind == _CLIENT:
+            self._client()
+        elif kind == _FAULT:
+            if self.now < self.params.fault_ms:
+                self._fault()
+                self._push(self.now + self.rng.randint(150, 1200), _FAULT, 0, None)
+        elif kind == _HEAL:
+            self._heal()
+
+    def _deliver(self, n: SimNode, event: Event) -> None:
+        core = n.core
+        assert core is not None
+        if self.trace is not None and type(event) is not Tick:
+            self._trace(n.node_id, "<- " + type(event).__name__, _brief(event))
+        effects = core.handle(event, self.now)
+        self._execute(n, effects)
+        self._arm(n)
+
+    # ------------------------------------------------------------------ network
+
+    def _send(self, src: int, dst: int, event: Event) -> None:
+        if dst not in self.nodes and dst != ADMIN:
+            return
+        if (src, dst) in self.blocked or self.rng.random() < self.loss:
+            return
+        copies = 2 if self.rng.random() < self.dup else 1
+        for _ in range(copies):
+            delay = self.rng.randint(1, self.params.max_delay_ms)
+            self._push(self.now + delay, _DELIVER, dst, event)
+
+    def _bootstrap_target(self, dest: int, endpoints: tuple[Endpoint, ...]) -> int:
+        if dest >= 0:
+            return dest
+        for e in endpoints:
+            if e.host.startswith("node"):
+                return int(e.host[4:])
+        return dest
+
+    # ------------------------------------------------------------------ effects
+
+    def _execute(self, n: SimNode, effects: list[Effect]) -> None:
+        nid = n.node_id
+        disk = n.disk
+        inv = self.inv
+        for e in effects:
+            t = type(e)
+            if t is SendRequest:
+                assert isinstance(e, SendRequest)
+                dst = self._bootstrap_target(e.destination, e.endpoints)
+                if self.trace is not None:
+                    self._trace(nid, f"-> n{dst} {type(e.request).__name__}", _brief(e.request))
+                self._send(nid, dst, RequestReceived(nid, e.correlation_id, e.request))
+            elif t is SendResponse:
+                assert isinstance(e, SendResponse)
+                if self.trace is not None:
+                    self._trace(nid, f"-> n{e.destination} {type(e.response).__name__}",
+                                _brief(e.response))
+                self._send(nid, e.destination, ResponseReceived(nid, e.correlation_id, e.response))
+            elif t is SendFetchResponse:
+                assert isinstance(e, SendFetchResponse)
+                resp = e.response
+                if e.read_offset is not None:
+                    resp = self._with_batches(n, resp, e.read_offset)
+                if self.trace is not None:
+                    self._trace(nid, f"-> n{e.destination} FetchResponse", _brief(resp))
+                self._send(nid, e.destination, ResponseReceived(nid, e.correlation_id, resp))
+            elif t is AppendRecords:
+                assert isinstance(e, AppendRecords)
+                if disk.end_offset != e.base_offset:
+                    inv.fail("runtime", f"node {nid} append at {e.base_offset} != {disk.end_offset}")
+                for v in e.values:
+                    off, h = disk.append(e.epoch, v, False)
+                    inv.on_record(nid, off, e.epoch, h)
+                self._schedule_flush(n)
+            elif t is AppendControl:
+                assert isinstance(e, AppendControl)
+                if disk.end_offset != e.base_offset:
+                    inv.fail("runtime", f"node {nid} control at {e.base_offset} != {disk.end_offset}")
+                for r in e.control_records:
+                    off, h = disk.append(e.epoch, r, True)
+                    inv.on_record(nid, off, e.epoch, h)
+                self._schedule_flush(n)
+            elif t is AppendFetched:
+                assert isinstance(e, AppendFetched)
+                for b in e.batches:
+                    if disk.end_offset != b.base_offset:
+                        inv.fail("runtime", f"node {nid} fetched {b.base_offset} != {disk.end_offset}")
+                    value = b.control_records[0] if b.is_control else b.payload
+                    off, h = disk.append(b.epoch, value, b.is_control)
+                    inv.on_record(nid, off, b.epoch, h)
+                self._schedule_flush(n)
+            elif t is TruncateTo:
+                assert isinstance(e, TruncateTo)
+                self._trace(nid, "truncate", e.end_offset)
+                inv.check_truncation(nid, e.end_offset, disk.chain_at)
+                disk.truncate(e.end_offset)
+            elif t is Committed:
+                assert isinstance(e, Committed)
+                self._commit(n, e.high_watermark)
+            elif t is PersistQuorumState:
+                assert isinstance(e, PersistQuorumState)
+                disk.quorum_state = QuorumStateData(
+                    e.leader_epoch, e.leader_id, e.voted_id, e.voted_directory_id
+                )
+            elif t is StateChanged:
+                assert isinstance(e, StateChanged)
+                self._trace(nid, "state", f"{e.state} epoch={e.epoch} leader={e.leader_id}")
+                if e.state == Role.LEADER.value:
+                    self.elections += 1
+                    inv.on_leader(nid, e.epoch)
+                    inv.check_leader_complete(nid, e.epoch, disk.end_offset, disk.chain_at)
+            elif t is AppendAccepted or t is AppendRejected:
+                pass
+            elif t is AppendCommitted:
+                assert isinstance(e, AppendCommitted)
+                if e.error_code == ErrorCode.NONE:
+                    self.committed_appends += 1
+                    if e.append_id in self._after_heal_appends:
+                        self.live_after_heal = True
+            elif t is SendFetchSnapshotResponse:
+                assert isinstance(e, SendFetchSnapshotResponse)
+                r = e.response
+                if r.error_code == ErrorCode.NONE:
+                    snap = disk.snapshots.get(r.snapshot_id)
+                    if snap is None:
+                        inv.fail("runtime", f"node {nid} has no snapshot {r.snapshot_id}")
+                    assert snap is not None
+                    data = snap.to_bytes()[r.position : r.position + e.max_bytes]
+                    r = FetchSnapshotResponse(
+                        r.error_code, r.leader_id, r.leader_epoch, r.snapshot_id,
+                        len(snap.to_bytes()), r.position, data, r.leader_endpoints,
+                    )
+                self._send(nid, e.destination, ResponseReceived(nid, e.correlation_id, r))
+            elif t is CreateSnapshot:
+                assert isinstance(e, CreateSnapshot)
+                sid = e.snapshot_id
+                chain = disk.chain_at(sid.offset)
+                if n.applied_to != sid.offset or chain is None:
+                    inv.fail("runtime", f"node {nid} snapshot {sid} but applied {n.applied_to}")
+                assert chain is not None
+                snap = SimSnapshot(sid, chain, e.voters, e.kraft_version)
+                disk.snapshots[sid] = snap
+                self._trace(nid, "snapshot", sid)
+                self._push(self.now + self.rng.randint(1, 20), _LOCAL, nid,
+                           SnapshotCreated(sid, len(snap.to_bytes())), n.incarnation)
+            elif t is AdvanceLogStart:
+                assert isinstance(e, AdvanceLogStart)
+                disk.advance_start(e.offset)
+            elif t is DeleteSnapshot:
+                assert isinstance(e, DeleteSnapshot)
+                disk.snapshots.pop(e.snapshot_id, None)
+            elif t is WriteSnapshotChunk:
+                assert isinstance(e, WriteSnapshotChunk)
+                part = n.partials.setdefault(e.snapshot_id, bytearray())
+                if len(part) != e.position:
+                    inv.fail("runtime", f"node {nid} chunk at {e.position} != {len(part)}")
+                assert isinstance(e.data, bytes)
+                part += e.data
+            elif t is InstallSnapshot:
+                assert isinstance(e, InstallSnapshot)
+                self._install(n, e.snapshot_id)
+            elif t is AbortSnapshotDownload:
+                assert isinstance(e, AbortSnapshotDownload)
+                n.partials.pop(e.snapshot_id, None)
+            elif t is SendApiVersions:
+                assert isinstance(e, SendApiVersions)
+                self._api_versions(n, e.node_id)
+
+    def _with_batches(self, n: SimNode, resp: FetchResponse, read_offset: int) -> FetchResponse:
+        disk = n.disk
+        start = read_offset - disk.start_offset
+        if start < 0:
+            return resp
+        chunk = disk.entries[start : start + self.params.fetch_batch_entries]
+        batches = tuple(
+            FetchedBatch(read_offset + i, read_offset + i, ep, ctl, (v,) if ctl else (), v)
+            for i, (ep, v, _h, ctl) in enumerate(chunk)
+        )
+        return FetchResponse(
+            resp.error_code, resp.leader_id, resp.leader_epoch, resp.high_watermark,
+            resp.log_start_offset, resp.diverging_epoch, resp.snapshot_id,
+            resp.leader_endpoints, batches,
+        )
+
+    def _schedule_flush(self, n: SimNode) -> None:
+        if not n.flush_pending:
+            n.flush_pending = True
+            self._push(self.now + self.rng.randint(1, 8), _FLUSH, n.node_id, None, n.incarnation)
+
+    def _commit(self, n: SimNode, hw: int) -> None:
+        inv = self.inv
+        inv.check_hw_monotonic(n.node_id, n.last_hw, hw)
+        n.last_hw = hw
+        disk = n.disk
+        for o in range(max(n.applied_to, disk.start_offset), hw):
+            h = disk.chain_at(o + 1)
+            if h is None:
+                inv.fail("runtime", f"node {n.node_id} commits {hw} beyond its log {disk.end_offset}")
+            assert h is not None
+            inv.on_applied(n.node_id, o, h)
+        n.applied_to = max(n.applied_to, hw)
+        inv.on_commit(n.node_id, hw, disk.chain_at(hw))
+        core = n.core
+        if core is not None and core.role is Role.LEADER:
+            for off, vs in core.voters_history.entries():
+                if 0 <= off < hw:
+                    inv.on_committed_voters(off, vs)
+
+    def _install(self, n: SimNode, sid: object) -> None:
+        data = n.partials.pop(sid, None)
+        if data is None:
+            self.inv.fail("runtime", f"node {n.node_id} installs {sid} without data")
+        assert data is not None
+        snap = SimSnapshot.from_bytes(bytes(data))
+        if snap.snapshot_id != sid:
+            self._push(self.now, _LOCAL, n.node_id, SnapshotInstallFailed(snap.snapshot_id, "id"),
+                       n.incarnation)
+            return
+        want = self.inv.committed_chain.get(snap.snapshot_id.offset - 1)
+        if want is not None and want != snap.chain:
+            self.inv.fail("snapshot", f"node {n.node_id} installs a snapshot of another history")
+        self._trace(n.node_id, "install", sid)
+        n.disk.install(snap)
+        n.applied_to = snap.snapshot_id.offset
+        self._push(
+            self.now,
+            _LOCAL,
+            n.node_id,
+            SnapshotInstalled(snap.snapshot_id, len(data), snap.voters, snap.kraft_version),
+            n.incarnation,
+        )
+
+    def _api_versions(self, n: SimNode, target: int) -> None:
+        t = self.nodes.get(target)
+        ok = (
+            t is not None
+            and t.core is not None
+            and (n.node_id, target) not in self.blocked
+            and (target, n.node_id) not in self.blocked
+        )
+        if ok:
+            assert t is not None
+            result = ApiVersionsResult(ErrorCode.NONE, t.config.kraft_version_range)
+            delay = self.rng.randint(2, 20)
+        else:
+            result = ApiVersionsResult(ErrorCode.REQUEST_TIMED_OUT)
+            delay = n.config.request_timeout_ms
+        self._push(self.now + delay, _LOCAL, n.node_id, ApiVersionsReceived(target, result),
+                   n.incarnation)
+
+    # ------------------------------------------------------------------ workload and faults
+
+    def _leaders(self) -> list[SimNode]:
+        return [n for n in self.nodes.values() if n.core is not None and n.core.role is Role.LEADER]
+
+    def _client(self) -> None:
+        leaders = self._leaders()
+        if leaders:
+            n = self.rng.choice(leaders)
+            self._append_seq += 1
+            count = self.rng.randint(1, 3)
+            values = []
+            for _ in range(count):
+                self._value_seq += 1
+                values.append(self._value_seq)
+            if self.healed_at is not None:
+                self._after_heal_appends.add(self._append_seq)
+            self._deliver(n, Append(self._append_seq, tuple(values), count))
+        self._push(self.now + self.rng.randint(20, 150), _CLIENT, 0, None)
+
+    def _alive(self) -> list[SimNode]:
+        return [n for n in self.nodes.values() if n.core is not None]
+
+    def _dead(self) -> list[SimNode]:
+        return [n for n in self.nodes.values() if n.core is None]
+
+    def _crash(self, n: SimNode) -> None:
+        self._trace(n.node_id, "CRASH", "")
+        n.core = None
+        n.disk.crash()
+        n.partials.clear()
+        n.incarnation += 1
+
+    def _fault(self) -> None:
+        r = self.rng.random()
+        ids = sorted(self.nodes)
+        if r < 0.14:
+            alive = self._alive()
+            if alive:
+                self._crash(self.rng.choice(alive))
+        elif r < 0.32:
+            dead = self._dead()
+            if dead:
+                self._start_node(self.rng.choice(dead))
+        elif r < 0.40:
+            victim = self.rng.choice(ids)
+            self._trace(victim, "ISOLATE", "")
+            for other in ids:
+                if other != victim:
+                    self.blocked.add((victim, other))
+                    self.blocked.add((other, victim))
+        elif r < 0.48:
+            a, b = self.rng.sample(ids, 2)
+            self._trace(a, "BLOCK", f"-> n{b}")
+            self.blocked.add((a, b))
+        elif r < 0.60:
+            self._trace(0, "HEAL-NET", "")
+            self.blocked.clear()
+        elif r < 0.65:
+            self.loss = self.rng.choice([0.0, 0.0, 0.02, 0.1])
+            self.dup = self.rng.choice([0.0, 0.01, 0.05])
+        elif r < 0.75:
+            alive = self._alive()
+            if alive:
+                n = self.rng.choice(alive)
+                self._deliver(n, SnapshotRequested())
+        elif r < 0.80:
+            for n in self._leaders():
+                self._trace(n.node_id, "SHUTDOWN", "resign and restart")
+                self._deliver(n, Shutdown())
+                self._crash(n)
+                self._start_node(n)
+                break
+        elif r < 0.90:
+            self._membership()
+        elif r < 0.95:
+            self._disk_loss()
+        elif not self.dynamic:
+            for n in self._leaders():
+                self._admin(n, UpdateKRaftVersionRequest(1))
+
+    def _admin(self, n: SimNode, request: object) -> None:
+        self._admin_corr += 1
+        self._trace(n.node_id, "admin ->", request)
+        self._send(ADMIN, n.node_id, RequestReceived(ADMIN, self._admin_corr, request))  # type: ignore[arg-type]
+
+    def _membership(self) -> None:
+        leaders = self._leaders()
+        if not leaders:
+            return
+        leader = self.rng.choice(leaders)
+        core = leader.core
+        assert core is not None
+        voters = core.voters()
+        if core.kraft_version < 1:
+            return
+        if self._stale_voters(voters):
+            return
+        observers = [n for n in self.nodes.values() if not voters.is_voter_id(n.node_id)]
+        if observers and (len(voters) <= 2 or self.rng.random() < 0.5):
+            o = self.rng.choice(observers)
+            self._admin(leader, AddRaftVoterRequest(o.node_id, o.disk.directory_id, (_endpoint(o.node_id),)))
+        elif len(voters) > 2:
+            v = self.rng.choice(voters.voters)
+            self._admin(leader, RemoveRaftVoterRequest(v.id, v.key.directory_id))
+
+    def _stale_voters(self, voters: VoterSet) -> bool:
+        """True when some voter key no longer matches its node's disk (a lost disk)."""
+        return any(
+            v.key.directory_id is not None
+            and v.key.directory_id != self.nodes[v.id].disk.directory_id
+            for v in voters.voters
+        )
+
+    def _disk_loss(self) -> None:
+        if not self.dynamic:
+            return
+        leaders = self._leaders()
+        if not leaders:
+            return
+        core = leaders[0].core
+        assert core is not None
+        voters = core.voters()
+        if len(voters) < 3 or self._stale_voters(voters):
+            return
+        # Only one unrepaired disk loss at a time, and only while the committed set is the
+        # latest one: losing a second voter's disk would lose the quorum for good.
+        if core.voters_history.latest_offset() >= (core.high_watermark or 0):
+            return
+        victim = self.nodes[self.rng.choice(sorted(voters.ids()))]
+        self._trace(victim.node_id, "DISK-LOSS", "")
+        if victim.core is not None:
+            self._crash(victim)
+        fresh = SimDisk(self._uuid())
+        victim.disk = fresh
+        c = victim.config
+        victim.config = RaftConfig(
+            node_id=c.node_id,
+            directory_id=fresh.directory_id,
+            listeners=c.listeners,
+            static_voters=None,
+            bootstrap_servers=c.bootstrap_servers,
+            election_timeout_ms=c.election_timeout_ms,
+            election_backoff_max_ms=c.election_backoff_max_ms,
+            fetch_timeout_ms=c.fetch_timeout_ms,
+            request_timeout_ms=c.request_timeout_ms,
+            retry_backoff_ms=c.retry_backoff_ms,
+            max_fetch_wait_ms=c.max_fetch_wait_ms,
+            max_fetch_bytes=c.max_fetch_bytes,
+            auto_join=True,
+            snapshot_max_bytes_between=c.snapshot_max_bytes_between,
+            snapshot_interval_ms=c.snapshot_interval_ms,
+            update_voter_period_ms=c.update_voter_period_ms,
+        )
+        if self.rng.random() < 0.7:
+            self._start_node(victim)
+
+    def _heal(self) -> None:
+        self._trace(0, "HEAL-ALL", "")
+        self.healed_at = self.now
+        self.blocked.clear()
+        self.loss = 0.0
+        self.dup = 0.0
+        for n in self._dead():
+            self._start_node(n)
+
+
+def _brief(obj: object) -> str:
+    text = repr(obj)
+    return text.replace("ErrorCode.", "").replace("OffsetAndEpoch", "OE")
+
+
+def run_seed(
+    seed: int, params: SimParams | None = None, trace: Callable[[str], None] | None = None
+) -> SimResult:
+    """Run one seed and return its result."""
+    return Simulation(seed, params, trace).run()
