@@ -121,6 +121,7 @@ class NodeConfig(BaseModel):
         default=3_600_000, alias="metadata.log.max.snapshot.interval.ms", ge=0
     )
     http_listener: HostPort | None = Field(default=None, alias="http.listener")
+    http_peers: dict[int, str] = Field(default={}, alias="http.peers")
     fsync: bool = Field(default=True, alias="kraft.log.fsync")
 
     @field_validator("process_roles", "controller_listener_names", "log_dirs", mode="before")
@@ -183,6 +184,20 @@ class NodeConfig(BaseModel):
             host, port = _split_host_port(value, "http.listener")
             return {"host": host, "port": port}
         return value
+
+    @field_validator("http_peers", mode="before")
+    @classmethod
+    def _parse_http_peers(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        out: dict[int, str] = {}
+        for item in _csv(value):
+            ident, sep, rest = item.partition("@")
+            if not sep or not ident.strip().isdigit():
+                raise ValueError(f"http peer {item!r} is not id@host:port")
+            host, port = _split_host_port(rest, "http peer")
+            out[int(ident)] = f"{host}:{port}"
+        return out
 
     @field_validator("auto_join_enable", "fsync", mode="before")
     @classmethod

@@ -226,12 +226,15 @@ def response_to_wire(resp: m.Response, version: int, records: bytes | None = Non
         F = w.FetchResponseData
         div = resp.diverging_epoch
         snap = resp.snapshot_id
+        f12 = version >= 12
         part = F.PartitionData(
             partition_index=0, error_code=int(resp.error_code),
             high_watermark=resp.high_watermark, log_start_offset=resp.log_start_offset,
-            diverging_epoch=F.EpochEndOffset(div.epoch, div.offset) if div else F.EpochEndOffset(),
-            current_leader=F.LeaderIdAndEpoch(resp.leader_id, resp.leader_epoch),
-            snapshot_id=F.SnapshotId(snap.offset, snap.epoch) if snap else F.SnapshotId(),
+            diverging_epoch=F.EpochEndOffset(div.epoch, div.offset) if div and f12
+            else F.EpochEndOffset(),
+            current_leader=F.LeaderIdAndEpoch(resp.leader_id, resp.leader_epoch) if f12
+            else F.LeaderIdAndEpoch(),
+            snapshot_id=F.SnapshotId(snap.offset, snap.epoch) if snap and f12 else F.SnapshotId(),
             records=records if records is not None else b"",
         )
         endpoints: list[Any] = []
@@ -239,8 +242,10 @@ def response_to_wire(resp: m.Response, version: int, records: bytes | None = Non
             e = resp.leader_endpoints[0]
             endpoints = [F.NodeEndpoint(node_id=resp.leader_id, host=e.host, port=e.port)]
         return F(
-            responses=[F.FetchableTopicResponse(topic=METADATA_TOPIC,
-                                                topic_id=Uuid.METADATA_TOPIC_ID, partitions=[part])],
+            responses=[F.FetchableTopicResponse(
+                topic=METADATA_TOPIC if version <= 12 else "",
+                topic_id=Uuid.METADATA_TOPIC_ID if version >= 13 else Uuid.ZERO,
+                partitions=[part])],
             node_endpoints=endpoints,
         )
     if isinstance(resp, m.FetchSnapshotResponse):
@@ -260,22 +265,25 @@ def response_to_wire(resp: m.Response, version: int, records: bytes | None = Non
     if isinstance(resp, m.DescribeQuorumResponse):
         D = w.DescribeQuorumResponseData
 
+        d1, d2 = version >= 1, version >= 2
+
         def row(r: m.ReplicaDescription) -> Any:
-            return D.ReplicaState(r.replica_id, _wire_dir(r.replica_directory_id),
-                                  r.log_end_offset, r.last_fetch_timestamp,
-                                  r.last_caught_up_timestamp)
+            return D.ReplicaState(
+                r.replica_id, _wire_dir(r.replica_directory_id) if d2 else Uuid.ZERO,
+                r.log_end_offset, r.last_fetch_timestamp if d1 else -1,
+                r.last_caught_up_timestamp if d1 else -1)
 
         return D(
             error_code=0,
-            error_message=None,
+            error_message=None if d2 else "",
             topics=[D.TopicData(METADATA_TOPIC, [D.PartitionData(
                 partition_index=0, error_code=int(resp.error_code),
-                error_message=resp.error_message, leader_id=resp.leader_id,
+                error_message=resp.error_message if d2 else "", leader_id=resp.leader_id,
                 leader_epoch=resp.leader_epoch, high_watermark=resp.high_watermark,
                 current_voters=[row(r) for r in resp.current_voters],
                 observers=[row(r) for r in resp.observers])])],
             nodes=[D.Node(node_id, [D.Listener(e.name, e.host, e.port) for e in eps])
-                   for node_id, eps in resp.nodes],
+                   for node_id, eps in resp.nodes] if d2 else [],
         )
     if isinstance(resp, m.VoterChangeResponse):
         # the same shape serves AddRaftVoter and RemoveRaftVoter; the caller picks the class
@@ -302,26 +310,31 @@ def remove_voter_response(resp: m.VoterChangeResponse) -> w.RemoveRaftVoterRespo
 # ---------------------------------------------------------------- requests: core → wire
 
 
-def request_to_wire(req: m.Request, cluster_id: str, local_id: int) -> object:
-    """Translate an outbound core request to its wire body (all fields for the newest version)."""
+def request_to_wire(req: m.Request, cluster_id: str, version: int) -> object:
+    """Translate an outbound core request to its wire body for `version` (fields that the
+    version lacks keep their defaults, as the codec requires)."""
     if isinstance(req, m.VoteRequest):
         V = w.VoteRequestData
+        v1 = version >= 1
         return V(
-            cluster_id=cluster_id, voter_id=req.voter_id,
+            cluster_id=cluster_id, voter_id=req.voter_id if v1 else -1,
             topics=[V.TopicData(METADATA_TOPIC, [V.PartitionData(
                 partition_index=0, replica_epoch=req.replica_epoch, replica_id=req.replica_id,
-                replica_directory_id=_wire_dir(req.replica_directory_id),
-                voter_directory_id=_wire_dir(req.voter_directory_id),
+                replica_directory_id=_wire_dir(req.replica_directory_id) if v1 else Uuid.ZERO,
+                voter_directory_id=_wire_dir(req.voter_directory_id) if v1 else Uuid.ZERO,
                 last_offset_epoch=req.last_offset_epoch, last_offset=req.last_offset,
                 pre_vote=req.pre_vote)])],
         )
     if isinstance(req, m.BeginQuorumEpochRequest):
         B = w.BeginQuorumEpochRequestData
+        b1 = version >= 1
         return B(
-            cluster_id=cluster_id, voter_id=req.voter_id,
+            cluster_id=cluster_id, voter_id=req.voter_id if b1 else -1,
             topics=[B.TopicData(METADATA_TOPIC, [B.PartitionData(
-                0, _wire_dir(req.voter_directory_id), req.leader_id, req.leader_epoch)])],
-            leader_endpoints=[B.LeaderEndpoint(e.name, e.host, e.port) for e in req.leader_endpoints],
+                0, _wire_dir(req.voter_directory_id) if b1 else Uuid.ZERO, req.leader_id,
+                req.leader_epoch)])],
+            leader_endpoints=[B.LeaderEndpoint(e.name, e.host, e.port)
+                              for e in req.leader_endpoints] if b1 else [],
         )
     if isinstance(req, m.EndQuorumEpochRequest):
         E = w.EndQuorumEpochRequestData
@@ -329,24 +342,34 @@ def request_to_wire(req: m.Request, cluster_id: str, local_id: int) -> object:
             cluster_id=cluster_id,
             topics=[E.TopicData(METADATA_TOPIC, [E.PartitionData(
                 partition_index=0, leader_id=req.leader_id, leader_epoch=req.leader_epoch,
-                preferred_successors=[k.id for k in req.preferred_candidates],
+                preferred_successors=[k.id for k in req.preferred_candidates]
+                if version == 0 else [],
                 preferred_candidates=[E.ReplicaInfo(k.id, _wire_dir(k.directory_id))
-                                      for k in req.preferred_candidates])])],
-            leader_endpoints=[E.LeaderEndpoint(e.name, e.host, e.port) for e in req.leader_endpoints],
+                                      for k in req.preferred_candidates] if version >= 1 else [])])],
+            leader_endpoints=[E.LeaderEndpoint(e.name, e.host, e.port)
+                              for e in req.leader_endpoints] if version >= 1 else [],
         )
     if isinstance(req, m.FetchRequest):
         F = w.FetchRequestData
+        hw = FETCH_HW_NOT_PROVIDED
+        if version >= 18 and req.high_watermark is not None:
+            hw = req.high_watermark
         return F(
-            cluster_id=cluster_id, replica_id=req.replica_id,
-            replica_state=F.ReplicaState(replica_id=req.replica_id),
+            cluster_id=cluster_id if version >= 12 else None,
+            replica_id=req.replica_id if version <= 14 else -1,
+            replica_state=F.ReplicaState(replica_id=req.replica_id) if version >= 15
+            else F.ReplicaState(),
             max_wait_ms=req.max_wait_ms, max_bytes=req.max_bytes,
-            topics=[F.FetchTopic(topic=METADATA_TOPIC, topic_id=Uuid.METADATA_TOPIC_ID,
-                                 partitions=[F.FetchPartition(
-                partition=0, current_leader_epoch=req.current_leader_epoch,
-                fetch_offset=req.fetch_offset, last_fetched_epoch=req.last_fetched_epoch,
-                replica_directory_id=_wire_dir(req.replica_directory_id),
-                high_watermark=FETCH_HW_NOT_PROVIDED if req.high_watermark is None
-                else req.high_watermark)])],
+            topics=[F.FetchTopic(
+                topic=METADATA_TOPIC if version <= 12 else "",
+                topic_id=Uuid.METADATA_TOPIC_ID if version >= 13 else Uuid.ZERO,
+                partitions=[F.FetchPartition(
+                    partition=0, current_leader_epoch=req.current_leader_epoch,
+                    fetch_offset=req.fetch_offset,
+                    last_fetched_epoch=req.last_fetched_epoch if version >= 12 else -1,
+                    replica_directory_id=_wire_dir(req.replica_directory_id)
+                    if version >= 17 else Uuid.ZERO,
+                    high_watermark=hw)])],
         )
     if isinstance(req, m.FetchSnapshotRequest):
         S = w.FetchSnapshotRequestData
@@ -355,7 +378,9 @@ def request_to_wire(req: m.Request, cluster_id: str, local_id: int) -> object:
             topics=[S.TopicSnapshot(METADATA_TOPIC, [S.PartitionSnapshot(
                 partition=0, current_leader_epoch=req.current_leader_epoch,
                 snapshot_id=S.SnapshotId(req.snapshot_id.offset, req.snapshot_id.epoch),
-                position=req.position, replica_directory_id=_wire_dir(req.replica_directory_id))])],
+                position=req.position,
+                replica_directory_id=_wire_dir(req.replica_directory_id)
+                if version >= 1 else Uuid.ZERO)])],
         )
     if isinstance(req, m.DescribeQuorumRequest):
         D = w.DescribeQuorumRequestData

@@ -1,0 +1,1021 @@
+"""The node runtime: one asyncio process around the pure consensus core.
+
+`KraftNode` owns the `RaftCore`, the metadata directory (log, snapshots, quorum-state), the
+Kafka listener, the peer network, the admin HTTP server and the application state machine.
+
+Threads: everything runs on the event loop thread except fsync. A dedicated flusher thread
+calls `SegmentedLog.flush()` whenever appends are waiting (group commit: every append made
+while a flush runs is covered by the next one) and reports `Persisted(end)` back to the loop.
+Quorum-state writes and snapshot files are written on the default executor; the loop awaits
+them without blocking.
+
+Events reach the core through one queue and one task (`_core_loop`), so the core sees them one
+at a time. Effects are executed in list order, as `kraft.raft.effects` requires:
+`PersistQuorumState` is awaited (durable) before anything after it; log writes go to the page
+cache at once and are fsynced by the flusher; `Committed(hw)` applies committed batches to the
+state machine right away, so a following `CreateSnapshot` sees exactly the state at `hw`.
+
+Writes from clients are grouped for `controller.quorum.append.linger.ms` into one `Append`
+(one batch). Each value's future is keyed by its offset and epoch; the apply step resolves it
+with the state machine's result. Reads are linearizable through a read barrier: a no-op record
+appended in the current epoch; once it is committed and applied, no other leader can have
+committed anything this leader has not applied, so the local state answers the read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kraft.protocol import messages as w
+from kraft.protocol.api import ApiKey, api_spec, api_versions_response
+from kraft.protocol.errors import ErrorCode, ProtocolError, UnsupportedVersionError
+from kraft.protocol.framing import decode_request, encode_response
+from kraft.raft import effects as fx
+from kraft.raft import events as ev
+from kraft.raft import messages as m
+from kraft.raft.client import RaftCore
+from kraft.raft.config import LogState, QuorumStateData, RaftConfig
+from kraft.raft.leader import ChangeKind, LeaderState
+from kraft.raft.records import voters_from_record, voters_record
+from kraft.raft.state import FollowerState, Role
+from kraft.raft.voters import VoterSet, static_voter_set
+from kraft.records.batch import build_batch
+from kraft.records.control import KRaftVersionRecord, VotersRecord, build_control_batch
+from kraft.records.snapshot_format import iter_snapshot_batches
+from kraft.server.admin import AdminServer, NotLeaderError, OutcomeUnknownError
+from kraft.server.config import NodeConfig
+from kraft.server.frames import FrameListener, PeerInfo
+from kraft.server.metrics import Registry
+from kraft.server.translate import (
+    TopLevelError,
+    remove_voter_response,
+    request_to_core,
+    request_to_wire,
+    response_to_core,
+    response_to_wire,
+)
+from kraft.server.transport import PeerNetwork, RequestError, unsupported_version_frame
+from kraft.statemachine.base import CommittedBatch, StateMachine, chunk_values
+from kraft.statemachine.kv import (
+    KVResult,
+    KVStore,
+    encode_barrier,
+    encode_cas,
+    encode_delete,
+    encode_put,
+)
+from kraft.storage.errors import OffsetOutOfRangeError, StorageError
+from kraft.storage.layout import SnapshotId
+from kraft.storage.loader import MetadataDir, open_metadata_dir
+from kraft.storage.quorum_state import QuorumStateData as StoredQuorumState
+from kraft.storage.snapshots import SnapshotReader, SnapshotWriter
+
+log = logging.getLogger("kraft.server.node")
+
+_API_OF_REQUEST: dict[type, ApiKey] = {
+    m.VoteRequest: ApiKey.VOTE,
+    m.BeginQuorumEpochRequest: ApiKey.BEGIN_QUORUM_EPOCH,
+    m.EndQuorumEpochRequest: ApiKey.END_QUORUM_EPOCH,
+    m.FetchRequest: ApiKey.FETCH,
+    m.FetchSnapshotRequest: ApiKey.FETCH_SNAPSHOT,
+    m.DescribeQuorumRequest: ApiKey.DESCRIBE_QUORUM,
+    m.AddRaftVoterRequest: ApiKey.ADD_RAFT_VOTER,
+    m.RemoveRaftVoterRequest: ApiKey.REMOVE_RAFT_VOTER,
+    m.UpdateRaftVoterRequest: ApiKey.UPDATE_RAFT_VOTER,
+}
+
+SNAPSHOT_BATCH_BYTES = 1024 * 1024
+CLIENT_TIMEOUT_S = 15.0
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds (Kafka reports wall-clock timestamps in DescribeQuorum)."""
+    return int(time.time() * 1000)
+
+
+@dataclass
+class _Waiter:
+    epoch: int
+    future: asyncio.Future[object]
+
+
+class _Flusher:
+    """The disk writer thread: fsyncs the log on demand and reports the durable end."""
+
+    def __init__(self, flush: Callable[[], int], report: Callable[[int, int], None],
+                 enabled: bool) -> None:
+        self._flush = flush
+        self._report = report
+        self._enabled = enabled
+        self._wanted = threading.Event()
+        self._stop = False
+        self.generation = 0
+        self._thread = threading.Thread(target=self._run, name="kraft-flusher", daemon=True)
+        self.flushes = 0
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread.start()
+
+    def request(self) -> None:
+        """Ask for a flush of everything appended so far."""
+        self._wanted.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wanted.wait()
+            self._wanted.clear()
+            if self._stop:
+                return
+            generation = self.generation
+            try:
+                durable = self._flush()
+            except StorageError as exc:
+                log.critical("event=flush_failed error=%r", str(exc))
+                return
+            self.flushes += 1
+            self._report(generation, durable)
+
+    def stop(self) -> None:
+        """Stop the thread (after the flush in progress, if any)."""
+        self._stop = True
+        self._wanted.set()
+        self._thread.join(timeout=10)
+
+
+class KraftNode:
+    """A running KRaft controller node (see the module docstring)."""
+
+    def __init__(self, config: NodeConfig, state_machine: StateMachine | None = None,
+                 seed: int | None = None) -> None:
+        self.config = config
+        self.sm: StateMachine = state_machine if state_machine is not None else KVStore()
+        self._rng = random.Random(seed)
+        self._queue: asyncio.Queue[ev.Event | tuple[str, Any]] = asyncio.Queue()
+        self._inbound: dict[int, asyncio.Future[tuple[m.Response, bytes | None]]] = {}
+        self._inbound_ids = 0
+        self._append_ids = 0
+        self._appends: dict[int, list[asyncio.Future[object]]] = {}
+        self._waiting: dict[int, _Waiter] = {}
+        self._pending_values: list[tuple[bytes, asyncio.Future[object]]] = []
+        self._linger_handle: asyncio.TimerHandle | None = None
+        self._barrier: asyncio.Future[object] | None = None
+        self._snapshot_readers: dict[m.OffsetAndEpoch, SnapshotReader] = {}
+        self._downloads: dict[m.OffsetAndEpoch, SnapshotWriter] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._leader_hw = -1
+        self._leader_hw_at = 0.0
+        self._stopped = asyncio.Event()
+        self._fatal: BaseException | None = None
+        self.metrics = Registry()
+        self._setup_metrics()
+        self.md: MetadataDir | None = None
+        self.core: RaftCore | None = None
+        self.cluster_id = ""
+        self.listener: FrameListener | None = None
+        self.admin: AdminServer | None = None
+        self.network = PeerNetwork(f"raft-client-{config.node_id}")
+        self._flusher: _Flusher | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._core_task: asyncio.Task[None] | None = None
+
+    # ================================================================== start / stop
+
+    async def start(self) -> None:
+        """Open storage, load the state machine, start listeners and the core."""
+        self._loop = asyncio.get_running_loop()
+        cfg = self.config
+        self.md = md = open_metadata_dir(cfg.metadata_dir, segment_bytes=cfg.segment_bytes,
+                                         expected_node_id=cfg.node_id)
+        self.cluster_id = md.meta.cluster_id
+        directory_id = md.meta.directory_id
+        if directory_id is None:
+            raise StorageError(f"{cfg.metadata_dir}/meta.properties has no directory.id")
+        latest = md.latest_snapshot
+        if latest is not None:
+            started = time.perf_counter()
+            reader = md.snapshots.open_reader(latest)
+            self.sm.load_snapshot(latest.end_offset, (v for v in reader.contents.values() if v is not None))
+            self._m_snapshot_load.observe(time.perf_counter() - started)
+            self._m_snapshot_size.set(reader.size)
+        log_state = self._log_state(md)
+        listener_name = cfg.controller_listener.name
+        static = None
+        if cfg.quorum_voters:
+            static = static_voter_set({v.node_id: (v.host, v.port) for v in cfg.quorum_voters},
+                                      listener_name)
+        raft_cfg = RaftConfig(
+            node_id=cfg.node_id,
+            directory_id=directory_id,
+            listeners=tuple(m.Endpoint(a.name, a.host, a.port)
+                            for a in cfg.advertised_controller_listeners),
+            static_voters=static,
+            bootstrap_servers=tuple(m.Endpoint(listener_name, b.host, b.port)
+                                    for b in cfg.bootstrap_servers),
+            election_timeout_ms=cfg.election_timeout_ms,
+            election_backoff_max_ms=cfg.election_backoff_max_ms,
+            fetch_timeout_ms=cfg.fetch_timeout_ms,
+            request_timeout_ms=cfg.request_timeout_ms,
+            retry_backoff_ms=cfg.retry_backoff_ms,
+            auto_join=cfg.auto_join_enable,
+            snapshot_max_bytes_between=cfg.snapshot_max_bytes_between,
+            snapshot_interval_ms=cfg.snapshot_interval_ms,
+        )
+        self._static_addresses = {v.node_id: (v.host, v.port) for v in cfg.quorum_voters}
+        self.core = RaftCore(raft_cfg, log_state, self._rng, now_ms())
+        self._flusher = _Flusher(md.log.flush, self._flushed_from_thread, cfg.fsync)
+        self._flusher.start()
+        bound = cfg.controller_listener
+        self.listener = FrameListener(bound.host, bound.port, self._on_frame, name=bound.name)
+        await self.listener.start()
+        if cfg.http_listener is not None:
+            self.admin = AdminServer(self, cfg.http_listener.host, cfg.http_listener.port)
+            await self.admin.start()
+        log.info(
+            "event=node_started replica=%d directory_id=%s cluster_id=%s log_start=%d "
+            "log_end=%d applied=%d snapshot=%s",
+            cfg.node_id, directory_id, self.cluster_id, md.log.log_start_offset,
+            md.log.log_end_offset, self.sm.applied_offset, latest,
+        )
+        effects = self.core.start()
+        self._core_task = asyncio.ensure_future(self._core_loop(effects))
+
+    def _log_state(self, md: MetadataDir) -> LogState:
+        qs = md.quorum_state
+        quorum = QuorumStateData()
+        if qs is not None:
+            quorum = QuorumStateData(max(qs.leader_epoch, 0), qs.leader_id, qs.voted_id,
+                                     qs.voted_directory_id)
+        voters: list[tuple[int, VoterSet]] = []
+        versions: list[tuple[int, int]] = []
+        for entry in md.voters_history:
+            offset = -1 if entry.from_snapshot else entry.offset
+            if isinstance(entry.record, VotersRecord):
+                voters.append((offset, voters_from_record(entry.record)))
+            elif isinstance(entry.record, KRaftVersionRecord):
+                versions.append((offset, entry.record.kraft_version))
+        snapshots = []
+        for sid in md.snapshots.ids():
+            size = md.snapshots.path(sid).stat().st_size
+            snapshots.append((m.OffsetAndEpoch(sid.epoch, sid.end_offset), size))
+        return LogState(
+            quorum_state=quorum,
+            log_start_offset=md.log.log_start_offset,
+            log_end_offset=md.log.log_end_offset,
+            epoch_cache=tuple((e.epoch, e.start_offset) for e in md.log.epoch_cache.entries),
+            voters_history=tuple(voters),
+            kraft_version_history=tuple(versions),
+            snapshots=tuple(snapshots),
+        )
+
+    async def wait_stopped(self) -> None:
+        """Return once the node stopped (or failed fatally; then re-raise the failure)."""
+        await self._stopped.wait()
+        if self._fatal is not None:
+            raise self._fatal
+
+    async def stop(self, graceful: bool = True) -> None:
+        """Stop serving; a graceful stop lets a leader resign first (EndQuorumEpoch)."""
+        if graceful and self.core is not None and self._core_task is not None \
+                and not self._core_task.done():
+            self._queue.put_nowait(ev.Shutdown())
+            await asyncio.sleep(0.2)
+        if self._core_task is not None:
+            self._core_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._core_task
+        if self.listener is not None:
+            await self.listener.stop()
+        if self.admin is not None:
+            await self.admin.stop()
+        self.network.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._flusher is not None:
+            self._flusher.stop()
+        for writer in self._downloads.values():
+            writer.abort()
+        if self.md is not None:
+            with contextlib.suppress(Exception):
+                self.md.close()
+        self._stopped.set()
+        log.info("event=node_stopped replica=%d", self.config.node_id)
+
+    # ================================================================== the core loop
+
+    def _flushed_from_thread(self, generation: int, durable: int) -> None:
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, ("flushed", (generation, durable)))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _core_loop(self, first: list[fx.Effect]) -> None:
+        core = self.core
+        assert core is not None
+        try:
+            await self._execute(first)
+            while True:
+                deadline = core.next_deadline()
+                timeout = None if deadline is None else max(0.0, (deadline - now_ms()) / 1000)
+                try:
+                    item = await asyncio.wait_for(self._queue.get(), timeout)
+                except TimeoutError:
+                    item = ev.Tick()
+                if isinstance(item, tuple):
+                    kind, payload = item
+                    if kind == "flushed":
+                        generation, durable = payload
+                        assert self._flusher is not None
+                        if generation != self._flusher.generation:
+                            self._flusher.request()  # stale: a truncation happened meanwhile
+                            continue
+                        item = ev.Persisted(durable)
+                    else:  # pragma: no cover
+                        continue
+                effects = core.handle(item, now_ms())
+                await self._execute(effects)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self._fatal = exc
+            log.critical("event=fatal replica=%d error=%r", self.config.node_id, repr(exc),
+                         exc_info=True)
+            self._stopped.set()
+            raise
+
+    def _enqueue(self, event: ev.Event) -> None:
+        self._queue.put_nowait(event)
+
+    # ================================================================== effects
+
+    async def _execute(self, effects: list[fx.Effect]) -> None:
+        md = self.md
+        assert md is not None and self._flusher is not None
+        appended = False
+        for e in effects:
+            t = type(e)
+            if t is fx.SendRequest:
+                assert isinstance(e, fx.SendRequest)
+                self._spawn(self._send_request(e))
+            elif t is fx.SendResponse:
+                assert isinstance(e, fx.SendResponse)
+                self._answer(e.correlation_id, e.response, None)
+            elif t is fx.SendFetchResponse:
+                assert isinstance(e, fx.SendFetchResponse)
+                records = b""
+                if e.read_offset is not None:
+                    try:
+                        records = md.log.read(e.read_offset, e.max_bytes)
+                    except OffsetOutOfRangeError:
+                        records = b""
+                self._answer(e.correlation_id, e.response, records)
+            elif t is fx.SendFetchSnapshotResponse:
+                assert isinstance(e, fx.SendFetchSnapshotResponse)
+                self._answer(e.correlation_id, e.response, self._snapshot_chunk(e))
+            elif t is fx.AppendRecords:
+                assert isinstance(e, fx.AppendRecords)
+                values = [v if isinstance(v, bytes) else bytes(v) for v in e.values]  # type: ignore[call-overload]
+                md.log.append(build_batch(e.base_offset, e.epoch, values, e.timestamp_ms))
+                appended = True
+            elif t is fx.AppendControl:
+                assert isinstance(e, fx.AppendControl)
+                md.log.append(build_control_batch(e.base_offset, e.epoch, e.timestamp_ms,
+                                                  list(e.control_records)))  # type: ignore[arg-type]
+                appended = True
+            elif t is fx.AppendFetched:
+                assert isinstance(e, fx.AppendFetched)
+                md.log.append(b"".join(bytes(b.payload) for b in e.batches))  # type: ignore[call-overload]
+                appended = True
+            elif t is fx.TruncateTo:
+                assert isinstance(e, fx.TruncateTo)
+                self._flusher.generation += 1
+                md.log.truncate_to(e.end_offset)
+                self._fail_waiters_from(e.end_offset, "truncated")
+                log.warning("event=log_truncated replica=%d epoch=%d end_offset=%d",
+                            self.config.node_id, self._epoch(), e.end_offset)
+            elif t is fx.PersistQuorumState:
+                assert isinstance(e, fx.PersistQuorumState)
+                data = StoredQuorumState(e.leader_epoch, e.leader_id, e.voted_id,
+                                         e.voted_directory_id)
+                await asyncio.get_running_loop().run_in_executor(
+                    None, md.quorum_state_store.write, data)
+            elif t is fx.Committed:
+                assert isinstance(e, fx.Committed)
+                self._apply_to(e.high_watermark)
+            elif t is fx.AppendAccepted:
+                assert isinstance(e, fx.AppendAccepted)
+                futures = self._appends.pop(e.append_id, [])
+                for i, fut in enumerate(futures):
+                    self._waiting[e.base_offset + i] = _Waiter(e.epoch, fut)
+            elif t is fx.AppendRejected:
+                assert isinstance(e, fx.AppendRejected)
+                for fut in self._appends.pop(e.append_id, []):
+                    if not fut.done():
+                        fut.set_exception(NotLeaderError(e.leader_id, self._leader_http(e.leader_id)))
+            elif t is fx.AppendCommitted:
+                assert isinstance(e, fx.AppendCommitted)
+                if e.error_code != ErrorCode.NONE:
+                    self._fail_unapplied(f"leader changed before commit ({e.error_code.name})")
+            elif t is fx.CreateSnapshot:
+                assert isinstance(e, fx.CreateSnapshot)
+                self._spawn(self._create_snapshot(e))
+            elif t is fx.AdvanceLogStart:
+                assert isinstance(e, fx.AdvanceLogStart)
+                md.log.advance_log_start_offset(e.offset)
+            elif t is fx.DeleteSnapshot:
+                assert isinstance(e, fx.DeleteSnapshot)
+                self._snapshot_readers.pop(e.snapshot_id, None)
+                md.snapshots.delete(SnapshotId(e.snapshot_id.offset, e.snapshot_id.epoch))
+            elif t is fx.WriteSnapshotChunk:
+                assert isinstance(e, fx.WriteSnapshotChunk)
+                writer = self._downloads.get(e.snapshot_id)
+                if writer is None:
+                    writer = md.snapshots.create_writer(
+                        SnapshotId(e.snapshot_id.offset, e.snapshot_id.epoch))
+                    self._downloads[e.snapshot_id] = writer
+                writer.write_at(e.position, bytes(e.data))  # type: ignore[call-overload]
+            elif t is fx.InstallSnapshot:
+                assert isinstance(e, fx.InstallSnapshot)
+                await self._install_snapshot(e.snapshot_id)
+            elif t is fx.AbortSnapshotDownload:
+                assert isinstance(e, fx.AbortSnapshotDownload)
+                dl = self._downloads.pop(e.snapshot_id, None)
+                if dl is not None:
+                    dl.abort()
+            elif t is fx.SendApiVersions:
+                assert isinstance(e, fx.SendApiVersions)
+                self._spawn(self._send_api_versions(e))
+            elif t is fx.StateChanged:
+                assert isinstance(e, fx.StateChanged)
+                self._on_state_changed(e)
+        if appended:
+            self._flusher.request()
+            self._m_leo.set(md.log.log_end_offset)
+
+    def _epoch(self) -> int:
+        return self.core.epoch if self.core is not None else -1
+
+    def _on_state_changed(self, e: fx.StateChanged) -> None:
+        log.info("event=state_changed replica=%d state=%s epoch=%d leader=%d",
+                 self.config.node_id, e.state, e.epoch, e.leader_id)
+        if e.state == Role.LEADER.value:
+            self._m_elections_won.inc()
+        if e.state in (Role.CANDIDATE.value,):
+            self._m_elections.inc()
+        if e.state != Role.LEADER.value:
+            self._fail_unapplied("leadership lost")
+            self._fail_pending_values()
+
+    # ------------------------------------------------------------------ apply
+
+    def _apply_to(self, hw: int) -> None:
+        md = self.md
+        assert md is not None
+        start = self.sm.applied_offset
+        if start >= hw:
+            return
+        if start < md.log.log_start_offset:
+            log.error("event=apply_gap replica=%d applied=%d log_start=%d", self.config.node_id,
+                      start, md.log.log_start_offset)
+            return
+        for batch in md.log.batches(start):
+            if batch.base_offset >= hw:
+                break
+            end = min(batch.next_offset, hw)
+            if batch.is_control:
+                self.sm.skip_to(end)
+                continue
+            values = [v if v is not None else b"" for v in batch.values()][: end - batch.base_offset]
+            results = self.sm.apply(CommittedBatch(batch.base_offset, batch.partition_leader_epoch,
+                                                   tuple(values)))
+            for offset, result in enumerate(results, start=batch.base_offset):
+                waiter = self._waiting.pop(offset, None)
+                if waiter is None or waiter.future.done():
+                    continue
+                if waiter.epoch == batch.partition_leader_epoch:
+                    waiter.future.set_result((offset, result))
+                else:
+                    waiter.future.set_exception(OutcomeUnknownError("write replaced by another leader"))
+            if end < batch.next_offset:
+                break
+        self._m_hw.set(hw)
+        self._m_applied.set(self.sm.applied_offset)
+
+    def _fail_waiters_from(self, offset: int, why: str) -> None:
+        for off in [o for o in self._waiting if o >= offset]:
+            w_ = self._waiting.pop(off)
+            if not w_.future.done():
+                w_.future.set_exception(OutcomeUnknownError(f"write {why} at offset {off}"))
+
+    def _fail_unapplied(self, why: str) -> None:
+        for off in list(self._waiting):
+            w_ = self._waiting.pop(off)
+            if not w_.future.done():
+                w_.future.set_exception(OutcomeUnknownError(why))
+        for futures in self._appends.values():
+            for fut in futures:
+                if not fut.done():
+                    fut.set_exception(OutcomeUnknownError(why))
+        self._appends.clear()
+
+    def _fail_pending_values(self) -> None:
+        pending, self._pending_values = self._pending_values, []
+        leader = self.core.leader_id if self.core is not None else -1
+        for _, fut in pending:
+            if not fut.done():
+                fut.set_exception(NotLeaderError(leader, self._leader_http(leader)))
+        self._barrier = None
+
+    # ------------------------------------------------------------------ snapshots
+
+    def _snapshot_chunk(self, e: fx.SendFetchSnapshotResponse) -> bytes:
+        md = self.md
+        assert md is not None
+        if e.response.error_code != ErrorCode.NONE:
+            return b""
+        sid = e.response.snapshot_id
+        reader = self._snapshot_readers.get(sid)
+        if reader is None:
+            try:
+                reader = md.snapshots.open_reader(SnapshotId(sid.offset, sid.epoch))
+            except StorageError:
+                return b""
+            self._snapshot_readers[sid] = reader
+        try:
+            return reader.read_chunk(e.response.position, e.max_bytes)
+        except StorageError:
+            return b""
+
+    async def _create_snapshot(self, e: fx.CreateSnapshot) -> None:
+        md = self.md
+        assert md is not None
+        sid = e.snapshot_id
+        if self.sm.applied_offset != sid.offset:
+            log.error("event=snapshot_skipped replica=%d snapshot=%s applied=%d",
+                      self.config.node_id, sid, self.sm.applied_offset)
+            return
+        started = time.perf_counter()
+        values = self.sm.snapshot_values()
+        voters = voters_record(e.voters) if e.voters is not None else None
+        ts = now_ms()
+        batches = iter_snapshot_batches(
+            sid.epoch, ts, chunk_values(values, SNAPSHOT_BATCH_BYTES), timestamp_ms=ts,
+            kraft_version=e.kraft_version, voters=voters,
+        )
+        store_id = SnapshotId(sid.offset, sid.epoch)
+        try:
+            path = await asyncio.get_running_loop().run_in_executor(
+                None, md.snapshots.write, store_id, list(batches))
+        except StorageError as exc:
+            log.error("event=snapshot_failed replica=%d snapshot=%s error=%r",
+                      self.config.node_id, sid, str(exc))
+            return
+        size = path.stat().st_size
+        self._m_snapshot_gen.observe(time.perf_counter() - started)
+        self._m_snapshot_size.set(size)
+        log.info("event=snapshot_created replica=%d epoch=%d offset=%d bytes=%d keys=%d",
+                 self.config.node_id, sid.epoch, sid.offset, size, len(values))
+        self._enqueue(ev.SnapshotCreated(sid, size))
+
+    async def _install_snapshot(self, sid: m.OffsetAndEpoch) -> None:
+        md = self.md
+        assert md is not None and self._flusher is not None
+        writer = self._downloads.pop(sid, None)
+        if writer is None:
+            self._enqueue(ev.SnapshotInstallFailed(sid, "no download in progress"))
+            return
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, writer.freeze)
+            reader = md.snapshots.open_reader(SnapshotId(sid.offset, sid.epoch))
+        except (StorageError, ProtocolError, OSError) as exc:
+            log.warning("event=snapshot_install_failed replica=%d snapshot=%s error=%r",
+                        self.config.node_id, sid, str(exc))
+            self._enqueue(ev.SnapshotInstallFailed(sid, str(exc)))
+            return
+        started = time.perf_counter()
+        self._flusher.generation += 1
+        md.log.truncate_fully_and_start_at(sid.offset)
+        self._fail_waiters_from(0, "replaced by a snapshot")
+        self.sm.load_snapshot(sid.offset, (v for v in reader.contents.values() if v is not None))
+        self._snapshot_readers[sid] = reader
+        self._m_snapshot_load.observe(time.perf_counter() - started)
+        self._m_snapshot_size.set(reader.size)
+        c = reader.contents
+        voters = voters_from_record(c.voters) if c.voters is not None else None
+        kv = c.kraft_version.kraft_version if c.kraft_version is not None else 0
+        log.info("event=snapshot_installed replica=%d epoch=%d offset=%d bytes=%d",
+                 self.config.node_id, sid.epoch, sid.offset, reader.size)
+        self._enqueue(ev.SnapshotInstalled(sid, reader.size, voters, kv))
+
+    # ------------------------------------------------------------------ outbound requests
+
+    def _address_of(self, dest: int, endpoints: tuple[m.Endpoint, ...]) -> tuple[str, int] | None:
+        # Explicitly configured static voter addresses win: the operator (or a test's fault
+        # proxy) decides the route to a static voter.
+        if dest in self._static_addresses:
+            return self._static_addresses[dest]
+        if not endpoints and dest >= 0 and self.core is not None:
+            node = self.core.voters().get(dest)
+            endpoints = node.endpoints if node is not None else ()
+        if not endpoints:
+            return None
+        name = self.config.controller_listener.name
+        chosen = next((e for e in endpoints if e.name == name), endpoints[0])
+        return (chosen.host, chosen.port)
+
+    async def _send_request(self, e: fx.SendRequest) -> None:
+        address = self._address_of(e.destination, e.endpoints)
+        api = _API_OF_REQUEST.get(type(e.request))
+        if address is None or api is None:
+            self._enqueue(ev.RequestFailed(e.destination, e.correlation_id))
+            return
+        timeout = self.config.request_timeout_ms / 1000
+        if isinstance(e.request, m.FetchRequest):
+            timeout += e.request.max_wait_ms / 1000
+        request = e.request
+
+        def body(version: int) -> object:
+            return request_to_wire(request, self.cluster_id, version)
+
+        try:
+            _, data = await self.network.request(e.destination, address, api, body, timeout)
+            resp = response_to_core(data, self.config.controller_listener.name)
+        except (RequestError, ProtocolError, UnsupportedVersionError) as exc:
+            log.debug("event=request_failed replica=%d destination=%d api=%s error=%r",
+                      self.config.node_id, e.destination, api.name, str(exc))
+            self._enqueue(ev.RequestFailed(e.destination, e.correlation_id))
+            return
+        if isinstance(resp, m.FetchResponse) and resp.error_code == ErrorCode.NONE:
+            self._leader_hw = resp.high_watermark
+            self._leader_hw_at = time.monotonic()
+        self._enqueue(ev.ResponseReceived(e.destination, e.correlation_id, resp))
+
+    async def _send_api_versions(self, e: fx.SendApiVersions) -> None:
+        address = self._address_of(e.node_id, e.endpoints) if e.node_id not in \
+            self._static_addresses else self._static_addresses[e.node_id]
+        result = m.ApiVersionsResult(ErrorCode.REQUEST_TIMED_OUT)
+        if address is not None:
+            from kraft.server.transport import KafkaConnection
+
+            conn = KafkaConnection(address[0], address[1], f"raft-client-{self.config.node_id}")
+            try:
+                await conn.open(self.config.request_timeout_ms / 1000)
+                rng = conn.versions.features.get("kraft.version", (0, 0))
+                result = m.ApiVersionsResult(ErrorCode.NONE, m.KRaftVersionRange(rng[0], rng[1]))
+            except (RequestError, OSError, TimeoutError, ProtocolError) as exc:
+                log.info("event=api_versions_failed replica=%d node=%d error=%r",
+                         self.config.node_id, e.node_id, str(exc))
+            finally:
+                conn.close()
+        self._enqueue(ev.ApiVersionsReceived(e.node_id, result))
+
+    # ------------------------------------------------------------------ inbound requests
+
+    def _answer(self, corr: int, response: m.Response, records: bytes | None) -> None:
+        fut = self._inbound.pop(corr, None)
+        if fut is not None and not fut.done():
+            fut.set_result((response, records))
+
+    async def core_request(self, source: int, request: m.Request,
+                           timeout_s: float = 60.0) -> tuple[m.Response, bytes | None]:
+        """Hand a request to the core and wait for its answer (response, attached bytes)."""
+        self._inbound_ids += 1
+        corr = self._inbound_ids
+        fut: asyncio.Future[tuple[m.Response, bytes | None]] = asyncio.get_running_loop().create_future()
+        self._inbound[corr] = fut
+        self._enqueue(ev.RequestReceived(source, corr, request))
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        finally:
+            self._inbound.pop(corr, None)
+
+    async def _on_frame(self, frame: bytes, peer: PeerInfo) -> bytes | None:
+        try:
+            header, data = decode_request(frame)
+        except UnsupportedVersionError as exc:
+            if exc.correlation_id is None:
+                return None
+            log.info("event=unsupported_request peer=%s api_key=%s api_version=%s",
+                     peer.host, exc.api_key, exc.api_version)
+            return unsupported_version_frame(exc.correlation_id)
+        except ProtocolError as exc:
+            log.warning("event=bad_request peer=%s:%d error=%r", peer.host, peer.port, str(exc))
+            return None
+        api, version, corr = header.api_key, header.api_version, header.correlation_id
+        if api == ApiKey.API_VERSIONS:
+            finalized = {"kraft.version": self.core.kraft_version} if self.core else {}
+            body: object = api_versions_response(version, finalized_features=finalized)
+            return encode_response(api, version, corr, body)[4:]
+        if api == ApiKey.DESCRIBE_CLUSTER:
+            return encode_response(api, version, corr, self._describe_cluster(data))[4:]
+        try:
+            request = request_to_core(data, version, self.cluster_id)
+        except TopLevelError as exc:
+            log.info("event=request_rejected peer=%s api=%s error=%s reason=%r", peer.host,
+                     api_spec(api).name, exc.code.name, str(exc))
+            err_body = api_spec(api).response_class(error_code=int(exc.code))
+            return encode_response(api, version, corr, err_body)[4:]
+        timeout = 60.0
+        if isinstance(request, m.AddRaftVoterRequest):
+            timeout = max(timeout, request.timeout_ms / 1000 + 5)
+        try:
+            response, records = await self.core_request(_source_of(request), request, timeout)
+        except TimeoutError:
+            err_body = api_spec(api).response_class(error_code=int(ErrorCode.REQUEST_TIMED_OUT))
+            return encode_response(api, version, corr, err_body)[4:]
+        wire: object
+        if api == ApiKey.REMOVE_RAFT_VOTER and isinstance(response, m.VoterChangeResponse):
+            wire = remove_voter_response(response)
+        else:
+            wire = response_to_wire(response, version, records)
+        return encode_response(api, version, corr, wire)[4:]
+
+    def _describe_cluster(self, data: w.DescribeClusterRequestData) -> w.DescribeClusterResponseData:
+        D = w.DescribeClusterResponseData
+        core = self.core
+        assert core is not None
+        brokers = []
+        for v in core.voters().voters:
+            addr = self._address_of(v.id, v.endpoints)
+            if addr is not None:
+                brokers.append(D.DescribeClusterBroker(broker_id=v.id, host=addr[0], port=addr[1]))
+        return D(error_code=0, endpoint_type=2, cluster_id=self.cluster_id,
+                 controller_id=core.leader_id, brokers=brokers)
+
+    # ================================================================== client API (KV)
+
+    def _leader_http(self, leader_id: int) -> str | None:
+        return self.config.http_peers.get(leader_id) if leader_id >= 0 else None
+
+    def _require_leader(self) -> None:
+        core = self.core
+        assert core is not None
+        if core.role != Role.LEADER:
+            leader = core.leader_id
+            raise NotLeaderError(leader, self._leader_http(leader))
+
+    async def propose(self, value: bytes, timeout_s: float = CLIENT_TIMEOUT_S) -> tuple[int, object]:
+        """Replicate one record value; returns (offset, the state machine's result) once applied."""
+        self._require_leader()
+        fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        self._pending_values.append((value, fut))
+        self._schedule_linger()
+        done = await asyncio.wait_for(fut, timeout_s)
+        assert isinstance(done, tuple)
+        return done
+
+    def _schedule_linger(self) -> None:
+        if self._linger_handle is not None:
+            return
+        loop = asyncio.get_running_loop()
+        delay = self.config.append_linger_ms / 1000
+        self._linger_handle = loop.call_later(delay, self._submit_pending)
+
+    def _submit_pending(self) -> None:
+        self._linger_handle = None
+        pending, self._pending_values = self._pending_values, []
+        self._barrier = None
+        if not pending:
+            return
+        self._append_ids += 1
+        append_id = self._append_ids
+        self._appends[append_id] = [f for _, f in pending]
+        values = tuple(v for v, _ in pending)
+        self._enqueue(ev.Append(append_id, values, sum(len(v) for v in values)))
+
+    async def kv_put(self, key: str, value: bytes) -> int:
+        """Replicate PUT key=value."""
+        started = time.perf_counter()
+        offset, _ = await self.propose(encode_put(key, value))
+        self._m_commit_latency.observe(time.perf_counter() - started)
+        return offset
+
+    async def kv_delete(self, key: str) -> bool:
+        """Replicate DELETE key; returns whether it existed."""
+        _, result = await self.propose(encode_delete(key))
+        assert isinstance(result, KVResult)
+        return result.ok
+
+    async def kv_cas(self, key: str, expected: bytes | None, new: bytes | None) -> tuple[bool, bytes | None]:
+        """Replicate CAS; returns (swapped, previous value)."""
+        _, result = await self.propose(encode_cas(key, expected, new))
+        assert isinstance(result, KVResult)
+        return result.ok, result.value
+
+    async def read_barrier(self) -> None:
+        """Wait until a no-op record appended after this call is committed and applied."""
+        self._require_leader()
+        if self._barrier is None or self._barrier.done():
+            fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+            self._pending_values.append((encode_barrier(), fut))
+            self._barrier = fut
+            self._schedule_linger()
+        await asyncio.wait_for(asyncio.shield(self._barrier), CLIENT_TIMEOUT_S)
+
+    async def kv_get(self, key: str) -> bytes | None:
+        """Linearizable read (read barrier, then the local state)."""
+        if not isinstance(self.sm, KVStore):
+            raise TypeError("the KV API needs the built-in KV state machine")
+        await self.read_barrier()
+        return self.sm.get(key)
+
+    def kv_get_stale(self, key: str) -> bytes | None:
+        """Local read with no leadership check (NOT linearizable)."""
+        return self.sm.get(key) if isinstance(self.sm, KVStore) else None
+
+    # ================================================================== status / metrics
+
+    def status(self) -> dict[str, Any]:
+        """This node's view, JSON-ready."""
+        core = self.core
+        md = self.md
+        assert core is not None and md is not None
+        return {
+            "node_id": self.config.node_id,
+            "directory_id": str(md.meta.directory_id),
+            "cluster_id": self.cluster_id,
+            "role": core.role.value,
+            "epoch": core.epoch,
+            "leader_id": core.leader_id,
+            "high_watermark": core.high_watermark if core.high_watermark is not None else -1,
+            "leader_high_watermark": self._leader_hw if core.role != Role.LEADER
+            else (core.high_watermark if core.high_watermark is not None else -1),
+            "log_start_offset": md.log.log_start_offset,
+            "log_end_offset": md.log.log_end_offset,
+            "applied_offset": self.sm.applied_offset,
+            "is_voter": core.is_voter(),
+            "voters": [{"id": v.id, "directory_id": str(v.key.directory_id) if v.key.directory_id else None,
+                        "endpoints": [f"{e.name}://{e.host}:{e.port}" for e in v.endpoints]}
+                       for v in core.voters().voters],
+            "kraft_version": core.kraft_version,
+        }
+
+    def readiness(self) -> tuple[bool, str]:
+        """Ready = leader with a high watermark applied, or a follower caught up to it."""
+        core = self.core
+        if core is None:
+            return False, "starting"
+        if self._fatal is not None:
+            return False, f"failed: {self._fatal}"
+        hw = core.high_watermark
+        if core.role == Role.LEADER:
+            if hw is None:
+                return False, "leader without a committed record in its epoch yet"
+            if self.sm.applied_offset < hw:
+                return False, f"leader applied {self.sm.applied_offset} < high watermark {hw}"
+            return True, "leader"
+        if core.role == Role.FOLLOWER:
+            fresh = time.monotonic() - self._leader_hw_at < self.config.fetch_timeout_ms / 1000
+            if not fresh or self._leader_hw < 0:
+                return False, "no recent fetch response from the leader"
+            if self.sm.applied_offset < self._leader_hw:
+                return False, (f"applied {self.sm.applied_offset} behind the leader's high "
+                               f"watermark {self._leader_hw}")
+            return True, "follower caught up"
+        return False, f"{core.role.value} in epoch {core.epoch}"
+
+    async def describe_quorum(self) -> dict[str, Any]:
+        """DescribeQuorum from the leader (locally when leader, else over the wire)."""
+        core = self.core
+        assert core is not None
+        if core.role == Role.LEADER:
+            resp, _ = await self.core_request(-1, m.DescribeQuorumRequest(), 10)
+        else:
+            leader = core.leader_id
+            if leader < 0:
+                raise NotLeaderError(-1, None)
+            endpoints: tuple[m.Endpoint, ...] = ()
+            if isinstance(core.state, FollowerState):
+                endpoints = core.state.leader_endpoints
+            address = self._address_of(leader, endpoints)
+            if address is None:
+                raise NotLeaderError(leader, None)
+            _, data = await self.network.request(
+                leader, address, ApiKey.DESCRIBE_QUORUM,
+                lambda v: request_to_wire(m.DescribeQuorumRequest(), self.cluster_id, v), 10)
+            resp = response_to_core(data, self.config.controller_listener.name)
+        assert isinstance(resp, m.DescribeQuorumResponse)
+        return describe_quorum_json(resp)
+
+    def _setup_metrics(self) -> None:
+        r = self.metrics
+        r.gauge("kraft_number_of_voters", "Voters in the active voters set",
+                lambda: len(self.core.voters()) if self.core else 0)
+        r.gauge("kraft_number_of_observers", "Observers the leader has seen fetching",
+                lambda: self._leader_stat("observers"))
+        r.gauge("kraft_pending_add_voter", "1 while an AddRaftVoter is in progress on this leader",
+                lambda: self._leader_stat("pending_add"))
+        r.gauge("kraft_pending_remove_voter", "1 while a RemoveRaftVoter is in progress",
+                lambda: self._leader_stat("pending_remove"))
+        r.gauge("kraft_duplicate_voter_ids",
+                "Replicas fetching with a voter's id but another directory id",
+                lambda: self._leader_stat("duplicates"))
+        r.gauge("kraft_number_of_offline_voters",
+                "Voters that have not fetched within the fetch timeout (leader only)",
+                lambda: self._leader_stat("offline"))
+        r.gauge("kraft_ignored_static_voters",
+                "1 when controller.quorum.voters is set but the log's voters set is used",
+                lambda: 1.0 if self.config.quorum_voters and self.core is not None
+                and self.core.kraft_version >= 1 else 0.0)
+        r.gauge("kraft_current_leader", "Leader id (-1 unknown)",
+                lambda: self.core.leader_id if self.core else -1)
+        r.gauge("kraft_current_epoch", "Current epoch", lambda: self._epoch())
+        r.gauge("kraft_is_leader", "1 when this node leads",
+                lambda: 1.0 if self.core is not None and self.core.role == Role.LEADER else 0.0)
+        self._m_hw = r.gauge("kraft_high_watermark", "High watermark")
+        self._m_leo = r.gauge("kraft_log_end_offset", "Log end offset")
+        self._m_applied = r.gauge("kraft_applied_offset", "State machine applied offset")
+        self._m_commit_latency = r.histogram("kraft_commit_latency_seconds",
+                                             "Client write latency until committed and applied")
+        self._m_elections = r.counter("kraft_elections_total", "Elections this node started")
+        self._m_elections_won = r.counter("kraft_elections_won_total", "Times this node became leader")
+        self._m_snapshot_size = r.gauge("kraft_snapshot_size_bytes", "Size of the latest snapshot")
+        self._m_snapshot_gen = r.histogram("kraft_snapshot_generation_seconds",
+                                           "Time to write a snapshot")
+        self._m_snapshot_load = r.histogram("kraft_snapshot_load_seconds",
+                                            "Time to load a snapshot into the state machine")
+
+    def _leader_stat(self, what: str) -> float:
+        core = self.core
+        if core is None or not isinstance(core.state, LeaderState):
+            return 0.0
+        s = core.state
+        voters = core.voters()
+        now = now_ms()
+        if what == "observers":
+            return float(sum(1 for k in s.progress if not voters.is_voter(k)
+                             and k != s.node_key and s.progress[k].last_fetch_ms >= now - 300_000))
+        if what == "pending_add":
+            return 1.0 if s.pending_change is not None and s.pending_change.kind == ChangeKind.ADD else 0.0
+        if what == "pending_remove":
+            return 1.0 if s.pending_change is not None and s.pending_change.kind == ChangeKind.REMOVE else 0.0
+        if what == "duplicates":
+            return float(sum(1 for k in s.progress if voters.is_voter_id(k.id)
+                             and not voters.is_voter(k)))
+        if what == "offline":
+            offline = 0
+            for v in voters.voters:
+                if v.key == s.node_key or v.id == s.node_key.id:
+                    continue
+                p = s.voter_progress(v)
+                if p is None or p.last_fetch_ms < now - self.config.fetch_timeout_ms:
+                    offline += 1
+            return float(offline)
+        return 0.0
+
+    def render_metrics(self) -> str:
+        """Prometheus text of this node."""
+        if self.core is not None:
+            self._m_hw.set(self.core.high_watermark if self.core.high_watermark is not None else -1)
+        if self.md is not None:
+            self._m_leo.set(self.md.log.log_end_offset)
+        self._m_applied.set(self.sm.applied_offset)
+        return self.metrics.render()
+
+
+def _source_of(req: m.Request) -> int:
+    if isinstance(req, m.VoteRequest):
+        return req.replica_id
+    if isinstance(req, m.BeginQuorumEpochRequest | m.EndQuorumEpochRequest):
+        return req.leader_id
+    if isinstance(req, m.FetchRequest | m.FetchSnapshotRequest):
+        return req.replica_id
+    if isinstance(req, m.UpdateRaftVoterRequest):
+        return req.voter_id
+    return -1
+
+
+def describe_quorum_json(resp: m.DescribeQuorumResponse) -> dict[str, Any]:
+    """A DescribeQuorum response as JSON (the shape `kraft quorum describe` prints from)."""
+
+    def row(r: m.ReplicaDescription) -> dict[str, Any]:
+        return {
+            "id": r.replica_id,
+            "directory_id": str(r.replica_directory_id) if r.replica_directory_id else None,
+            "log_end_offset": r.log_end_offset,
+            "last_fetch_timestamp": r.last_fetch_timestamp,
+            "last_caught_up_timestamp": r.last_caught_up_timestamp,
+        }
+
+    return {
+        "error_code": int(resp.error_code),
+        "error": resp.error_code.name if resp.error_code != ErrorCode.NONE else None,
+        "leader_id": resp.leader_id,
+        "leader_epoch": resp.leader_epoch,
+        "high_watermark": resp.high_watermark,
+        "voters": [row(r) for r in resp.current_voters],
+        "observers": [row(r) for r in resp.observers],
+        "nodes": {str(node_id): [f"{e.name}://{e.host}:{e.port}" for e in eps]
+                  for node_id, eps in resp.nodes},
+    }

@@ -1,0 +1,243 @@
+"""The Kafka protocol over `kraft.server.frames`: client connections and the peer network.
+
+`KafkaConnection` is one TCP connection that speaks the Kafka protocol: on open it sends
+ApiVersions (v4, falling back to v0 when the server answers UNSUPPORTED_VERSION, KIP-511),
+remembers the peer's version ranges and then sends each request at the highest version both
+sides support. `PeerNetwork` keeps one such connection per destination, reconnects with
+exponential backoff (Kafka's 50 ms → 500 ms), and bounds every request by a timeout.
+
+`unsupported_version_frame` builds the answer to a request whose api key or version this node
+does not speak: an ApiVersions v0 body with UNSUPPORTED_VERSION and our api ranges under a v0
+response header, so any client can read the correlation id and error code and learn what we
+serve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kraft.protocol import messages as w
+from kraft.protocol.api import ApiKey, api_spec, api_versions_response
+from kraft.protocol.errors import ErrorCode, ProtocolError
+from kraft.protocol.framing import (
+    RequestHeader,
+    decode_response,
+    encode_request,
+    encode_response,
+)
+from kraft.server.frames import ConnectionClosedError, FrameConnection
+
+log = logging.getLogger("kraft.server.transport")
+
+RECONNECT_BACKOFF_MS = 50
+RECONNECT_BACKOFF_MAX_MS = 500
+
+
+class RequestError(Exception):
+    """A request could not be completed (no connection, timeout, undecodable answer)."""
+
+
+def unsupported_version_frame(correlation_id: int) -> bytes:
+    """The response body (no size prefix) for an unknown api key or unsupported version."""
+    body = api_versions_response(0, error_code=ErrorCode.UNSUPPORTED_VERSION)
+    return encode_response(ApiKey.API_VERSIONS, 0, correlation_id, body)[4:]
+
+
+@dataclass
+class PeerVersions:
+    """The api version ranges a peer announced, and its supported features."""
+
+    ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
+    features: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def pick(self, api_key: int) -> int:
+        """The highest version of `api_key` both sides speak; raises RequestError if none."""
+        ours = api_spec(api_key)
+        theirs = self.ranges.get(int(api_key))
+        if theirs is None:
+            raise RequestError(f"peer does not serve api {ours.name}")
+        hi = min(ours.max_version, theirs[1])
+        lo = max(ours.min_version, theirs[0])
+        if hi < lo:
+            raise RequestError(f"no common version of {ours.name}: ours {ours.min_version}-"
+                               f"{ours.max_version}, theirs {theirs[0]}-{theirs[1]}")
+        return hi
+
+
+class KafkaConnection:
+    """One Kafka-protocol client connection (ApiVersions first, then any request)."""
+
+    def __init__(self, host: str, port: int, client_id: str) -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self._conn = FrameConnection(host, port)
+        self._corr = 0
+        self.versions = PeerVersions()
+
+    @property
+    def closed(self) -> bool:
+        """True once the underlying connection failed or was closed."""
+        return self._conn.closed
+
+    async def open(self, timeout_s: float) -> None:
+        """Connect and exchange ApiVersions within `timeout_s`."""
+        await self._conn.open(timeout_s)
+        try:
+            resp = await self._raw_call(ApiKey.API_VERSIONS, 4, w.ApiVersionsRequestData(
+                client_software_name="kraft-quorum", client_software_version="0.1.0"), timeout_s)
+            if resp.error_code == ErrorCode.UNSUPPORTED_VERSION:
+                resp = await self._raw_call(ApiKey.API_VERSIONS, 0, w.ApiVersionsRequestData(),
+                                            timeout_s)
+            if resp.error_code != ErrorCode.NONE:
+                raise RequestError(f"ApiVersions to {self.host}:{self.port} failed: "
+                                   f"error {resp.error_code}")
+        except BaseException:
+            self.close()
+            raise
+        self.versions = PeerVersions(
+            {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys},
+            {f.name: (f.min_version, f.max_version) for f in resp.supported_features},
+        )
+
+    async def _raw_call(self, api_key: ApiKey, version: int, body: object, timeout_s: float) -> Any:
+        self._corr += 1
+        corr = self._corr
+        frame = encode_request(RequestHeader(int(api_key), version, corr, self.client_id), body)
+        raw = await self._conn.request(frame[4:], timeout_s)
+        try:
+            header, data = decode_response(int(api_key), version, raw)
+        except ProtocolError as exc:
+            self.close()
+            raise RequestError(f"undecodable {api_key.name} response: {exc}") from exc
+        if header.correlation_id != corr:
+            self.close()
+            raise RequestError(f"correlation id {header.correlation_id} != {corr}")
+        return data
+
+    async def call(self, api_key: ApiKey, body: object | Callable[[int], object],
+                   timeout_s: float, version: int | None = None) -> tuple[int, Any]:
+        """Send a request at `version` (default: the best common one); returns (version, response).
+
+        `body` is the request body, or a function of the chosen version that builds it.
+        """
+        v = self.versions.pick(api_key) if version is None else version
+        built = body(v) if callable(body) else body
+        return v, await self._raw_call(api_key, v, built, timeout_s)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._conn.close()
+
+
+async def one_shot(host: str, port: int, api_key: ApiKey, body: object | Callable[[int], object],
+                   timeout_s: float = 10.0,
+                   client_id: str = "kraft-cli") -> tuple[int, Any]:
+    """Open a connection, send one request, close; returns (version, response)."""
+    conn = KafkaConnection(host, port, client_id)
+    await conn.open(timeout_s)
+    try:
+        return await conn.call(api_key, body, timeout_s)
+    finally:
+        conn.close()
+
+
+@dataclass
+class _Peer:
+    address: tuple[str, int]
+    conn: KafkaConnection | None = None
+    connecting: asyncio.Future[KafkaConnection] | None = None
+    backoff_ms: int = 0
+    next_attempt: float = 0.0
+
+
+class PeerNetwork:
+    """One connection per destination (node id, or a negative id for a bootstrap server).
+
+    Each destination is bound to an address; when the address given for a destination changes
+    (a voter moved), the old connection is dropped. Failures back off exponentially before the
+    next connection attempt; requests made during the backoff wait for it (within their own
+    timeout) instead of hammering a dead peer.
+    """
+
+    def __init__(self, client_id: str) -> None:
+        self.client_id = client_id
+        self._peers: dict[int, _Peer] = {}
+
+    async def _connection(self, dest: int, address: tuple[str, int], timeout_s: float) -> KafkaConnection:
+        peer = self._peers.get(dest)
+        if peer is None or peer.address != address:
+            if peer is not None and peer.conn is not None:
+                peer.conn.close()
+            peer = _Peer(address)
+            self._peers[dest] = peer
+        if peer.conn is not None and not peer.conn.closed:
+            return peer.conn
+        if peer.connecting is not None:
+            return await asyncio.wait_for(asyncio.shield(peer.connecting), timeout_s)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[KafkaConnection] = loop.create_future()
+        peer.connecting = fut
+        try:
+            wait = peer.next_attempt - time.monotonic()
+            if wait > 0:
+                if wait >= timeout_s:
+                    raise RequestError(f"node {dest} at {address[0]}:{address[1]} is in "
+                                       f"reconnect backoff")
+                await asyncio.sleep(wait)
+            conn = KafkaConnection(address[0], address[1], self.client_id)
+            await conn.open(timeout_s)
+        except BaseException as exc:
+            peer.backoff_ms = min(RECONNECT_BACKOFF_MAX_MS,
+                                  max(RECONNECT_BACKOFF_MS, peer.backoff_ms * 2))
+            peer.next_attempt = time.monotonic() + peer.backoff_ms / 1000
+            peer.connecting = None
+            if not fut.done():
+                fut.set_exception(RequestError(f"connect to node {dest} failed: {exc}"))
+                fut.exception()  # retrieved: waiters see it through shield
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            raise RequestError(f"connect to node {dest} at {address[0]}:{address[1]} failed: "
+                               f"{type(exc).__name__}: {exc}") from None
+        peer.backoff_ms = 0
+        peer.conn = conn
+        peer.connecting = None
+        fut.set_result(conn)
+        log.info("event=connected destination=%d host=%s port=%d", dest, address[0], address[1])
+        return conn
+
+    async def request(self, dest: int, address: tuple[str, int], api_key: ApiKey,
+                      body: object | Callable[[int], object], timeout_s: float) -> tuple[int, Any]:
+        """Send one request to `dest`; raises RequestError on any failure."""
+        deadline = time.monotonic() + timeout_s
+        try:
+            conn = await self._connection(dest, address, timeout_s)
+            remaining = max(0.001, deadline - time.monotonic())
+            return await conn.call(api_key, body, remaining)
+        except (ConnectionClosedError, OSError, TimeoutError) as exc:
+            raise RequestError(f"{api_key.name} to node {dest} failed: {type(exc).__name__}: "
+                               f"{exc}") from None
+
+    def versions_of(self, dest: int) -> PeerVersions | None:
+        """The ApiVersions a connected destination announced."""
+        peer = self._peers.get(dest)
+        return peer.conn.versions if peer is not None and peer.conn is not None else None
+
+    def close(self) -> None:
+        """Close every connection."""
+        for peer in self._peers.values():
+            if peer.conn is not None:
+                peer.conn.close()
+            if peer.connecting is not None and not peer.connecting.done():
+                peer.connecting.cancel()
+        self._peers.clear()
+
+
+def kraft_version_range(versions: PeerVersions) -> tuple[int, int] | None:
+    """The peer's supported kraft.version range from ApiVersions, None when not announced."""
+    return versions.features.get("kraft.version")
