@@ -289,7 +289,7 @@ any_control = st.one_of(
 
 
 @given(any_control)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 def test_value_round_trip(record: ControlRecord) -> None:
     raw = encode_control_value(record)
     back = decode_control_value(control_record_type(record), raw)
@@ -298,7 +298,7 @@ def test_value_round_trip(record: ControlRecord) -> None:
 
 
 @given(st.lists(any_control, min_size=1, max_size=5), st.integers(0, 2**40), i32)
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 def test_batch_round_trip(records: list[ControlRecord], base: int, epoch: int) -> None:
     batch = RecordBatch.parse(build_control_batch(base, epoch, 1, records))
     batch.validate(records=True)

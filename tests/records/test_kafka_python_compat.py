@@ -67,6 +67,21 @@ def test_same_records_give_identical_bytes(records: list[Record]) -> None:
 
 
 @given(
+    records=st.lists(record_st, min_size=1, max_size=10),
+    base=st.integers(0, 2**62),
+    epoch=st.integers(-1, 2**31 - 1),
+)
+@settings(max_examples=100, deadline=None)
+def test_identical_after_the_broker_assigns_offset_and_epoch(
+    records: list[Record], base: int, epoch: int
+) -> None:
+    theirs = bytearray(their_batch(records))
+    struct.pack_into(">q", theirs, 0, base)
+    struct.pack_into(">i", theirs, 12, epoch)
+    assert build_batch(base, epoch, records, 0) == bytes(theirs)
+
+
+@given(
     values=st.lists(st.binary(max_size=300), min_size=1, max_size=30),
     ts=st.integers(0, 2**45),
 )
