@@ -63,8 +63,8 @@ from pyspark.sql.types import StructType
 
 from kraft.protocol.errors import ProtocolError
 from kraft.protocol.uuid import Uuid
-from kraft.records.batch import RecordBatch, TailKind, scan_batches
-from kraft.records.control import ControlRecordType
+from kraft.records.batch import Record, RecordBatch, TailKind, scan_batches
+from kraft.records.control import ControlRecordType, decode_control_record, parse_control_key
 
 SCHEMA_DDL = (
     "replica string, node_id int, directory_id string, source string, file string, "
@@ -127,26 +127,21 @@ def _jsonable(obj: Any) -> Any:
 
 def control_type_name(key: bytes | None) -> str:
     """The ControlRecordType name from a control record key (`UNKNOWN(<n>)` if unknown)."""
-    if key is None or len(key) < 4:
-        return "UNKNOWN"
-    type_id = int.from_bytes(key[2:4], "big", signed=True)
+    try:
+        type_id = parse_control_key(key)
+    except ProtocolError:
+        return "INVALID_KEY"
     try:
         return ControlRecordType(type_id).name
     except ValueError:
         return f"UNKNOWN({type_id})"
 
 
-def describe_control(key: bytes | None, value: bytes | None) -> str | None:
-    """The decoded control record as JSON, or None when kraft.records cannot decode it."""
+def describe_control(record: Record) -> str:
+    """The decoded control record as JSON (`{"decode_error": ...}` when it does not decode)."""
     try:
-        from kraft.records.control import decode_control_record  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    try:
-        decoded = decode_control_record(key, value)
-    except TypeError:
-        return None
-    except (ProtocolError, ValueError) as exc:
+        decoded = decode_control_record(record)
+    except ProtocolError as exc:
         return json.dumps({"decode_error": str(exc)})
     return json.dumps(_jsonable(decoded), sort_keys=True)
 
@@ -187,7 +182,7 @@ def _batch_rows(f: LogFile, batch: RecordBatch) -> list[tuple]:
     for r in records:
         if control:
             ctype: str | None = control_type_name(r.key)
-            detail = describe_control(r.key, r.value)
+            detail: str | None = describe_control(r)
         else:
             ctype = detail = None
         rows.append(
