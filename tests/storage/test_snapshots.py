@@ -1,0 +1,124 @@
+"""Snapshot files: .part then atomic rename, validation, chunked download, cleanup, listing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kraft.protocol.uuid import Uuid
+from kraft.records.control import Endpoint, KRaftVersionFeature, Voter, VotersRecord
+from kraft.records.snapshot_format import build_snapshot
+from kraft.storage.errors import InvalidSnapshotError, StorageError
+from kraft.storage.layout import SnapshotId, parse_part_file_name
+from kraft.storage.snapshots import PositionOutOfRangeError, SnapshotReader, SnapshotStore
+
+VOTERS = VotersRecord(
+    (Voter(1, Uuid.random(), (Endpoint("CONTROLLER", "h1", 9093),), KRaftVersionFeature(0, 1)),)
+)
+
+
+def snapshot_bytes(epoch: int = 3, batches: int = 3) -> bytes:
+    data = [[f"k{i}-{j}".encode() * 20 for j in range(4)] for i in range(batches)]
+    return build_snapshot(epoch, 12345, data, timestamp_ms=999, kraft_version=1, voters=VOTERS)
+
+
+def test_write_freeze_read(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    sid = SnapshotId(120, 3)
+    path = store.write(sid, [snapshot_bytes()])
+    assert path.name == "00000000000000000120-0000000003.checkpoint"
+    assert not list(tmp_path.glob("*.part"))
+    reader = store.open_reader(sid)
+    assert reader.last_contained_log_timestamp == 12345
+    assert reader.contents.voters == VOTERS
+    assert reader.contents.kraft_version is not None
+    assert reader.size == path.stat().st_size
+    assert reader.read_chunk(0, 10) + reader.read_chunk(10, 1 << 20) == path.read_bytes()
+    with pytest.raises(PositionOutOfRangeError):
+        reader.read_chunk(reader.size + 1, 10)
+    assert store.ids() == [sid] and store.latest() == sid and store.earliest() == sid
+
+
+def test_part_name_and_chunked_download(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    sid = SnapshotId(500, 7)
+    data = snapshot_bytes(epoch=7)
+    writer = store.create_writer(sid)
+    assert parse_part_file_name(writer.path.name) == sid
+    assert writer.path.name.startswith("00000000000000000500-0000000007-")
+    pos = 0
+    for size in (1, 60, 100, 7, 10_000):
+        chunk = data[pos : pos + size]
+        if not chunk:
+            break
+        with pytest.raises(PositionOutOfRangeError, match=f"expected {pos}"):
+            writer.write_at(pos + 1, chunk)
+        pos = writer.write_at(pos, chunk)
+    assert pos == len(data)
+    final = writer.freeze()
+    assert final.read_bytes() == data
+    assert not writer.path.exists()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "no_footer", "wrong_epoch"])
+def test_freeze_rejects_bad_snapshots_and_removes_part(tmp_path: Path, damage: str) -> None:
+    store = SnapshotStore(tmp_path)
+    sid = SnapshotId(100, 3)
+    data = bytearray(snapshot_bytes())
+    if damage == "truncate":
+        data = data[:-10]
+    elif damage == "flip":
+        data[200] ^= 0x01
+    elif damage == "no_footer":
+        data = bytearray(build_snapshot(3, 1, [[b"x"]], timestamp_ms=1))[:-75]
+    elif damage == "wrong_epoch":
+        sid = SnapshotId(100, 4)
+    writer = store.create_writer(sid)
+    writer.append(bytes(data))
+    with pytest.raises(InvalidSnapshotError, match=r"\.checkpoint\.part"):
+        writer.freeze()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_reader_validates_final_file(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    sid = SnapshotId(10, 1)
+    path = store.write(sid, [snapshot_bytes(epoch=1)])
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(InvalidSnapshotError, match=str(path.name)):
+        SnapshotReader.open(path)
+
+
+def test_startup_cleanup_and_deletion(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    ids = [SnapshotId(10, 1), SnapshotId(20, 1), SnapshotId(30, 2)]
+    for sid in ids:
+        store.write(sid, [snapshot_bytes(epoch=sid.epoch)])
+    stale_part = tmp_path / "00000000000000000040-0000000002-123456.checkpoint.part"
+    stale_part.write_bytes(b"half a download")
+    stale_deleted = tmp_path / "00000000000000000005-0000000001.checkpoint.deleted"
+    stale_deleted.write_bytes(b"old")
+    removed = store.recover()
+    assert set(removed) == {stale_part, stale_deleted}
+    assert store.ids() == ids
+    assert store.delete_older_than(SnapshotId(30, 2)) == ids[:2]
+    assert store.ids() == [ids[2]]
+    assert not list(tmp_path.glob("*.deleted"))
+    assert store.delete_below_log_start(31) == [ids[2]]
+    assert store.latest() is None
+    with pytest.raises(StorageError, match="does not exist"):
+        store.open_reader(ids[0])
+
+
+def test_writer_context_aborts_on_error(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    with pytest.raises(RuntimeError), store.create_writer(SnapshotId(1, 1)) as w:
+        w.append(b"partial")
+        raise RuntimeError("state machine failed")
+    assert list(tmp_path.iterdir()) == []
+    store.write(SnapshotId(1, 1), [snapshot_bytes(epoch=1)])
+    with pytest.raises(StorageError, match="already exists"):
+        store.create_writer(SnapshotId(1, 1))
