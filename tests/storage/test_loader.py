@@ -1,0 +1,120 @@
+"""open_metadata_dir: formatted directory -> log, snapshots, quorum-state and voters history."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from kraft.protocol.uuid import Uuid
+from kraft.records.batch import build_batch
+from kraft.records.control import (
+    Endpoint,
+    KRaftVersionFeature,
+    KRaftVersionRecord,
+    LeaderChangeMessage,
+    Voter,
+    VotersRecord,
+    build_control_batch,
+)
+from kraft.records.snapshot_format import build_snapshot
+from kraft.storage.errors import NotFormattedError, StorageError
+from kraft.storage.format import format_storage
+from kraft.storage.layout import BOOTSTRAP_SNAPSHOT_ID, SnapshotId
+from kraft.storage.loader import open_metadata_dir
+from kraft.storage.quorum_state import QuorumStateData
+
+CLUSTER = "QF8mVzcRaw30atEJTDbDUQ"
+
+
+def formatted(tmp_path: Path) -> Path:
+    props = {
+        "process.roles": "controller", "node.id": "1",
+        "controller.listener.names": "CONTROLLER",
+        "listeners": "CONTROLLER://localhost:9093", "metadata.log.dir": str(tmp_path / "meta"),
+    }
+    format_storage(props, CLUSTER, standalone=True, out=io.StringIO())
+    return tmp_path / "meta"
+
+
+def voter(i: int) -> Voter:
+    return Voter(i, Uuid.random(), (Endpoint("CONTROLLER", f"h{i}", 9093),), KRaftVersionFeature(0, 1))
+
+
+def test_fresh_standalone_directory(tmp_path: Path) -> None:
+    root = formatted(tmp_path)
+    with open_metadata_dir(root, expected_cluster_id=CLUSTER, expected_node_id=1) as md:
+        assert md.meta.node_id == 1
+        assert md.latest_snapshot == BOOTSTRAP_SNAPSHOT_ID
+        assert (md.log.log_start_offset, md.log.log_end_offset) == (0, 0)
+        assert md.quorum_state is None
+        assert md.kraft_version == 1
+        latest = md.latest_voters
+        assert latest is not None and latest.from_snapshot and latest.offset == -1
+        assert isinstance(latest.record, VotersRecord)
+        assert latest.record.voters[0].voter_directory_id == md.meta.directory_id
+        assert (md.partition_dir / "partition.metadata").exists()
+        md.quorum_state_store.write(QuorumStateData(leader_epoch=1, leader_id=1))
+    with open_metadata_dir(root) as md:
+        assert md.quorum_state == QuorumStateData(leader_epoch=1, leader_id=1)
+
+
+def test_voters_history_from_log(tmp_path: Path) -> None:
+    root = formatted(tmp_path)
+    new_set = VotersRecord((voter(1), voter(2)))
+    with open_metadata_dir(root) as md:
+        log = md.log
+        log.append(build_control_batch(0, 1, 10, [LeaderChangeMessage(1)]))
+        log.append(build_batch(1, 1, [b"data"], 11))
+        log.append(build_control_batch(2, 1, 12, [KRaftVersionRecord(1), new_set]))
+        log.flush()
+    with open_metadata_dir(root) as md:
+        hist = md.voters_history
+        assert [(e.offset, type(e.record).__name__, e.from_snapshot) for e in hist] == [
+            (-1, "KRaftVersionRecord", True), (-1, "VotersRecord", True),
+            (2, "KRaftVersionRecord", False), (3, "VotersRecord", False),
+        ]
+        latest = md.latest_voters
+        assert latest is not None and latest.record == new_set
+        # Truncating the log rolls the history back on the next open.
+        md.log.truncate_to(2)
+    with open_metadata_dir(root) as md:
+        assert [e.offset for e in md.voters_history] == [-1, -1]
+
+
+def test_snapshot_ahead_of_log_truncates_log_fully(tmp_path: Path) -> None:
+    root = formatted(tmp_path)
+    with open_metadata_dir(root) as md:
+        md.log.append(build_batch(0, 1, [b"a", b"b"], 1))
+        md.log.flush()
+        sid = SnapshotId(50, 4)
+        md.snapshots.write(sid, [build_snapshot(4, 1, [[b"x"]], timestamp_ms=1, kraft_version=1,
+                                                voters=VotersRecord((voter(1),)))])
+    with open_metadata_dir(root) as md:
+        assert (md.log.log_start_offset, md.log.log_end_offset) == (50, 50)
+        assert md.latest_snapshot == sid
+        assert md.snapshots.ids() == [sid]  # (0, 0) is below the log start now
+        assert [e.offset for e in md.voters_history] == [49, 49]
+
+
+def test_log_start_without_covering_snapshot_refuses(tmp_path: Path) -> None:
+    root = formatted(tmp_path)
+    with open_metadata_dir(root) as md:
+        md.log.truncate_fully_and_start_at(30)
+        md.snapshots.delete(BOOTSTRAP_SNAPSHOT_ID)
+    with pytest.raises(StorageError, match="no snapshot covers"):
+        open_metadata_dir(root)
+
+
+def test_unformatted_wrong_ids_and_lock(tmp_path: Path) -> None:
+    with pytest.raises(NotFormattedError, match="no meta.properties"):
+        open_metadata_dir(tmp_path)
+    root = formatted(tmp_path)
+    with pytest.raises(NotFormattedError, match="cluster.id"):
+        open_metadata_dir(root, expected_cluster_id="AAAAAAAAAAAAAAAAAAAAAQ")
+    with pytest.raises(NotFormattedError, match="node.id 1, expected 2"):
+        open_metadata_dir(root, expected_node_id=2)
+    with open_metadata_dir(root), pytest.raises(StorageError, match="locked"):
+        open_metadata_dir(root)
+    open_metadata_dir(root).close()  # released

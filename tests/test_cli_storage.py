@@ -1,0 +1,126 @@
+"""`kraft format`, `kraft random-uuid`, `kraft dump`: output, exit codes, bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kraft.cli import COMMANDS, main
+from kraft.protocol.uuid import Uuid
+from kraft.records.batch import build_batch
+from kraft.records.control import LeaderChangeMessage, build_control_batch
+from kraft.storage.log import SegmentedLog
+
+ROOT = Path(__file__).resolve().parents[1]
+CLUSTER = "QF8mVzcRaw30atEJTDbDUQ"
+
+
+def write_config(tmp_path: Path, extra: str = "") -> Path:
+    cfg = tmp_path / "server.properties"
+    cfg.write_text(
+        "# a controller\n"
+        "process.roles=controller\n"
+        "node.id=1\n"
+        "controller.listener.names=CONTROLLER\n"
+        "listeners=CONTROLLER://:9093\n"
+        "advertised.listeners=CONTROLLER://localhost:9093\n"
+        f"log.dirs={tmp_path}/meta\n" + extra
+    )
+    return cfg
+
+
+def test_subcommands_come_from_the_table() -> None:
+    assert {"format", "random-uuid", "dump"} <= set(COMMANDS)
+
+
+def test_random_uuid(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["random-uuid"]) == 0
+    text = capsys.readouterr().out.strip()
+    assert str(Uuid.parse(text)) == text
+
+
+def test_format_standalone_then_refuse_then_ignore(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = write_config(tmp_path)
+    assert main(["format", "-c", str(cfg), "-t", CLUSTER, "--standalone"]) == 0
+    assert capsys.readouterr().out == (
+        f"Formatting dynamic metadata voter directory {tmp_path}/meta with metadata.version 4.1-IV1.\n"
+    )
+    assert main(["format", "-c", str(cfg), "-t", CLUSTER, "--standalone"]) == 1
+    assert "already formatted" in capsys.readouterr().err
+    assert main(["format", "-c", str(cfg), "-t", CLUSTER, "-s", "-g"]) == 0
+    assert "All of the log directories are already formatted." in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("args", "config_extra", "match"),
+    [
+        (["-t", CLUSTER], "", "controller.quorum.voters is not set"),
+        (["--standalone"], "", "the following arguments are required: --cluster-id"),
+        (["-t", "short", "-s"], "", "--cluster-id: invalid uuid 'short'"),
+        (["-t", CLUSTER, "-s", "-N"], "", "not allowed with argument"),
+        (["-t", CLUSTER, "-I", "1@h:9093"], "", "expected id@host:port:directoryId"),
+        (["-t", CLUSTER, "-s"], "node.id=\\u00zz\n", "server.properties:8: malformed"),
+        (["-t", CLUSTER, "-s"], "node.id=one\n", "node.id 'one' is not an integer"),
+        (["-t", CLUSTER, "-s", "-r", "3.0"], "", "unknown release version"),
+    ],
+)
+def test_usage_errors_exit_2_and_write_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], config_extra: str,
+    match: str,
+) -> None:
+    cfg = write_config(tmp_path, config_extra)
+    assert main(["format", "-c", str(cfg), *args]) == 2
+    assert match in capsys.readouterr().err
+    assert not (tmp_path / "meta").exists()
+
+
+def test_missing_config_file_and_no_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["format", "-c", str(tmp_path / "nope"), "-t", CLUSTER, "-s"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main([]) == 2
+    assert main(["no-such-command"]) == 2
+
+
+def test_dump_metadata_dir_and_segment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = write_config(tmp_path)
+    assert main(["format", "-c", str(cfg), "-t", CLUSTER, "-s"]) == 0
+    pdir = tmp_path / "meta" / "__cluster_metadata-0"
+    log = SegmentedLog.open(pdir)
+    log.append(build_control_batch(0, 1, 5, [LeaderChangeMessage(1)]))
+    log.append(build_batch(1, 1, [b"hello"], 6))
+    log.close()
+    capsys.readouterr()
+    assert main(["dump", str(tmp_path / "meta")]) == 0
+    out = capsys.readouterr().out
+    assert "FeatureLevelRecord v0 name=metadata.version featureLevel=27" in out
+    assert "KRaftVersionRecord(kraft_version=1" in out and "VotersRecord(" in out
+    assert "offset=0 LeaderChangeMessage(leader_id=1" in out
+    assert "crc_valid=true" in out and "crc_valid=false" not in out
+    assert main(["dump", str(pdir / "00000000000000000000.log")]) == 0
+    seg = capsys.readouterr().out
+    assert "batch base_offset=1 last_offset=1 epoch=1 records=1 control=false" in seg
+    # A flipped bit shows up in the dump and makes it exit 1.
+    data = bytearray((pdir / "00000000000000000000.log").read_bytes())
+    data[-2] ^= 1
+    (pdir / "00000000000000000000.log").write_bytes(bytes(data))
+    assert main(["dump", str(pdir)]) == 1
+    captured = capsys.readouterr()
+    assert "crc_valid=false" in captured.out and "CRC mismatch" in captured.err
+
+
+def test_python_dash_m_kraft(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "kraft", "random-uuid"], cwd=ROOT, capture_output=True,
+        text=True, check=True,
+    )
+    Uuid.parse(proc.stdout.strip())
+    bad = subprocess.run(
+        [sys.executable, "-m", "kraft", "format", "-c", str(tmp_path / "x")], cwd=ROOT,
+        capture_output=True, text=True,
+    )
+    assert bad.returncode == 2
