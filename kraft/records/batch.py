@@ -423,7 +423,7 @@ class RecordBatch:
             self.base_offset,
             self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None,
             self.base_timestamp,
-            self._where(),
+            self._where,
         )
 
     def values(self) -> list[bytes | None]:
@@ -463,13 +463,20 @@ def _slot_setter(name: str) -> Callable[[Record, object], None]:
     return setter
 
 
+_SET_OFFSET: Final = _slot_setter("offset")
+_SET_TIMESTAMP: Final = _slot_setter("timestamp")
+_SET_KEY: Final = _slot_setter("key")
+_SET_VALUE: Final = _slot_setter("value")
+_SET_HEADERS: Final = _slot_setter("headers")
+
+
 def _iter_records(
     data: bytes,
     count: int,
     base_offset: int,
     log_append_time: int | None,
     base_timestamp: int,
-    where: str,
+    describe: Callable[[], str],
 ) -> Iterator[Record]:
     """Parse `count` records filling exactly `data` (the batch body).
 
@@ -482,11 +489,11 @@ def _iter_records(
     pos = 0
     index = 0
     new = object.__new__
-    set_offset = _slot_setter("offset")
-    set_timestamp = _slot_setter("timestamp")
-    set_key = _slot_setter("key")
-    set_value = _slot_setter("value")
-    set_headers = _slot_setter("headers")
+    set_offset = _SET_OFFSET
+    set_timestamp = _SET_TIMESTAMP
+    set_key = _SET_KEY
+    set_value = _SET_VALUE
+    set_headers = _SET_HEADERS
     no_headers: tuple[tuple[str, bytes | None], ...] = ()
     try:
         while index < count:
@@ -504,7 +511,7 @@ def _iter_records(
             rec_end = pos + length
             if length < 6 or rec_end > n:
                 raise CorruptRecordError(
-                    f"{where}: record {index} at body byte {start} has invalid length {length}"
+                    f"{describe()}: record {index} at body byte {start} has invalid length {length}"
                     f" ({n - pos} bytes left)"
                 )
             pos += 1  # attributes: unused
@@ -531,9 +538,11 @@ def _iter_records(
             else:
                 klen, pos = _read_varint(data, pos)
                 if klen < 0:
-                    raise _bad_record(where, index, start, f"invalid key length {klen}")
+                    raise _bad_record(describe(), index, start, f"invalid key length {klen}")
                 if pos + klen > rec_end:
-                    raise _bad_record(where, index, start, f"key length {klen} overruns record")
+                    raise _bad_record(
+                        describe(), index, start, f"key length {klen} overruns record"
+                    )
                 key = data[pos : pos + klen]
                 pos += klen
             b = data[pos]
@@ -548,27 +557,29 @@ def _iter_records(
                 vlen, pos = _read_varint(data, pos)
             if vlen >= 0:
                 if pos + vlen > rec_end:
-                    raise _bad_record(where, index, start, f"value length {vlen} overruns record")
+                    raise _bad_record(
+                        describe(), index, start, f"value length {vlen} overruns record"
+                    )
                 value: bytes | None = data[pos : pos + vlen]
                 pos += vlen
             elif vlen == -1:
                 value = None
             else:
-                raise _bad_record(where, index, start, f"invalid value length {vlen}")
+                raise _bad_record(describe(), index, start, f"invalid value length {vlen}")
             if data[pos] == 0:
                 headers = no_headers
                 pos += 1
             else:
-                headers, pos = _read_headers(data, pos, rec_end, where, index, start)
+                headers, pos = _read_headers(data, pos, rec_end, describe, index, start)
             if pos != rec_end:
                 raise _bad_record(
-                    where,
+                    describe(),
                     index,
                     start,
                     f"record length {length} disagrees with its fields ({pos - rec_end:+d})",
                 )
             if offset_delta < 0:
-                raise _bad_record(where, index, start, f"negative offset delta {offset_delta}")
+                raise _bad_record(describe(), index, start, f"negative offset delta {offset_delta}")
             rec = new(Record)
             set_offset(rec, base_offset + offset_delta)
             set_timestamp(
@@ -582,13 +593,13 @@ def _iter_records(
     except IndexError:
         # A varint ran off the end of the body: the record claimed more bytes than exist.
         raise CorruptRecordError(
-            f"{where}: record {index} runs past the end of the batch"
+            f"{describe()}: record {index} runs past the end of the batch"
         ) from None
     except (TruncatedInputError, MalformedInputError) as exc:
-        raise CorruptRecordError(f"{where}: record {index}: {exc}") from None
+        raise CorruptRecordError(f"{describe()}: record {index}: {exc}") from None
     if pos != n:
         raise CorruptRecordError(
-            f"{where}: {n - pos} bytes left over after the {count} records the header announces"
+            f"{describe()}: {n - pos} bytes left over after the {count} records the header announces"
         )
 
 
@@ -597,31 +608,31 @@ def _bad_record(where: str, index: int, start: int, what: str) -> CorruptRecordE
 
 
 def _read_headers(
-    data: bytes, pos: int, rec_end: int, where: str, index: int, start: int
+    data: bytes, pos: int, rec_end: int, describe: Callable[[], str], index: int, start: int
 ) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
     count, pos = _read_varint(data, pos)
     if count < 0 or count * 2 > rec_end - pos:
-        raise _bad_record(where, index, start, f"invalid header count {count}")
+        raise _bad_record(describe(), index, start, f"invalid header count {count}")
     out: list[tuple[str, bytes | None]] = []
     for _ in range(count):
         klen, pos = _read_varint(data, pos)
         if klen < 0 or pos + klen > rec_end:
-            raise _bad_record(where, index, start, f"invalid header key length {klen}")
+            raise _bad_record(describe(), index, start, f"invalid header key length {klen}")
         try:
             hkey = data[pos : pos + klen].decode("utf-8")
         except UnicodeDecodeError:
-            raise _bad_record(where, index, start, "header key is not UTF-8") from None
+            raise _bad_record(describe(), index, start, "header key is not UTF-8") from None
         pos += klen
         vlen, pos = _read_varint(data, pos)
         if vlen >= 0:
             if pos + vlen > rec_end:
-                raise _bad_record(where, index, start, f"invalid header value length {vlen}")
+                raise _bad_record(describe(), index, start, f"invalid header value length {vlen}")
             hval: bytes | None = data[pos : pos + vlen]
             pos += vlen
         elif vlen == -1:
             hval = None
         else:
-            raise _bad_record(where, index, start, f"invalid header value length {vlen}")
+            raise _bad_record(describe(), index, start, f"invalid header value length {vlen}")
         out.append((hkey, hval))
     return tuple(out), pos
 
