@@ -1,0 +1,312 @@
+"""A quorum of real `kraft run` processes on loopback (used by `kraft local`, the demo and the
+process tests).
+
+Node `i` listens on its own address `127.0.0.i` (controller listener and admin HTTP, ports
+chosen free at start). The quorum is dynamic (kraft.version 1): the first `voters` nodes are
+formatted with `--initial-controllers`, observers and later nodes with
+`--no-initial-controllers`, and every node finds the leader through
+`controller.quorum.bootstrap.servers`. `static=True` formats a static quorum
+(`controller.quorum.voters`, kraft.version 0) instead.
+
+All operations are synchronous and short; processes are killed (SIGKILL) by `close()` even
+when a caller fails half-way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kraft.protocol.uuid import Uuid
+from kraft.storage.format import format_storage
+from kraft.storage.properties import write_properties
+
+
+def free_port(host: str) -> int:
+    """A TCP port that is free on `host` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class LocalNode:
+    """One node of a local quorum: its identity, addresses, files and process."""
+
+    node_id: int
+    host: str
+    port: int
+    http_port: int
+    directory_id: Uuid
+    dir: Path
+    config_path: Path
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    overrides: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def http(self) -> str:
+        """host:port of the admin HTTP server."""
+        return f"{self.host}:{self.http_port}"
+
+    @property
+    def alive(self) -> bool:
+        """True while the process runs."""
+        return self.process is not None and self.process.poll() is None
+
+
+@dataclass
+class HttpResult:
+    """An HTTP answer: status, body bytes and headers (lower-case names)."""
+
+    status: int
+    body: bytes
+    headers: dict[str, str]
+
+    def json(self) -> Any:
+        """The body parsed as JSON."""
+        return json.loads(self.body)
+
+
+def http_call(address: str, method: str, path: str, body: bytes | None = None,
+              timeout: float = 10.0, follow: int = 3) -> HttpResult:
+    """One HTTP request; follows up to `follow` 307 redirects (to the leader)."""
+    host, _, port = address.rpartition(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    try:
+        conn.request(method, path, body=body)
+        resp = conn.getresponse()
+        data = resp.read()
+        headers = {k.lower(): v for k, v in resp.getheaders()}
+    finally:
+        conn.close()
+    if resp.status == 307 and follow > 0 and "location" in headers:
+        loc = headers["location"]
+        rest = loc.split("://", 1)[1]
+        addr, _, p = rest.partition("/")
+        return http_call(addr, method, "/" + p, body, timeout, follow - 1)
+    return HttpResult(resp.status, data, headers)
+
+
+class LocalCluster:
+    """Formats, starts, kills and restarts a quorum of `kraft run` processes."""
+
+    def __init__(self, base_dir: Path | str, voters: int = 3, observers: int = 0, *,
+                 static: bool = False, first_address: int = 1,
+                 properties: dict[str, str] | None = None) -> None:
+        self.base = Path(base_dir)
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.cluster_id = str(Uuid.random())
+        self.static = static
+        self.properties = {
+            "controller.quorum.election.timeout.ms": "1000",
+            "controller.quorum.fetch.timeout.ms": "2000",
+            "controller.quorum.request.timeout.ms": "2000",
+            **(properties or {}),
+        }
+        self.nodes: dict[int, LocalNode] = {}
+        self._first = first_address
+        for i in range(1, voters + observers + 1):
+            self._new_node(i)
+        self.initial_voters = list(range(1, voters + 1))
+
+    # ------------------------------------------------------------------ layout
+
+    def _new_node(self, node_id: int) -> LocalNode:
+        host = f"127.0.0.{self._first + node_id - 1}"
+        node = LocalNode(
+            node_id=node_id, host=host, port=free_port(host), http_port=free_port(host),
+            directory_id=Uuid.random(), dir=self.base / f"node-{node_id}" / "metadata",
+            config_path=self.base / f"node-{node_id}" / "server.properties",
+            log_path=self.base / f"node-{node_id}" / "kraft.log",
+        )
+        self.nodes[node_id] = node
+        return node
+
+    def add_node(self, node_id: int | None = None) -> LocalNode:
+        """Describe a new node (not formatted, not started)."""
+        nid = node_id if node_id is not None else max(self.nodes) + 1
+        return self._new_node(nid)
+
+    def _props(self, node: LocalNode) -> dict[str, str]:
+        props = {
+            "node.id": str(node.node_id),
+            "process.roles": "controller",
+            "listeners": f"CONTROLLER://{node.host}:{node.port}",
+            "controller.listener.names": "CONTROLLER",
+            "metadata.log.dir": str(node.dir),
+            "http.listener": node.http,
+            "http.peers": ",".join(f"{n.node_id}@{n.http}" for n in self.nodes.values()),
+            **self.properties,
+            **node.overrides,
+        }
+        voters = [self.nodes[i] for i in self.initial_voters]
+        if self.static:
+            props["controller.quorum.voters"] = ",".join(
+                f"{n.node_id}@{n.host}:{n.port}" for n in voters)
+        else:
+            props["controller.quorum.bootstrap.servers"] = ",".join(
+                f"{n.host}:{n.port}" for n in voters)
+        return props
+
+    def write_config(self, node: LocalNode) -> dict[str, str]:
+        """Write the node's server.properties; returns the properties."""
+        props = self._props(node)
+        node.config_path.parent.mkdir(parents=True, exist_ok=True)
+        write_properties(node.config_path, props)
+        return props
+
+    def format(self, node_id: int, *, join_later: bool | None = None) -> None:
+        """Format a node's directory (initial voters get --initial-controllers)."""
+        node = self.nodes[node_id]
+        props = self.write_config(node)
+        if self.static:
+            format_storage(props, self.cluster_id, out=io.StringIO())
+            return
+        is_initial = node_id in self.initial_voters if join_later is None else not join_later
+        if is_initial:
+            initial = ",".join(
+                f"{n.node_id}@{n.host}:{n.port}:{n.directory_id}"
+                for n in (self.nodes[i] for i in self.initial_voters))
+            format_storage(props, self.cluster_id, initial_controllers=initial,
+                           out=io.StringIO())
+        else:
+            format_storage(props, self.cluster_id, no_initial_controllers=True,
+                           out=io.StringIO())
+            from kraft.storage.meta_properties import read_meta_properties
+
+            meta = read_meta_properties(node.dir)
+            if meta is not None and meta.directory_id is not None:
+                node.directory_id = meta.directory_id
+
+    def wipe(self, node_id: int) -> None:
+        """Delete a node's metadata directory (a disk failure)."""
+        shutil.rmtree(self.nodes[node_id].dir, ignore_errors=True)
+
+    # ------------------------------------------------------------------ processes
+
+    def start(self, node_id: int) -> LocalNode:
+        """Start `kraft run` for a node (its directory must be formatted)."""
+        node = self.nodes[node_id]
+        self.write_config(node)
+        logf = open(node.log_path, "ab")  # noqa: SIM115 - owned by the child process
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KRAFT_")}
+        env["PYTHONUNBUFFERED"] = "1"
+        node.process = subprocess.Popen(
+            [sys.executable, "-m", "kraft.server.cli_commands", "run", "--config",
+             str(node.config_path)],
+            stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )
+        logf.close()
+        return node
+
+    def start_all(self) -> None:
+        """Format (when needed) and start every node."""
+        for nid in self.nodes:
+            if not (self.nodes[nid].dir / "meta.properties").exists():
+                self.format(nid)
+        for nid in self.nodes:
+            self.start(nid)
+
+    def kill(self, node_id: int, sig: int = signal.SIGKILL) -> None:
+        """Send `sig` to a node and wait for it to exit."""
+        node = self.nodes[node_id]
+        if node.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            node.process.send_signal(sig)
+        try:
+            node.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            node.process.kill()
+            node.process.wait(timeout=10)
+
+    def close(self) -> None:
+        """SIGKILL every process still running."""
+        for node in self.nodes.values():
+            if node.process is not None and node.process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    node.process.kill()
+                with contextlib.suppress(Exception):
+                    node.process.wait(timeout=10)
+
+    def stop_all(self, timeout: float = 10.0) -> None:
+        """SIGTERM every node (graceful), then SIGKILL what is left after `timeout`."""
+        for node in self.nodes.values():
+            if node.alive:
+                assert node.process is not None
+                with contextlib.suppress(ProcessLookupError):
+                    node.process.terminate()
+        deadline = time.monotonic() + timeout
+        for node in self.nodes.values():
+            if node.process is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    node.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        self.close()
+
+    # ------------------------------------------------------------------ queries
+
+    def status(self, node_id: int, timeout: float = 2.0) -> dict[str, Any] | None:
+        """A node's /v1/status, None when it does not answer."""
+        node = self.nodes[node_id]
+        try:
+            r = http_call(node.http, "GET", "/v1/status", timeout=timeout)
+        except OSError:
+            return None
+        return r.json() if r.status == 200 else None
+
+    def leader(self, among: list[int] | None = None) -> int | None:
+        """The id of a node that says it leads (and has a high watermark), if any."""
+        best: tuple[int, int] | None = None
+        for nid in among or list(self.nodes):
+            if not self.nodes[nid].alive:
+                continue
+            st = self.status(nid)
+            if st and st["role"] == "leader" and st["high_watermark"] >= 0 and (
+                    best is None or st["epoch"] > best[1]):
+                best = (nid, st["epoch"])
+        return best[0] if best else None
+
+    def wait_for_leader(self, timeout: float = 30.0, exclude: int | None = None,
+                        among: list[int] | None = None) -> int:
+        """Poll until some node (other than `exclude`) leads; raises TimeoutError."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            lid = self.leader(among)
+            if lid is not None and lid != exclude:
+                return lid
+            time.sleep(0.05)
+        raise TimeoutError(f"no leader within {timeout}s; logs in {self.base}")
+
+    def wait_ready(self, node_id: int, timeout: float = 30.0) -> None:
+        """Poll /readyz until 200; raises TimeoutError."""
+        deadline = time.monotonic() + timeout
+        node = self.nodes[node_id]
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                if http_call(node.http, "GET", "/readyz", timeout=2).status == 200:
+                    return
+            time.sleep(0.05)
+        raise TimeoutError(f"node {node_id} not ready within {timeout}s; log {node.log_path}")
+
+    def put(self, key: str, value: bytes, via: int | None = None, timeout: float = 10.0) -> HttpResult:
+        """PUT through `via` (default: the current leader), following redirects."""
+        nid = via if via is not None else self.wait_for_leader()
+        return http_call(self.nodes[nid].http, "PUT", f"/v1/kv/{key}", value, timeout=timeout)
+
+    def get(self, key: str, via: int | None = None, timeout: float = 10.0) -> HttpResult:
+        """Linearizable GET through `via` (default: the current leader)."""
+        nid = via if via is not None else self.wait_for_leader()
+        return http_call(self.nodes[nid].http, "GET", f"/v1/kv/{key}", timeout=timeout)
