@@ -108,12 +108,12 @@ def test_log_start_without_covering_snapshot_refuses(tmp_path: Path) -> None:
 
 
 def test_unformatted_wrong_ids_and_lock(tmp_path: Path) -> None:
-    with pytest.raises(NotFormattedError, match="no meta.properties"):
+    with pytest.raises(NotFormattedError, match=r"no meta\.properties"):
         open_metadata_dir(tmp_path)
     root = formatted(tmp_path)
-    with pytest.raises(NotFormattedError, match="cluster.id"):
+    with pytest.raises(NotFormattedError, match=r"cluster\.id"):
         open_metadata_dir(root, expected_cluster_id="AAAAAAAAAAAAAAAAAAAAAQ")
-    with pytest.raises(NotFormattedError, match="node.id 1, expected 2"):
+    with pytest.raises(NotFormattedError, match=r"node\.id 1, expected 2"):
         open_metadata_dir(root, expected_node_id=2)
     with open_metadata_dir(root), pytest.raises(StorageError, match="locked"):
         open_metadata_dir(root)

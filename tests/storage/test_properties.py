@@ -8,7 +8,11 @@ import pytest
 
 from kraft.protocol.uuid import Uuid
 from kraft.storage.errors import NotFormattedError
-from kraft.storage.meta_properties import MetaProperties, read_meta_properties, write_meta_properties
+from kraft.storage.meta_properties import (
+    MetaProperties,
+    read_meta_properties,
+    write_meta_properties,
+)
 from kraft.storage.partition_metadata import read_partition_metadata, write_partition_metadata
 from kraft.storage.properties import (
     PropertiesSyntaxError,
@@ -84,13 +88,13 @@ def test_meta_properties_round_trip(tmp_path: Path) -> None:
 def test_meta_properties_missing_is_none_and_bad_values_are_named(tmp_path: Path) -> None:
     assert read_meta_properties(tmp_path) is None
     (tmp_path / "meta.properties").write_text("version=1\ncluster.id=x\nnode.id=abc\n")
-    with pytest.raises(NotFormattedError, match="node.id 'abc'"):
+    with pytest.raises(NotFormattedError, match=r"node\.id 'abc'"):
         read_meta_properties(tmp_path)
     (tmp_path / "meta.properties").write_text("version=0\nbroker.id=1\ncluster.id=x\n")
     with pytest.raises(NotFormattedError, match="version 0"):
         read_meta_properties(tmp_path)
     (tmp_path / "meta.properties").write_text("version=1\ncluster.id=x\nnode.id=1\ndirectory.id=zz\n")
-    with pytest.raises(NotFormattedError, match="directory.id"):
+    with pytest.raises(NotFormattedError, match=r"directory\.id"):
         read_meta_properties(tmp_path)
 
 
