@@ -792,18 +792,35 @@ def _finish_batch(
     return bytes(out)
 
 
+def _check_offset(new_base_offset: int) -> None:
+    if not 0 <= new_base_offset < 1 << 63:
+        raise ValueError(f"base offset {new_base_offset} is outside 0..2**63-1")
+
+
 def rebase(batch: bytes | bytearray | memoryview, new_base_offset: int) -> bytes:
-    """A copy of `batch` with its base offset replaced; the CRC stays valid (it skips it)."""
+    """A copy of `batch` with its base offset replaced; the CRC stays valid (it skips it).
+
+    Only the first 8 bytes change, so this is how a leader assigns offsets to a batch built
+    before it knew them. Raises TruncatedInputError for fewer than 61 bytes and ValueError
+    for a negative offset.
+    """
     if len(batch) < BATCH_HEADER_SIZE:
         raise TruncatedInputError(
             f"record batch of {len(batch)} bytes is shorter than its {BATCH_HEADER_SIZE}-byte "
             "header"
         )
+    _check_offset(new_base_offset)
     return _INT64.pack(new_base_offset) + bytes(batch[8:])
 
 
 def rebase_in_place(buf: bytearray | memoryview, pos: int, new_base_offset: int) -> None:
     """Overwrite the base offset of the batch at `pos` inside a writable buffer."""
+    if pos < 0 or len(buf) - pos < BATCH_HEADER_SIZE:
+        raise TruncatedInputError(
+            f"no {BATCH_HEADER_SIZE}-byte batch header at byte position {pos} of a "
+            f"{len(buf)}-byte buffer"
+        )
+    _check_offset(new_base_offset)
     _INT64.pack_into(buf, pos, new_base_offset)
 
 

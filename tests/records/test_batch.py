@@ -369,3 +369,14 @@ def test_rebase_changes_only_base_offset_and_keeps_crc_valid() -> None:
     buf = bytearray(raw)
     rebase_in_place(buf, 0, 1234)
     assert bytes(buf) == moved
+
+
+def test_rebase_rejects_short_input_and_bad_offsets() -> None:
+    with pytest.raises(TruncatedInputError):
+        rebase(GOLDEN[:60], 1)
+    with pytest.raises(TruncatedInputError):
+        rebase_in_place(bytearray(GOLDEN), 10, 1)
+    with pytest.raises(ValueError):
+        rebase(GOLDEN, -1)
+    with pytest.raises(ValueError):
+        rebase_in_place(bytearray(GOLDEN), 0, 2**63)
