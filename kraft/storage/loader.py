@@ -144,11 +144,13 @@ def open_metadata_dir(
         snapshots.recover()
         mlog = SegmentedLog.open(pdir, segment_bytes=segment_bytes)
         latest = snapshots.latest()
+        log_epoch = max(mlog.last_epoch, 0)
         if latest is not None and (
-            latest.end_offset > mlog.log_end_offset
-            or (mlog.log_end_offset > mlog.log_start_offset and latest.epoch > mlog.last_epoch)
+            latest.epoch > log_epoch
+            or (latest.epoch == log_epoch and latest.end_offset > mlog.log_end_offset)
         ):
-            # Crashed after downloading a snapshot but before truncating the log to it.
+            # Kafka's truncateToLatestSnapshot: a follower crashed after downloading a
+            # snapshot but before truncating its log to it.
             mlog.truncate_fully_and_start_at(latest.end_offset)
         earliest = snapshots.earliest()
         if earliest is not None and mlog.log_start_offset < earliest.end_offset <= mlog.log_end_offset:
