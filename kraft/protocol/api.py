@@ -120,6 +120,8 @@ API_SPECS: dict[ApiKey, ApiSpec] = {
 }
 """Every api this package encodes and decodes, with its full version range."""
 
+_BY_INT: dict[int, ApiSpec] = {int(k): v for k, v in API_SPECS.items()}
+
 SERVED_APIS: tuple[ApiSpec, ...] = tuple(sorted(API_SPECS.values(), key=lambda s: s.key))
 """What a KRaft controller built on this package answers (all of API_SPECS)."""
 
@@ -130,12 +132,11 @@ SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {"kraft.version": (0, 1)}
 def api_spec(api_key: int, api_version: int | None = None) -> ApiSpec:
     """The spec of `api_key`; raises UnsupportedVersionError for an unknown key, or when
     `api_version` is given and outside the supported range."""
-    try:
-        spec = API_SPECS[ApiKey(api_key)]
-    except ValueError:
+    spec = _BY_INT.get(api_key)
+    if spec is None:
         raise UnsupportedVersionError(
             f"unknown api key {api_key}", api_key=api_key, api_version=api_version
-        ) from None
+        )
     if api_version is not None and not spec.supports(api_version):
         raise UnsupportedVersionError(
             f"{spec.name} v{api_version} is not supported "

@@ -548,9 +548,14 @@ class _Builder:
         if self.flex:
             unknown = "_unk"
             L.append(f"{ind}_unk = {{}}")
-            L.append(f"{ind}_nt, pos = _r_uv(buf, pos, end, CTX, {sname + '.<tagged fields>'!r})")
-            L.append(f"{ind}if _nt:")
-            i2 = ind + "    "
+            # fast path: an empty tagged section is the single byte 0
+            L.append(f"{ind}if pos < end and buf[pos] == 0:")
+            L.append(f"{ind}    pos += 1")
+            L.append(f"{ind}else:")
+            i1 = ind + "    "
+            L.append(f"{i1}_nt, pos = _r_uv(buf, pos, end, CTX, {sname + '.<tagged fields>'!r})")
+            L.append(f"{i1}if _nt:")
+            i2 = i1 + "    "
             L.append(f"{i2}_last = -1")
             L.append(f"{i2}for _ in range(_nt):")
             i3 = i2 + "    "

@@ -141,10 +141,13 @@ def decode_request(
     UNSUPPORTED_VERSION. Any other bad input raises another ProtocolError.
     """
     buf, pos, end = _frame_view(frame, size_prefixed, "request")
-    r = Reader(buf, pos, context="request header")
-    api_key = r.int16("api_key")
-    api_version = r.int16("api_version")
-    correlation_id = r.int32("correlation_id")
+    if end - pos < 8:
+        # let the Reader name the field that is cut short
+        r = Reader(buf, pos, context="request header")
+        r.int16("api_key")
+        r.int16("api_version")
+        r.int32("correlation_id")
+    api_key, api_version, correlation_id = _REQ_FIXED.unpack_from(buf, pos)
     try:
         spec = api_spec(api_key, api_version)
     except UnsupportedVersionError as exc:
@@ -152,12 +155,27 @@ def decode_request(
             str(exc), api_key=api_key, api_version=api_version, correlation_id=correlation_id
         ) from None
     version = spec.request_header_version(api_version)
-    r.context = f"request header v{version} ({spec.name} v{api_version})"
-    client_id = r.nullable_string("client_id")
-    tags: dict[int, bytes] = r.tagged_fields() if version >= 2 else {}
+    pos += 8
+    client_id: str | None
+    tags: dict[int, bytes] = {}
+    if end - pos >= 2 and buf[pos] == 0xFF and buf[pos + 1] == 0xFF:
+        client_id = None
+        pos += 2
+    else:
+        r = Reader(buf, pos, context=f"request header v{version} ({spec.name} v{api_version})")
+        client_id = r.nullable_string("client_id")
+        pos = r.pos
+    if version >= 2:
+        if pos < end and buf[pos] == 0:
+            pos += 1
+        else:
+            r = Reader(buf, pos,
+                       context=f"request header v{version} ({spec.name} v{api_version})")
+            tags = r.tagged_fields()
+            pos = r.pos
     header = RequestHeader(api_key, api_version, correlation_id, client_id, tags)
     body: Any
-    body, pos = decode_from(spec.request_class, buf, r.pos, end, header.api_version)
+    body, pos = decode_from(spec.request_class, buf, pos, end, api_version)
     if pos != end:
         raise MalformedInputError(
             f"{spec.name}Request v{api_version}: {end - pos} unexpected trailing bytes at "
