@@ -389,6 +389,7 @@ class RaftCore:
         self.state = new
         self._inflight.clear()
         self._fetch_corr = None
+        self._fetch_backoff_until = 0
         self._admin_corr = None
         if isinstance(old, LeaderState):
             self._abandon_leadership(old)

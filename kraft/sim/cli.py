@@ -25,11 +25,16 @@ def replay_command(seed: int, nodes: int) -> str:
 def summary(results: list[SimResult], seconds: float) -> str:
     """The one-line summary of a batch of seeds."""
     failed = [r for r in results if not r.ok]
+    totals: dict[str, int] = {}
+    for r in results:
+        for k, v in r.stats.items():
+            totals[k] = totals.get(k, 0) + v
+    extra = " ".join(f"{k}={v}" for k, v in sorted(totals.items()))
     return (
         f"seeds={len(results)} steps={sum(r.steps for r in results)} "
         f"invariant_checks={sum(r.checks for r in results)} violations={len(failed)} "
         f"commits={sum(r.committed for r in results)} elections={sum(r.elections for r in results)} "
-        f"seconds={seconds:.1f}"
+        f"seconds={seconds:.1f} {extra}"
     )
 
 

@@ -92,7 +92,7 @@ class SimParams:
 
     nodes: int = 3
     spares: int = 1
-    fault_ms: int = 12_000
+    fault_ms: int = 25_000
     liveness_ms: int = 15_000
     max_delay_ms: int = 15
     fetch_batch_entries: int = 16
@@ -110,6 +110,7 @@ class SimResult:
     committed: int
     elections: int
     mode: str
+    stats: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -169,6 +170,7 @@ class Simulation:
         self.committed_appends = 0
         self._admin_corr = 0
         self.nodes: dict[int, SimNode] = {}
+        self.stats: dict[str, int] = {}
         self._build()
 
     # ------------------------------------------------------------------ setup
@@ -268,6 +270,9 @@ class Simulation:
             n.timer_at = d
             self._push(d, _TICK, n.node_id, None, n.incarnation)
 
+    def _count(self, name: str) -> None:
+        self.stats[name] = self.stats.get(name, 0) + 1
+
     def _trace(self, node: int, what: str, detail: object) -> None:
         if self.trace is not None:
             text = str(detail)
@@ -314,12 +319,16 @@ class Simulation:
             self.committed_appends,
             self.elections,
             self.mode,
+            dict(self.stats),
         )
 
     def _step(self, kind: int, node_id: int, payload: object, inc: int) -> None:
         if kind == _DELIVER or kind == _LOCAL:
             if node_id == ADMIN:
                 self._trace(ADMIN, "admin <-", payload)
+                resp = getattr(payload, "response", None)
+                if getattr(resp, "error_code", None) == ErrorCode.NONE:
+                    self._count(f"admin_ok_{type(resp).__name__}")
                 return
             n = self.nodes[node_id]
             if n.core is None or (kind == _LOCAL and inc != n.incarnation):
@@ -433,6 +442,7 @@ class Simulation:
             elif t is TruncateTo:
                 assert isinstance(e, TruncateTo)
                 self._trace(nid, "truncate", e.end_offset)
+                self._count("truncations")
                 inv.check_truncation(nid, e.end_offset, disk.chain_at)
                 disk.truncate(e.end_offset)
             elif t is Committed:
@@ -482,6 +492,7 @@ class Simulation:
                 snap = SimSnapshot(sid, chain, e.voters, e.kraft_version)
                 disk.snapshots[sid] = snap
                 self._trace(nid, "snapshot", sid)
+                self._count("snapshots")
                 self._push(self.now + self.rng.randint(1, 20), _LOCAL, nid,
                            SnapshotCreated(sid, len(snap.to_bytes())), n.incarnation)
             elif t is AdvanceLogStart:
@@ -561,6 +572,7 @@ class Simulation:
         if want is not None and want != snap.chain:
             self.inv.fail("snapshot", f"node {n.node_id} installs a snapshot of another history")
         self._trace(n.node_id, "install", sid)
+        self._count("snapshot_installs")
         n.disk.install(snap)
         n.applied_to = snap.snapshot_id.offset
         self._push(
@@ -617,6 +629,7 @@ class Simulation:
 
     def _crash(self, n: SimNode) -> None:
         self._trace(n.node_id, "CRASH", "")
+        self._count("crashes")
         n.core = None
         n.disk.crash()
         n.partials.clear()
@@ -625,25 +638,36 @@ class Simulation:
     def _fault(self) -> None:
         r = self.rng.random()
         ids = sorted(self.nodes)
+        leaders = [n.node_id for n in self._leaders()]
         if r < 0.14:
             alive = self._alive()
             if alive:
-                self._crash(self.rng.choice(alive))
+                victims = [n for n in alive if n.node_id in leaders]
+                if not victims or self.rng.random() < 0.5:
+                    victims = alive
+                self._crash(self.rng.choice(victims))
         elif r < 0.32:
             dead = self._dead()
             if dead:
                 self._start_node(self.rng.choice(dead))
         elif r < 0.40:
-            victim = self.rng.choice(ids)
+            victim = self.rng.choice(leaders if leaders and self.rng.random() < 0.6 else ids)
             self._trace(victim, "ISOLATE", "")
             for other in ids:
                 if other != victim:
                     self.blocked.add((victim, other))
                     self.blocked.add((other, victim))
-        elif r < 0.48:
+        elif r < 0.44:
             a, b = self.rng.sample(ids, 2)
             self._trace(a, "BLOCK", f"-> n{b}")
             self.blocked.add((a, b))
+        elif r < 0.48:
+            group = set(self.rng.sample(ids, self.rng.randint(1, len(ids) - 1)))
+            self._trace(0, "SPLIT", sorted(group))
+            for a in ids:
+                for b in ids:
+                    if (a in group) != (b in group):
+                        self.blocked.add((a, b))
         elif r < 0.60:
             self._trace(0, "HEAL-NET", "")
             self.blocked.clear()
@@ -720,6 +744,7 @@ class Simulation:
             return
         victim = self.nodes[self.rng.choice(sorted(voters.ids()))]
         self._trace(victim.node_id, "DISK-LOSS", "")
+        self._count("disk_losses")
         if victim.core is not None:
             self._crash(victim)
         fresh = SimDisk(self._uuid())
