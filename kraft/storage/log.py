@@ -548,7 +548,10 @@ class SegmentedLog:
                 self._delete_segment_files(seg)
             seg = self._segments[-1]
             pos = self._position_of(seg, offset)
-            new_end = int.from_bytes(os.pread(seg.fd, 8, pos), "big", signed=True)
+            if pos >= seg.size:
+                new_end = seg.next_offset
+            else:
+                new_end = int.from_bytes(os.pread(seg.fd, 8, pos), "big", signed=True)
             removed_bytes += seg.size - pos
             os.ftruncate(seg.fd, pos)
             seg.size = pos
