@@ -1,0 +1,174 @@
+"""Concurrent KV clients for the process tests: each operation is recorded for the
+linearizability checker.
+
+Every client sends its operations to one node's admin HTTP API and follows 307 redirects to
+the leader. Outcomes map to the checker's model:
+
+* 200 (or 404 for a read) → a completed operation with its output;
+* 503 with `"outcome": "unknown"`, a timeout or a broken connection during a write → an
+  operation whose outcome is unknown (it may or may not have taken effect);
+* 503 without an outcome (not the leader, no leader known) → the write was never proposed: not
+  recorded; a failed read is not recorded either (it returned nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import random
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from tests.support.linearizability import CAS, DELETE, GET, PUT, HistoryRecorder, Op
+
+
+@dataclass
+class Outcome:
+    """What one HTTP exchange produced."""
+
+    status: int
+    body: bytes
+    known: bool
+
+
+@dataclass
+class WorkloadStats:
+    """Counts of what the clients did."""
+
+    ok: int = 0
+    unknown: int = 0
+    rejected: int = 0
+    acked_writes: dict[str, bytes] = field(default_factory=dict)
+
+
+async def http_op(session: aiohttp.ClientSession, address: str, method: str, path: str,
+                  body: bytes | None, timeout: float, stale: bool = False) -> Outcome:
+    """One request with manual 307 following; raises nothing (failures become outcomes)."""
+    url = f"http://{address}{path}"
+    if stale:
+        url += "?stale=true"
+    for _ in range(4):
+        try:
+            async with session.request(method, url, data=body, allow_redirects=False,
+                                       timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+                data = await resp.read()
+                if resp.status == 307 and "Location" in resp.headers:
+                    url = resp.headers["Location"]
+                    continue
+                if resp.status == 503:
+                    try:
+                        info = json.loads(data)
+                    except ValueError:
+                        info = {}
+                    return Outcome(503, data, known=info.get("outcome") != "unknown")
+                return Outcome(resp.status, data, known=True)
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return Outcome(0, b"", known=False)
+    return Outcome(503, b"redirect loop", known=True)
+
+
+class KVWorkload:
+    """Random put/get/cas/delete on a few keys from several clients, recorded as a history."""
+
+    def __init__(self, addresses: list[str], keys: int = 4, clients: int = 4, seed: int = 0,
+                 timeout: float = 8.0, read_ratio: float = 0.4, stale_reads: bool = False) -> None:
+        self.addresses = addresses
+        self.keys = [f"key{i}" for i in range(keys)]
+        self.clients = clients
+        self.rng = random.Random(seed)
+        self.timeout = timeout
+        self.read_ratio = read_ratio
+        self.stale_reads = stale_reads
+        self.history = HistoryRecorder()
+        self.stats = WorkloadStats()
+        self._stop = asyncio.Event()
+        self._counter = 0
+
+    def stop(self) -> None:
+        """Ask every client to finish its current operation and stop."""
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Run the clients until `stop()`."""
+        async with aiohttp.ClientSession() as session:
+            await asyncio.gather(*(self._client(session, c) for c in range(self.clients)))
+
+    async def _client(self, session: aiohttp.ClientSession, client: int) -> None:
+        rng = random.Random(self.rng.random())
+        while not self._stop.is_set():
+            address = rng.choice(self.addresses)
+            key = rng.choice(self.keys)
+            r = rng.random()
+            if r < self.read_ratio:
+                await self._get(session, client, address, key)
+            elif r < self.read_ratio + 0.4:
+                await self._put(session, client, address, key)
+            elif r < self.read_ratio + 0.5:
+                await self._delete(session, client, address, key)
+            else:
+                await self._cas(session, client, address, key, rng)
+            await asyncio.sleep(rng.random() * 0.01)
+
+    def _value(self, client: int) -> bytes:
+        self._counter += 1
+        return f"c{client}-{self._counter}".encode()
+
+    def _record(self, op: Op, outcome: Outcome) -> None:
+        if outcome.known and outcome.status not in (200, 404):
+            self.stats.rejected += 1
+            return
+        if op.ret is None:
+            self.stats.unknown += 1
+        else:
+            self.stats.ok += 1
+        self.history.record(op)
+
+    async def _put(self, s: aiohttp.ClientSession, client: int, address: str, key: str) -> None:
+        value = self._value(client)
+        call = time.monotonic()
+        out = await http_op(s, address, "PUT", f"/v1/kv/{key}", value, self.timeout)
+        ret = time.monotonic() if out.known and out.status == 200 else None
+        if ret is not None:
+            self.stats.acked_writes[key] = value
+        self._record(Op(client, PUT, key, call, ret, value=value), out)
+
+    async def _delete(self, s: aiohttp.ClientSession, client: int, address: str, key: str) -> None:
+        call = time.monotonic()
+        out = await http_op(s, address, "DELETE", f"/v1/kv/{key}", None, self.timeout)
+        ret = time.monotonic() if out.known and out.status == 200 else None
+        if ret is not None:
+            self.stats.acked_writes.pop(key, None)
+        self._record(Op(client, DELETE, key, call, ret), out)
+
+    async def _cas(self, s: aiohttp.ClientSession, client: int, address: str, key: str,
+                   rng: random.Random) -> None:
+        expected = self.stats.acked_writes.get(key) if rng.random() < 0.7 else b"nope"
+        value = self._value(client)
+        body = json.dumps({
+            "expected": base64.b64encode(expected).decode() if expected is not None else None,
+            "value": base64.b64encode(value).decode(),
+        }).encode()
+        call = time.monotonic()
+        out = await http_op(s, address, "POST", f"/v1/kv/{key}/cas", body, self.timeout)
+        if out.known and out.status == 200:
+            swapped = bool(json.loads(out.body)["swapped"])
+            if swapped:
+                self.stats.acked_writes[key] = value
+            self._record(Op(client, CAS, key, call, time.monotonic(), value=value,
+                            expected=expected, output=swapped), out)
+        else:
+            self._record(Op(client, CAS, key, call, None, value=value, expected=expected), out)
+
+    async def _get(self, s: aiohttp.ClientSession, client: int, address: str, key: str) -> None:
+        call = time.monotonic()
+        out = await http_op(s, address, "GET", f"/v1/kv/{key}", None, self.timeout,
+                            stale=self.stale_reads)
+        if out.status == 200:
+            self._record(Op(client, GET, key, call, time.monotonic(), output=out.body), out)
+        elif out.status == 404:
+            self._record(Op(client, GET, key, call, time.monotonic(), output=None), out)
+        else:
+            self.stats.rejected += 1
