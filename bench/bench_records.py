@@ -16,10 +16,10 @@ from typing import Any
 from kraft.records.batch import build_batch, iter_batches, scan_batches
 
 VALUE_SIZE = 100
-ROUNDS = 5
+ROUNDS = 11
 
 
-def _best_seconds(fn: Callable[[], object], min_time: float = 0.2) -> float:
+def _best_seconds(fn: Callable[[], object], min_time: float = 0.08) -> float:
     """Best per-call time over ROUNDS rounds, each repeating `fn` for at least `min_time`."""
     best = float("inf")
     for _ in range(ROUNDS):
