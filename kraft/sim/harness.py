@@ -86,7 +86,7 @@ class CoreHarness:
         dynamic: bool = True,
         log_state: LogState | None = None,
         seed: int = 0,
-        in_log_voters: bool = False,
+        generation: int = 0,
         **config: Any,
     ) -> None:
         ids = tuple(voters)
@@ -114,7 +114,9 @@ class CoreHarness:
             "request_timeout_ms": 2000,
         }
         defaults.update(config)
-        self.config = RaftConfig(node_id=node_id, directory_id=dir_id(node_id), **defaults)
+        self.config = RaftConfig(
+            node_id=node_id, directory_id=dir_id(node_id, generation), **defaults
+        )
         self.now = 0
         self.core = RaftCore(self.config, state, random.Random(seed), self.now)
         self.effects: list[Effect] = []
@@ -195,7 +197,8 @@ class CoreHarness:
         return self.request(
             leader_id,
             BeginQuorumEpochRequest(
-                leader_id, epoch, self.node_id, dir_id(self.node_id) if self.dynamic else None,
+                leader_id, epoch, self.node_id,
+                self.config.directory_id if self.dynamic else None,
                 endpoint(leader_id),
             ),
         )
