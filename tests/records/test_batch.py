@@ -164,7 +164,7 @@ records_st = st.lists(
     values=values_st,
     control=st.booleans(),
 )
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 def test_values_round_trip(
     base: int, epoch: int, ts: int, values: list[bytes], control: bool
 ) -> None:
@@ -177,7 +177,7 @@ def test_values_round_trip(
 
 
 @given(base=st.integers(0, 2**40), records=records_st)
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 def test_records_round_trip(base: int, records: list[Record]) -> None:
     b = RecordBatch.parse(build_batch(base, 3, records, 0))
     b.validate(records=True)

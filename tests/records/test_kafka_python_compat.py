@@ -61,7 +61,7 @@ def their_batch(
 
 
 @given(records=st.lists(record_st, min_size=1, max_size=15))
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 def test_same_records_give_identical_bytes(records: list[Record]) -> None:
     assert build_batch(0, 0, records, 0) == their_batch(records)
 
@@ -96,7 +96,7 @@ def test_fast_value_path_identical_to_their_builder(values: list[bytes], ts: int
     base=st.integers(0, 2**50),
     epoch=st.integers(0, 2**31 - 1),
 )
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 def test_their_builder_our_reader(records: list[Record], base: int, epoch: int) -> None:
     raw = bytearray(their_batch(records))
     # the broker's job: assign base offset and leader epoch; neither is under the CRC
@@ -129,7 +129,7 @@ def test_their_builder_our_reader(records: list[Record], base: int, epoch: int) 
     epoch=st.integers(-1, 2**31 - 1),
     control=st.booleans(),
 )
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 def test_our_builder_their_reader(
     records: list[Record], base: int, epoch: int, control: bool
 ) -> None:

@@ -91,7 +91,7 @@ def exercise_body(buf: bytearray) -> None:
 
 
 @given(st.binary(max_size=400))
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=300, deadline=None)
 def test_random_bytes(data: bytes) -> None:
     exercise(data)
 
