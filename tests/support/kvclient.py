@@ -7,8 +7,8 @@ the leader. Outcomes map to the checker's model:
 * 200 (or 404 for a read) → a completed operation with its output;
 * 503 with `"outcome": "unknown"`, a timeout or a broken connection during a write → an
   operation whose outcome is unknown (it may or may not have taken effect);
-* 503 without an outcome (not the leader, no leader known) → the write was never proposed: not
-  recorded; a failed read is not recorded either (it returned nothing).
+* 503 without an outcome (not the leader, no leader known) or a refused connection → the write
+  was never proposed: not recorded; a failed read is not recorded either (it returned nothing).
 """
 
 from __future__ import annotations
@@ -65,6 +65,9 @@ async def http_op(session: aiohttp.ClientSession, address: str, method: str, pat
                         info = {}
                     return Outcome(503, data, known=info.get("outcome") != "unknown")
                 return Outcome(resp.status, data, known=True)
+        except aiohttp.ClientConnectorError:
+            # no connection was made: the request never reached a node
+            return Outcome(0, b"", known=True)
         except (aiohttp.ClientError, TimeoutError, OSError):
             return Outcome(0, b"", known=False)
     return Outcome(503, b"redirect loop", known=True)

@@ -1,0 +1,63 @@
+"""KIP-630 with real processes: snapshots are taken, the log prefix is dropped, and a follower
+that fell behind the leader's log start catches up through FetchSnapshot."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+
+import pytest
+
+from kraft.server.local import LocalCluster, http_call
+
+
+@pytest.mark.slow
+def test_follower_behind_log_start_catches_up_through_fetch_snapshot(
+    clusters: Callable[..., LocalCluster],
+) -> None:
+    cluster = clusters(3, properties={"metadata.log.max.record.bytes.between.snapshots": "4096"})
+    cluster.start_all()
+    leader = cluster.wait_for_leader(60)
+    lagger = next(n for n in cluster.nodes if n != leader)
+    for i in range(10):
+        assert cluster.put(f"early-{i}", b"e" * 50).status == 200
+    cluster.wait_ready(lagger, 60)
+    cluster.kill(lagger, signal.SIGKILL)
+    lagger_end = 0
+    for i in range(300):
+        r = cluster.put(f"key-{i:04d}", f"value-{i}-".encode() * 8)
+        assert r.status == 200, r.body
+    leader = cluster.wait_for_leader(30)
+    deadline = time.monotonic() + 30
+    st = cluster.status(leader)
+    while time.monotonic() < deadline:
+        st = cluster.status(leader)
+        if st and st["log_start_offset"] > lagger_end + 20:
+            break
+        time.sleep(0.1)
+    assert st is not None and st["log_start_offset"] > 20, st
+    snapshots = list((cluster.nodes[leader].dir / "__cluster_metadata-0").glob("*.checkpoint"))
+    assert snapshots, "the leader wrote no snapshot"
+
+    cluster.start(lagger)
+    cluster.wait_ready(lagger, 60)
+    lst = cluster.status(lagger)
+    assert lst is not None and lst["log_start_offset"] > 0, lst
+    log_text = cluster.nodes[lagger].log_path.read_text()
+    assert "event=snapshot_installed" in log_text
+    for i in (0, 150, 299):
+        r = http_call(cluster.nodes[lagger].http, "GET", f"/v1/kv/key-{i:04d}?stale=true")
+        assert (r.status, r.body) == (200, f"value-{i}-".encode() * 8)
+    r = http_call(cluster.nodes[lagger].http, "GET", "/v1/kv/early-3?stale=true")
+    assert (r.status, r.body) == (200, b"e" * 50)
+    # and the snapshot is loaded on restart (the leader restarts from its snapshot + log tail)
+    cluster.kill(leader, signal.SIGKILL)
+    cluster.start(leader)
+    cluster.wait_ready(leader, 60)
+    assert "event=node_started" in cluster.nodes[leader].log_path.read_text()
+    r = http_call(cluster.nodes[leader].http, "GET", "/v1/kv/key-0150?stale=true")
+    assert (r.status, r.body) == (200, b"value-150-" * 8)
+    metrics = http_call(cluster.nodes[lagger].http, "GET", "/metrics").body.decode()
+    assert "kraft_snapshot_load_seconds_count 1" in metrics or \
+        "kraft_snapshot_load_seconds_count 2" in metrics
