@@ -150,7 +150,6 @@ class LocalCluster:
             "http.listener": node.http,
             "http.peers": ",".join(f"{n.node_id}@{n.http}" for n in self.nodes.values()),
             **self.properties,
-            **node.overrides,
         }
         voters = [self.nodes[i] for i in self.initial_voters]
         if self.static:
@@ -159,6 +158,7 @@ class LocalCluster:
         else:
             props["controller.quorum.bootstrap.servers"] = ",".join(
                 f"{n.host}:{n.port}" for n in voters)
+        props.update(node.overrides)
         return props
 
     def write_config(self, node: LocalNode) -> dict[str, str]:
