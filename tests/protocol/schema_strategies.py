@@ -76,7 +76,7 @@ def struct_strategy(
 ) -> st.SearchStrategy[Any]:
     """Instances of `cls` whose fields present at `version` are random, the rest default."""
     kw: dict[str, st.SearchStrategy[Any]] = {}
-    size = 3 if depth < 2 else 2
+    size = 2 if depth < 2 else 1
     for fs in fields:
         if version not in fs.versions:
             continue

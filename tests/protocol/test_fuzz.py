@@ -26,7 +26,7 @@ from tests.protocol.schema_strategies import (
 )
 
 _SETTINGS = settings(
-    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 
 

@@ -182,7 +182,7 @@ def test_bytes_equal_kafka_python(name: str, version: int) -> None:
     cls = message_class(spec)
     flexible = version in spec.flexible
 
-    @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(message_strategy(spec, version, with_unknown=False))
     def check(msg: Any) -> None:
         ours = encode(msg, version)

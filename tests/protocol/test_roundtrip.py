@@ -18,7 +18,7 @@ from tests.protocol.schema_strategies import (
 )
 
 _SETTINGS = settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 
 
