@@ -80,8 +80,12 @@ async def test_first_election_and_reelection_respect_the_configured_timeouts(
     first = await asyncio.to_thread(cluster.wait_for_leader, 60)
     st = cluster.status(first)
     assert st is not None and st["role"] == "leader"
-    followers = [cluster.status(n) for n in cluster.nodes if n != first]
-    assert all(f is not None and f["leader_id"] == first for f in followers)
+    # every follower learns the leader (one of them may still be catching up to the new epoch)
+    for n in cluster.nodes:
+        if n != first:
+            await asyncio.to_thread(cluster.wait_ready, n, 30)
+            f = cluster.status(n)
+            assert f is not None and f["leader_id"] == first
     await asyncio.to_thread(cluster.kill, first, signal.SIGKILL)
     survivors = [n for n in cluster.nodes if n != first]
     second = await asyncio.to_thread(cluster.wait_for_leader, 30, first, survivors)
