@@ -12,8 +12,9 @@ data source into `OUT/tables/records` (Parquet), and the batch table; 3. corrupt
 uncommitted divergence; 6. snapshots against each other and against the log; 7. history;
 8. workload; 9. summary.json, Parquet tables and report.html with PNG charts.
 
-Exit status: 0 when the audit ran (whatever it found; `--strict` makes error findings exit
-1), 2 for bad input (missing directory, not a metadata directory, bad option).
+Exit status: 0 when the audit ran (whatever it found; with `--strict`, 1 when it found a
+committed divergence, a failed snapshot check or a corrupt batch), 2 for bad input (missing
+directory, not a metadata directory, bad option).
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="extra Spark setting, repeatable")
     p.add_argument("--strict", action="store_true",
-                   help="exit 1 when the audit finds divergence or corruption")
+                   help="exit 1 when the audit finds committed divergence, a failed snapshot "
+                        "check or a corrupt batch")
     p.add_argument("--no-report", action="store_true", help="skip report.html and charts")
     args = p.parse_args(argv)
     if args.high_watermark is not None and args.high_watermark < 0:
@@ -124,7 +126,7 @@ def batch_table(records: DataFrame, out: Path) -> pd.DataFrame:
     ).select(*BATCH_COLUMNS)
     b.write.mode("overwrite").parquet(str(out / "tables" / "batches"))
     pdf = b.toPandas()
-    pdf["is_control"] = pdf["is_control"].fillna(False).astype(bool)
+    pdf["is_control"] = pdf["is_control"].astype("boolean").fillna(False).astype(bool)
     return pdf
 
 
@@ -318,7 +320,12 @@ def run_audit(
             "uncommitted_records": (
                 0 if hw.value is None or e.log_end is None else max(0, e.log_end - hw.value)
             ),
-            "offset_gaps": [{"from": a, "to": b} for a, b in offset_holes[r.name]],
+            "offset_gaps": [
+                {"from": a, "to": b, "explained_by_corrupt_batch": any(
+                    c["base_offset"] == a and c["source"] == "log"
+                    for c in corrupt.get(r.name, []))}
+                for a, b in offset_holes[r.name]
+            ],
             "corrupt_batches": corrupt.get(r.name, []),
             "quorum_state": (
                 None if r.quorum_state is None else
@@ -328,8 +335,12 @@ def run_audit(
         }
 
     reference = pick_reference(replica_summary)
+    replayed = 0
     if reference is not None and hw.value is not None and workload.kv_available():
-        findings += _replay_snapshots(records, snaps, reference, ext[reference], hw.value)
+        replay_findings, replayed = _replay_snapshots(records, snaps, reference,
+                                                      ext[reference], hw.value)
+        findings += replay_findings
+    progress.note(snapshots=len(snaps), replayed_against_log=replayed, reference=reference)
     for f in findings:
         progress.note(finding=f["kind"], replica=f["replica"], end_offset=f["end_offset"])
 
@@ -390,6 +401,7 @@ def run_audit(
         "replicas": replica_summary,
         "findings": findings,
         "consistent": not committed and not errors,
+        "corrupt_batches": sum(len(v) for v in corrupt.values()),
         "history": {
             "leader_changes": len(changes), "epochs": len(epochs),
             "voter_sets": vchanges["voters"].tolist() if len(vchanges) else [],
@@ -419,18 +431,21 @@ def run_audit(
 def _replay_snapshots(
     records: DataFrame, snaps: list[consistency.SnapshotInfo], reference: str,
     ext: consistency.ReplicaExtent, hw: int,
-) -> list[dict[str, Any]]:
-    """Compare every snapshot's KV state with the reference replica's log replayed to its end."""
+) -> tuple[list[dict[str, Any]], int]:
+    """Compare every snapshot's KV state with the reference replica's log replayed to its end.
+
+    Returns the findings and how many snapshots were compared.
+    """
     to_check = [s for s in snaps if 0 < s.end_offset <= hw]
     if not to_check:
-        return []
+        return [], 0
     base: tuple[int, list[bytes]] | None = None
     start = ext.log_start or 0
     if start > 0:
         # Start from the reference's own snapshot at its log start, if it has one.
         own = [s for s in snaps if s.replica == reference and s.end_offset == start]
         if not own:
-            return []
+            return [], 0
         base = (start, _snapshot_values(records, own[0]))
     pairs = [(s, _snapshot_values(records, s)) for s in to_check if s.end_offset >= start]
     limit = max(s.end_offset for s, _ in pairs) if pairs else 0
@@ -440,7 +455,8 @@ def _replay_snapshots(
         .select("offset", "is_control", "value").orderBy("offset")
     )
     stream = ((int(r[0]), bool(r[1]), r[2]) for r in log_rows.toLocalIterator())
-    return consistency.replay_check(pairs, stream, base)
+    findings, compared = consistency.replay_check(pairs, stream, base)
+    return findings, compared
 
 
 def _snapshot_values(records: DataFrame, s: consistency.SnapshotInfo) -> list[bytes]:
@@ -471,6 +487,6 @@ def main(argv: list[str] | None = None) -> int:
         "summary": str(Path(summary["output"]) / "summary.json"),
         "report": summary.get("report"),
     }))
-    if args.strict and not summary["consistent"]:
+    if args.strict and (not summary["consistent"] or summary["corrupt_batches"]):
         return 1
     return 0

@@ -420,14 +420,14 @@ def replay_check(
     snapshots: list[tuple[SnapshotInfo, list[bytes]]],
     log_records: Iterator[tuple[int, bool, bytes | None]],
     base: tuple[int, list[bytes]] | None = None,
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], int]:
     """Replay committed KV commands and compare the state with each snapshot's contents.
 
     `snapshots` are (info, data values) in end-offset order; `log_records` yields
     (offset, is_control, value) of committed log records in offset order; `base` optionally
     starts from a loaded snapshot (end offset, values) when the log does not begin at 0.
-    A snapshot the log does not reach is skipped. Returns `snapshot_state_mismatch` findings
-    naming the first key that differs.
+    A snapshot the log does not reach is skipped. Returns the `snapshot_state_mismatch`
+    findings (naming the first key that differs) and how many snapshots were compared.
     """
     from kraft.statemachine.base import CommittedBatch
     from kraft.statemachine.kv import CommandError, KVStore
@@ -436,6 +436,7 @@ def replay_check(
     if base is not None:
         store.load_snapshot(base[0], base[1])
     findings: list[dict[str, Any]] = []
+    compared = 0
     pending: tuple[int, bool, bytes | None] | None = None
     it = iter(log_records)
     for info, values in snapshots:
@@ -458,6 +459,7 @@ def replay_check(
             pending = None
         if store.applied_offset < info.end_offset:
             continue  # the log does not reach this snapshot's end: nothing to compare
+        compared += 1
         expected = KVStore()
         try:
             expected.load_snapshot(info.end_offset, values)
@@ -479,4 +481,4 @@ def replay_check(
                 "in_log": None if got.get(first) is None else len(got[first]),
                 "in_snapshot": None if want.get(first) is None else len(want[first]),
             })
-    return findings
+    return findings, compared

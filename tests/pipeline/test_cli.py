@@ -1,0 +1,52 @@
+"""`kraft audit` command line: bad input fails fast with a clear message, before any JVM."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kraft_pipeline.audit import main, parse_args
+from kraft_pipeline.layout import AuditInputError, discover_replicas
+
+
+def test_missing_input_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["--input", str(tmp_path / "nope"), "--output", str(tmp_path / "out")])
+    assert rc == 2
+    assert "no such file or directory" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_directory_that_is_not_a_metadata_dir(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "file.txt").write_text("x")
+    rc = main(["--input", str(tmp_path / "junk"), "--output", str(tmp_path / "out")])
+    assert rc == 2
+    assert "not a KRaft metadata directory" in capsys.readouterr().err
+
+
+def test_bad_options_exit_2(tmp_path: Path) -> None:
+    for argv in (["--output", "x"], ["--input", "a", "--output", "x", "--voters", "1,b"],
+                 ["--input", "a", "--output", "x", "--high-watermark", "-1"],
+                 ["--input", "a", "--output", "x", "--conf", "novalue"]):
+        with pytest.raises(SystemExit) as exc:
+            parse_args(argv)
+        assert exc.value.code == 2
+
+
+def test_options_are_parsed() -> None:
+    a = parse_args(["-i", "a", "b", "-o", "out", "--voters", "3,1", "--conf", "k=v=w",
+                    "--driver-memory", "1g", "--high-watermark", "7"])
+    assert a.input == ["a", "b"] and a.voters == [1, 3] and a.high_watermark == 7
+    assert a.conf == {"k": "v=w", "spark.driver.memory": "1g"}
+
+
+def test_discovery_accepts_partition_dir_and_parent(tmp_path: Path) -> None:
+    from kraft_pipeline.synthetic import write_replica
+
+    root = write_replica(tmp_path / "quorum" / "a", 7, [])
+    for path in (root, root / "__cluster_metadata-0", tmp_path / "quorum"):
+        [rep] = discover_replicas([str(path)])
+        assert (rep.name, rep.node_id, rep.root) == ("node-7", 7, str(root.resolve()))
+    with pytest.raises(AuditInputError):
+        discover_replicas([])
