@@ -92,7 +92,7 @@ class SimParams:
 
     nodes: int = 3
     spares: int = 1
-    fault_ms: int = 25_000
+    fault_ms: int = 40_000
     liveness_ms: int = 15_000
     max_delay_ms: int = 15
     fetch_batch_entries: int = 16
@@ -657,6 +657,8 @@ class Simulation:
                 if other != victim:
                     self.blocked.add((victim, other))
                     self.blocked.add((other, victim))
+        elif r < 0.48 and len(ids) < 2:
+            pass
         elif r < 0.44:
             a, b = self.rng.sample(ids, 2)
             self._trace(a, "BLOCK", f"-> n{b}")
