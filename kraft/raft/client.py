@@ -55,8 +55,8 @@ from kraft.raft.effects import (
     WriteSnapshotChunk,
 )
 from kraft.raft.events import (
-    Append,
     ApiVersionsReceived,
+    Append,
     Event,
     Persisted,
     RequestFailed,
@@ -1329,7 +1329,7 @@ class RaftCore:
             return
         key = ReplicaKey(req.voter_id, req.voter_directory_id)
         voters = self._voters()
-        if key not in voters.keys() or len(voters) <= 1:
+        if not voters.has_exact(key) or len(voters) <= 1:
             fail(ErrorCode.VOTER_NOT_FOUND, f"replica {key} is not a removable voter")
             return
         offset = self._append_voters(s, voters.without(key))
@@ -1487,9 +1487,8 @@ class RaftCore:
                     "raft snapshot download node=%s snapshot=%s", self.key.id, resp.snapshot_id
                 )
             return
-        elif resp.batches:
-            if not self._append_fetched(s, resp.batches):
-                return
+        elif resp.batches and not self._append_fetched(s, resp.batches):
+            return
         if resp.high_watermark >= 0:
             new = min(resp.high_watermark, self.log.end_offset)
             if self.high_watermark is None or new > self.high_watermark:

@@ -14,6 +14,8 @@ from typing import Generic, TypeVar
 
 from kraft.raft.messages import Endpoint, KRaftVersionRange, ReplicaKey
 
+_DEFAULT_RANGE = KRaftVersionRange(0, 1)
+
 
 @dataclass(frozen=True, slots=True)
 class VoterNode:
@@ -21,7 +23,7 @@ class VoterNode:
 
     key: ReplicaKey
     endpoints: tuple[Endpoint, ...] = ()
-    kraft_version: KRaftVersionRange = KRaftVersionRange(0, 1)
+    kraft_version: KRaftVersionRange = _DEFAULT_RANGE
 
     @property
     def id(self) -> int:
@@ -65,6 +67,10 @@ class VoterSet:
     def is_voter_id(self, node_id: int) -> bool:
         """True when some voter has this node id (used where only ids are known)."""
         return self.get(node_id) is not None
+
+    def has_exact(self, key: ReplicaKey) -> bool:
+        """True when a voter has exactly this key (id and directory id)."""
+        return any(n.key == key for n in self.voters)
 
     def keys(self) -> tuple[ReplicaKey, ...]:
         """The voters' replica keys."""

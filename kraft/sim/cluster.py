@@ -47,8 +47,8 @@ from kraft.raft.effects import (
     WriteSnapshotChunk,
 )
 from kraft.raft.events import (
-    Append,
     ApiVersionsReceived,
+    Append,
     Event,
     Persisted,
     RequestReceived,
@@ -75,7 +75,7 @@ from kraft.raft.messages import (
 from kraft.raft.state import Role
 from kraft.raft.voters import VoterNode, VoterSet
 from kraft.sim.disk import SimDisk, SimSnapshot
-from kraft.sim.invariants import InvariantViolation, Invariants
+from kraft.sim.invariants import Invariants, InvariantViolation
 
 ADMIN = -100
 """Node id the simulated admin client uses as its source."""
@@ -323,7 +323,7 @@ class Simulation:
         )
 
     def _step(self, kind: int, node_id: int, payload: object, inc: int) -> None:
-        if kind == _DELIVER or kind == _LOCAL:
+        if kind in (_DELIVER, _LOCAL):
             if node_id == ADMIN:
                 self._trace(ADMIN, "admin <-", payload)
                 resp = getattr(payload, "response", None)
@@ -333,7 +333,6 @@ class Simulation:
             n = self.nodes[node_id]
             if n.core is None or (kind == _LOCAL and inc != n.incarnation):
                 return
-            assert isinstance(payload, Event)  # type: ignore[misc,arg-type]
             self._deliver(n, payload)  # type: ignore[arg-type]
         elif kind == _TICK:
             n = self.nodes[node_id]

@@ -183,11 +183,11 @@ class CoreHarness:
     def elect(self) -> None:
         """Run an election to leadership: timeout, pre-vote, vote, persist the epoch start."""
         self.advance(2 * self.config.election_timeout_ms)
-        for r in self.sent(VoteRequest, clear=False):
-            if r.request.pre_vote and self.core.role is Role.PROSPECTIVE:
+        for r in self.sent(VoteRequest):
+            if _is_vote(r, pre=True) and self.core.role is Role.PROSPECTIVE:
                 self.respond(r, VoteResponse(ErrorCode.NONE, -1, self.core.epoch, True))
         for r in self.sent(VoteRequest):
-            if not r.request.pre_vote and self.core.role is Role.CANDIDATE:
+            if _is_vote(r, pre=False) and self.core.role is Role.CANDIDATE:
                 self.respond(r, VoteResponse(ErrorCode.NONE, -1, self.core.epoch, True))
         assert self.core.role is Role.LEADER, self.core.role
         self.persist()
@@ -302,6 +302,10 @@ class CoreHarness:
     def log_end(self) -> int:
         """The core's log end offset."""
         return self.core.log.end_offset
+
+
+def _is_vote(sent: SendRequest, pre: bool) -> bool:
+    return isinstance(sent.request, VoteRequest) and sent.request.pre_vote is pre
 
 
 def log_state(

@@ -177,7 +177,7 @@ def test_kip595_end_quorum_epoch_backoff_follows_preferred_position() -> None:
         h = CoreHarness.follower(node_id=1, leader_id=2, epoch=1, voters=(1, 2, 3, 4),
                                  election_backoff_max_ms=1000)
         others = [3, 4]
-        prefs = others[:pos] + [1] + others[pos:]
+        prefs = [*others[:pos], 1, *others[pos:]]
         from kraft.raft.messages import ReplicaKey
         keys = tuple(ReplicaKey(i, dir_id(i)) for i in prefs)
         h.request(2, EndQuorumEpochRequest(2, 1, keys))
