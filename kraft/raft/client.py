@@ -1471,9 +1471,12 @@ class RaftCore:
         if self._maybe_transition_on_epoch(resp.leader_epoch, resp.leader_id, resp.leader_endpoints):
             return
         s = self.state
-        if not isinstance(s, FollowerState) or resp.leader_epoch != s.epoch:
-            return
-        if resp.error_code != ErrorCode.NONE:
+        if (
+            not isinstance(s, FollowerState)
+            or resp.leader_epoch != s.epoch
+            or resp.error_code != ErrorCode.NONE
+        ):
+            # An error, or an answer from an older epoch: retry after the backoff.
             self._fetch_backoff_until = self._now + self.config.retry_backoff_ms
             return
         s.fetch_deadline = self._now + self.config.fetch_timeout_ms

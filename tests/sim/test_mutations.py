@@ -72,7 +72,7 @@ def test_mutation_follower_hw_not_capped_by_its_log_is_caught(
                  "new = min(resp.high_watermark, self.log.end_offset)",
                  "new = resp.high_watermark")
     v = first_violation(range(0, 50))
-    assert v is not None, v
+    assert v is not None and "beyond its log" in v, v
 
 
 def test_mutation_truncating_past_divergence_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,7 +81,7 @@ def test_mutation_truncating_past_divergence_is_caught(monkeypatch: pytest.Monke
                  "target = min(diverging.offset, own.offset, self.log.end_offset)",
                  "target = max(0, min(diverging.offset, own.offset, self.log.end_offset) - 1)")
     v = first_violation(range(0, 300))
-    assert v is not None, v
+    assert v is not None and ("committed_never_truncated" in v or "high watermark" in v), v
 
 
 def test_failing_seed_prints_the_replay_command(
