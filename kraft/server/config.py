@@ -1,6 +1,7 @@
 """Node configuration: Kafka-style properties plus `KRAFT_*` environment overrides.
 
-A node reads one properties file (`key=value` lines, `#`/`!` comments, Java escapes), then
+A node reads one properties file (Java `.properties` syntax, parsed by
+`kraft.storage.properties`), then
 applies environment variables named `KRAFT_<KEY>` where `<KEY>` is the property name upper-cased
 with dots turned into underscores (`KRAFT_NODE_ID=3` overrides `node.id`). Everything is
 validated by a pydantic model; an unknown key or an invalid value raises `ConfigError` naming
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from kraft.storage.properties import PropertiesSyntaxError, read_properties
 
 ENV_PREFIX = "KRAFT_"
 
@@ -256,69 +259,6 @@ class NodeConfig(BaseModel):
         return Path(self.metadata_log_dir if self.metadata_log_dir else self.log_dirs[0])
 
 
-def parse_properties(text: str) -> dict[str, str]:
-    """Parse Java `.properties` text: `=`, `:` or blank separators, comments, continuations.
-
-    Duplicate keys keep the last value, as Java does.
-    """
-    out: dict[str, str] = {}
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i].lstrip()
-        i += 1
-        if not line or line[0] in "#!":
-            continue
-        while _ends_with_continuation(line) and i < len(lines):
-            line = line[:-1] + lines[i].lstrip()
-            i += 1
-        key_chars: list[str] = []
-        j = 0
-        while j < len(line):
-            ch = line[j]
-            if ch == "\\" and j + 1 < len(line):
-                key_chars.append(_unescape_char(line[j + 1]))
-                j += 2
-                continue
-            if ch in "=: \t":
-                break
-            key_chars.append(ch)
-            j += 1
-        rest = line[j:].lstrip(" \t")
-        if rest[:1] in ("=", ":"):
-            rest = rest[1:].lstrip(" \t")
-        out["".join(key_chars)] = _unescape(rest)
-    return out
-
-
-def _ends_with_continuation(line: str) -> bool:
-    backslashes = len(line) - len(line.rstrip("\\"))
-    return backslashes % 2 == 1
-
-
-def _unescape_char(ch: str) -> str:
-    return {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(ch, ch)
-
-
-def _unescape(value: str) -> str:
-    out: list[str] = []
-    j = 0
-    while j < len(value):
-        ch = value[j]
-        if ch == "\\" and j + 1 < len(value):
-            nxt = value[j + 1]
-            if nxt == "u" and j + 6 <= len(value):
-                out.append(chr(int(value[j + 2 : j + 6], 16)))
-                j += 6
-                continue
-            out.append(_unescape_char(nxt))
-            j += 2
-            continue
-        out.append(ch)
-        j += 1
-    return "".join(out)
-
-
 def known_keys() -> list[str]:
     """Every property name a node accepts."""
     return sorted(str(f.alias) for f in NodeConfig.model_fields.values())
@@ -371,5 +311,8 @@ def build_config(
 
 def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> NodeConfig:
     """Read a properties file and apply `KRAFT_*` overrides (from `os.environ` by default)."""
-    text = Path(path).read_text(encoding="utf-8")
-    return build_config(parse_properties(text), os.environ if environ is None else environ)
+    try:
+        props = read_properties(path)
+    except PropertiesSyntaxError as exc:
+        raise ConfigError(str(exc)) from None
+    return build_config(props, os.environ if environ is None else environ)

@@ -110,11 +110,9 @@ class _Waiter:
 class _Flusher:
     """The disk writer thread: fsyncs the log on demand and reports the durable end."""
 
-    def __init__(self, flush: Callable[[], int], report: Callable[[int, int], None],
-                 enabled: bool) -> None:
+    def __init__(self, flush: Callable[[], int], report: Callable[[int, int], None]) -> None:
         self._flush = flush
         self._report = report
-        self._enabled = enabled
         self._wanted = threading.Event()
         self._stop = False
         self.generation = 0
@@ -232,7 +230,7 @@ class KraftNode:
         )
         self._static_addresses = {v.node_id: (v.host, v.port) for v in cfg.quorum_voters}
         self.core = RaftCore(raft_cfg, log_state, self._rng, now_ms())
-        self._flusher = _Flusher(md.log.flush, self._flushed_from_thread, cfg.fsync)
+        self._flusher = _Flusher(md.log.flush, self._flushed_from_thread)
         self._flusher.start()
         bound = cfg.controller_listener
         self.listener = FrameListener(bound.host, bound.port, self._on_frame, name=bound.name)
@@ -461,7 +459,12 @@ class KraftNode:
                 assert isinstance(e, fx.StateChanged)
                 self._on_state_changed(e)
         if appended:
-            self._flusher.request()
+            if self.config.fsync:
+                self._flusher.request()
+            else:
+                # kraft.log.fsync=false (tests, benchmarks only): page cache counts as durable
+                self._queue.put_nowait(("flushed", (self._flusher.generation,
+                                                    md.log.log_end_offset)))
             self._m_leo.set(md.log.log_end_offset)
 
     def _epoch(self) -> int:

@@ -1,0 +1,94 @@
+"""Node configuration: Kafka properties, KRAFT_* overrides, errors that name the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kraft.server.config import ConfigError, build_config, known_keys, load_config
+from kraft.storage.properties import parse_properties
+
+BASE = {
+    "node.id": "1",
+    "process.roles": "controller",
+    "listeners": "CONTROLLER://127.0.0.1:9093",
+    "controller.listener.names": "CONTROLLER",
+    "controller.quorum.voters": "1@127.0.0.1:9093,2@127.0.0.2:9093,3@[::1]:9093",
+    "metadata.log.dir": "/tmp/x",
+}
+
+
+def test_a_minimal_static_controller_config() -> None:
+    cfg = build_config(BASE)
+    assert cfg.node_id == 1
+    assert [(v.node_id, v.host, v.port) for v in cfg.quorum_voters] == [
+        (1, "127.0.0.1", 9093), (2, "127.0.0.2", 9093), (3, "::1", 9093)]
+    assert cfg.controller_listener.port == 9093
+    assert cfg.election_timeout_ms == 1000 and cfg.fetch_timeout_ms == 2000
+    assert cfg.append_linger_ms == 25 and cfg.auto_join_enable is False
+    assert str(cfg.metadata_dir) == "/tmp/x"
+
+
+def test_environment_overrides_win_and_are_named_in_errors() -> None:
+    cfg = build_config(BASE, {"KRAFT_CONTROLLER_QUORUM_ELECTION_TIMEOUT_MS": "250",
+                              "KRAFT_CONTROLLER_QUORUM_AUTO_JOIN_ENABLE": "true",
+                              "PATH": "/bin"})
+    assert cfg.election_timeout_ms == 250 and cfg.auto_join_enable is True
+    with pytest.raises(ConfigError, match="KRAFT_NODE_ID"):
+        build_config(BASE, {"KRAFT_NODE_ID": "one"})
+    with pytest.raises(ConfigError, match="KRAFT_NO_SUCH_THING"):
+        build_config(BASE, {"KRAFT_NO_SUCH_THING": "1"})
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "named"),
+    [
+        ("node.id", "-1", "node.id"),
+        ("process.roles", "broker,controller", "process.roles"),
+        ("listeners", "CONTROLLER://host", "listeners"),
+        ("listeners", "CONTROLLER://h:70000", "listeners"),
+        ("controller.quorum.voters", "1@0.0.0.0:9093", "controller.quorum.voters"),
+        ("controller.quorum.voters", "x@h:1", "controller.quorum.voters"),
+        ("controller.quorum.election.timeout.ms", "0", "controller.quorum.election.timeout.ms"),
+        ("controller.quorum.auto.join.enable", "yes", "controller.quorum.auto.join.enable"),
+        ("http.listener", "nowhere", "http.listener"),
+        ("some.unknown.key", "1", "some.unknown.key"),
+    ],
+)
+def test_invalid_or_unknown_keys_are_errors_naming_the_key(key: str, value: str, named: str) -> None:
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        build_config({**BASE, key: value})
+
+
+def test_missing_quorum_and_listener_mismatch_are_errors() -> None:
+    props = dict(BASE)
+    del props["controller.quorum.voters"]
+    with pytest.raises(ConfigError, match=r"controller\.quorum\.voters or controller\.quorum\.bootstrap"):
+        build_config(props)
+    with pytest.raises(ConfigError, match=r"controller\.listener\.names"):
+        build_config({**BASE, "controller.listener.names": "OTHER"})
+
+
+def test_dynamic_quorum_with_bootstrap_servers_and_advertised_listeners() -> None:
+    props = dict(BASE)
+    del props["controller.quorum.voters"]
+    props.update({"controller.quorum.bootstrap.servers": "127.0.0.1:9093,127.0.0.2:9093",
+                  "advertised.listeners": "CONTROLLER://node1.example:9093",
+                  "http.listener": "127.0.0.1:8080", "http.peers": "2@127.0.0.2:8080"})
+    cfg = build_config(props)
+    assert [str(b) for b in cfg.bootstrap_servers] == ["127.0.0.1:9093", "127.0.0.2:9093"]
+    assert [a.host for a in cfg.advertised_controller_listeners] == ["node1.example"]
+    assert cfg.http_peers == {2: "127.0.0.2:8080"}
+
+
+def test_properties_file_syntax(tmp_path: Path) -> None:
+    text = "# comment\n! also\nnode.id = 1\nprocess.roles:controller\nlisteners CONTROLLER\\://127.0.0.1\\:9093\n" \
+           "controller.listener.names=CON\\\n    TROLLER\ncontroller.quorum.voters=1@127.0.0.1:9093\n" \
+           "metadata.log.dir=/tmp/y\n"
+    assert parse_properties(text)["controller.listener.names"] == "CONTROLLER"
+    path = tmp_path / "server.properties"
+    path.write_text(text)
+    cfg = load_config(path, {})
+    assert cfg.controller_listener.host == "127.0.0.1"
+    assert "controller.quorum.voters" in known_keys()
