@@ -72,6 +72,7 @@ from kraft.raft.events import (
 from kraft.raft.leader import (
     CAUGHT_UP_WINDOW_MS,
     OBSERVER_SESSION_TIMEOUT_MS,
+    VOTER_CHANGE_TIMEOUT_MS,
     ChangeKind,
     LeaderState,
     ParkedFetch,
@@ -1282,6 +1283,7 @@ class RaftCore:
             self._now + self.config.request_timeout_ms,
             key,
             VoterNode(key, req.listeners),
+            timeout_ms=max(req.timeout_ms, 1),
         )
         self._out.append(SendApiVersions(req.voter_id, req.listeners))
 
@@ -1305,7 +1307,7 @@ class RaftCore:
         assert pc.node is not None
         node = VoterNode(pc.key, pc.node.endpoints, ev.result.kraft_version)
         pc.record_offset = self._append_voters(s, self._voters().with_voter(node))
-        pc.deadline = self._now + 30_000
+        pc.deadline = self._now + pc.timeout_ms
         self._maybe_advance_hw()
 
     def _on_remove_voter(self, src: int, corr: int, req: RemoveRaftVoterRequest) -> None:
@@ -1334,7 +1336,7 @@ class RaftCore:
             return
         offset = self._append_voters(s, voters.without(key))
         s.pending_change = PendingChange(
-            ChangeKind.REMOVE, src, corr, self._now + 30_000, key, None, offset
+            ChangeKind.REMOVE, src, corr, self._now + VOTER_CHANGE_TIMEOUT_MS, key, None, offset
         )
         self._maybe_advance_hw()
 
@@ -1429,7 +1431,7 @@ class RaftCore:
             return
         self._append_control((kraft_version_record(target), voters_record(VoterSet.of(upgraded))))
         s.pending_change = PendingChange(
-            ChangeKind.UPGRADE, src, corr, self._now + 30_000, self.key, None,
+            ChangeKind.UPGRADE, src, corr, self._now + VOTER_CHANGE_TIMEOUT_MS, self.key, None,
             self.log.end_offset - 1,
         )
         self._maybe_advance_hw()

@@ -14,6 +14,10 @@ Execution contract (the runtime must keep it):
    state machine after applying exactly the records below `id.offset`.
 5. `SendFetchResponse` / `SendFetchSnapshotResponse`: the runtime reads the bytes named by the
    effect from its log or snapshot file when it executes the effect and attaches them.
+6. `InstallSnapshot` is executed synchronously and its answer (`SnapshotInstalled` or
+   `SnapshotInstallFailed`) is the core's very next event: the log was replaced underneath it.
+7. `CreateSnapshot` may run in the background; `SnapshotCreated` is reported when the file is
+   complete and durable.
 """
 
 from __future__ import annotations

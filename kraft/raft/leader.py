@@ -14,6 +14,10 @@ from kraft.raft.voters import VoterNode, VoterSet
 OBSERVER_SESSION_TIMEOUT_MS = 300_000
 """Observers are listed by DescribeQuorum for this long after their last fetch."""
 
+VOTER_CHANGE_TIMEOUT_MS = 30_000
+"""How long Remove/kraft.version changes wait for their record to commit before answering
+REQUEST_TIMED_OUT (AddRaftVoter uses its request's TimeoutMs)."""
+
 CAUGHT_UP_WINDOW_MS = 3_600_000
 """A replica counts as caught up for AddRaftVoter if it reached the log end this recently."""
 
@@ -74,6 +78,7 @@ class PendingChange:
     key: ReplicaKey
     node: VoterNode | None = None
     record_offset: int | None = None  # None while waiting for ApiVersions
+    timeout_ms: int = 30_000
 
 
 @dataclass(slots=True)

@@ -132,6 +132,7 @@ class SimNode:
     applied_to: int = 0
     last_hw: int = -1
     partials: dict[object, bytearray] = field(default_factory=dict)
+    immediate: list[Event] = field(default_factory=list)
 
 
 def _endpoint(node_id: int) -> Endpoint:
@@ -249,6 +250,7 @@ class Simulation:
         n.timer_at = None
         n.flush_pending = False
         n.partials.clear()
+        n.immediate.clear()
         self._trace(n.node_id, "start", f"incarnation={n.incarnation} log_end={state.log_end_offset}")
         self._execute(n, n.core.start())
         self._arm(n)
@@ -363,6 +365,10 @@ class Simulation:
             self._trace(n.node_id, "<- " + type(event).__name__, _brief(event))
         effects = core.handle(event, self.now)
         self._execute(n, effects)
+        while n.immediate and n.core is not None:
+            nxt = n.immediate.pop(0)
+            self._trace(n.node_id, "<- " + type(nxt).__name__, _brief(nxt))
+            self._execute(n, n.core.handle(nxt, self.now))
         self._arm(n)
 
     # ------------------------------------------------------------------ network
@@ -564,8 +570,7 @@ class Simulation:
         assert data is not None
         snap = SimSnapshot.from_bytes(bytes(data))
         if snap.snapshot_id != sid:
-            self._push(self.now, _LOCAL, n.node_id, SnapshotInstallFailed(snap.snapshot_id, "id"),
-                       n.incarnation)
+            n.immediate.append(SnapshotInstallFailed(snap.snapshot_id, "id"))
             return
         want = self.inv.committed_chain.get(snap.snapshot_id.offset - 1)
         if want is not None and want != snap.chain:
@@ -574,12 +579,9 @@ class Simulation:
         self._count("snapshot_installs")
         n.disk.install(snap)
         n.applied_to = snap.snapshot_id.offset
-        self._push(
-            self.now,
-            _LOCAL,
-            n.node_id,
-            SnapshotInstalled(snap.snapshot_id, len(data), snap.voters, snap.kraft_version),
-            n.incarnation,
+        # The runtime contract: the answer to InstallSnapshot is the core's very next event.
+        n.immediate.append(
+            SnapshotInstalled(snap.snapshot_id, len(data), snap.voters, snap.kraft_version)
         )
 
     def _api_versions(self, n: SimNode, target: int) -> None:
@@ -632,6 +634,7 @@ class Simulation:
         n.core = None
         n.disk.crash()
         n.partials.clear()
+        n.immediate.clear()
         n.incarnation += 1
 
     def _fault(self) -> None:
