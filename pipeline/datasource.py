@@ -255,11 +255,16 @@ def _scan_buffer(f: LogFile, view: memoryview) -> Iterator[tuple]:
 
 
 class KraftFilePartition(InputPartition):
-    """One Spark input partition: a single segment or snapshot file."""
+    """One Spark input partition: one segment or snapshot file (or a few small ones).
 
-    def __init__(self, file: LogFile) -> None:
-        super().__init__(file.path)
-        self.file = file
+    By default each partition holds exactly one file. With the `groupSmallFilesBytes` option,
+    files smaller than that are packed together (up to that many bytes per partition), which
+    saves per-task overhead when a quorum has many tiny segments.
+    """
+
+    def __init__(self, files: list[LogFile]) -> None:
+        super().__init__([f.path for f in files])
+        self.files = files
 
 
 def _paths_option(options: dict[str, str]) -> list[str]:
@@ -293,6 +298,7 @@ class KraftReader(DataSourceReader):
         self.paths = _paths_option(options)
         self.include_snapshots = options.get("snapshots", "true").lower() != "false"
         self.include_log = options.get("log", "true").lower() != "false"
+        self.group_bytes = int(options.get("groupSmallFilesBytes", "0"))
 
     def partitions(self) -> list[InputPartition]:
         """One partition per segment and per snapshot file, largest first."""
@@ -302,21 +308,38 @@ class KraftReader(DataSourceReader):
                 files.extend(replica.segments)
             if self.include_snapshots:
                 files.extend(replica.snapshots)
-        files.sort(key=lambda lf: -lf.size_bytes)
-        return [KraftFilePartition(lf) for lf in files]
+        files.sort(key=lambda lf: (-lf.size_bytes, lf.path))
+        if self.group_bytes <= 0:
+            return [KraftFilePartition([lf]) for lf in files]
+        parts: list[InputPartition] = []
+        group: list[LogFile] = []
+        size = 0
+        for lf in files:
+            if lf.size_bytes >= self.group_bytes:
+                parts.append(KraftFilePartition([lf]))
+                continue
+            if group and size + lf.size_bytes > self.group_bytes:
+                parts.append(KraftFilePartition(group))
+                group, size = [], 0
+            group.append(lf)
+            size += lf.size_bytes
+        if group:
+            parts.append(KraftFilePartition(group))
+        return parts
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        """Yield pyarrow RecordBatches of at most ARROW_BATCH_ROWS rows for one file."""
+        """Yield pyarrow RecordBatches of at most ARROW_BATCH_ROWS rows for one partition."""
         import pyarrow as pa
 
         assert isinstance(partition, KraftFilePartition)
         arrow_schema = _arrow_schema()
         buffer: list[tuple] = []
-        for row in scan_file_rows(partition.file):
-            buffer.append(row)
-            if len(buffer) >= ARROW_BATCH_ROWS:
-                yield _to_arrow(pa, arrow_schema, buffer)
-                buffer = []
+        for file in partition.files:
+            for row in scan_file_rows(file):
+                buffer.append(row)
+                if len(buffer) >= ARROW_BATCH_ROWS:
+                    yield _to_arrow(pa, arrow_schema, buffer)
+                    buffer = []
         if buffer:
             yield _to_arrow(pa, arrow_schema, buffer)
 
