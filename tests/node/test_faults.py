@@ -121,7 +121,7 @@ async def test_isolated_leader_is_replaced_and_a_stale_read_path_is_caught(
 
 
 @pytest.mark.slow
-async def test_one_way_loss_and_delay_under_load_stay_linearizable(proxied: ProxiedQuorum) -> None:
+async def test_one_way_loss_delay_and_resets_under_load_stay_linearizable(proxied: ProxiedQuorum) -> None:
     cluster = proxied.cluster
     old = await asyncio.to_thread(cluster.wait_for_leader, 60)
     others = [n for n in cluster.nodes if n != old]
@@ -140,6 +140,11 @@ async def test_one_way_loss_and_delay_under_load_stay_linearizable(proxied: Prox
         # then every link is slow
         for proxy in proxied.links.values():
             proxy.delay(0.03)
+        await asyncio.sleep(2.0)
+        proxied.heal()
+        # then connections are reset at random (TCP resets mid-request)
+        for proxy in proxied.links.values():
+            proxy.drop_connections(0.02)
         await asyncio.sleep(2.0)
         proxied.heal()
         await asyncio.to_thread(cluster.wait_ready, old, 60)

@@ -1,0 +1,76 @@
+"""`kraft local` and the `make run` demo, run as a user would run them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+
+def _pids_under(base: Path) -> list[int]:
+    """kraft run processes whose config lives under `base` (read from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().split(b"\x00")
+        except OSError:
+            continue
+        if b"run" in cmd and any(str(base).encode() in part for part in cmd):
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+def test_kraft_local_shows_a_leader_and_stops_every_node_on_ctrl_c(tmp_path: Path) -> None:
+    base = tmp_path / "local"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kraft.server.cli_commands", "local", "--voters", "3",
+         "--observers", "1", "--dir", str(base), "--refresh", "0.3"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if " leader " in line:
+                break
+        assert any(" leader " in line for line in lines), "".join(lines[-30:])
+        assert len(_pids_under(base)) == 4
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0, out
+        assert "stopping every node" in out
+        assert _pids_under(base) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in _pids_under(base):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_make_run_demo_finishes_and_keeps_every_acknowledged_key(tmp_path: Path) -> None:
+    base = tmp_path / "demo"
+    try:
+        out = subprocess.run([sys.executable, "-m", "kraft.demo", "--dir", str(base)],
+                             capture_output=True, text=True, timeout=240)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        assert "every acknowledged key readable: 40/40" in out.stdout
+        assert "every acknowledged key still readable: 40/40" in out.stdout
+        assert "== 7. stopping every node" in out.stdout
+        assert _pids_under(base) == []
+    finally:
+        for pid in _pids_under(base):
+            os.kill(pid, signal.SIGKILL)
