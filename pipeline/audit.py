@@ -30,6 +30,7 @@ from typing import Any
 
 import pandas as pd
 from kraft_pipeline import consistency, history, report, workload
+from kraft_pipeline.audit_args import UsageError, check_arguments, parse_args
 from kraft_pipeline.layout import AuditInputError, Replica, discover_replicas
 from kraft_pipeline.session import build_session
 from pyspark.sql import DataFrame, SparkSession
@@ -62,49 +63,6 @@ class Progress:
     def note(self, **fields: Any) -> None:
         """Log a fact found during the current step."""
         log.info("step=%d/%d %s", self.step, STEPS, " ".join(f"{k}={v}" for k, v in fields.items()))
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """The audit's command line (shared by `kraft audit` and `python -m kraft_pipeline`)."""
-    p = argparse.ArgumentParser(
-        prog="kraft audit",
-        description="Check that the logs and snapshots of every replica of a KRaft quorum agree.",
-    )
-    p.add_argument("--input", "-i", nargs="+", required=True, metavar="DIR",
-                   help="replica metadata directories, or folders holding them")
-    p.add_argument("--output", "-o", required=True, metavar="DIR",
-                   help="where to write tables/, summary.json, report.html")
-    p.add_argument("--master", default=None,
-                   help="Spark master URL (default: the spark-submit master, else local[*])")
-    p.add_argument("--high-watermark", type=int, default=None, metavar="N",
-                   help="use N as the committed end offset instead of deriving it")
-    p.add_argument("--voters", default=None, metavar="IDS",
-                   help="comma-separated voter node ids (default: latest KRaftVoters record)")
-    p.add_argument("--driver-memory", default=None, help="spark.driver.memory (default 2g)")
-    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra Spark setting, repeatable")
-    p.add_argument("--strict", action="store_true",
-                   help="exit 1 when the audit finds committed divergence, a failed snapshot "
-                        "check or a corrupt batch")
-    p.add_argument("--no-report", action="store_true", help="skip report.html and charts")
-    args = p.parse_args(argv)
-    if args.high_watermark is not None and args.high_watermark < 0:
-        p.error("--high-watermark must be >= 0")
-    if args.voters is not None:
-        try:
-            args.voters = sorted({int(v) for v in args.voters.split(",") if v.strip()})
-        except ValueError:
-            p.error(f"--voters {args.voters!r}: expected comma-separated integers")
-    conf: dict[str, str] = {}
-    for item in args.conf:
-        if "=" not in item:
-            p.error(f"--conf {item!r}: expected KEY=VALUE")
-        k, v = item.split("=", 1)
-        conf[k.strip()] = v
-    if args.driver_memory:
-        conf["spark.driver.memory"] = args.driver_memory
-    args.conf = conf
-    return args
 
 
 # ----------------------------------------------------------------------------- steps
@@ -467,9 +425,13 @@ def _snapshot_values(records: DataFrame, s: consistency.SnapshotInfo) -> list[by
     return [bytes(r["value"] or b"") for r in rows]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of `kraft audit` / `python -m kraft_pipeline` / spark-submit."""
-    args = parse_args(argv)
+def run_from_args(args: argparse.Namespace) -> int:
+    """Run the audit for parsed options; returns the exit status (see the module docstring)."""
+    try:
+        check_arguments(args)
+    except UsageError as exc:
+        print(f"kraft audit: error: {exc}", file=sys.stderr)
+        return 2
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                             format="%(asctime)s kraft-audit %(message)s")
@@ -483,10 +445,17 @@ def main(argv: list[str] | None = None) -> int:
     summary = run_audit(spark, args.input, args.output, high_watermark=args.high_watermark,
                         voters=args.voters, make_report=not args.no_report)
     print(json.dumps({
-        "consistent": summary["consistent"], "high_watermark": summary["high_watermark"]["value"],
+        "consistent": summary["consistent"], "corrupt_batches": summary["corrupt_batches"],
+        "high_watermark": summary["high_watermark"]["value"],
         "summary": str(Path(summary["output"]) / "summary.json"),
         "report": summary.get("report"),
     }))
     if args.strict and (not summary["consistent"] or summary["corrupt_batches"]):
         return 1
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m kraft_pipeline` and spark-submit (`kraft audit` uses
+    `add_arguments` and `run_from_args` through the kraft CLI's command table)."""
+    return run_from_args(parse_args(argv))

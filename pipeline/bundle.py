@@ -246,14 +246,14 @@ def _export_once(root: Path, meta: object, output: str | Path | BinaryIO) -> Bun
     return manifest
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`kraft export --dir METADATA_DIR --output BUNDLE.tar`."""
-    p = argparse.ArgumentParser(prog="kraft export",
-                                description="Export a consistent bundle of a replica's "
-                                            "log segments and snapshots for `kraft audit`.")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add `kraft export`'s options to a parser."""
     p.add_argument("--dir", required=True, help="the node's metadata log directory")
     p.add_argument("--output", required=True, help="bundle file to write (tar), or - for stdout")
-    args = p.parse_args(argv)
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """Export for parsed options; returns 0, or 2 when the directory cannot be exported."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
     try:
@@ -269,6 +269,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"exported node {manifest.node_id}: {segs} segments, {snaps} snapshots, "
           f"offsets [{manifest.log_start_offset}, {manifest.log_end_offset})", file=sys.stderr)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m kraft_pipeline.bundle --dir METADATA_DIR --output BUNDLE.tar`."""
+    p = argparse.ArgumentParser(prog="kraft export",
+                                description="Export a consistent bundle of a replica's "
+                                            "log segments and snapshots for `kraft audit`.")
+    add_arguments(p)
+    return run_from_args(p.parse_args(argv))
 
 
 if __name__ == "__main__":

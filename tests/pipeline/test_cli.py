@@ -50,3 +50,35 @@ def test_discovery_accepts_partition_dir_and_parent(tmp_path: Path) -> None:
         assert (rep.name, rep.node_id, rep.root) == ("node-7", 7, str(root.resolve()))
     with pytest.raises(AuditInputError):
         discover_replicas([])
+
+
+def test_command_table_needs_no_spark() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import argparse, sys\n"
+        "from kraft_pipeline.cli import commands\n"
+        "p = argparse.ArgumentParser(); s = p.add_subparsers()\n"
+        "for name, _help, configure, _run in commands():\n"
+        "    configure(s.add_parser(name))\n"
+        "a = p.parse_args(['audit', '-i', 'x', '-o', 'y', '--voters', '1,2'])\n"
+        "assert a.voters == '1,2' and a.output == 'y'\n"
+        "print('pyspark' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_run_from_args_reports_bad_option_values(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from kraft_pipeline.audit import run_from_args
+    from kraft_pipeline.audit_args import add_arguments
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args(["-i", str(tmp_path), "-o", str(tmp_path / "o"), "--voters", "x"])
+    assert run_from_args(args) == 2
+    assert "--voters" in capsys.readouterr().err

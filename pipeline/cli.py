@@ -1,0 +1,52 @@
+"""The pipeline's subcommands for the `kraft` CLI's command table (`kraft audit`, `kraft export`).
+
+Importing this module is cheap (argparse only): Spark is imported when `kraft audit` runs, so
+`kraft` keeps working where the `pipeline` extra (pyspark) is not installed. `kraft/cli.py`
+registers them with::
+
+    from kraft_pipeline.cli import commands as _pipeline_commands
+    for _c in _pipeline_commands(): register(Command(*_c))
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+CommandSpec = tuple[
+    str, str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]
+]
+
+
+def _configure_audit(p: argparse.ArgumentParser) -> None:
+    from kraft_pipeline import audit_args
+
+    audit_args.add_arguments(p)
+
+
+def _run_audit(args: argparse.Namespace) -> int:
+    from kraft_pipeline.audit import run_from_args
+
+    return run_from_args(args)
+
+
+def _configure_export(p: argparse.ArgumentParser) -> None:
+    from kraft_pipeline.bundle import add_arguments
+
+    add_arguments(p)
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    from kraft_pipeline.bundle import run_from_args
+
+    return run_from_args(args)
+
+
+def commands() -> list[CommandSpec]:
+    """(name, help, configure, handler) of each pipeline subcommand, for `kraft.cli.Command`."""
+    return [
+        ("audit", "check that every replica's log and snapshots agree (PySpark)",
+         _configure_audit, _run_audit),
+        ("export", "write a consistent bundle of a replica's segments and snapshots",
+         _configure_export, _run_export),
+    ]
