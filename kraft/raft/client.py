@@ -1591,9 +1591,11 @@ class RaftCore:
         for x in old_snapshots:
             del self.log.snapshots[x]
             self._out.append(DeleteSnapshot(x))
+        # The snapshot's sets stand at its last offset: they came from the log, so a later leader
+        # need not write them again (that is only for the bootstrap checkpoint at -1).
         base = ev.voters if ev.voters is not None else self.config.static_voters
-        self.voters_history.reset(-1, base)
-        self.kraft_version_history.reset(-1, ev.kraft_version)
+        self.voters_history.reset(sid.offset - 1, base)
+        self.kraft_version_history.reset(sid.offset - 1, ev.kraft_version)
         self._bytes_since_snapshot = 0
         self._last_snapshot_ms = self._now
         s = self.state

@@ -54,8 +54,10 @@ class LogState:
     """What the runtime loaded from disk before starting the core.
 
     `epoch_cache` is the leader-epoch checkpoint ((epoch, start offset), ascending);
-    `voters_history` holds (offset, voters) for each VotersRecord in the log plus the latest
-    snapshot's set at offset -1; `kraft_version_history` likewise for KRaftVersion records;
+    `voters_history` holds (offset, voters) for each VotersRecord in the log, preceded by the
+    set of the snapshot the log starts from, at offset (snapshot end offset - 1), or by the
+    bootstrap checkpoint's (0-0) set at offset -1; `kraft_version_history` likewise for
+    KRaftVersion records;
     `snapshots` lists every complete snapshot id with its size in bytes.
     """
 

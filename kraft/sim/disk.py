@@ -134,11 +134,16 @@ class SimDisk:
         epochs: list[tuple[int, int]] = []
         voters: list[tuple[int, VoterSet]] = []
         versions: list[tuple[int, int]] = []
-        latest = max(self.snapshots.values(), key=lambda s: s.snapshot_id.offset, default=None)
-        if latest is not None and latest.snapshot_id.offset == self.start_offset:
-            if latest.voters is not None:
-                voters.append((-1, latest.voters))
-            versions.append((-1, latest.kraft_version))
+        # The log continues from the snapshot at its start offset (if any); newer snapshots
+        # are summaries of records that are still in the log.
+        base = next(
+            (s for s in self.snapshots.values() if s.snapshot_id.offset == self.start_offset), None
+        )
+        if base is not None and self.start_offset > 0:
+            at = self.start_offset - 1
+            if base.voters is not None:
+                voters.append((at, base.voters))
+            versions.append((at, base.kraft_version))
         else:
             if self.bootstrap_voters is not None:
                 voters.append((-1, self.bootstrap_voters))
