@@ -96,6 +96,12 @@ class SimParams:
     liveness_ms: int = 15_000
     max_delay_ms: int = 15
     fetch_batch_entries: int = 16
+    dynamic: bool | None = None
+    """Force a dynamic (True) or static (False) quorum; None picks by seed."""
+    snapshot_every: int | None = None
+    """Records between automatic snapshots; None picks by seed."""
+    auto_join: bool | None = None
+    """controller.quorum.auto.join.enable; None = on for dynamic quorums."""
 
 
 @dataclass(slots=True)
@@ -158,7 +164,7 @@ class Simulation:
         self.inv = Invariants()
         self.steps = 0
         self.elections = 0
-        self.dynamic = seed % 3 != 0
+        self.dynamic = seed % 3 != 0 if self.params.dynamic is None else self.params.dynamic
         self.mode = "dynamic" if self.dynamic else "static"
         self.blocked: set[tuple[int, int]] = set()
         self.loss = 0.0
@@ -172,6 +178,7 @@ class Simulation:
         self._admin_corr = 0
         self.nodes: dict[int, SimNode] = {}
         self.stats: dict[str, int] = {}
+        self.admin_log: list[str] = []
         self._build()
 
     # ------------------------------------------------------------------ setup
@@ -201,6 +208,8 @@ class Simulation:
                  for i in ids[: p.nodes]]
             )
         snap_every = self.rng.choice([15, 40, 1 << 40])
+        if p.snapshot_every is not None:
+            snap_every = p.snapshot_every
         for i in ids:
             d = disks[i]
             if self.dynamic and i <= p.nodes:
@@ -232,7 +241,7 @@ class Simulation:
             retry_backoff_ms=20,
             max_fetch_wait_ms=200,
             max_fetch_bytes=96,
-            auto_join=self.dynamic,
+            auto_join=self.dynamic if self.params.auto_join is None else self.params.auto_join,
             snapshot_max_bytes_between=snap_every,
             snapshot_interval_ms=0,
             update_voter_period_ms=2000,
@@ -324,12 +333,28 @@ class Simulation:
             dict(self.stats),
         )
 
+    def run_until(self, until_ms: int) -> None:
+        """Process queued events up to `until_ms` (no fault injector or client: scripts)."""
+        while self._queue and self._queue[0][0] <= until_ms:
+            at, _, kind, node, payload, inc = heapq.heappop(self._queue)
+            self.now = at
+            self.steps += 1
+            if kind in (_FAULT, _HEAL, _CLIENT):
+                continue
+            self._step(kind, node, payload, inc)
+        self.now = max(self.now, until_ms)
+
     def _step(self, kind: int, node_id: int, payload: object, inc: int) -> None:
         if kind in (_DELIVER, _LOCAL):
             if node_id == ADMIN:
                 self._trace(ADMIN, "admin <-", payload)
                 resp = getattr(payload, "response", None)
-                if getattr(resp, "error_code", None) == ErrorCode.NONE:
+                code = getattr(resp, "error_code", None)
+                self.admin_log.append(
+                    f"admin <- n{getattr(payload, 'source', '?')} {type(resp).__name__} "
+                    f"{code.name if isinstance(code, ErrorCode) else code}"
+                )
+                if code == ErrorCode.NONE:
                     self._count(f"admin_ok_{type(resp).__name__}")
                 return
             n = self.nodes[node_id]
@@ -747,6 +772,10 @@ class Simulation:
         if core.voters_history.latest_offset() >= (core.high_watermark or 0):
             return
         victim = self.nodes[self.rng.choice(sorted(voters.ids()))]
+        self._lose_disk(victim, restart=None)
+
+    def _lose_disk(self, victim: SimNode, restart: bool | None) -> None:
+        """Whole-disk loss: a fresh disk with a new directory id (restart: None = random)."""
         self._trace(victim.node_id, "DISK-LOSS", "")
         self._count("disk_losses")
         if victim.core is not None:
@@ -772,7 +801,9 @@ class Simulation:
             snapshot_interval_ms=c.snapshot_interval_ms,
             update_voter_period_ms=c.update_voter_period_ms,
         )
-        if self.rng.random() < 0.7:
+        if restart is None:
+            restart = self.rng.random() < 0.7
+        if restart:
             self._start_node(victim)
 
     def _heal(self) -> None:
