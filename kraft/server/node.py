@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kraft.protocol import messages as w
@@ -171,6 +172,7 @@ class KraftNode:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._leader_hw = -1
         self._leader_hw_at = 0.0
+        self._last_applied_ts = -1
         self._stopped = asyncio.Event()
         self._fatal: BaseException | None = None
         self.metrics = Registry()
@@ -428,7 +430,7 @@ class KraftNode:
                     self._fail_unapplied(f"leader changed before commit ({e.error_code.name})")
             elif t is fx.CreateSnapshot:
                 assert isinstance(e, fx.CreateSnapshot)
-                self._spawn(self._create_snapshot(e))
+                self._create_snapshot(e)
             elif t is fx.AdvanceLogStart:
                 assert isinstance(e, fx.AdvanceLogStart)
                 md.log.advance_log_start_offset(e.offset)
@@ -497,6 +499,7 @@ class KraftNode:
             if batch.base_offset >= hw:
                 break
             end = min(batch.next_offset, hw)
+            self._last_applied_ts = batch.max_timestamp
             if batch.is_control:
                 self.sm.skip_to(end)
                 continue
@@ -561,34 +564,44 @@ class KraftNode:
         except StorageError:
             return b""
 
-    async def _create_snapshot(self, e: fx.CreateSnapshot) -> None:
-        md = self.md
-        assert md is not None
+    def _create_snapshot(self, e: fx.CreateSnapshot) -> None:
+        """Capture the state now (it must be exactly at the snapshot's end offset) and write
+        the file on an executor thread; `SnapshotCreated` follows."""
         sid = e.snapshot_id
         if self.sm.applied_offset != sid.offset:
             log.error("event=snapshot_skipped replica=%d snapshot=%s applied=%d",
                       self.config.node_id, sid, self.sm.applied_offset)
             return
-        started = time.perf_counter()
         values = self.sm.snapshot_values()
         voters = voters_record(e.voters) if e.voters is not None else None
-        ts = now_ms()
-        batches = iter_snapshot_batches(
-            sid.epoch, ts, chunk_values(values, SNAPSHOT_BATCH_BYTES), timestamp_ms=ts,
-            kraft_version=e.kraft_version, voters=voters,
-        )
-        store_id = SnapshotId(sid.offset, sid.epoch)
+        self._spawn(self._write_snapshot(sid, values, voters, e.kraft_version,
+                                         self._last_applied_ts))
+
+    async def _write_snapshot(self, sid: m.OffsetAndEpoch, values: list[bytes],
+                              voters: VotersRecord | None, kraft_version: int,
+                              last_ts: int) -> None:
+        md = self.md
+        assert md is not None
+        started = time.perf_counter()
+
+        def write() -> Path:
+            assert md is not None
+            batches = iter_snapshot_batches(
+                sid.epoch, last_ts, chunk_values(values, SNAPSHOT_BATCH_BYTES),
+                timestamp_ms=now_ms(), kraft_version=kraft_version, voters=voters,
+            )
+            return md.snapshots.write(SnapshotId(sid.offset, sid.epoch), batches)
+
         try:
-            path = await asyncio.get_running_loop().run_in_executor(
-                None, md.snapshots.write, store_id, list(batches))
-        except StorageError as exc:
+            path = await asyncio.get_running_loop().run_in_executor(None, write)
+        except (StorageError, OSError) as exc:
             log.error("event=snapshot_failed replica=%d snapshot=%s error=%r",
                       self.config.node_id, sid, str(exc))
             return
         size = path.stat().st_size
         self._m_snapshot_gen.observe(time.perf_counter() - started)
         self._m_snapshot_size.set(size)
-        log.info("event=snapshot_created replica=%d epoch=%d offset=%d bytes=%d keys=%d",
+        log.info("event=snapshot_created replica=%d epoch=%d offset=%d bytes=%d records=%d",
                  self.config.node_id, sid.epoch, sid.offset, size, len(values))
         self._enqueue(ev.SnapshotCreated(sid, size))
 
