@@ -255,3 +255,35 @@ def test_sigterm_stops_a_follower_cleanly_and_it_restarts(quorum: LocalCluster,
     quorum.wait_ready(follower, 60)
     r = http_call(node.http, "GET", "/v1/kv/while-down?stale=true")
     assert (r.status, r.body) == (200, b"1")
+
+
+def test_v1_quorum_from_leader_and_follower(quorum: LocalCluster) -> None:
+    leader = quorum.wait_for_leader()
+    follower = next(n for n in (1, 2, 3) if n != leader)
+    for nid in (leader, follower, 4):
+        r = http_call(quorum.nodes[nid].http, "GET", "/v1/quorum")
+        assert r.status == 200, r.body
+        q = r.json()
+        assert q["leader_id"] == leader and q["high_watermark"] > 0
+        assert sorted(v["id"] for v in q["voters"]) == [1, 2, 3]
+        assert [o["id"] for o in q["observers"]] == [4]
+        assert all(v["directory_id"] for v in q["voters"])
+
+
+def test_many_concurrent_connections_are_served(quorum: LocalCluster) -> None:
+    n = quorum.nodes[2]
+    socks = [socket.create_connection((n.host, n.port), timeout=10) for _ in range(150)]
+    try:
+        frame = encode_request(RequestHeader(int(ApiKey.API_VERSIONS), 3, 11, "many"),
+                               w.ApiVersionsRequestData("t", "1"))
+        for s in socks:
+            s.sendall(frame + frame)  # two pipelined requests per connection
+        for s in socks:
+            for _ in range(2):
+                size = struct.unpack(">i", _recv(s, 4))[0]
+                header, resp = decode_response(int(ApiKey.API_VERSIONS), 3, _recv(s, size))
+                assert header.correlation_id == 11 and resp.error_code == 0
+    finally:
+        for s in socks:
+            s.close()
+    assert quorum.put("after-many", b"1").status == 200
