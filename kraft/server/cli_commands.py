@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 from kraft.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, Command, register
-from kraft.cli import main as cli_main
 from kraft.protocol.uuid import Uuid
 
 log = logging.getLogger("kraft.server.cli")
@@ -265,4 +264,6 @@ register_commands()
 
 
 if __name__ == "__main__":
+    from kraft.cli import main as cli_main
+
     sys.exit(cli_main(sys.argv[1:]))
