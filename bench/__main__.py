@@ -4,6 +4,11 @@ Each `bench/bench_*.py` module exposes `run() -> dict`: a flat mapping of metric
 number (or a nested mapping of such). The results of one invocation are written, together with
 the machine they ran on, to `docs/benchmarks.json` and rendered as tables in the generated part
 of `docs/benchmarks.md`. `python -m bench protocol records` runs a subset by name.
+
+A module may also define `write_markdown(result, md_path)`: it then renders its own section
+of docs/benchmarks.md (outside the generated block) and is left out of the generated tables
+(the comparison with the peers, `bench_compare`, does this). `--quick` sets `BENCH_QUICK=1`
+for a short smoke run of the modules that honour it.
 """
 
 from __future__ import annotations
@@ -60,11 +65,22 @@ def flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
+def _own_markdown(name: str) -> bool:
+    """True when bench_<name> renders its own section (has `write_markdown`)."""
+    try:
+        return hasattr(importlib.import_module(f"bench.bench_{name}"), "write_markdown")
+    except ImportError:
+        return False
+
+
 def render(results: dict[str, Any], info: dict[str, Any]) -> str:
-    """Markdown tables of one run."""
+    """Markdown tables of one run (modules with their own section are left out)."""
     lines = [BEGIN, "", f"Measured by `make bench` on {info['date_utc']} at commit {info['commit']}: "
              f"{info['nproc']} cores, {info['memory_gib']} GiB, Python {info['python']}.", ""]
     for name, res in results.items():
+        if _own_markdown(name):
+            lines += [f"### {name}", "", "See its own section above (and docs/benchmarks.json).", ""]
+            continue
         lines += [f"### {name}", "", "| metric | value |", "| --- | --- |"]
         flat: dict[str, Any] = {}
         flatten("", res, flat)
@@ -78,6 +94,10 @@ def render(results: dict[str, Any], info: dict[str, Any]) -> str:
 
 def main(argv: list[str]) -> int:
     """Run the named benchmarks (all by default) and write docs/benchmarks.{json,md}."""
+    flags = [a for a in argv if a.startswith("--")]
+    argv = [a for a in argv if not a.startswith("--")]
+    if "--quick" in flags:
+        os.environ["BENCH_QUICK"] = "1"
     names = argv or discover()
     unknown = [n for n in names if n not in discover()]
     if unknown:
@@ -90,7 +110,8 @@ def main(argv: list[str]) -> int:
         started = time.perf_counter()
         mod = importlib.import_module(f"bench.bench_{name}")
         results[name] = mod.run()
-        print(json.dumps(results[name], indent=2, default=str), flush=True)
+        if not hasattr(mod, "write_markdown"):
+            print(json.dumps(results[name], indent=2, default=str), flush=True)
         print(f"== bench {name} took {time.perf_counter() - started:.1f} s", flush=True)
     DOCS.mkdir(exist_ok=True)
     json_path = DOCS / "benchmarks.json"
@@ -106,6 +127,10 @@ def main(argv: list[str]) -> int:
     else:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
     md_path.write_text(text)
+    for name in names:
+        mod = importlib.import_module(f"bench.bench_{name}")
+        if hasattr(mod, "write_markdown"):
+            mod.write_markdown(results[name], md_path)
     print(f"wrote {json_path.relative_to(ROOT)} and {md_path.relative_to(ROOT)}")
     return 0
 

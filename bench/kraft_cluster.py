@@ -41,7 +41,6 @@ from bench.peers import (
     closed_loop,
     die_with_parent,
     failover_loop,
-    free_port,
     key_of,
     kill_proc,
     sequential,
@@ -282,8 +281,8 @@ def proxy_main() -> None:
             proxy.routes.append(route)
         return ports
 
-    import threading
     import queue as q
+    import threading
 
     inbox: q.Queue[str] = q.Queue()
 
@@ -432,6 +431,7 @@ class KraftCluster:
         if self.proxied:
             self._setup_proxy()
         for nid in self.lc.nodes:
+            self.lc.wipe(nid)  # a retried start begins from empty directories
             self.lc.format(nid)
         for nid in self.lc.nodes:
             self.start_node(nid)

@@ -1,0 +1,287 @@
+"""kraft-quorum against PySyncObj 0.3.17 and etcd 3.4, side by side, in one invocation.
+
+`python -m bench compare` (full, about 20 minutes) or `python -m bench compare --quick`
+(`BENCH_QUICK=1`; a few minutes). Peers must be installed first: `bash bench/setup_peers.sh`.
+
+`run()` returns one dict per scenario (throughput, latency, failover, kip1166, snapshot,
+restart) plus `machine`, `versions` and `targets`; `render_markdown(result)` renders the
+comparison section of docs/benchmarks.md and the charts in docs/img/.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import charts, scenarios
+from bench.peers import PEERS_VENV, ROOT, machine_busy
+from bench.scenarios import (
+    WORK,
+    Params,
+    evaluate_targets,
+    failover,
+    kip1166,
+    snapshot_and_restart,
+    throughput_and_latency,
+)
+
+BEGIN = "<!-- BEGIN COMPARISON: python -m bench compare -->"
+END = "<!-- END COMPARISON -->"
+IMG = ROOT / "docs" / "img"
+
+
+def _cmd(argv: list[str]) -> str:
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+        return (r.stdout or r.stderr).strip().splitlines()[0] if (r.stdout or r.stderr) else "?"
+    except (OSError, subprocess.TimeoutExpired):
+        return "missing"
+
+
+def machine_info() -> dict[str, Any]:
+    """nproc, memory, CPU model, kernel, disk of the work dir, and the peers' versions."""
+    mem = 0
+    model = "?"
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem = int(line.split()[1])
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    peers_py = str(PEERS_VENV / "bin" / "python")
+    pip_versions = _cmd([peers_py, "-c", "import importlib.metadata as m;print(' '.join("
+                         "f'{p}=={m.version(p)}' for p in ('pysyncobj','etcd3','grpcio','protobuf')))"])
+    return {"nproc": os.cpu_count(), "memory_gib": round(mem / 1024 / 1024, 1), "cpu": model,
+            "kernel": platform.release(), "python": platform.python_version(),
+            "workdir": str(WORK), "workdir_fs": _cmd(["findmnt", "-no", "FSTYPE,SOURCE", "-T", "/tmp"]),
+            "versions": {"etcd": _cmd(["etcd", "--version"]), "peers_venv": pip_versions,
+                         "kraft_commit": _cmd(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])}}
+
+
+def _busy_summary(res: dict[str, Any]) -> dict[str, Any]:
+    """How busy the machine was: the worst machine_before and the largest other_cpu_s seen."""
+    worst_before, worst_other, windows, not_quiet = 0.0, 0.0, 0, 0
+
+    def walk(x: Any) -> None:
+        nonlocal worst_before, worst_other, windows, not_quiet
+        if isinstance(x, dict):
+            mb = x.get("machine_before")
+            if isinstance(mb, dict):
+                windows += 1
+                worst_before = max(worst_before, mb.get("util_pct_before", 0))
+                not_quiet += 0 if mb.get("quiet", True) else 1
+            cpu = x.get("cpu")
+            if isinstance(cpu, dict) and "other_cpu_s" in cpu:
+                worst_other = max(worst_other, cpu["other_cpu_s"])
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+    walk(res)
+    return {"windows": windows, "windows_not_quiet_before": not_quiet,
+            "worst_util_pct_before": worst_before, "max_other_cpu_s_in_a_window": worst_other}
+
+
+def run() -> dict[str, Any]:
+    """Run every scenario for every system; returns the JSON-ready results."""
+    quick = os.environ.get("BENCH_QUICK", "") not in ("", "0")
+    p = Params.quick_params() if quick else Params()
+    scenarios.QUIET_MAX_S[0] = p.quiet_max_s
+    if not (PEERS_VENV / "bin" / "python").exists() or not shutil.which("etcd"):
+        raise SystemExit("peers missing: run `bash bench/setup_peers.sh` first")
+    WORK.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    m0 = machine_busy()
+    res: dict[str, Any] = {"mode": "quick" if quick else "full", "machine": machine_info(),
+                           "params": {k: v for k, v in vars(p).items()}}
+    timings: dict[str, float] = {}
+
+    def step(name: str, fn: Any) -> Any:
+        t0 = time.monotonic()
+        print(f"== compare: {name}", flush=True)
+        out = fn()
+        timings[name] = round(time.monotonic() - t0, 1)
+        return out
+
+    res["throughput"], res["latency"] = step("throughput+latency", lambda: throughput_and_latency(p))
+    res["failover"] = step("failover", lambda: failover(p))
+    res["kip1166"] = step("kip1166", lambda: kip1166(p))
+    res["snapshot"], res["restart"] = step("snapshot+restart", lambda: snapshot_and_restart(p))
+    m1 = machine_busy()
+    res["targets"] = evaluate_targets(res)
+    res["machine"]["busy"] = _busy_summary(res)
+    res["machine"]["busy"]["whole_run_util_pct"] = round(100.0 * (m1[0] - m0[0]) / max(1, m1[1] - m0[1]), 1)
+    res["timings_s"] = dict(timings, total=round(time.monotonic() - started, 1))
+    shutil.rmtree(WORK, ignore_errors=True)
+    return res
+
+
+# ============================================================================ markdown
+
+
+def _f(v: Any, nd: int = 2) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        if abs(v) >= 1000:
+            return f"{v:,.0f}"
+        return f"{v:.{nd}f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def _met(v: bool | None) -> str:
+    return "not measured" if v is None else ("**met**" if v else "**not met**")
+
+
+def targets_table(targets: list[dict[str, Any]]) -> list[str]:
+    """Markdown rows of the targets table."""
+    lines = ["| target | limit | measured | measured / limit | status | note |",
+             "| --- | ---: | ---: | ---: | --- | --- |"]
+    for t in targets:
+        lim = f"{t['op']} {_f(t['limit'])} {t['unit']}" if t["limit"] is not None else "—"
+        meas = f"{_f(t['measured'])} {t['unit']}" if t["measured"] is not None else "—"
+        ratio = _f(t.get("ratio_measured_to_target"), 3)
+        lines.append(f"| {t['name']} | {lim} | {meas} | {ratio} | {_met(t['met'])} | {t.get('note', '')} |")
+    return lines
+
+
+def _cpu(r: dict[str, Any]) -> str:
+    cpu = (r.get("cpu") or {}).get("cpu_s") or {}
+    return " / ".join(f"{k} {v}" for k, v in cpu.items())
+
+
+def render_markdown(res: dict[str, Any]) -> str:
+    """The comparison section (between BEGIN and END markers), charts written to docs/img/."""
+    imgs = charts.all_charts(res, IMG)
+    mi = res.get("machine", {})
+    busy = mi.get("busy", {})
+    L = [BEGIN, "", "## kraft-quorum vs PySyncObj and etcd (`python -m bench compare`)", "",
+         f"Mode **{res.get('mode')}**, one invocation, {res.get('timings_s', {}).get('total')} s. "
+         f"Machine: {mi.get('nproc')} cores ({mi.get('cpu')}), {mi.get('memory_gib')} GiB, kernel "
+         f"{mi.get('kernel')}, Python {mi.get('python')}, data on {mi.get('workdir_fs')}. "
+         f"Versions: {mi.get('versions', {}).get('etcd')}; {mi.get('versions', {}).get('peers_venv')}; "
+         f"kraft-quorum commit {mi.get('versions', {}).get('kraft_commit')}.", "",
+         f"Machine load: {busy.get('windows')} measured windows, {busy.get('windows_not_quiet_before')} "
+         f"started on a busy machine (worst {busy.get('worst_util_pct_before')} % CPU before a window); "
+         f"largest CPU used by processes outside the benchmark during one window: "
+         f"{busy.get('max_other_cpu_s_in_a_window')} CPU-s; whole run {busy.get('whole_run_util_pct')} % "
+         "of both cores.", "", "### How it is measured", "",
+         "- Same machine, same invocation, systems one after another per scenario (kraft-quorum "
+         "first). 3 voters on 127.0.0.1, fsync on (PySyncObj has no fsync at all: it runs with its "
+         "mmap journal), 1000 keys, 100-byte values, closed loop with N outstanding writes, 1 s "
+         "warm-up then the measured window; throughput counts acknowledgements inside the window.",
+         "- Clients: kraft-quorum through its HTTP API (`PUT /v1/kv/{key}`, aiohttp, keep-alive, "
+         "one connection per outstanding write) from a separate process; etcd through its native "
+         "gRPC API (Python grpc.aio, etcd3 0.12.0 stubs) from a separate process; PySyncObj has no "
+         "client protocol, so its writer runs inside the leader's process (no network hop, no "
+         "client process: an advantage for PySyncObj).",
+         "- PySyncObj twice: `pysyncobj` = its default (`appendEntriesUseBatch=True`, entries go "
+         "out on a 0.1 s tick: high throughput, ~100 ms latency) and `pysyncobj-nobatch` (low "
+         "latency). The best peer for the ratio is the best of all of them.",
+         "- Every window records CPU seconds per process (servers, client, proxy) from "
+         "/proc/<pid>/stat and how busy the machine was before it (bounded wait for < 15 % CPU) and "
+         "during it (CPU of processes outside the benchmark): all in docs/benchmarks.json.",
+         "- Nodes run with their defaults unless a scenario says otherwise (kraft-quorum: election "
+         "timeout 1 s, fetch timeout 2 s, append linger 25 ms; etcd: heartbeat 100 ms, election "
+         "1 s).", "", "### Targets", ""]
+    L += targets_table(res.get("targets", []))
+    L += ["", "### 1. Throughput (closed loop, acknowledged writes/s)", "",
+          "| system | best writes/s | at outstanding | p50 / p99 at best (ms) | sweep: writes/s by outstanding |",
+          "| --- | ---: | ---: | ---: | --- |"]
+    for name, s in ((res.get("throughput") or {}).get("systems") or {}).items():
+        lat = s.get("latency_at_best") or {}
+        sweep = " · ".join(f"{k}: {_f(v.get('ops_per_s'))}" for k, v in (s.get("sweep") or {}).items())
+        L.append(f"| {name} {s.get('version', '')} | {_f(s.get('best_ops_per_s'))} | {s.get('best_inflight', '—')} "
+                 f"| {_f(lat.get('p50_ms'))} / {_f(lat.get('p99_ms'))} | {sweep or s.get('error', '')} |")
+    L += ["", "CPU seconds per process in each window are in docs/benchmarks.json "
+          "(`compare.throughput.systems.<name>.sweep.<n>.cpu`)."]
+    L += ["", "### 2. Sequential commit latency (one write at a time)", "",
+          "| system | writes/s | p50 ms | p99 ms | p99.9 ms | CPU-s in the window |",
+          "| --- | ---: | ---: | ---: | ---: | --- |"]
+    for name, s in ((res.get("latency") or {}).get("systems") or {}).items():
+        lat = s.get("latency") or {}
+        L.append(f"| {name} | {_f(s.get('ops_per_s'))} | {_f(lat.get('p50_ms'), 3)} | {_f(lat.get('p99_ms'), 3)} "
+                 f"| {_f(lat.get('p999_ms'), 3)} | {_cpu(s) or s.get('error', '')} |")
+    L += ["", "### 3. Failover", "",
+          "| system | fault | trials | p50 ms | p99 ms | max ms | failed trials |",
+          "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for name, s in ((res.get("failover") or {}).get("systems") or {}).items():
+        for kind in ("kill9", "partition"):
+            k = s.get(kind)
+            if not isinstance(k, dict):
+                continue
+            rec = k.get("recovery") or {}
+            L.append(f"| {name} | {'kill -9 of the leader' if kind == 'kill9' else 'silent partition of the leader'} "
+                     f"| {rec.get('n', 0) + k.get('failed_trials', 0)} | {_f(rec.get('p50_ms'), 0)} "
+                     f"| {_f(rec.get('p99_ms'), 0)} | {_f(rec.get('max_ms'), 0)} | {k.get('failed_trials', k.get('error', ''))} |")
+    for n in (res.get("failover") or {}).get("notes", []):
+        L.append(f"\n- {n}")
+    k4 = res.get("kip1166") or {}
+    L += ["", "### 4. KIP-1166: leader acknowledgement -> visible on a follower", "",
+          f"Loopback RTT (64 B, asyncio <-> asyncio): p50 {_f((k4.get('rtt') or {}).get('p50_ms'), 3)} ms, "
+          f"p99 {_f((k4.get('rtt') or {}).get('p99_ms'), 3)} ms.", "",
+          "| system / mode | samples | p50 ms | p99 ms | max ms |", "| --- | ---: | ---: | ---: | ---: |"]
+    for name, s in (k4.get("systems") or {}).items():
+        modes = {m: v for m, v in s.items() if isinstance(v, dict) and "latency" in v} if name == "kraft-quorum" \
+            else {"": s}
+        for mode, v in modes.items():
+            lat = v.get("latency") or {}
+            L.append(f"| {name} {mode.replace('_', ' ')} | {lat.get('n', 0)} | {_f(lat.get('p50_ms'), 3)} "
+                     f"| {_f(lat.get('p99_ms'), 3)} | {_f(lat.get('max_ms'), 3)} |")
+    for n in k4.get("notes", []):
+        L.append(f"\n- {n}")
+    sn = ((res.get("snapshot") or {}).get("systems") or {}).get("kraft-quorum") or {}
+    rs = ((res.get("restart") or {}).get("systems") or {}).get("kraft-quorum") or {}
+    L += ["", "### 5. Snapshot catch-up of a new voter", "",
+          "| system | state loaded | snapshot installed | snapshot transfer (start -> installed) | MB/s | process start -> caught up | AddRaftVoter |",
+          "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+          f"| kraft-quorum | {_f(((res.get('snapshot') or {}).get('params') or {}).get('state_bytes', 0) / 1e6, 0)} MB "
+          f"(loaded at {_f((sn.get('load') or {}).get('mb_per_s'), 1)} MB/s) | {_f((sn.get('snapshot_installed_bytes') or 0) / 1e6, 0)} MB "
+          f"| {_f(sn.get('snapshot_transfer_s'), 2)} s | {_f(sn.get('mb_per_s'), 1)} | {_f(sn.get('time_to_caught_up_s'), 2)} s "
+          f"| {'ok' if (sn.get('add_voter') or {}).get('ok') else (sn.get('add_voter') or {}).get('output', sn.get('error', '—'))} |"]
+    for n in (res.get("snapshot") or {}).get("notes", []):
+        L.append(f"\n- {n}")
+    disk = rs.get("disk") or {}
+    L += ["", "### 6. Restart of a node holding the log plus a snapshot", "",
+          f"On disk: log {_f(disk.get('log_bytes', 0) / 1e6, 0)} MB, snapshot {_f(disk.get('snapshot_bytes', 0) / 1e6, 0)} MB.", "",
+          "| restart after | process start -> ready (s) | of which storage open + snapshot load (s) |",
+          "| --- | ---: | ---: |"]
+    for how in ("kill9", "sigterm"):
+        r = rs.get(how) or {}
+        L.append(f"| {how} | {_f(r.get('ready_s'), 2)} | {_f(r.get('storage_open_s'), 2)} |")
+    if rs.get("error"):
+        L.append(f"\nError: {rs['error']}")
+    if imgs:
+        L += ["", "### Charts", ""]
+        for pth in imgs:
+            L.append(f"![{pth.stem}](img/{pth.name})")
+    L += ["", END]
+    return "\n".join(L)
+
+
+def write_markdown(res: dict[str, Any], md_path: Path) -> None:
+    """Insert or replace the comparison section in docs/benchmarks.md."""
+    block = render_markdown(res)
+    text = md_path.read_text() if md_path.exists() else "# Benchmarks\n\n"
+    if BEGIN in text and END in text:
+        text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END):]
+    else:
+        gen = "<!-- BEGIN GENERATED: make bench -->"
+        if gen in text:
+            i = text.index(gen)
+            text = text[:i] + block + "\n\n" + text[i:]
+        else:
+            text = text.rstrip("\n") + "\n\n" + block + "\n"
+    md_path.write_text(text)

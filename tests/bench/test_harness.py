@@ -1,0 +1,156 @@
+"""Pure parts of the comparison harness (no peers, no clusters): percentiles, CPU accounting,
+target evaluation, markdown rendering, the ApiVersions Fetch cap and the log-time parser."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from bench import bench_compare
+from bench.kraft_cluster import cap_api_versions, log_event_time
+from bench.peers import (
+    cpu_delta,
+    parse_machine_stat,
+    parse_proc_stat_cpu,
+    pct,
+    summarize_ns,
+    summarize_s,
+)
+from bench.scenarios import Target, evaluate_targets
+
+
+def test_percentile_nearest_rank() -> None:
+    vals = list(range(1, 101))
+    assert pct(vals, 50) == 50
+    assert pct(vals, 99) == 99
+    assert pct(vals, 99.9) == 100
+    assert pct(vals, 0) == 1
+    assert math.isnan(pct([], 50))
+    assert pct([7], 99.9) == 7
+
+
+def test_summaries_are_in_milliseconds() -> None:
+    s = summarize_ns([1_000_000, 2_000_000, 3_000_000, 4_000_000])
+    assert s["n"] == 4
+    assert s["p50_ms"] == 2.0
+    assert s["max_ms"] == 4.0
+    assert s["mean_ms"] == 2.5
+    assert summarize_ns([]) == {"n": 0}
+    assert summarize_s([0.25])["p99_ms"] == 250.0
+
+
+def test_proc_stat_parse_handles_spaces_and_parens_in_comm() -> None:
+    fields = ["S"] + ["0"] * 10 + ["250", "150"] + ["0"] * 30
+    text = "1234 (odd (name) x) " + " ".join(fields)
+    assert parse_proc_stat_cpu(text, clk_tck=100) == pytest.approx(4.0)
+
+
+def test_machine_stat_and_cpu_delta() -> None:
+    busy, total = parse_machine_stat("cpu  100 0 50 800 50 0 0 0 0 0")
+    assert (busy, total) == (150, 1000)
+    r = cpu_delta({"a": 1.0, "b": 2.0}, {"a": 3.0, "b": 2.5}, (150, 1000), (550, 1200), 2.0,
+                  clk_tck=100)
+    assert r["cpu_s"] == {"a": 2.0, "b": 0.5}
+    assert r["machine_util_pct"] == 200.0 or r["machine_util_pct"] == pytest.approx(200.0)
+    assert r["other_cpu_s"] == pytest.approx(4.0 - 2.5)
+
+
+def _result(kraft_tp: float = 60_000, peer_tp: float = 30_000, p50: float = 0.5,
+            p99: float = 1.5, fo_p99: float = 250) -> dict:
+    return {
+        "throughput": {"systems": {"kraft-quorum": {"best_ops_per_s": kraft_tp},
+                                   "etcd": {"best_ops_per_s": peer_tp},
+                                   "pysyncobj": {"best_ops_per_s": peer_tp / 2}}},
+        "latency": {"systems": {"kraft-quorum": {"latency": {"p50_ms": p50, "p99_ms": p99}}}},
+        "kip1166": {"rtt": {"p50_ms": 0.1},
+                    "systems": {"kraft-quorum": {"field_sent": {"latency": {"p99_ms": 0.9}}}}},
+        "failover": {"systems": {"kraft-quorum": {
+            "kill9": {"recovery": {"p99_ms": fo_p99}},
+            "partition": {"fetch_timeout_ms": 2000, "recovery": {"max_ms": 2500}}}}},
+        "snapshot": {"systems": {"kraft-quorum": {"mb_per_s": 150.0,
+                                                  "snapshot_installed_bytes": 900_000_000}}},
+        "restart": {"systems": {"kraft-quorum": {"disk": {"log_bytes": 1 << 30},
+                                                 "kill9": {"ready_s": 4.0},
+                                                 "sigterm": {"ready_s": 3.0}}}},
+    }
+
+
+def test_targets_met_and_ratios() -> None:
+    t = {x["name"]: x for x in evaluate_targets(_result())}
+    assert t["throughput"]["met"] is True
+    assert t["throughput"]["ratio_measured_to_target"] == 1.2
+    assert t["throughput vs best peer"]["measured"] == 2.0
+    assert t["throughput vs best peer"]["met"] is True
+    assert t["sequential commit latency p50"]["met"] is True
+    assert t["follower-visible commit p99 (KIP-1166)"]["limit"] == pytest.approx(1.1)
+    assert t["follower-visible commit p99 (KIP-1166)"]["met"] is True
+    assert t["silent partition of the leader, max over trials"]["limit"] == 3000
+    assert t["snapshot transfer"]["met"] is False
+    assert t["restart with ~1 GiB of log"]["measured"] == 4.0
+    assert t["restart with ~1 GiB of log"]["met"] is True
+
+
+def test_targets_not_met_and_missing() -> None:
+    t = {x["name"]: x for x in evaluate_targets(_result(kraft_tp=20_000, p50=1.2, fo_p99=900))}
+    assert t["throughput"]["met"] is False
+    assert t["throughput vs best peer"]["met"] is False
+    assert t["sequential commit latency p50"]["ratio_measured_to_target"] == 2.0
+    assert t["failover after kill -9 of the leader, p99"]["met"] is False
+    empty = {x["name"]: x for x in evaluate_targets({})}
+    assert all(x["met"] is None for x in empty.values())
+    assert Target("x", "<=", 1.0, None, "ms").met is None
+
+
+def test_markdown_and_json_render(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench_compare, "IMG", tmp_path / "img")
+    res = _result()
+    res["targets"] = evaluate_targets(res)
+    res["throughput"]["systems"]["kraft-quorum"].update(
+        sweep={"16": {"ops_per_s": 1000.0, "latency": {"p99_ms": 3.0}}}, best_inflight=16,
+        latency_at_best={"p50_ms": 1.0, "p99_ms": 3.0})
+    res["machine"] = {"nproc": 2, "busy": {"windows": 3}}
+    md = bench_compare.render_markdown(res)
+    assert md.startswith(bench_compare.BEGIN) and md.endswith(bench_compare.END)
+    assert "| throughput | >= 50,000 writes/s | 60,000 writes/s | 1.200 | **met** |" in md
+    assert "**not met**" in md  # the snapshot target
+    assert (tmp_path / "img" / "bench_throughput.png").exists()
+    json.dumps(res)  # JSON-ready
+    page = tmp_path / "benchmarks.md"
+    page.write_text("# Benchmarks\n\nintro\n\n<!-- BEGIN GENERATED: make bench -->\nx\n"
+                    "<!-- END GENERATED: make bench -->\n")
+    bench_compare.write_markdown(res, page)
+    bench_compare.write_markdown(res, page)  # replaces, never duplicates
+    text = page.read_text()
+    assert text.count(bench_compare.BEGIN) == 1
+    assert text.index(bench_compare.BEGIN) < text.index("<!-- BEGIN GENERATED")
+
+
+def test_cap_api_versions_lowers_fetch_only() -> None:
+    from kraft.protocol.api import api_versions_response
+    from kraft.protocol.framing import decode_response, encode_response
+
+    body = api_versions_response(3)
+    frame = encode_response(18, 3, 42, body)[4:]
+    capped = cap_api_versions(frame, 3, 17)
+    header, out = decode_response(18, 3, capped)
+    assert header.correlation_id == 42
+    before = {k.api_key: k.max_version for k in body.api_keys}
+    after = {k.api_key: k.max_version for k in out.api_keys}
+    assert after[1] == min(before[1], 17)
+    assert {k: v for k, v in after.items() if k != 1} == {k: v for k, v in before.items() if k != 1}
+    assert cap_api_versions(b"\x00\x01", 3, 17) == b"\x00\x01"
+
+
+def test_log_event_time(tmp_path: Path) -> None:
+    log = tmp_path / "kraft.log"
+    log.write_text("2026-11-22 01:00:00,100 level=INFO logger=x event=node_started replica=1\n"
+                   "2026-11-22 01:00:02,350 level=INFO logger=x event=snapshot_installed bytes=5\n")
+    a = log_event_time(log, "node_started")
+    b = log_event_time(log, "snapshot_installed")
+    assert a is not None and b is not None
+    assert b - a == pytest.approx(2.25, abs=1e-6)
+    assert log_event_time(log, "node_started", after=a + 10) is None
+    assert log_event_time(tmp_path / "missing.log", "x") is None
