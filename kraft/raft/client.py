@@ -189,6 +189,8 @@ class RaftCore:
         self._bootstrap_index = 0
         self.state: State = UnattachedState(0)
         self._started = False
+        self._voter_cache_set: VoterSet | None = None
+        self._voter_cache = False
 
     # ================================================================== public API
 
@@ -338,7 +340,11 @@ class RaftCore:
         return v if v is not None else VoterSet(())
 
     def _is_voter(self) -> bool:
-        return self._voters().is_voter(self.key)
+        voters = self._voters()
+        if voters is not self._voter_cache_set:
+            self._voter_cache_set = voters
+            self._voter_cache = voters.is_voter(self.key)
+        return self._voter_cache
 
     def _election_timeout(self) -> int:
         t = self.config.election_timeout_ms
@@ -776,17 +782,20 @@ class RaftCore:
 
     def _wants_admin(self, s: FollowerState) -> bool:
         """Does this follower need to send UpdateRaftVoter or auto-join requests?"""
-        voters = self._voters()
         cfg = self.config
-        if voters.is_voter(self.key):
+        if self._is_voter():
             if s.update_voter_done or not cfg.listeners:
                 return False
-            own = voters.get(self.key.id)
+            own = self._voters().get(self.key.id)
             assert own is not None
             if self.kraft_version == 0:
                 return True
-            return own.endpoints != cfg.listeners or own.kraft_version != cfg.kraft_version_range
-        if not cfg.auto_join or self.kraft_version < 1 or not cfg.listeners:
+            if own.endpoints == cfg.listeners and own.kraft_version == cfg.kraft_version_range:
+                # Nothing to publish to this leader; a new leader means a new FollowerState.
+                s.update_voter_done = True
+                return False
+            return True
+        if not cfg.auto_join or not cfg.listeners or self.kraft_version < 1:
             return False
         return self.high_watermark is not None and self.high_watermark >= self.log.end_offset
 

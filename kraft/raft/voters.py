@@ -9,7 +9,7 @@ disappears with the truncated records.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from kraft.raft.messages import Endpoint, KRaftVersionRange, ReplicaKey
@@ -36,6 +36,11 @@ class VoterSet:
     """An immutable set of voters, at most one per node id."""
 
     voters: tuple[VoterNode, ...]
+    _by_id: dict[int, VoterNode] = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        # Looked up on every fetch and timer: index the (small, immutable) set once.
+        object.__setattr__(self, "_by_id", {n.id: n for n in self.voters})
 
     @staticmethod
     def of(nodes: list[VoterNode] | tuple[VoterNode, ...]) -> VoterSet:
@@ -52,21 +57,18 @@ class VoterSet:
 
     def get(self, node_id: int) -> VoterNode | None:
         """The voter with this node id, if any."""
-        for n in self.voters:
-            if n.id == node_id:
-                return n
-        return None
+        return self._by_id.get(node_id)
 
     def is_voter(self, key: ReplicaKey) -> bool:
         """True when `key` is a voter: same id and, if the set records one, same directory id."""
-        n = self.get(key.id)
+        n = self._by_id.get(key.id)
         if n is None:
             return False
         return n.key.directory_id is None or n.key.directory_id == key.directory_id
 
     def is_voter_id(self, node_id: int) -> bool:
         """True when some voter has this node id (used where only ids are known)."""
-        return self.get(node_id) is not None
+        return node_id in self._by_id
 
     def has_exact(self, key: ReplicaKey) -> bool:
         """True when a voter has exactly this key (id and directory id)."""

@@ -34,19 +34,24 @@ class SimSnapshot:
     chain: int
     voters: VoterSet | None
     kraft_version: int
+    data: bytes = field(default=b"", compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.data:
+            # The file's bytes (the simulator's own format), made once: chunks are cut from it.
+            payload = (self.snapshot_id.offset, self.snapshot_id.epoch, self.chain, self.voters,
+                       self.kraft_version)
+            object.__setattr__(self, "data", pickle.dumps(payload))
 
     def to_bytes(self) -> bytes:
-        """The snapshot file's bytes (pickled; the simulator's own format)."""
-        return pickle.dumps(
-            (self.snapshot_id.offset, self.snapshot_id.epoch, self.chain, self.voters,
-             self.kraft_version)
-        )
+        """The snapshot file's bytes."""
+        return self.data
 
     @staticmethod
     def from_bytes(data: bytes) -> SimSnapshot:
         """Parse a snapshot file written by `to_bytes`; raises on corrupt data."""
         offset, epoch, chain, voters, version = pickle.loads(data)
-        return SimSnapshot(OffsetAndEpoch(epoch, offset), chain, voters, version)
+        return SimSnapshot(OffsetAndEpoch(epoch, offset), chain, voters, version, bytes(data))
 
 
 @dataclass(slots=True)
