@@ -162,37 +162,113 @@ def _error_row(f: LogFile, position: int, batch: RecordBatch | None, message: st
     )
 
 
-def _batch_rows(f: LogFile, batch: RecordBatch) -> list[tuple]:
-    """All rows of one CRC-valid batch; raises ProtocolError when its records do not parse."""
+def _batch_records(batch: RecordBatch) -> list[Record]:
+    """The records of one CRC-valid batch; raises ProtocolError when they do not parse."""
     records = list(batch.records())
     if len(records) != batch.records_count:
         raise ProtocolError(
             f"record batch at byte position {batch.position} (base offset {batch.base_offset}):"
             f" header announces {batch.records_count} records, {len(records)} found"
         )
-    head = (
-        f.replica, f.node_id, f.directory_id, f.source, f.path,
-        f.snapshot_end_offset, f.snapshot_epoch, batch.position,
-        batch.base_offset, batch.last_offset,
-    )
-    tail = (batch.crc, batch.size_in_bytes, batch.records_count, None)
-    epoch = batch.partition_leader_epoch
-    control = batch.is_control
-    rows = []
-    for r in records:
-        if control:
-            ctype: str | None = control_type_name(r.key)
-            detail: str | None = describe_control(r)
-        else:
-            ctype = detail = None
-        rows.append(
-            (*head, r.offset, epoch, r.timestamp, control, ctype, detail, r.key, r.value, *tail)
+    return records
+
+
+PER_RECORD = (10, 12, 14, 15, 16, 17)
+"""Indexes in `COLUMNS` of the values that change from record to record (offset, timestamp,
+control_type, control_detail, key, value); every other column is constant within a batch."""
+
+
+class ColumnBuffer:
+    """Rows gathered column by column, ready to become one Arrow record batch.
+
+    Columns constant within a batch (replica, file, epoch, CRC, ...) are kept once per batch
+    as *runs* and expanded by Arrow's `take` kernel; only the per-record columns hold one
+    Python value per record. Building 22-field tuples per record, or Arrow arrays from long
+    lists of repeated strings, costs several times more.
+    """
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.runs: list[list[Any]] = [[] for _ in COLUMNS]  # constant columns: one per run
+        self.counts: list[int] = []
+        self.values: dict[int, list[Any]] = {i: [] for i in PER_RECORD}
+        self.rows = 0
+
+    def add_row(self, row: tuple) -> None:
+        """Add one row given as a tuple in `COLUMNS` order."""
+        for i, value in enumerate(row):
+            if i in self.values:
+                self.values[i].append(value)
+            else:
+                self.runs[i].append(value)
+        self.counts.append(1)
+        self.rows += 1
+
+    def add_batch(self, f: LogFile, batch: RecordBatch, records: list[Record]) -> None:
+        """Add one row per record of a readable batch."""
+        n = len(records)
+        if n == 0:
+            return
+        control = batch.is_control
+        constants = (
+            f.replica, f.node_id, f.directory_id, f.source, f.path,
+            f.snapshot_end_offset, f.snapshot_epoch, batch.position,
+            batch.base_offset, batch.last_offset, None, batch.partition_leader_epoch, None,
+            control, None, None, None, None, batch.crc, batch.size_in_bytes,
+            batch.records_count, None,
         )
-    return rows
+        for i, value in enumerate(constants):
+            self.runs[i].append(value)
+        self.counts.append(n)
+        v = self.values
+        v[10].extend([r.offset for r in records])
+        v[12].extend([r.timestamp for r in records])
+        if control:
+            v[14].extend([control_type_name(r.key) for r in records])
+            v[15].extend([describe_control(r) for r in records])
+        else:
+            v[14].extend([None] * n)
+            v[15].extend([None] * n)
+        v[16].extend([r.key for r in records])
+        v[17].extend([r.value for r in records])
+        self.rows += n
+
+    def to_arrow(self, arrow_schema: Any) -> Any:
+        """The buffered rows as one pyarrow RecordBatch; empties the buffer."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        index = pa.array(np.repeat(np.arange(len(self.counts), dtype=np.int64), self.counts))
+        arrays = []
+        for i, field in enumerate(arrow_schema):
+            if i in self.values:
+                arrays.append(pa.array(self.values[i], type=field.type))
+            else:
+                arrays.append(pc.take(pa.array(self.runs[i], type=field.type), index))
+        self._reset()
+        return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+    def to_rows(self) -> list[tuple]:
+        """The buffered rows as tuples in `COLUMNS` order; empties the buffer."""
+        columns: list[list[Any]] = []
+        for i in range(len(COLUMNS)):
+            if i in self.values:
+                columns.append(self.values[i])
+            else:
+                expanded: list[Any] = []
+                for value, n in zip(self.runs[i], self.counts, strict=True):
+                    expanded.extend([value] * n)
+                columns.append(expanded)
+        self._reset()
+        return list(zip(*columns, strict=True))
 
 
-def scan_file_rows(f: LogFile) -> Iterator[tuple]:
-    """Yield the rows (tuples in `COLUMNS` order) of one segment or snapshot file.
+def scan_file(f: LogFile, buffer: ColumnBuffer, max_rows: int) -> Iterator[None]:
+    """Decode one segment or snapshot file into `buffer`, yielding whenever it holds at least
+    `max_rows` rows (the caller drains it then) and once more at the end of the file.
 
     Never raises for bad content: every problem becomes an error row (see the module
     docstring). A missing or unreadable file is one error row at position 0.
@@ -200,7 +276,8 @@ def scan_file_rows(f: LogFile) -> Iterator[tuple]:
     try:
         fd = os.open(f.path, os.O_RDONLY)
     except OSError as exc:
-        yield _error_row(f, 0, None, f"cannot open: {exc}")
+        buffer.add_row(_error_row(f, 0, None, f"cannot open: {exc}"))
+        yield None
         return
     try:
         size = os.fstat(fd).st_size
@@ -209,32 +286,39 @@ def scan_file_rows(f: LogFile) -> Iterator[tuple]:
         with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mm:
             view = memoryview(mm)
             try:
-                yield from _scan_buffer(f, view)
+                yield from _scan_buffer(f, view, buffer, max_rows)
             finally:
                 view.release()
     finally:
         os.close(fd)
 
 
-def _scan_buffer(f: LogFile, view: memoryview) -> Iterator[tuple]:
+def _scan_buffer(
+    f: LogFile, view: memoryview, buffer: ColumnBuffer, max_rows: int
+) -> Iterator[None]:
     pos = 0
     end = len(view)
     while pos < end:
         result = scan_batches(view, start=pos)
-        for batch in result.batches:
+        batches, tail = result.batches, result.tail
+        del result
+        for batch in batches:
             try:
-                rows = _batch_rows(f, batch)
+                records = _batch_records(batch)
             except ProtocolError as exc:
-                yield _error_row(f, batch.position, batch, f"invalid_records: {exc}")
+                buffer.add_row(_error_row(f, batch.position, batch, f"invalid_records: {exc}"))
                 continue
-            yield from rows
-        tail = result.tail
+            buffer.add_batch(f, batch, records)
+            if buffer.rows >= max_rows:
+                yield None
+        batch = None
+        batches = ()  # drop the views into the mapping before it is released
         if tail is None:
-            return
+            break
         if tail.kind in (TailKind.CORRUPT_CRC, TailKind.INVALID_RECORDS):
             # The header framed the batch: report it and resume right after it.
             bad = RecordBatch.parse(view, tail.position)
-            yield _error_row(f, tail.position, bad, f"{tail.kind.value}: {tail.message}")
+            buffer.add_row(_error_row(f, tail.position, bad, f"{tail.kind.value}: {tail.message}"))
             pos = tail.position + bad.size_in_bytes
             del bad
             continue
@@ -244,11 +328,21 @@ def _scan_buffer(f: LogFile, view: memoryview) -> Iterator[tuple]:
             bad_batch = RecordBatch.parse(view, tail.position)
         except ProtocolError:
             bad_batch = None
-        yield _error_row(
+        buffer.add_row(_error_row(
             f, tail.position, bad_batch,
             f"{tail.kind.value}: {tail.message} ({end - tail.position} bytes unread)",
-        )
-        return
+        ))
+        del bad_batch
+        break
+    yield None
+
+
+def scan_file_rows(f: LogFile) -> list[tuple]:
+    """All rows of one file as tuples in `COLUMNS` order (for tests and small tools)."""
+    buffer = ColumnBuffer()
+    for _ in scan_file(f, buffer, 1 << 62):
+        pass
+    return buffer.to_rows()
 
 
 # ----------------------------------------------------------------------------- Spark API
@@ -328,28 +422,16 @@ class KraftReader(DataSourceReader):
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        """Yield pyarrow RecordBatches of at most ARROW_BATCH_ROWS rows for one partition."""
-        import pyarrow as pa
-
+        """Yield pyarrow RecordBatches of about ARROW_BATCH_ROWS rows for one partition."""
         assert isinstance(partition, KraftFilePartition)
         arrow_schema = _arrow_schema()
-        buffer: list[tuple] = []
+        buffer = ColumnBuffer()
         for file in partition.files:
-            for row in scan_file_rows(file):
-                buffer.append(row)
-                if len(buffer) >= ARROW_BATCH_ROWS:
-                    yield _to_arrow(pa, arrow_schema, buffer)
-                    buffer = []
-        if buffer:
-            yield _to_arrow(pa, arrow_schema, buffer)
-
-
-def _to_arrow(pa: Any, arrow_schema: Any, rows: list[tuple]) -> Any:
-    columns = list(zip(*rows))
-    arrays = [
-        pa.array(col, type=field.type) for col, field in zip(columns, arrow_schema, strict=True)
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+            for _ in scan_file(file, buffer, ARROW_BATCH_ROWS):
+                if buffer.rows >= ARROW_BATCH_ROWS:
+                    yield buffer.to_arrow(arrow_schema)
+        if buffer.rows:
+            yield buffer.to_arrow(arrow_schema)
 
 
 def register(spark: Any) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kraft.protocol.uuid import Uuid
-from kraft.records.batch import build_batch, iter_batches
+from kraft.records.batch import build_batch, iter_batches, rebase
 from kraft.records.control import (
     Endpoint,
     KRaftVersionFeature,
@@ -321,17 +321,17 @@ def write_large_log(
     values = [encode_put(f"key/{i:06d}", payload) for i in range(batch_records)]
 
     def batches() -> Iterable[bytes]:
-        offset, written, ts = 0, 0, T0_MS
+        ts = T0_MS
         lc = LeaderChangeMessage(1, (LeaderChangeVoter(1),), (LeaderChangeVoter(1),))
         first = build_control_batch(0, 1, ts, [lc, KRaftVersionRecord(1), voters_record([1])])
         yield first
         offset, written = 3, len(first)
+        # One encoded batch, re-based to each offset: the CRC does not cover the base offset.
+        template = build_batch(0, 1, values, ts + 10)
         while written < size_bytes:
-            ts += 10
-            b = build_batch(offset, 1, values, ts)
-            yield b
+            yield rebase(template, offset)
             offset += batch_records
-            written += len(b)
+            written += len(template)
 
     return write_replica(root, 1, batches(), segment_bytes=segment_bytes,
                          quorum_state=QuorumStateData(1, 1, 1))
