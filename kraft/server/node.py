@@ -63,7 +63,12 @@ from kraft.server.translate import (
     response_to_core,
     response_to_wire,
 )
-from kraft.server.transport import PeerNetwork, RequestError, unsupported_version_frame
+from kraft.server.transport import (
+    KafkaConnection,
+    PeerNetwork,
+    RequestError,
+    unsupported_version_frame,
+)
 from kraft.statemachine.base import CommittedBatch, StateMachine, chunk_values
 from kraft.statemachine.kv import (
     KVResult,
@@ -679,12 +684,9 @@ class KraftNode:
         self._enqueue(ev.ResponseReceived(e.destination, e.correlation_id, resp))
 
     async def _send_api_versions(self, e: fx.SendApiVersions) -> None:
-        address = self._address_of(e.node_id, e.endpoints) if e.node_id not in \
-            self._static_addresses else self._static_addresses[e.node_id]
+        address = self._address_of(e.node_id, e.endpoints)
         result = m.ApiVersionsResult(ErrorCode.REQUEST_TIMED_OUT)
         if address is not None:
-            from kraft.server.transport import KafkaConnection
-
             conn = KafkaConnection(address[0], address[1], f"raft-client-{self.config.node_id}")
             try:
                 await conn.open(self.config.request_timeout_ms / 1000)
