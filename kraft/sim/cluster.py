@@ -65,6 +65,7 @@ from kraft.raft.messages import (
     ApiVersionsResult,
     Endpoint,
     FetchedBatch,
+    FetchRequest,
     FetchResponse,
     FetchSnapshotResponse,
     KRaftVersionRange,
@@ -139,6 +140,8 @@ class SimNode:
     last_hw: int = -1
     partials: dict[object, bytearray] = field(default_factory=dict)
     immediate: list[Event] = field(default_factory=list)
+    acked_end: int = 0
+    """Largest FetchOffset this disk sent (an acknowledgement that the log below is durable)."""
 
 
 def _endpoint(node_id: int) -> Endpoint:
@@ -427,6 +430,8 @@ class Simulation:
             if t is SendRequest:
                 assert isinstance(e, SendRequest)
                 dst = self._bootstrap_target(e.destination, e.endpoints)
+                if type(e.request) is FetchRequest:
+                    n.acked_end = max(n.acked_end, e.request.fetch_offset)
                 if self.trace is not None:
                     self._trace(nid, f"-> n{dst} {type(e.request).__name__}", _brief(e.request))
                 self._send(nid, dst, RequestReceived(nid, e.correlation_id, e.request))
@@ -475,6 +480,7 @@ class Simulation:
                 self._count("truncations")
                 inv.check_truncation(nid, e.end_offset, disk.chain_at)
                 disk.truncate(e.end_offset)
+                n.acked_end = min(n.acked_end, e.end_offset)
             elif t is Committed:
                 assert isinstance(e, Committed)
                 self._commit(n, e.high_watermark)
@@ -604,6 +610,7 @@ class Simulation:
         self._count("snapshot_installs")
         n.disk.install(snap)
         n.applied_to = snap.snapshot_id.offset
+        n.acked_end = snap.snapshot_id.offset
         # The runtime contract: the answer to InstallSnapshot is the core's very next event.
         n.immediate.append(
             SnapshotInstalled(snap.snapshot_id, len(data), snap.voters, snap.kraft_version)
@@ -661,6 +668,9 @@ class Simulation:
         n.partials.clear()
         n.immediate.clear()
         n.incarnation += 1
+        # What this replica acknowledged (FetchOffset) was fsynced first: a crash may not lose
+        # any committed record below it.
+        self.inv.check_durable_after_crash(n.node_id, n.disk.end_offset, n.acked_end)
 
     def _fault(self) -> None:
         r = self.rng.random()
@@ -782,6 +792,7 @@ class Simulation:
             self._crash(victim)
         fresh = SimDisk(self._uuid())
         victim.disk = fresh
+        victim.acked_end = 0
         c = victim.config
         victim.config = RaftConfig(
             node_id=c.node_id,

@@ -7,6 +7,8 @@ Each check is incremental (O(1) or O(new records)) so it can run after every eve
   prefixes (compared through prefix hashes);
 * `leader_completeness` - a new leader holds every committed record;
 * `committed_never_truncated` - no replica removes a committed record it holds;
+* `acknowledged_committed_lost` - a crash never loses a committed record the replica
+  acknowledged (its FetchOffset is only sent after an fsync);
 * `hw_monotonic` - a replica's high watermark never goes back;
 * `state_machine_prefix` - every replica applies a prefix of one single history;
 * `voter_change_single` - consecutive committed voters sets differ by at most one voter.
@@ -123,6 +125,17 @@ class Invariants:
                 "committed_never_truncated",
                 f"node {node} truncates committed record {target} (committed end "
                 f"{self.committed_end})",
+            )
+
+    def check_durable_after_crash(self, node: int, durable_end: int, acked_end: int) -> None:
+        """After a crash a replica still holds every committed record it acknowledged."""
+        self.checks += 1
+        need = min(acked_end, self.committed_end)
+        if durable_end < need:
+            self.fail(
+                "acknowledged_committed_lost",
+                f"node {node} lost committed records it acknowledged: durable end "
+                f"{durable_end} < {need}",
             )
 
     def on_committed_voters(self, offset: int, voters: VoterSet) -> None:

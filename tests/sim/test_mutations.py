@@ -84,6 +84,16 @@ def test_mutation_truncating_past_divergence_is_caught(monkeypatch: pytest.Monke
     assert v is not None and ("committed_never_truncated" in v or "high watermark" in v), v
 
 
+def test_mutation_fetching_before_fsync_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the follower acknowledges (FetchOffset) records that are not on disk yet; a crash then
+    # loses committed records it acknowledged
+    patch_source(monkeypatch, "_poll",
+                 "elif self.log.persisted_end >= self.log.end_offset:",
+                 "elif True:")
+    v = first_violation(range(0, 300))
+    assert v is not None and "acknowledged_committed_lost" in v, v
+
+
 def test_failing_seed_prints_the_replay_command(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
