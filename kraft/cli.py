@@ -12,6 +12,7 @@ To add a subcommand elsewhere::
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -130,8 +131,25 @@ register(Command("dump", "print the batches and records of log and snapshot file
                  _configure_dump, _run_dump))
 
 
+# Modules that register further subcommands when imported (the node's run/quorum/local, the
+# audit pipeline). They are imported when the parser is built, not when this module is, so
+# `kraft format` never pays for aiohttp or pyspark imports it does not use.
+PLUGIN_MODULES = ("kraft.server.cli_commands", "kraft_pipeline.cli")
+
+
+def load_plugins() -> None:
+    """Import every plugin module so its subcommands join the table (missing ones are skipped)."""
+    for name in PLUGIN_MODULES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not name.startswith(exc.name):
+                raise
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every registered subcommand."""
+    load_plugins()
     parser = _Parser(prog="kraft", description="KRaft quorum node and tools")
     subs = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for cmd in COMMANDS.values():
