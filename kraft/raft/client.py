@@ -189,6 +189,7 @@ class RaftCore:
         self._bootstrap_index = 0
         self.state: State = UnattachedState(0)
         self._started = False
+        self._installing: OffsetAndEpoch | None = None
         self._voter_cache_set: VoterSet | None = None
         self._voter_cache = False
 
@@ -729,6 +730,8 @@ class RaftCore:
                 s.next_admin_at = self._now + self.config.retry_backoff_ms * 10
 
     def _poll(self) -> None:
+        if self._installing is not None:
+            return  # the log is being replaced underneath us: no fetch until that is done
         s = self.state
         if isinstance(s, FollowerState):
             if self._fetch_corr is None and self._now >= self._fetch_backoff_until:
@@ -1584,10 +1587,13 @@ class RaftCore:
         d.position += n
         if d.position >= resp.size:
             d.complete = True
+            self._installing = d.snapshot_id
             self._out.append(InstallSnapshot(d.snapshot_id))
 
     def _on_snapshot_installed(self, ev: SnapshotInstalled) -> None:
         sid = ev.snapshot_id
+        if self._installing == sid:
+            self._installing = None
         if sid.offset <= self.log.end_offset and sid in self.log.snapshots:
             return
         if self.high_watermark is not None and sid.offset < self.high_watermark:
@@ -1615,6 +1621,8 @@ class RaftCore:
             self._set_hw(sid.offset)
 
     def _on_snapshot_install_failed(self, sid: OffsetAndEpoch) -> None:
+        if self._installing == sid:
+            self._installing = None
         s = self.state
         if isinstance(s, FollowerState) and s.download is not None and s.download.snapshot_id == sid:
             s.download = None

@@ -194,3 +194,18 @@ def test_kip630_replica_with_incomplete_snapshot_votes_with_its_log_only() -> No
     assert h.responses(VoteResponse)[-1].vote_granted
     assert h.role is Role.UNATTACHED
     assert h.of_type(AbortSnapshotDownload)  # leaving the follower state drops the partial
+
+
+def test_kip630_no_fetch_while_the_log_is_being_replaced_by_a_snapshot() -> None:
+    h = follower_redirected()
+    h.advance(1)
+    req = h.sent(FetchSnapshotRequest)[-1]
+    h.respond(req, FetchSnapshotResponse(ErrorCode.NONE, 3, 4, SNAP, 100, 0, b"x" * 100))
+    assert h.of_type(InstallSnapshot)
+    n = len(h.sent(FetchRequest))
+    h.begin_quorum(2, 5)  # a new leader before the runtime answered InstallSnapshot
+    h.advance(100)
+    assert len(h.sent(FetchRequest)) == n
+    h.handle(SnapshotInstalled(SNAP, 100, voter_set((1, 2, 3)), 1))
+    h.advance(1)
+    assert h.sent(FetchRequest)[-1].request.fetch_offset == 20
