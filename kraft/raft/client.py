@@ -125,6 +125,9 @@ logger = logging.getLogger("kraft.raft")
 RETRY_BACKOFF_BASE_MS = 100
 """Base of the candidate's randomized exponential backoff after a lost election."""
 
+SNAPSHOT_STUCK_MS = 60_000
+"""A snapshot not reported created after this long no longer blocks the next one."""
+
 CHECK_QUORUM_FACTOR = 1.5
 """The leader resigns if a majority has not fetched within this many fetch timeouts."""
 
@@ -183,6 +186,7 @@ class RaftCore:
         self._admin_corr: int | None = None
         self._election_retries = 0
         self._snapshot_in_progress: OffsetAndEpoch | None = None
+        self._snapshot_started_ms = now_ms
         self._bytes_since_snapshot = 0
         self._last_snapshot_ms = now_ms
         self._shutting_down = False
@@ -253,7 +257,8 @@ class RaftCore:
             assert isinstance(event, RequestFailed)
             self._on_request_failed(event.correlation_id)
         elif t is SnapshotRequested:
-            self._maybe_snapshot(force=True)
+            assert isinstance(event, SnapshotRequested)
+            self._maybe_snapshot(force=True, at=event.end_offset)
         elif t is SnapshotCreated:
             assert isinstance(event, SnapshotCreated)
             self._on_snapshot_created(event.snapshot_id, event.size_bytes)
@@ -1671,10 +1676,23 @@ class RaftCore:
 
     # ---------------------------------------------------------------- snapshots
 
-    def _maybe_snapshot(self, force: bool) -> None:
+    def _maybe_snapshot(self, force: bool, at: int | None = None) -> None:
         hw = self.high_watermark
-        if hw is None or self._snapshot_in_progress is not None:
+        if hw is None:
             return
+        if (
+            self._snapshot_in_progress is not None
+            and self._now - self._snapshot_started_ms < SNAPSHOT_STUCK_MS
+        ):
+            return  # one at a time; a runtime that never reported back gets another chance
+        if at is not None:
+            if at > hw:
+                logger.warning(
+                    "raft snapshot refused node=%s end_offset=%s high_watermark=%s",
+                    self.key.id, at, hw,
+                )
+                return
+            hw = at
         latest = self.log.latest_snapshot()
         if latest is not None and latest.offset >= hw:
             return
@@ -1689,6 +1707,7 @@ class RaftCore:
                 return
         sid = OffsetAndEpoch(self.log.epoch_at(hw), hw)
         self._snapshot_in_progress = sid
+        self._snapshot_started_ms = self._now
         self._bytes_since_snapshot = 0
         self._last_snapshot_ms = self._now
         self._out.append(CreateSnapshot(sid, self.voters_at(hw), self.kraft_version_at(hw)))

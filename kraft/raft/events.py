@@ -61,7 +61,10 @@ class Persisted:
 
 @dataclass(frozen=True, slots=True)
 class SnapshotRequested:
-    """The state machine asks for a snapshot at the current high watermark."""
+    """The state machine asks for a snapshot: at `end_offset` (<= the high watermark, e.g. the
+    offset it has applied) or, when None, at the current high watermark."""
+
+    end_offset: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -209,3 +209,29 @@ def test_kip630_no_fetch_while_the_log_is_being_replaced_by_a_snapshot() -> None
     h.handle(SnapshotInstalled(SNAP, 100, voter_set((1, 2, 3)), 1))
     h.advance(1)
     assert h.sent(FetchRequest)[-1].request.fetch_offset == 20
+
+
+def test_kip630_snapshot_requested_at_an_applied_offset_below_the_hw() -> None:
+    h = committed_leader()
+    hw = h.core.high_watermark
+    assert hw is not None
+    h.handle(SnapshotRequested(end_offset=hw - 1))
+    assert h.of_type(CreateSnapshot)[-1].snapshot_id.offset == hw - 1
+
+
+def test_kip630_snapshot_never_beyond_the_high_watermark() -> None:
+    h = committed_leader()
+    hw = h.core.high_watermark
+    assert hw is not None
+    h.handle(SnapshotRequested(end_offset=hw + 1))
+    assert not h.of_type(CreateSnapshot)
+
+
+def test_kip630_one_snapshot_at_a_time() -> None:
+    h = committed_leader()
+    h.handle(SnapshotRequested())
+    h.handle(Append(2, ("d",)))
+    h.persist()
+    h.fetch_from(2, h.log_end, h.epoch, max_wait_ms=0)
+    h.handle(SnapshotRequested())
+    assert len(h.of_type(CreateSnapshot)) == 1
