@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 
 from kraft.protocol.errors import ErrorCode
 from kraft.protocol.uuid import Uuid
@@ -69,6 +69,7 @@ from kraft.raft.messages import (
     FetchResponse,
     FetchSnapshotResponse,
     KRaftVersionRange,
+    OffsetAndEpoch,
     RemoveRaftVoterRequest,
     ReplicaKey,
     UpdateKRaftVersionRequest,
@@ -390,7 +391,12 @@ class Simulation:
         core = n.core
         assert core is not None
         if self.trace is not None and type(event) is not Tick:
-            self._trace(n.node_id, "<- " + type(event).__name__, _brief(event))
+            if isinstance(event, RequestReceived | ResponseReceived):
+                msg = event.request if isinstance(event, RequestReceived) else event.response
+                self._trace(n.node_id, f"<- n{event.source} {type(msg).__name__}",
+                            f"#{event.correlation_id} {_brief(msg, named=False)}")
+            else:
+                self._trace(n.node_id, "<- " + type(event).__name__, _brief(event))
         effects = core.handle(event, self.now)
         self._execute(n, effects)
         while n.immediate and n.core is not None:
@@ -433,13 +439,14 @@ class Simulation:
                 if type(e.request) is FetchRequest:
                     n.acked_end = max(n.acked_end, e.request.fetch_offset)
                 if self.trace is not None:
-                    self._trace(nid, f"-> n{dst} {type(e.request).__name__}", _brief(e.request))
+                    self._trace(nid, f"-> n{dst} {type(e.request).__name__}",
+                                f"#{e.correlation_id} {_brief(e.request, named=False)}")
                 self._send(nid, dst, RequestReceived(nid, e.correlation_id, e.request))
             elif t is SendResponse:
                 assert isinstance(e, SendResponse)
                 if self.trace is not None:
                     self._trace(nid, f"-> n{e.destination} {type(e.response).__name__}",
-                                _brief(e.response))
+                                f"#{e.correlation_id} {_brief(e.response, named=False)}")
                 self._send(nid, e.destination, ResponseReceived(nid, e.correlation_id, e.response))
             elif t is SendFetchResponse:
                 assert isinstance(e, SendFetchResponse)
@@ -447,7 +454,8 @@ class Simulation:
                 if e.read_offset is not None:
                     resp = self._with_batches(n, resp, e.read_offset)
                 if self.trace is not None:
-                    self._trace(nid, f"-> n{e.destination} FetchResponse", _brief(resp))
+                    self._trace(nid, f"-> n{e.destination} FetchResponse",
+                                f"#{e.correlation_id} {_brief(resp, named=False)}")
                 self._send(nid, e.destination, ResponseReceived(nid, e.correlation_id, resp))
             elif t is AppendRecords:
                 assert isinstance(e, AppendRecords)
@@ -827,9 +835,34 @@ class Simulation:
             self._start_node(n)
 
 
-def _brief(obj: object) -> str:
-    text = repr(obj)
-    return text.replace("ErrorCode.", "").replace("OffsetAndEpoch", "OE")
+def _brief(obj: object, named: bool = True) -> str:
+    """A compact, readable rendering of an event or message for traces."""
+    if isinstance(obj, ErrorCode):
+        return obj.name
+    if isinstance(obj, Uuid):
+        return str(obj)[:4]
+    if isinstance(obj, OffsetAndEpoch):
+        return f"{obj.offset}@{obj.epoch}"
+    if isinstance(obj, Endpoint):
+        return f"{obj.host}:{obj.port}"
+    if isinstance(obj, tuple):
+        if obj and all(isinstance(b, FetchedBatch) for b in obj):
+            first, last = obj[0], obj[-1]
+            assert isinstance(first, FetchedBatch) and isinstance(last, FetchedBatch)
+            return f"[{first.base_offset}..{last.last_offset}]"
+        return "(" + ",".join(_brief(x) for x in obj) + ")"
+    if is_dataclass(obj) and not isinstance(obj, type):
+        parts = []
+        for f in fields(obj):
+            if f.name in ("unknown_tags", "cluster_id", "max_bytes"):
+                continue
+            v = getattr(obj, f.name)
+            if v is None or v == () or v == b"":
+                continue
+            parts.append(f"{f.name}={_brief(v)}")
+        inner = " ".join(parts)
+        return f"{type(obj).__name__}({inner})" if named else inner
+    return repr(obj)
 
 
 def run_seed(
