@@ -245,22 +245,37 @@ def render_markdown(res: dict[str, Any]) -> str:
     sn = ((res.get("snapshot") or {}).get("systems") or {}).get("kraft-quorum") or {}
     rs = ((res.get("restart") or {}).get("systems") or {}).get("kraft-quorum") or {}
     L += ["", "### 5. Snapshot catch-up of a new voter", "",
-          "| system | state loaded | snapshot installed | snapshot transfer (start -> installed) | MB/s | process start -> caught up | AddRaftVoter |",
-          "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+          "| system | state loaded | snapshot size | download (first chunk request -> file complete) | MB/s | install (load into state machine) | process start -> caught up | AddRaftVoter |",
+          "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
           f"| kraft-quorum | {_f(((res.get('snapshot') or {}).get('params') or {}).get('state_bytes', 0) / 1e6, 0)} MB "
           f"(loaded at {_f((sn.get('load') or {}).get('mb_per_s'), 1)} MB/s) | {_f((sn.get('snapshot_installed_bytes') or 0) / 1e6, 0)} MB "
-          f"| {_f(sn.get('snapshot_transfer_s'), 2)} s | {_f(sn.get('mb_per_s'), 1)} | {_f(sn.get('time_to_caught_up_s'), 2)} s "
+          f"| {_f(sn.get('snapshot_transfer_s'), 2)} s | {_f(sn.get('mb_per_s'), 1)} | {_f(sn.get('snapshot_install_s'), 2)} s "
+          f"| {_f(sn.get('time_to_caught_up_s'), 2)} s "
           f"| {'ok' if (sn.get('add_voter') or {}).get('ok') else (sn.get('add_voter') or {}).get('output', sn.get('error', '—'))} |"]
+    ec = ((res.get("snapshot") or {}).get("systems") or {}).get("etcd") or {}
+    if ec:
+        j = ec.get("join") or {}
+        L.append(f"| etcd (learner) | loaded at {_f((ec.get('load') or {}).get('mb_per_s'), 1)} MB/s "
+                 f"| db {_f((j.get('learner_db_bytes') or 0) / 1e6, 0)} MB | — "
+                 f"| {_f(ec.get('mb_per_s_whole_catch_up'), 1)} (whole catch-up) | — "
+                 f"| {_f(ec.get('time_to_caught_up_s'), 2)} s | {j.get('error', ec.get('error', 'learner'))} |")
     for n in (res.get("snapshot") or {}).get("notes", []):
         L.append(f"\n- {n}")
     disk = rs.get("disk") or {}
     L += ["", "### 6. Restart of a node holding the log plus a snapshot", "",
-          f"On disk: log {_f(disk.get('log_bytes', 0) / 1e6, 0)} MB, snapshot {_f(disk.get('snapshot_bytes', 0) / 1e6, 0)} MB.", "",
-          "| restart after | process start -> ready (s) | of which storage open + snapshot load (s) |",
-          "| --- | ---: | ---: |"]
+          f"kraft-quorum on disk: log {_f(disk.get('log_bytes', 0) / 1e6, 0)} MB, snapshot "
+          f"{_f(disk.get('snapshot_bytes', 0) / 1e6, 0)} MB.", "",
+          "| system | restart after | process start -> ready (s) | of which until storage opened (kraft: log recovered + snapshot loaded) (s) |",
+          "| --- | --- | ---: | ---: |"]
     for how in ("kill9", "sigterm"):
         r = rs.get(how) or {}
-        L.append(f"| {how} | {_f(r.get('ready_s'), 2)} | {_f(r.get('storage_open_s'), 2)} |")
+        L.append(f"| kraft-quorum | {how} | {_f(r.get('ready_s'), 2)} | {_f(r.get('storage_open_s'), 2)} |")
+    er = ((res.get("restart") or {}).get("systems") or {}).get("etcd") or {}
+    for how in ("kill9", "sigterm"):
+        r = er.get(how) or {}
+        if r:
+            L.append(f"| etcd (data dir {_f((r.get('data_dir_bytes') or 0) / 1e6, 0)} MB) | {how} "
+                     f"| {_f(r.get('ready_s'), 2)} | — |")
     if rs.get("error"):
         L.append(f"\nError: {rs['error']}")
     if imgs:

@@ -330,14 +330,16 @@ def proxy_main() -> None:
 
 
 def log_event_time(log_path: Path, event: str, after: float | None = None) -> float | None:
-    """Wall-clock time (epoch seconds) of the first `event=<event>` line in a node log that is
-    later than `after` (epoch seconds), parsed from the logging asctime prefix."""
+    """Wall-clock time (epoch seconds) of the first line of a node log that contains
+    `event=<event>` (or, when `event` holds a space, the text itself) and is later than
+    `after` (epoch seconds), parsed from the logging asctime prefix (millisecond resolution)."""
+    marker = event if " " in event else f"event={event}"
     try:
         text = log_path.read_text(errors="replace")
     except OSError:
         return None
     for line in text.splitlines():
-        if f"event={event}" not in line:
+        if marker not in line:
             continue
         m = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})", line)
         if not m:

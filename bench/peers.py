@@ -852,7 +852,7 @@ class EtcdCluster:
         return f"{HOST}:{self.client_ports[i]}"
 
     def _spawn(self, i: int, state: str = "new") -> None:
-        initial = ",".join(f"m{j}=http://{HOST}:{self.peer_ports[j]}" for j in range(3))
+        initial = ",".join(f"m{j}=http://{HOST}:{self.peer_ports[j]}" for j in range(max(3, i + 1)))
         log = open(self.workdir / f"m{i}.log", "ab")  # noqa: SIM115 - handed to the child
         cmd = [ETCD, "--name", f"m{i}", "--data-dir", str(self.workdir / f"m{i}"),
                "--listen-client-urls", f"http://{HOST}:{self.client_ports[i]}",
@@ -969,6 +969,78 @@ class EtcdCluster:
         self.wait_leader(30)
         r["caught_up_after"] = self.wait_caught_up(30)
         return r
+
+    # ------------------------------------------------------------------ state, join, restart
+
+    def _status_of(self, i: int) -> dict[str, Any] | None:
+        assert self.driver is not None
+        reply = self.driver.call({"cmd": "status", "eps": [self.ep(i)]}, 30)
+        members = reply.get("members") or [None]
+        return members[0]
+
+    def load_state(self, count: int, size: int, inflight: int = 4) -> dict[str, Any]:
+        """Write `count` values of `size` bytes through the leader."""
+        assert self.driver is not None
+        r: dict[str, Any] = self.driver.call({"cmd": "put_big", "ep": self.ep(self.wait_leader()),
+                                              "count": count, "size": size, "inflight": inflight}, 1800)
+        return r
+
+    def _wait_applied(self, i: int, target: int, timeout: float) -> float | None:
+        """Seconds until member i answers Status with applied >= target (None on timeout)."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            st = self._status_of(i)
+            if st is not None and st["applied"] >= target:
+                return time.monotonic() - t0
+            time.sleep(0.05)
+        return None
+
+    def join_learner(self, timeout: float = 600.0) -> dict[str, Any]:
+        """Add a 4th member as a learner (`etcdctl member add --learner`), start it, and time
+        process start -> its applied index reaches the leader's (caught up); then promote."""
+        li = self.wait_leader()
+        lead = self._status_of(li)
+        assert lead is not None
+        self.client_ports.append(free_port())
+        self.peer_ports.append(free_port())
+        self.procs.append(None)
+        env = dict(os.environ, ETCDCTL_API="3")
+        ctl = shutil.which("etcdctl") or "/usr/bin/etcdctl"
+        deadline = time.monotonic() + 60
+        while True:  # etcd refuses a member change until the cluster has been healthy ~5 s
+            add = subprocess.run([ctl, f"--endpoints={self.ep(li)}", "member", "add", "m3",
+                                  "--learner", f"--peer-urls=http://{HOST}:{self.peer_ports[3]}"],
+                                 capture_output=True, text=True, timeout=30, env=env)
+            if add.returncode == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+        if add.returncode != 0:
+            return {"error": (add.stdout + add.stderr)[-300:]}
+        t0 = time.monotonic()
+        self._spawn(3, state="existing")
+        caught = self._wait_applied(3, lead["applied"], timeout)
+        out: dict[str, Any] = {"time_to_caught_up_s": caught, "leader_db_bytes": lead["db_size"],
+                               "leader_applied": lead["applied"],
+                               "started_to_caught_up_wall_s": time.monotonic() - t0}
+        st = self._status_of(3)
+        out["learner_db_bytes"] = st["db_size"] if st else None
+        return out
+
+    def restart_member(self, graceful: bool, timeout: float = 300.0) -> dict[str, Any]:
+        """Stop a follower (SIGKILL or SIGTERM), start it again, time start -> it answers with
+        the leader's applied index (ready)."""
+        li = self.wait_leader()
+        fi = (li + 1) % 3
+        p = self.procs[fi]
+        kill_proc(p, graceful_s=10 if graceful else 0)
+        lead = self._status_of(li)
+        target = lead["applied"] if lead else 0
+        t0 = time.monotonic()
+        self._spawn(fi, state="existing")
+        ready = self._wait_applied(fi, target, timeout)
+        return {"ready_s": ready, "wall_s": time.monotonic() - t0,
+                "data_dir_bytes": sum(f.stat().st_size for f in (self.workdir / f"m{fi}").rglob("*")
+                                      if f.is_file())}
 
     def visibility(self, samples: int, gap_s: float) -> dict[str, Any]:
         """Leader acknowledgement -> value visible in a serializable read on a follower."""

@@ -62,6 +62,7 @@ def _result(kraft_tp: float = 60_000, peer_tp: float = 30_000, p50: float = 0.5,
             p99: float = 1.5, fo_p99: float = 250) -> dict:
     return {
         "throughput": {"systems": {"kraft-quorum": {"best_ops_per_s": kraft_tp},
+                                   "kraft-quorum-linger0": {"best_ops_per_s": kraft_tp * 10},
                                    "etcd": {"best_ops_per_s": peer_tp},
                                    "pysyncobj": {"best_ops_per_s": peer_tp / 2}}},
         "latency": {"systems": {"kraft-quorum": {"latency": {"p50_ms": p50, "p99_ms": p99}}}},
