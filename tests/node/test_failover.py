@@ -8,18 +8,17 @@ import signal
 import time
 from collections.abc import Callable
 
-import aiohttp
 import pytest
 
 from kraft.server.local import LocalCluster, http_call
-from tests.support.kvclient import KVWorkload, http_op
-from tests.support.linearizability import GET, Op, check_history
+from tests.support.kvclient import KVWorkload, http_op, new_session
+from tests.support.linearizability import GET, Op, check_history, dump_history
 
 
 async def _final_reads(cluster: LocalCluster, workload: KVWorkload) -> None:
     """Read every key through the leader and add the reads to the history."""
     leader = await asyncio.to_thread(cluster.wait_for_leader, 30)
-    async with aiohttp.ClientSession() as session:
+    async with new_session() as session:
         for key in workload.keys:
             call = time.monotonic()
             out = await http_op(session, cluster.nodes[leader].http, "GET", f"/v1/kv/{key}",
@@ -58,7 +57,12 @@ async def test_kill_9_of_the_leader_under_write_load(clusters: Callable[..., Loc
     await _final_reads(cluster, workload)
     assert acked_before > 0 and workload.stats.ok > acked_before
     result = check_history(workload.history.ops)
-    assert result.ok, (result.detail, result.bad_ops[:20])
+    if not result.ok:
+        dump_history(result.bad_ops, str(cluster.base / "bad-history.jsonl"))
+        with open(cluster.base / "rejected.txt", "w") as f:
+            for op, out in workload.rejected:
+                f.write(f"{op!r} {out!r}\n")
+    assert result.ok, (result.detail, str(cluster.base / "bad-history.jsonl"))
     # the restarted node holds exactly the leader's committed state
     leader = await asyncio.to_thread(cluster.wait_for_leader, 30)
     for key in workload.keys:

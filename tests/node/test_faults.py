@@ -11,12 +11,11 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 
-import aiohttp
 import pytest
 
 from kraft.server.local import LocalCluster, http_call
 from tests.node.test_failover import _final_reads
-from tests.support.kvclient import KVWorkload, http_op
+from tests.support.kvclient import KVWorkload, http_op, new_session
 from tests.support.linearizability import GET, PUT, Op, check_history
 from tests.support.proxy import BACKWARD, FaultProxy
 
@@ -98,7 +97,7 @@ async def test_isolated_leader_is_replaced_and_a_stale_read_path_is_caught(
     assert r.status == 200
     history.append(Op(1, PUT, "s", call, time.monotonic(), value=b"new"))
 
-    async with aiohttp.ClientSession() as session:
+    async with new_session() as session:
         # the linearizable read path on the isolated old leader never answers with old data
         out = await http_op(session, cluster.nodes[old].http, "GET", "/v1/kv/s", None, 5)
         assert not (out.status == 200 and out.body == b"old"), out

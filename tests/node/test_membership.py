@@ -37,6 +37,19 @@ async def _retry(what: str, fn: Callable[[], object], timeout: float = 60) -> No
             await asyncio.sleep(0.3)
 
 
+async def _cli(args: list[str], timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    """Run `kraft quorum ...`; retried like an operator would while the leader answers
+    REQUEST_TIMED_OUT (another change pending, the new voter not caught up yet)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-m", "kraft.server.cli_commands", "quorum", *args],
+            capture_output=True, text=True, timeout=120)
+        if out.returncode == 0 or time.monotonic() > deadline:
+            return out
+        await asyncio.sleep(0.3)
+
+
 async def _voters(cluster: LocalCluster, ids: list[int]) -> dict[int, str | None]:
     _, resp = await describe_quorum(_bootstrap(cluster, ids))
     return {r.replica_id: str(r.replica_directory_id) if r.replica_directory_id else None
@@ -62,11 +75,7 @@ async def test_three_to_five_to_three_voters_while_writing(
     try:
         # node 4 joins through the CLI, exactly as an operator would
         n4 = cluster.nodes[4]
-        out = await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, "-m", "kraft.server.cli_commands", "quorum", "add-controller",
-             "--config", str(n4.config_path)],
-            capture_output=True, text=True, timeout=120)
+        out = await _cli(["add-controller", "--config", str(n4.config_path)])
         assert out.returncode == 0, out.stderr
         assert out.stdout.startswith(f"Added controller 4 with directory id {n4.directory_id}")
         n5 = cluster.nodes[5]
@@ -78,13 +87,10 @@ async def test_three_to_five_to_three_voters_while_writing(
         for victim in (1, 2):
             node = cluster.nodes[victim]
             if victim == 1:
-                out = await asyncio.to_thread(
-                    subprocess.run,
-                    [sys.executable, "-m", "kraft.server.cli_commands", "quorum",
-                     "--bootstrap-controller", f"{cluster.nodes[3].host}:{cluster.nodes[3].port}",
+                out = await _cli(
+                    ["--bootstrap-controller", f"{cluster.nodes[3].host}:{cluster.nodes[3].port}",
                      "remove-controller", "--controller-id", "1", "--controller-directory-id",
-                     str(node.directory_id)],
-                    capture_output=True, text=True, timeout=120)
+                     str(node.directory_id)])
                 assert out.returncode == 0, out.stderr
                 assert "Removed  KRaft controller 1" in out.stdout
             else:

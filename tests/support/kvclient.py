@@ -44,6 +44,26 @@ class WorkloadStats:
     acked_writes: dict[str, bytes] = field(default_factory=dict)
 
 
+def new_session() -> aiohttp.ClientSession:
+    """A client session that never re-sends a request by itself.
+
+    aiohttp silently retries idempotent methods (PUT, DELETE, GET) once when a connection
+    breaks mid-request: a PUT that reached a leader which then died is sent again, and the
+    retry's "connection refused" would hide the first attempt. With retries off, a refused
+    connection really means the request never reached any node.
+    """
+    session = aiohttp.ClientSession()
+    if hasattr(session, "_retry_connection"):
+        session._retry_connection = False
+    else:  # pragma: no cover - another aiohttp: refused connections are not trustworthy
+        global _REFUSED_MEANS_NOT_SENT
+        _REFUSED_MEANS_NOT_SENT = False
+    return session
+
+
+_REFUSED_MEANS_NOT_SENT = True
+
+
 async def http_op(session: aiohttp.ClientSession, address: str, method: str, path: str,
                   body: bytes | None, timeout: float, stale: bool = False) -> Outcome:
     """One request with manual 307 following; raises nothing (failures become outcomes)."""
@@ -65,9 +85,9 @@ async def http_op(session: aiohttp.ClientSession, address: str, method: str, pat
                         info = {}
                     return Outcome(503, data, known=info.get("outcome") != "unknown")
                 return Outcome(resp.status, data, known=True)
-        except aiohttp.ClientConnectorError:
-            # no connection was made: the request never reached a node
-            return Outcome(0, b"", known=True)
+        except aiohttp.ClientConnectorError as exc:
+            # no connection was made: the request never reached a node (see new_session)
+            return Outcome(0, repr(exc).encode(), known=_REFUSED_MEANS_NOT_SENT)
         except (aiohttp.ClientError, TimeoutError, OSError):
             return Outcome(0, b"", known=False)
     return Outcome(503, b"redirect loop", known=True)
@@ -89,6 +109,8 @@ class KVWorkload:
         self.stats = WorkloadStats()
         self._stop = asyncio.Event()
         self._counter = 0
+        self.rejected: list[tuple[Op, Outcome]] = []
+        """Operations not recorded (never proposed), with the answer that said so."""
 
     def stop(self) -> None:
         """Ask every client to finish its current operation and stop."""
@@ -96,7 +118,7 @@ class KVWorkload:
 
     async def run(self) -> None:
         """Run the clients until `stop()`."""
-        async with aiohttp.ClientSession() as session:
+        async with new_session() as session:
             await asyncio.gather(*(self._client(session, c) for c in range(self.clients)))
 
     async def _client(self, session: aiohttp.ClientSession, client: int) -> None:
@@ -122,6 +144,7 @@ class KVWorkload:
     def _record(self, op: Op, outcome: Outcome) -> None:
         if outcome.known and outcome.status not in (200, 404):
             self.stats.rejected += 1
+            self.rejected.append((op, outcome))
             return
         if op.ret is None:
             self.stats.unknown += 1

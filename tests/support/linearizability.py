@@ -201,3 +201,17 @@ class HistoryRecorder:
     def record(self, op: Op) -> None:
         """Add one completed (or abandoned) operation."""
         self.ops.append(op)
+
+
+def dump_history(ops: Sequence[Op], path: str) -> None:
+    """Write operations as JSON lines (values as text) for offline analysis of a failure."""
+    import json
+
+    def enc(v: object) -> object:
+        return v.decode(errors="replace") if isinstance(v, bytes) else v
+
+    with open(path, "w") as f:
+        for op in sorted(ops, key=lambda o: o.call):
+            f.write(json.dumps({"client": op.client, "kind": op.kind, "key": op.key,
+                                "call": op.call, "ret": op.ret, "value": enc(op.value),
+                                "expected": enc(op.expected), "output": enc(op.output)}) + "\n")
