@@ -36,8 +36,9 @@ def throughput_chart(res: dict[str, Any], out: Path) -> Path | None:
         a1.plot(xs, ys, marker="o", label=name, color=c)
         a2.plot(xs, [v if v is not None else float("nan") for v in p99], marker="o", label=name, color=c)
     a1.set_xscale("log", base=2)
+    a1.set_yscale("log")
     a1.set_xlabel("outstanding writes")
-    a1.set_ylabel("acknowledged writes/s")
+    a1.set_ylabel("acknowledged writes/s (log)")
     a1.set_title("Throughput (3 voters, 100 B values)")
     a1.axhline(50_000, ls="--", color="grey", lw=0.8)
     a1.legend(fontsize=8)
@@ -136,11 +137,40 @@ def visibility_chart(res: dict[str, Any], out: Path) -> Path | None:
     return path
 
 
+def catchup_chart(res: dict[str, Any], out: Path) -> Path | None:
+    """New-voter catch-up and restart times per system (seconds)."""
+    snap = (res.get("snapshot") or {}).get("systems") or {}
+    rst = (res.get("restart") or {}).get("systems") or {}
+    rows: list[tuple[str, float, str | None]] = []
+    for name, s in snap.items():
+        if isinstance(s, dict) and s.get("time_to_caught_up_s") is not None:
+            rows.append((f"{name}\nnew voter caught up", s["time_to_caught_up_s"], COLORS.get(name)))
+    for name, s in rst.items():
+        for how in ("kill9", "sigterm"):
+            r = s.get(how) if isinstance(s, dict) else None
+            if isinstance(r, dict) and r.get("ready_s") is not None:
+                rows.append((f"{name}\nrestart ({how})", r["ready_s"], COLORS.get(name)))
+    if not rows:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 4))
+    ax.bar(range(len(rows)), [r[1] for r in rows], color=[r[2] for r in rows])
+    ax.set_xticks(range(len(rows)), [r[0] for r in rows], fontsize=7)
+    ax.set_ylabel("seconds")
+    ax.set_title("Catch-up of a new voter and restart (process start -> ready)")
+    ax.axhline(5.0, ls="--", color="grey", lw=0.8)
+    fig.tight_layout()
+    path = out / "bench_catchup_restart.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def all_charts(res: dict[str, Any], out: Path) -> list[Path]:
     """Every chart that has data; returns the written paths."""
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for fn in (throughput_chart, latency_chart, failover_chart, visibility_chart):
+    for fn in (throughput_chart, latency_chart, failover_chart, visibility_chart, catchup_chart):
         try:
             p = fn(res, out)
         except Exception as exc:  # a chart must never lose the run's numbers

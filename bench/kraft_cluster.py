@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.peers import (
+    FAILOVER_REQ_TIMEOUT_S,
     HOST,
     ROOT,
     VALUE_SIZE,
@@ -162,7 +163,7 @@ def driver_main() -> None:
             return loop.run_until_complete(seq(req["addr"], req["duration"], req["warmup"]))
         if cmd == "failover":
             return loop.run_until_complete(failover(req["addrs"], req["inflight"], req["kill_at"],
-                                                    req["max_s"], req.get("req_timeout", 1.0)))
+                                                    req["max_s"], req.get("req_timeout", FAILOVER_REQ_TIMEOUT_S)))
         if cmd == "visibility":
             return loop.run_until_complete(visibility(req["leader"], req["follower"],
                                                       req["samples"], req["gap_s"],

@@ -49,6 +49,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PEERS_VENV = Path(os.environ.get("PEERS_VENV", str(ROOT / ".venv-peers")))
 VALUE_SIZE = 100
 NKEYS = 1000
+FAILOVER_REQ_TIMEOUT_S = 0.5
+"""Per-write timeout of the failover drivers: a write unanswered this long is retried on the
+next node (the same for every system)."""
 
 
 def key_of(i: int) -> str:
@@ -492,7 +495,7 @@ def pysyncobj_node_main(argv: list[str]) -> None:
                     counter[0] += 1
                 s = mono()
                 try:
-                    d.set(key_of(i), value, sync=True, timeout=1.0)
+                    d.set(key_of(i), value, sync=True, timeout=FAILOVER_REQ_TIMEOUT_S)
                 except SyncObjException as exc:
                     with lock:
                         errs[str(exc.errorCode)] += 1
@@ -737,7 +740,7 @@ def etcd_driver_main(argv: list[str]) -> None:
         async def op(i: int) -> None:
             k = cur[0]
             try:
-                await stubs[k].Put(rpc_pb2.PutRequest(key=keys[i % NKEYS], value=value), timeout=1.0)
+                await stubs[k].Put(rpc_pb2.PutRequest(key=keys[i % NKEYS], value=value), timeout=FAILOVER_REQ_TIMEOUT_S)
             except grpc.RpcError:
                 if cur[0] == k:
                     cur[0] = (k + 1) % len(stubs)

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from bench.kraft_cluster import KraftCluster, log_event_time
 from bench.peers import (
+    FAILOVER_REQ_TIMEOUT_S,
     HOST,
     ROOT,
     CpuMeter,
@@ -39,7 +40,7 @@ from bench.peers import (
 )
 
 WORK = Path(os.environ.get("BENCH_WORKDIR", "/tmp/kraft-bench"))
-QUIET_MAX_S = [20.0]
+QUIET_MAX_S = [10.0]
 """Longest wait for a quiet machine before a window (set from Params by the runner)."""
 
 
@@ -56,7 +57,7 @@ class Params:
     visibility_samples: int = 30
     state_bytes: int = 1 << 30
     big_value: int = 1_000_000
-    quiet_max_s: float = 20.0
+    quiet_max_s: float = 10.0
     quick: bool = False
 
     @classmethod
@@ -94,9 +95,10 @@ def systems() -> list[tuple[str, Callable[[], Any]]]:
     ]
 
 
-def measured(system: Any, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def measured(system: Any, fn: Callable[[], dict[str, Any]],
+             quiet_max_s: float | None = None) -> dict[str, Any]:
     """Run one window: wait (bounded) for a quiet machine, account CPU per process."""
-    quiet = wait_quiet(max_wait_s=QUIET_MAX_S[0])
+    quiet = wait_quiet(max_wait_s=QUIET_MAX_S[0] if quiet_max_s is None else quiet_max_s)
     with CpuMeter(system.pids()) as m:
         r = fn()
     r["cpu"] = m.result
@@ -187,9 +189,13 @@ def failover(p: Params) -> dict[str, Any]:
         "params": {"trials": p.failover_trials, "inflight": p.failover_inflight,
                    "partition_trials": p.partition_trials},
         "systems": {},
-        "notes": ["Load: closed loop, the given number of outstanding writes; failed writes retry "
-                  "after 5 ms on the next node (kraft: follows 307 redirects; etcd: followers "
-                  "forward; PySyncObj: the driver runs in a follower, which forwards).",
+        "notes": ["Load: closed loop, the given number of outstanding writes; a write that fails "
+                  f"or is unanswered for {FAILOVER_REQ_TIMEOUT_S} s is retried 5 ms later on the "
+                  "next node (kraft: follows 307 redirects; etcd: followers forward; PySyncObj: "
+                  "the driver runs in a follower, which forwards).",
+                  "Node settings are each system's defaults (kraft-quorum: election timeout 1 s, "
+                  "fetch timeout 2 s; etcd: election timeout 1 s; PySyncObj: raftMinTimeout 0.4 s, "
+                  "raftMaxTimeout 1.4 s).",
                   "Silent partition measured for kraft-quorum only: its static quorum can route "
                   "every node pair through the proxy. etcd and PySyncObj advertise one peer "
                   "address per member, so a proxy cannot cut both directions of one member "
@@ -205,7 +211,8 @@ def failover(p: Params) -> dict[str, Any]:
             with running(s):
                 info = s.info()
                 for t in range(p.failover_trials):
-                    r = measured(s, lambda: s.failover_trial(p.failover_inflight, 15.0))
+                    r = measured(s, lambda: s.failover_trial(p.failover_inflight, 15.0),
+                                 quiet_max_s=2.0)
                     trials.append(r)
                     print(f"   {name} trial {t}: recovery={r.get('recovery_s')}", flush=True)
             rec = [t["recovery_s"] for t in trials if t.get("recovery_s") is not None]
@@ -219,7 +226,8 @@ def failover(p: Params) -> dict[str, Any]:
         trials = []
         with running(s):
             for t in range(p.partition_trials):
-                r = measured(s, lambda: s.partition_trial(p.failover_inflight, 20.0))
+                r = measured(s, lambda: s.partition_trial(p.failover_inflight, 20.0),
+                             quiet_max_s=2.0)
                 trials.append(r)
                 print(f"   partition trial {t}: recovery={r.get('recovery_s')}", flush=True)
             fetch_timeout_ms = int(s.lc.properties["controller.quorum.fetch.timeout.ms"])
