@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -10,6 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+
+LEADER_ROW = re.compile(r"^\s*\d+\s+\S+\s+leader\s")
+"""A row of the status table for a node whose role is leader."""
 
 
 def _pids_under(base: Path) -> list[int]:
@@ -44,9 +48,12 @@ def test_kraft_local_shows_a_leader_and_stops_every_node_on_ctrl_c(tmp_path: Pat
             if not line:
                 break
             lines.append(line)
-            if " leader " in line:
+            if LEADER_ROW.match(line):
                 break
-        assert any(" leader " in line for line in lines), "".join(lines[-30:])
+        assert any(LEADER_ROW.match(line) for line in lines), "".join(lines[-30:])
+        deadline = time.monotonic() + 30
+        while len(_pids_under(base)) != 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert len(_pids_under(base)) == 4
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
