@@ -2,7 +2,8 @@
 process tests).
 
 Node `i` listens on its own address `127.0.0.i` (controller listener and admin HTTP, ports
-chosen free at start). The quorum is dynamic (kraft.version 1): the first `voters` nodes are
+chosen free at start; tests pass another `address_prefix` such as `127.3.7.` so parallel test
+workers never share an address). The quorum is dynamic (kraft.version 1): the first `voters` nodes are
 formatted with `--initial-controllers`, observers and later nodes with
 `--no-initial-controllers`, and every node finds the leader through
 `controller.quorum.bootstrap.servers`. `static=True` formats a static quorum
@@ -19,6 +20,7 @@ import http.client
 import io
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -33,12 +35,25 @@ from kraft.protocol.uuid import Uuid
 from kraft.storage.format import format_storage
 from kraft.storage.properties import write_properties
 
+_PORT_RANGE = (20000, 32000)
+"""Listener ports come from below Linux's default ephemeral range (32768-60999), so an
+outgoing connection's source port can never take a node's port between choice and bind."""
 
-def free_port(host: str) -> int:
-    """A TCP port that is free on `host` right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+
+def free_port(host: str, avoid: set[int] | None = None) -> int:
+    """A TCP port that is free on `host` right now (outside the ephemeral range)."""
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(*_PORT_RANGE)
+        if avoid and port in avoid:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free port on {host} in {_PORT_RANGE}")
 
 
 @dataclass
@@ -104,7 +119,7 @@ class LocalCluster:
     """Formats, starts, kills and restarts a quorum of `kraft run` processes."""
 
     def __init__(self, base_dir: Path | str, voters: int = 3, observers: int = 0, *,
-                 static: bool = False, first_address: int = 1,
+                 static: bool = False, first_address: int = 1, address_prefix: str = "127.0.0.",
                  properties: dict[str, str] | None = None) -> None:
         self.base = Path(base_dir)
         self.base.mkdir(parents=True, exist_ok=True)
@@ -118,6 +133,7 @@ class LocalCluster:
         }
         self.nodes: dict[int, LocalNode] = {}
         self._first = first_address
+        self._prefix = address_prefix
         for i in range(1, voters + observers + 1):
             self._new_node(i)
         self.initial_voters = list(range(1, voters + 1))
@@ -125,9 +141,10 @@ class LocalCluster:
     # ------------------------------------------------------------------ layout
 
     def _new_node(self, node_id: int) -> LocalNode:
-        host = f"127.0.0.{self._first + node_id - 1}"
+        host = f"{self._prefix}{self._first + node_id - 1}"
+        port = free_port(host)
         node = LocalNode(
-            node_id=node_id, host=host, port=free_port(host), http_port=free_port(host),
+            node_id=node_id, host=host, port=port, http_port=free_port(host, {port}),
             directory_id=Uuid.random(), dir=self.base / f"node-{node_id}" / "metadata",
             config_path=self.base / f"node-{node_id}" / "server.properties",
             log_path=self.base / f"node-{node_id}" / "kraft.log",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -26,6 +27,16 @@ FAST_TIMEOUTS = {
 """Short timeouts: elections in ~0.5-1.5 s, still far above loopback round trips."""
 
 
+_clusters_made = iter(range(1, 250))
+
+
+def address_prefix() -> str:
+    """A loopback /24 of our own: 127.<worker>.<cluster>. (xdist workers never collide)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    return f"127.{index + 10}.{next(_clusters_made)}."
+
+
 @pytest.fixture
 def clusters(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
     """Make LocalClusters under tmp_path; every process is SIGKILLed at the end, even on failure."""
@@ -35,7 +46,7 @@ def clusters(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
     def make(voters: int = 3, observers: int = 0, **kwargs: Any) -> LocalCluster:
         props = {**FAST_TIMEOUTS, **kwargs.pop("properties", {})}
         c = LocalCluster(tmp_path / f"cluster-{next(counter)}", voters, observers,
-                         properties=props, **kwargs)
+                         properties=props, address_prefix=address_prefix(), **kwargs)
         made.append(c)
         return c
 

@@ -25,10 +25,10 @@ pytestmark = pytest.mark.xdist_group("node-basics")
 
 @pytest.fixture(scope="module")
 def quorum(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    from tests.node.conftest import FAST_TIMEOUTS
+    from tests.node.conftest import FAST_TIMEOUTS, address_prefix
 
     c = LocalCluster(tmp_path_factory.mktemp("basics"), voters=3, observers=1,
-                     properties=FAST_TIMEOUTS)
+                     properties=FAST_TIMEOUTS, address_prefix=address_prefix())
     try:
         c.start_all()
         c.wait_for_leader(60)
@@ -103,7 +103,7 @@ def test_describe_status_and_replication_cli(quorum: LocalCluster) -> None:
     assert out.stdout.splitlines()[1].index(lines["LeaderId"].strip()) == 24
     voters = json.loads(lines["CurrentVoters"])
     assert sorted(v["id"] for v in voters) == [1, 2, 3]
-    assert all(v["endpoints"][0].startswith("CONTROLLER://127.0.0.") for v in voters)
+    assert all(v["endpoints"][0].startswith("CONTROLLER://127.") for v in voters)
     assert [o["id"] for o in json.loads(lines["CurrentObservers"])] == [4]
     out = subprocess.run([*base, "--replication"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
