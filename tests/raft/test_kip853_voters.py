@@ -273,3 +273,36 @@ def test_describe_quorum_on_a_follower_is_not_leader_or_follower() -> None:
     h = CoreHarness.follower(leader_id=2, epoch=1)
     h.request(-1, DescribeQuorumRequest())
     assert h.responses(DescribeQuorumResponse)[-1].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_kip853_uncommitted_voters_record_blocks_the_next_change() -> None:
+    h = CoreHarness.leader(voters=(1, 2, 3))
+    committed(h, 2)
+    before = h.log_end
+    h.request(-1, RemoveRaftVoterRequest(3, dir_id(3)), correlation_id=1)
+    for _ in range(31):  # node 2 keeps fetching, but never past the removal record
+        h.advance(1000)
+        h.fetch_from(2, before, h.epoch, max_wait_ms=0)
+    # the removal timed out, uncommitted; its record stays in the log
+    assert change_response(h).error_code == ErrorCode.REQUEST_TIMED_OUT
+    h.request(-1, RemoveRaftVoterRequest(2, dir_id(2)), correlation_id=2)
+    r = change_response(h)
+    assert r.error_code == ErrorCode.REQUEST_TIMED_OUT and "not committed" in (r.error_message or "")
+
+
+def test_kip853_add_voter_without_endpoint_is_invalid_request() -> None:
+    h = CoreHarness.leader(voters=(1, 2, 3))
+    committed(h, 2)
+    h.request(-1, AddRaftVoterRequest(4, dir_id(4), ()))
+    assert change_response(h).error_code == ErrorCode.INVALID_REQUEST
+
+
+def test_kip853_kraft_version_upgrade_validate_only_writes_nothing() -> None:
+    h = CoreHarness.leader(voters=(1,), dynamic=False)
+    committed(h)
+    n = len(h.of_type(AppendControl))
+    h.request(-1, UpdateKRaftVersionRequest(1, validate_only=True))
+    assert h.responses(UpdateKRaftVersionResponse)[-1].error_code == ErrorCode.NONE
+    assert len(h.of_type(AppendControl)) == n and h.core.kraft_version == 0
+    h.request(-1, UpdateKRaftVersionRequest(0))  # already there: nothing to do
+    assert h.responses(UpdateKRaftVersionResponse)[-1].error_code == ErrorCode.NONE
