@@ -1004,6 +1004,8 @@ class RaftCore:
         if not isinstance(s, LeaderState):
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if self._shutting_down:
+            # Kafka's order of checks; a leader resigns on Shutdown, so this only answers
+            # requests a runtime still delivers to a leader on its way down.
             return ErrorCode.BROKER_NOT_AVAILABLE
         return None
 

@@ -17,6 +17,16 @@ class RaftConfig:
     `bootstrap_servers` (controller.quorum.bootstrap.servers, dynamic quorum whose voters come
     from the log / bootstrap snapshot) is normally set; a dynamic quorum may set both empty when
     the voters are in the loaded `LogState`.
+
+    Fields: `listeners` are this replica's endpoints (published in Begin/EndQuorumEpoch, Add/
+    UpdateRaftVoter); the timeouts are Kafka's `controller.quorum.*` settings (election timeout
+    randomized in [T, 2T), check-quorum = 1.5 x fetch timeout); `max_fetch_wait_ms` is the
+    Fetch MaxWaitMs; `auto_join` is controller.quorum.auto.join.enable;
+    `snapshot_max_bytes_between` / `snapshot_interval_ms` are
+    metadata.log.max.record.bytes.between.snapshots / metadata.log.max.snapshot.interval.ms (0
+    disables the time trigger); `delete_log_after_snapshot` moves the log start up to each new
+    snapshot (lagging replicas then catch up with FetchSnapshot); `update_voter_period_ms` paces
+    UpdateRaftVoter / auto-join retries (Kafka: 3 x fetch timeout).
     """
 
     node_id: int
