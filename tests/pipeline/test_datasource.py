@@ -15,8 +15,18 @@ from kraft.storage.layout import partition_dir
 pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
 
 
-def test_one_partition_per_segment_and_snapshot_file(spark: Any, scenario: Any) -> None:
-    df = spark.read.format("kraft").load(str(scenario.root))
+@pytest.fixture(scope="module")
+def rows(spark: Any, scenario: Any) -> Any:
+    """Every row of the scenario, read once (each new query plans in fresh Python workers)."""
+    paths = ",".join(str(p) for p in scenario.replicas.values())
+    df = spark.read.format("kraft").option("paths", paths).load().persist()
+    df.count()
+    yield df
+    df.unpersist()
+
+
+def test_one_partition_per_segment_and_snapshot_file(rows: Any, scenario: Any) -> None:
+    df = rows
     files = [f for r in discover_replicas([str(scenario.root)]) for f in r.files]
     on_disk = sorted(
         str(p) for r in scenario.replicas.values()
@@ -28,8 +38,8 @@ def test_one_partition_per_segment_and_snapshot_file(spark: Any, scenario: Any) 
     assert df.columns == COLUMNS
 
 
-def test_rows_match_what_was_written(spark: Any, scenario: Any) -> None:
-    df = spark.read.format("kraft").load(str(scenario.replicas["node-1"]))
+def test_rows_match_what_was_written(rows: Any, scenario: Any) -> None:
+    df = rows.filter(F.col("replica") == "node-1")
     ok = df.filter(F.col("error").isNull())
     log = ok.filter(F.col("source") == "log")
     offsets = [r[0] for r in log.select("offset").orderBy("offset").collect()]
@@ -51,8 +61,8 @@ def test_rows_match_what_was_written(spark: Any, scenario: Any) -> None:
     assert all('"leader_id"' in t for t in epochs.values())
 
 
-def test_corrupt_and_torn_batches_become_error_rows(spark: Any, scenario: Any) -> None:
-    df = spark.read.format("kraft").load(str(scenario.root))
+def test_corrupt_and_torn_batches_become_error_rows(rows: Any, scenario: Any) -> None:
+    df = rows
     errors = df.filter(F.col("error").isNotNull()).select(
         "replica", "file", "position", "batch_base_offset", "error"
     ).orderBy("replica").collect()
@@ -68,7 +78,11 @@ def test_corrupt_and_torn_batches_become_error_rows(spark: Any, scenario: Any) -
     assert after.count() > 0
 
 
-def test_several_paths_option(spark: Any, scenario: Any) -> None:
-    paths = ",".join(str(scenario.replicas[n]) for n in ("node-1", "node-3"))
-    df = spark.read.format("kraft").option("paths", paths).load()
-    assert sorted(r[0] for r in df.select("replica").distinct().collect()) == ["node-1", "node-3"]
+def test_every_replica_named_by_the_paths_option_is_read(rows: Any, scenario: Any) -> None:
+    names = sorted(r[0] for r in rows.select("replica").distinct().collect())
+    assert names == sorted(scenario.replicas)
+
+
+def test_load_path_names_a_single_replica(spark: Any, scenario: Any) -> None:
+    df = spark.read.format("kraft").load(str(scenario.replicas["node-3"]))
+    assert df.rdd.getNumPartitions() == len(discover_replicas([str(scenario.replicas["node-3"])])[0].files)
