@@ -15,6 +15,7 @@ Commands:
     status                  one line per replica: role, epoch, leader, log, HW, voters
     isolate T | heal        full partition of a replica / remove every partition
     crash T | restart T     crash (unflushed writes lost) / start again from disk
+    shutdown T              graceful shutdown (a leader resigns with EndQuorumEpoch), then stop
     lose-disk T             whole-disk loss: the replica restarts with a new directory id
     snapshot T              the state machine of T asks for a snapshot
     add-voter T | remove-voter T      AddRaftVoter / RemoveRaftVoter sent to the leader
@@ -24,7 +25,7 @@ Commands:
 
 from __future__ import annotations
 
-from kraft.raft.events import Append, SnapshotRequested
+from kraft.raft.events import Append, Shutdown, SnapshotRequested
 from kraft.raft.messages import (
     AddRaftVoterRequest,
     RemoveRaftVoterRequest,
@@ -122,6 +123,11 @@ class ScriptRunner:
             n = self._target(args[0])
             sim._crash(n)
             return [f"crashed n{n.node_id}"]
+        if cmd == "shutdown":
+            n = self._target(args[0])
+            sim._deliver(n, Shutdown())
+            sim._crash(n)
+            return [f"n{n.node_id} shut down"]
         if cmd == "restart":
             n = self._target(args[0])
             if n.core is not None:
