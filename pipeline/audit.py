@@ -231,7 +231,6 @@ def run_audit(
         ids, voters_from = list(voters), "--voters"
     else:
         ids, voters_from = voter_ids(control)
-    by_name = {r.name: r for r in replicas}
     voter_replicas = [r.name for r in replicas if r.node_id is not None and r.node_id in ids]
     if not voter_replicas:
         voter_replicas = [r.name for r in replicas]
@@ -398,7 +397,6 @@ def run_audit(
              summary["consistent"], sorted(committed),
              sorted(k for k, v in corrupt.items() if v), summary["elapsed_s"],
              out / "summary.json")
-    del by_name
     return summary
 
 

@@ -29,7 +29,7 @@ def charts(out: Path, summary: dict[str, Any], tables: dict[str, pd.DataFrame]) 
 
     reps = summary["replicas"]
     if reps:
-        fig, ax = plt.subplots(figsize=(8, 0.6 * len(reps) + 1.2))
+        fig, ax = plt.subplots(figsize=(10, 0.6 * len(reps) + 1.4))
         names = sorted(reps)
         for i, name in enumerate(names):
             r = reps[name]
@@ -53,7 +53,8 @@ def charts(out: Path, summary: dict[str, Any], tables: dict[str, pd.DataFrame]) 
         ax.set_title("Replica logs")
         handles, labels = ax.get_legend_handles_labels()
         uniq = dict(zip(labels, handles))
-        ax.legend(uniq.values(), uniq.keys(), fontsize=8, loc="lower right")
+        ax.legend(uniq.values(), uniq.keys(), fontsize=8, loc="upper left",
+                  bbox_to_anchor=(1.01, 1.0))
         made["replicas"] = _save(fig, out, "replicas")
 
     tl = tables.get("workload_timeline")
