@@ -104,6 +104,8 @@ class SimParams:
     """Records between automatic snapshots; None picks by seed."""
     auto_join: bool | None = None
     """controller.quorum.auto.join.enable; None = on for dynamic quorums."""
+    delete_log_after_snapshot: bool | None = None
+    """Move the log start up to each snapshot; None picks by seed (mostly yes)."""
 
 
 @dataclass(slots=True)
@@ -214,6 +216,11 @@ class Simulation:
         snap_every = self.rng.choice([15, 40, 1 << 40])
         if p.snapshot_every is not None:
             snap_every = p.snapshot_every
+        self.delete_log = (
+            self.rng.random() < 0.75
+            if p.delete_log_after_snapshot is None
+            else p.delete_log_after_snapshot
+        )
         for i in ids:
             d = disks[i]
             if self.dynamic and i <= p.nodes:
@@ -249,6 +256,7 @@ class Simulation:
             snapshot_max_bytes_between=snap_every,
             snapshot_interval_ms=0,
             update_voter_period_ms=2000,
+            delete_log_after_snapshot=self.delete_log,
         )
 
     def _start_node(self, n: SimNode) -> None:
@@ -819,6 +827,7 @@ class Simulation:
             snapshot_max_bytes_between=c.snapshot_max_bytes_between,
             snapshot_interval_ms=c.snapshot_interval_ms,
             update_voter_period_ms=c.update_voter_period_ms,
+            delete_log_after_snapshot=c.delete_log_after_snapshot,
         )
         if restart is None:
             restart = self.rng.random() < 0.7

@@ -39,7 +39,8 @@ def test_sim_seeds_single_voter() -> None:
     _check([run_seed(s, SimParams(nodes=1)) for s in range(20_000, 20_030)], 1)
 
 
-# Seeds that once found a bug, kept as regressions: 100367 (a restarted replica rebuilt its voters
+# Seeds that once found a bug (in the simulator of their day; the disk-loader bug itself is pinned
+# by tests/sim/test_disk.py): 100367 (a restarted replica rebuilt its voters
 # set from the bootstrap checkpoint instead of the snapshot its log starts from, and the next
 # leader wrote that stale set back: two voters changed at once).
 REGRESSION_SEEDS = (100367,)
