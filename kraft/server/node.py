@@ -143,7 +143,9 @@ class _Flusher:
             try:
                 durable = self._flush()
             except StorageError as exc:
+                # fail-stop: an fsync error means the page cache can no longer be trusted
                 log.critical("event=flush_failed error=%r", str(exc))
+                self._report(-1, -1)
                 return
             self.flushes += 1
             self._report(generation, durable)
@@ -343,6 +345,8 @@ class KraftNode:
                     if kind == "flushed":
                         generation, durable = payload
                         assert self._flusher is not None
+                        if generation < 0:
+                            raise StorageError("the log could not be fsynced; stopping")
                         if generation != self._flusher.generation:
                             self._flusher.request()  # stale: a truncation happened meanwhile
                             continue
