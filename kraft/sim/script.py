@@ -8,7 +8,7 @@ up as a diff. Targets are node ids or the words `leader` (the current leader) an
 
 Commands:
 
-    cluster voters=3 [spares=1] [static] [auto-join] [seed=7] [snapshot_every=N]
+    cluster voters=3 [spares=1] [static] [auto-join] [keep-log] [seed=7] [snapshot_every=N]
     run MS                  advance simulated time (no random faults, no random clients);
                             prints the answers the admin client received meanwhile
     append N                N client appends of one record each, to the leader
@@ -91,6 +91,7 @@ class ScriptRunner:
                 dynamic="static" not in args,
                 snapshot_every=int(opts.get("snapshot_every", 1 << 40)),
                 auto_join="auto-join" in args,
+                delete_log_after_snapshot="keep-log" not in args,
             )
             self.sim = Simulation(int(opts.get("seed", 1)), params)
             for n in self.sim.nodes.values():
