@@ -216,7 +216,7 @@ def run_audit(
     size = sum(f.size_bytes for r in replicas for f in r.files)
     progress.note(replicas=",".join(r.name for r in replicas), files=files, bytes=size)
 
-    progress.start("ingest", partitions=files)
+    progress.start("ingest", files=files)
     records = ingest(spark, replicas, out)
     batches = batch_table(records, out)
     progress.note(batches=len(batches), records=int(batches["batch_records"].fillna(0).sum()))
