@@ -1,11 +1,9 @@
 """The pipeline's subcommands for the `kraft` CLI's command table (`kraft audit`, `kraft export`).
 
-Importing this module is cheap (argparse only): Spark is imported when `kraft audit` runs, so
-`kraft` keeps working where the `pipeline` extra (pyspark) is not installed. `kraft/cli.py`
-registers them with::
-
-    from kraft_pipeline.cli import commands as _pipeline_commands
-    for _c in _pipeline_commands(): register(Command(*_c))
+`kraft.cli` imports this module as a plugin when it builds its parser; importing it
+registers both subcommands in `kraft.cli.COMMANDS`. The import is cheap (argparse only):
+Spark is imported when `kraft audit` runs, so `kraft` keeps working where the `pipeline`
+extra (pyspark) is not installed.
 """
 
 from __future__ import annotations
@@ -50,3 +48,14 @@ def commands() -> list[CommandSpec]:
         ("export", "write a consistent bundle of a replica's segments and snapshots",
          _configure_export, _run_export),
     ]
+
+
+def register_commands() -> None:
+    """Add `audit` and `export` to the `kraft` CLI's command table."""
+    from kraft.cli import Command, register
+
+    for name, help_text, configure, handler in commands():
+        register(Command(name, help_text, configure, handler))
+
+
+register_commands()

@@ -57,13 +57,11 @@ def test_command_table_needs_no_spark() -> None:
     import sys
 
     code = (
-        "import argparse, sys\n"
-        "from kraft_pipeline.cli import commands\n"
-        "p = argparse.ArgumentParser(); s = p.add_subparsers()\n"
-        "for name, _help, configure, _run in commands():\n"
-        "    configure(s.add_parser(name))\n"
-        "a = p.parse_args(['audit', '-i', 'x', '-o', 'y', '--voters', '1,2'])\n"
+        "import sys\n"
+        "from kraft.cli import build_parser\n"
+        "a = build_parser().parse_args(['audit', '-i', 'x', '-o', 'y', '--voters', '1,2'])\n"
         "assert a.voters == '1,2' and a.output == 'y'\n"
+        "build_parser().parse_args(['export', '--dir', 'd', '--output', 'o'])\n"
         "print('pyspark' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -82,3 +80,21 @@ def test_run_from_args_reports_bad_option_values(tmp_path: Path,
     args = p.parse_args(["-i", str(tmp_path), "-o", str(tmp_path / "o"), "--voters", "x"])
     assert run_from_args(args) == 2
     assert "--voters" in capsys.readouterr().err
+
+
+def test_kraft_cli_runs_audit_and_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import tarfile
+
+    from kraft_pipeline.synthetic import History, write_replica
+
+    from kraft.cli import main as kraft_main
+
+    assert kraft_main(["audit", "--input", str(tmp_path / "nope"), "--output", "x"]) == 2
+    assert "no such file or directory" in capsys.readouterr().err
+    h = History()
+    h.leader_change(1, 1, [1])
+    h.data(1, h.commands(5))
+    root = write_replica(tmp_path / "n1", 1, [b.data for b in h.batches])
+    assert kraft_main(["export", "--dir", str(root), "--output", str(tmp_path / "n1.tar")]) == 0
+    with tarfile.open(tmp_path / "n1.tar") as tar:
+        assert "node-1/bundle-manifest.json" in tar.getnames()
