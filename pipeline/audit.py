@@ -96,7 +96,7 @@ def batch_table(records: DataFrame, out: Path) -> pd.DataFrame:
     ).select(*BATCH_COLUMNS)
     target = out / "tables" / "batches"
     b.write.mode("overwrite").parquet(str(target))
-    if records.sparkSession.sparkContext.master.startswith("local"):
+    if (records.sparkSession.sparkContext.master or "").startswith("local"):
         pdf = pd.read_parquet(target)  # same machine: no second Spark job
     else:
         pdf = b.toPandas()

@@ -83,7 +83,9 @@ ARROW_BATCH_ROWS = 32768
 
 def schema() -> StructType:
     """The schema of `spark.read.format("kraft")` as a StructType."""
-    return StructType.fromDDL(SCHEMA_DDL)
+    parsed = StructType.fromDDL(SCHEMA_DDL)
+    assert isinstance(parsed, StructType)
+    return parsed
 
 
 def _arrow_schema() -> Any:
@@ -149,7 +151,7 @@ def describe_control(record: Record) -> str:
 # ----------------------------------------------------------------------------- file scan
 
 
-def _error_row(f: LogFile, position: int, batch: RecordBatch | None, message: str) -> tuple:
+def _error_row(f: LogFile, position: int, batch: RecordBatch | None, message: str) -> tuple[Any, ...]:
     return (
         f.replica, f.node_id, f.directory_id, f.source, f.path,
         f.snapshot_end_offset, f.snapshot_epoch, position,
@@ -196,7 +198,7 @@ class ColumnBuffer:
         self.values: dict[int, list[Any]] = {i: [] for i in PER_RECORD}
         self.rows = 0
 
-    def add_row(self, row: tuple) -> None:
+    def add_row(self, row: tuple[Any, ...]) -> None:
         """Add one row given as a tuple in `COLUMNS` order."""
         for i, value in enumerate(row):
             if i in self.values:
@@ -251,7 +253,7 @@ class ColumnBuffer:
         self._reset()
         return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
-    def to_rows(self) -> list[tuple]:
+    def to_rows(self) -> list[tuple[Any, ...]]:
         """The buffered rows as tuples in `COLUMNS` order; empties the buffer."""
         columns: list[list[Any]] = []
         for i in range(len(COLUMNS)):
@@ -302,16 +304,18 @@ def _scan_buffer(
         result = scan_batches(view, start=pos)
         batches, tail = result.batches, result.tail
         del result
-        for batch in batches:
+        for index in range(len(batches)):
+            batch = batches[index]
             try:
                 records = _batch_records(batch)
             except ProtocolError as exc:
                 buffer.add_row(_error_row(f, batch.position, batch, f"invalid_records: {exc}"))
                 continue
-            buffer.add_batch(f, batch, records)
+            finally:
+                del batch  # hold no view into the mapping across a yield or after the scan
+            buffer.add_batch(f, batches[index], records)
             if buffer.rows >= max_rows:
                 yield None
-        batch = None
         batches = ()  # drop the views into the mapping before it is released
         if tail is None:
             break
@@ -337,7 +341,7 @@ def _scan_buffer(
     yield None
 
 
-def scan_file_rows(f: LogFile) -> list[tuple]:
+def scan_file_rows(f: LogFile) -> list[tuple[Any, ...]]:
     """All rows of one file as tuples in `COLUMNS` order (for tests and small tools)."""
     buffer = ColumnBuffer()
     for _ in scan_file(f, buffer, 1 << 62):

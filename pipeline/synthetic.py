@@ -22,6 +22,7 @@ from pathlib import Path
 from kraft.protocol.uuid import Uuid
 from kraft.records.batch import build_batch, iter_batches, rebase
 from kraft.records.control import (
+    ControlRecord,
     Endpoint,
     KRaftVersionFeature,
     KRaftVersionRecord,
@@ -86,7 +87,7 @@ class History:
     rng: random.Random = field(default_factory=lambda: random.Random(7))
     keys: int = 200
 
-    def control(self, epoch: int, records: Sequence, gap_ms: int = 2_000) -> Batch:
+    def control(self, epoch: int, records: Sequence[ControlRecord], gap_ms: int = 2_000) -> Batch:
         """Append a control batch."""
         self.clock_ms += gap_ms
         data = build_control_batch(self.next_offset, epoch, self.clock_ms, list(records))

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.functions import pandas_udf
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 KV_SCHEMA = StructType([
@@ -30,21 +31,23 @@ BUCKETS_MS = [1_000, 10_000, 60_000, 600_000, 3_600_000, 21_600_000, 86_400_000]
 def _decode_series(values: pd.Series) -> pd.DataFrame:
     from kraft.statemachine.kv import CommandError, decode_command
 
-    ops, keys, lens, errs = [], [], [], []
+    rows: list[tuple[str | None, str | None, int | None, str | None]] = []
     for v in values:
         if v is None:
-            ops.append(None), keys.append(None), lens.append(None), errs.append("null value")
+            rows.append((None, None, None, "null value"))
             continue
         try:
             cmd = decode_command(bytes(v))
         except CommandError as exc:
-            ops.append("INVALID"), keys.append(None), lens.append(None), errs.append(str(exc))
+            rows.append(("INVALID", None, None, str(exc)))
             continue
-        ops.append(_OPS.get(cmd.op, str(cmd.op)))
-        keys.append(cmd.key if cmd.op != 4 else None)
-        lens.append(len(cmd.value) if cmd.value is not None else None)
-        errs.append(None)
-    return pd.DataFrame({"op": ops, "kv_key": keys, "kv_value_len": lens, "kv_error": errs})
+        rows.append((
+            _OPS.get(cmd.op, str(cmd.op)),
+            cmd.key if cmd.op != 4 else None,
+            len(cmd.value) if cmd.value is not None else None,
+            None,
+        ))
+    return pd.DataFrame(rows, columns=["op", "kv_key", "kv_value_len", "kv_error"])
 
 
 def kv_available() -> bool:
@@ -58,7 +61,7 @@ def kv_available() -> bool:
 
 def decode_kv(records: DataFrame) -> DataFrame:
     """`records` plus op, kv_key, kv_value_len, kv_error decoded from each value in Spark."""
-    udf = F.pandas_udf(_decode_series, KV_SCHEMA)  # type: ignore[call-overload]
+    udf = pandas_udf(_decode_series, KV_SCHEMA)  # type: ignore[call-overload]
     return records.withColumn("kv", udf(F.col("value"))).select("*", "kv.*").drop("kv")
 
 
