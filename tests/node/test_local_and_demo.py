@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -29,6 +30,16 @@ def _pids_under(base: Path) -> list[int]:
         if b"run" in cmd and any(str(base).encode() in part for part in cmd):
             found.append(int(entry.name))
     return found
+
+
+def _kill_all_under(base: Path) -> None:
+    """SIGKILL every node process of `base`, including any still being started."""
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        for pid in _pids_under(base):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
 
 
 @pytest.mark.slow
@@ -62,9 +73,12 @@ def test_kraft_local_shows_a_leader_and_stops_every_node_on_ctrl_c(tmp_path: Pat
         assert _pids_under(base) == []
     finally:
         if proc.poll() is None:
-            proc.kill()
-        for pid in _pids_under(base):
-            os.kill(pid, signal.SIGKILL)
+            proc.send_signal(signal.SIGINT)  # lets kraft local stop its nodes
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        _kill_all_under(base)
 
 
 @pytest.mark.slow
@@ -79,5 +93,4 @@ def test_make_run_demo_finishes_and_keeps_every_acknowledged_key(tmp_path: Path)
         assert "== 7. stopping every node" in out.stdout
         assert _pids_under(base) == []
     finally:
-        for pid in _pids_under(base):
-            os.kill(pid, signal.SIGKILL)
+        _kill_all_under(base)
