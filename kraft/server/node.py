@@ -15,8 +15,10 @@ at a time. Effects are executed in list order, as `kraft.raft.effects` requires:
 cache at once and are fsynced by the flusher; `Committed(hw)` applies committed batches to the
 state machine right away, so a following `CreateSnapshot` sees exactly the state at `hw`.
 
-Writes from clients are grouped for `controller.quorum.append.linger.ms` into one `Append`
-(one batch). Each value's future is keyed by its offset and epoch; the apply step resolves it
+Writes from clients are grouped into one `Append` (one batch, at most 1 MiB of values): at
+once when none of this leader's batches waits for commit, otherwise until the oldest commits or
+`controller.quorum.append.linger.ms` passes (group commit under load, no linger for a lone
+client). Each value's future is keyed by its offset and epoch; the apply step resolves it
 with the state machine's result. Reads are linearizable through a read barrier: a no-op record
 appended in the current epoch; once it is committed and applied, no other leader can have
 committed anything this leader has not applied, so the local state answers the read.
@@ -99,6 +101,8 @@ _API_OF_REQUEST: dict[type, ApiKey] = {
 }
 
 SNAPSHOT_BATCH_BYTES = 1024 * 1024
+MAX_APPEND_BYTES = 1024 * 1024
+"""Client values per batch are cut at this many bytes (the log takes batches up to 8 MiB)."""
 CLIENT_TIMEOUT_S = 15.0
 
 
@@ -172,7 +176,8 @@ class KraftNode:
         self._appends: dict[int, list[asyncio.Future[object]]] = {}
         self._waiting: dict[int, _Waiter] = {}
         self._pending_values: list[tuple[bytes, asyncio.Future[object]]] = []
-        self._linger_handle: asyncio.TimerHandle | None = None
+        self._linger_handle: asyncio.Handle | None = None
+        self._uncommitted_appends: set[int] = set()
         self._barrier: asyncio.Future[object] | None = None
         self._snapshot_readers: dict[m.OffsetAndEpoch, SnapshotReader] = {}
         self._downloads: dict[m.OffsetAndEpoch, SnapshotWriter] = {}
@@ -430,11 +435,13 @@ class KraftNode:
                     self._waiting[e.base_offset + i] = _Waiter(e.epoch, fut)
             elif t is fx.AppendRejected:
                 assert isinstance(e, fx.AppendRejected)
+                self._append_done(e.append_id)
                 for fut in self._appends.pop(e.append_id, []):
                     if not fut.done():
                         fut.set_exception(NotLeaderError(e.leader_id, self._leader_http(e.leader_id)))
             elif t is fx.AppendCommitted:
                 assert isinstance(e, fx.AppendCommitted)
+                self._append_done(e.append_id)
                 if e.error_code != ErrorCode.NONE:
                     self._fail_unapplied(f"leader changed before commit ({e.error_code.name})")
             elif t is fx.CreateSnapshot:
@@ -544,6 +551,7 @@ class KraftNode:
                 if not fut.done():
                     fut.set_exception(OutcomeUnknownError(why))
         self._appends.clear()
+        self._uncommitted_appends.clear()
 
     def _fail_pending_values(self) -> None:
         pending, self._pending_values = self._pending_values, []
@@ -799,21 +807,48 @@ class KraftNode:
         return done
 
     def _schedule_linger(self) -> None:
+        """Decide when the pending values go to the core as one batch.
+
+        With no batch of ours waiting for commit, right away (at the end of this loop turn,
+        so requests that arrived together share a batch): a lone client pays no linger. With
+        batches in flight, the values wait for the oldest to commit (which submits them at
+        once, see `_append_done`) or for `append.linger.ms`, whichever comes first: under load
+        batches grow while the previous one replicates (group commit).
+        """
         if self._linger_handle is not None:
             return
         loop = asyncio.get_running_loop()
-        delay = self.config.append_linger_ms / 1000
-        self._linger_handle = loop.call_later(delay, self._submit_pending)
+        if not self._uncommitted_appends:
+            self._linger_handle = loop.call_soon(self._submit_pending)
+        else:
+            delay = self.config.append_linger_ms / 1000
+            self._linger_handle = loop.call_later(delay, self._submit_pending)
+
+    def _append_done(self, append_id: int) -> None:
+        self._uncommitted_appends.discard(append_id)
+        if not self._uncommitted_appends and self._pending_values:
+            if self._linger_handle is not None:
+                self._linger_handle.cancel()
+            self._linger_handle = asyncio.get_running_loop().call_soon(self._submit_pending)
 
     def _submit_pending(self) -> None:
         self._linger_handle = None
-        pending, self._pending_values = self._pending_values, []
+        count, size = 0, 0
+        for value, _ in self._pending_values:
+            if count and size + len(value) > MAX_APPEND_BYTES:
+                break
+            count += 1
+            size += len(value)
+        pending, self._pending_values = self._pending_values[:count], self._pending_values[count:]
         self._barrier = None
+        if self._pending_values:  # the rest goes in the next batch, right after this one
+            self._linger_handle = asyncio.get_running_loop().call_soon(self._submit_pending)
         if not pending:
             return
         self._append_ids += 1
         append_id = self._append_ids
         self._appends[append_id] = [f for _, f in pending]
+        self._uncommitted_appends.add(append_id)
         values = tuple(v for v, _ in pending)
         self._enqueue(ev.Append(append_id, values, sum(len(v) for v in values)))
 
