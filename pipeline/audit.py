@@ -249,7 +249,8 @@ def run_audit(
     committed: dict[str, dict[str, Any]] = {}
     uncommitted: dict[str, dict[str, Any]] = {}
     if hw.value is not None:
-        committed, stale = consistency.committed_divergence(entry_df, offsets, hw.value)
+        committed, stale = consistency.committed_divergence(entry_df, variants, offsets,
+                                                            hw.value, hw.majority)
         uncommitted = consistency.uncommitted_divergence(variants, offsets, hw.value)
         uncommitted.update(stale)  # a stale tail starts below HW: it comes first
     progress.note(committed_divergent=sorted(committed), uncommitted_divergent=sorted(uncommitted))

@@ -171,7 +171,9 @@ def per_offset(variants: DataFrame) -> DataFrame:
     """One row per offset: number of distinct entries and the entry most voters hold (`top`)."""
     return variants.groupBy("offset").agg(
         F.count(F.lit(1)).alias("variants"),
-        F.max_by(F.struct("epoch", "h", "replicas", "votes"), F.col("votes")).alias("top"),
+        # Ties between entries are broken by the entry itself so reruns pick the same one.
+        F.max_by(F.struct("epoch", "h", "replicas", "votes"),
+                 F.struct("votes", "n", "epoch", "h")).alias("top"),
         F.sum("n").alias("holders"),
     )
 
@@ -233,25 +235,43 @@ def derive_high_watermark(
     )
 
 
+def _other_holders(
+    variants: DataFrame, firsts: dict[str, int]
+) -> dict[int, list[Any]]:
+    """The variants (entries with their replicas) at each of the given offsets."""
+    wanted = sorted(set(firsts.values()))
+    by_offset: dict[int, list[Any]] = {}
+    for v in variants.filter(F.col("offset").isin(wanted)).collect():
+        by_offset.setdefault(int(v["offset"]), []).append(v)
+    for rows in by_offset.values():
+        rows.sort(key=lambda v: (-v["votes"], -v["n"], v["replicas"][0]))
+    return by_offset
+
+
 def committed_divergence(
-    entry_df: DataFrame, offsets: DataFrame, hw: int
+    entry_df: DataFrame, variants: DataFrame, offsets: DataFrame, hw: int, majority: int
 ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     """Divergence below HW, split into (committed divergence, stale tails).
 
-    For each replica, the first offset below HW where its entry differs from the majority's.
-    From that offset on, if every entry the replica holds below HW is from an *older* epoch
-    than the majority's entry at the same offset, the replica carries a stale suffix that was
-    never committed (a deposed leader's or a partitioned follower's tail; the leader truncates
-    it on the next Fetch, KIP-320): reported as uncommitted divergence. Anything else — the
-    same epoch with other bytes, a newer epoch, or agreeing again later — is a committed
-    divergence.
+    For each replica, the first offset below HW where its entry differs from the majority's,
+    or where replicas disagree and no entry has a majority (possible only below an HW given
+    with `--high-watermark`): there every holder diverges. From that offset on, if every
+    entry the replica holds below HW is from an *older* epoch than the majority's entry at
+    the same offset, the replica carries a stale suffix that was never committed (a deposed
+    leader's or a partitioned follower's tail; the leader truncates it on the next Fetch,
+    KIP-320): reported as uncommitted divergence. Anything else — the same epoch with other
+    bytes, a newer epoch, or agreeing again later — is a committed divergence.
+    `other_replica` holds the majority entry, or (when the replica holds it) another entry.
     """
-    top = offsets.select("offset", F.col("top.epoch").alias("ref_epoch"),
-                         F.col("top.h").alias("ref_h"), F.col("top.replicas").alias("ref_replicas"))
+    top = offsets.select("offset", "variants", F.col("top.epoch").alias("ref_epoch"),
+                         F.col("top.h").alias("ref_h"), F.col("top.votes").alias("ref_votes"))
     joined = entry_df.filter(F.col("offset") < hw).join(top, "offset")
-    diff = joined.filter((F.col("epoch") != F.col("ref_epoch")) | (F.col("h") != F.col("ref_h")))
+    contested = (F.col("variants") > 1) & (F.col("ref_votes") < majority)
+    diff = joined.filter(
+        (F.col("epoch") != F.col("ref_epoch")) | (F.col("h") != F.col("ref_h")) | contested
+    )
     first_rows = diff.groupBy("replica").agg(
-        F.min(F.struct("offset", "epoch", "ref_epoch", "ref_replicas")).alias("first"),
+        F.min(F.struct("offset", "epoch", "ref_epoch")).alias("first"),
         F.count(F.lit(1)).alias("count"),
     ).collect()
     if not first_rows:
@@ -266,17 +286,18 @@ def committed_divergence(
             F.sum(F.when(F.col("epoch") >= F.col("ref_epoch"), 1).otherwise(0)).alias("n")
         ).collect()
     }
+    at = _other_holders(variants, starts)
     committed: dict[str, dict[str, Any]] = {}
     stale: dict[str, dict[str, Any]] = {}
     for row in first_rows:
         f = row["first"]
         name = row["replica"]
-        others = [r for r in f["ref_replicas"] if r != name]
+        others = [v for v in at.get(int(f["offset"]), []) if name not in v["replicas"]]
         entry = {
             "offset": int(f["offset"]),
             "epoch": int(f["epoch"]),
-            "other_replica": others[0] if others else None,
-            "other_epoch": int(f["ref_epoch"]),
+            "other_replica": others[0]["replicas"][0] if others else None,
+            "other_epoch": int(others[0]["epoch"]) if others else int(f["ref_epoch"]),
             "divergent_offsets": int(row["count"]),
         }
         if not_older.get(name, 0) == 0:

@@ -125,3 +125,37 @@ def test_snapshot_findings(spark: Any) -> None:
 def test_extent_end_counts_snapshots() -> None:
     e = ReplicaExtent("n1", 1, True, None, None, 0, [(50, 3)])
     assert e.end == 50
+
+
+@pytest.mark.spark
+@pytest.mark.xdist_group("spark")
+def test_divergence_kinds(spark: Any) -> None:
+    from kraft_pipeline.consistency import committed_divergence
+
+    common = [(0, 1, 10), (1, 1, 11), (2, 2, 12)]
+    logs = {
+        "n1": [*common, (3, 3, 13), (4, 3, 14), (5, 3, 15)],
+        "n2": [*common, (3, 3, 13), (4, 3, 99), (5, 3, 15)],   # other bytes, same epoch
+        "n3": [*common, (3, 2, 50), (4, 2, 51)],              # stale tail of epoch 2
+        "n4": [*common, (3, 3, 13), (4, 3, 14), (5, 3, 15)],
+        "n5": [*common, (3, 3, 13), (4, 3, 14), (5, 3, 15)],
+    }
+    names = sorted(logs)
+    entries = _entries(spark, logs)
+    variants = variants_by_offset(entries, names)
+    offsets = per_offset(variants)
+    committed, stale = committed_divergence(entries, variants, offsets, hw=6, majority=3)
+    assert {k: (v["offset"], v["epoch"], v["other_replica"]) for k, v in committed.items()} == {
+        "n2": (4, 3, "n1")}
+    assert {k: (v["offset"], v["epoch"], v["other_epoch"]) for k, v in stale.items()} == {
+        "n3": (3, 2, 3)}
+
+    # Two replicas that disagree, checked below an HW given by hand: no entry has a
+    # majority, so both diverge at the first contested offset, each naming the other.
+    two = {"n1": logs["n1"], "n2": logs["n2"]}
+    entries = _entries(spark, two)
+    variants = variants_by_offset(entries, ["n1", "n2"])
+    committed, _ = committed_divergence(entries, variants, per_offset(variants), hw=6,
+                                        majority=2)
+    assert {k: (v["offset"], v["other_replica"]) for k, v in committed.items()} == {
+        "n1": (4, "n2"), "n2": (4, "n1")}
