@@ -40,7 +40,7 @@ from bench.peers import (
 )
 
 WORK = Path(os.environ.get("BENCH_WORKDIR", "/tmp/kraft-bench"))
-QUIET_MAX_S = [10.0]
+QUIET_MAX_S = [5.0]
 """Longest wait for a quiet machine before a window (set from Params by the runner)."""
 
 
@@ -57,7 +57,8 @@ class Params:
     visibility_samples: int = 30
     state_bytes: int = 1 << 30
     big_value: int = 1_000_000
-    quiet_max_s: float = 10.0
+    quiet_max_s: float = 5.0
+    catchup_timeout_s: float = 180.0
     quick: bool = False
 
     @classmethod
@@ -158,7 +159,8 @@ def throughput_and_latency(p: Params) -> tuple[dict[str, Any], dict[str, Any]]:
                 info = s.info()
                 lat["systems"][name] = dict(info, **measured(s, lambda: s.seq(p.duration, p.warmup)))
                 sweep: dict[str, Any] = {}
-                for n in p.sweep:
+                points = p.sweep if name != "kraft-quorum-linger0" else p.sweep[:3]
+                for n in points:
                     sweep[str(n)] = measured(s, lambda n=n: s.tput(n, p.duration, p.warmup))
                     r = sweep[str(n)]
                     print(f"   {name} inflight={n}: {r.get('ops_per_s')} ops/s "
@@ -212,7 +214,7 @@ def failover(p: Params) -> dict[str, Any]:
                 info = s.info()
                 for t in range(p.failover_trials):
                     r = measured(s, lambda: s.failover_trial(p.failover_inflight, 15.0),
-                                 quiet_max_s=2.0)
+                                 quiet_max_s=1.0)
                     trials.append(r)
                     print(f"   {name} trial {t}: recovery={r.get('recovery_s')}", flush=True)
             rec = [t["recovery_s"] for t in trials if t.get("recovery_s") is not None]
@@ -227,7 +229,7 @@ def failover(p: Params) -> dict[str, Any]:
         with running(s):
             for t in range(p.partition_trials):
                 r = measured(s, lambda: s.partition_trial(p.failover_inflight, 20.0),
-                             quiet_max_s=2.0)
+                             quiet_max_s=1.0)
                 trials.append(r)
                 print(f"   partition trial {t}: recovery={r.get('recovery_s')}", flush=True)
             fetch_timeout_ms = int(s.lc.properties["controller.quorum.fetch.timeout.ms"])
@@ -377,8 +379,12 @@ def snapshot_and_restart(p: Params) -> tuple[dict[str, Any], dict[str, Any]]:
                 s.start_node(new.node_id)
                 m.pids[f"node{new.node_id}"] = new.process.pid if new.process else 0
                 m.c0[f"node{new.node_id}"] = 0.0
-                s.lc.wait_ready(new.node_id, timeout=600)
-                caught = time.monotonic() - t0
+                caught: float | None = None
+                try:
+                    s.lc.wait_ready(new.node_id, timeout=p.catchup_timeout_s)
+                    caught = time.monotonic() - t0
+                except TimeoutError:
+                    print(f"   new node not ready within {p.catchup_timeout_s} s", flush=True)
             started = log_event_time(new.log_path, "node_started", wall0)
             download = log_event_time(new.log_path, "raft snapshot download", wall0)
             frozen = log_event_time(new.log_path, "snapshot_frozen", wall0)
@@ -388,18 +394,24 @@ def snapshot_and_restart(p: Params) -> tuple[dict[str, Any], dict[str, Any]]:
                 mm = re.search(r"event=snapshot_installed .* bytes=(\d+)", new.log_path.read_text())
                 got = int(mm.group(1)) if mm else 0
             xfer = (frozen - download) if (frozen and download) else None
-            add = _add_voter(s, new.node_id)
+            add = _add_voter(s, new.node_id) if caught is not None else {
+                "ok": False, "output": "not attempted: the new node never caught up"}
             snap["systems"]["kraft-quorum"] = dict(
                 info, load=load, leader_snapshot_bytes=snapshot_bytes, leader_log_bytes=log_bytes,
-                snapshot_installed_bytes=got, time_to_caught_up_s=round(caught, 3),
+                snapshot_installed_bytes=got,
+                time_to_caught_up_s=round(caught, 3) if caught is not None else None,
                 snapshot_transfer_s=xfer,
                 snapshot_install_s=(installed - frozen) if (installed and frozen) else None,
                 process_start_to_node_started_s=(started - wall0) if started else None,
                 mb_per_s=round(got / 1e6 / xfer, 1) if xfer and got else None,
-                mb_per_s_whole_catch_up=round((got or snapshot_bytes) / 1e6 / caught, 1),
-                add_voter=add, cpu=m.result, machine_before=quiet)
+                mb_per_s_whole_catch_up=round((got or snapshot_bytes) / 1e6 / caught, 1) if caught else None,
+                add_voter=add, cpu=m.result, machine_before=quiet,
+                caught_up=caught is not None,
+                new_node_status=s.lc.status(new.node_id, timeout=5),
+                new_node_log_tail=_tail(new.log_path, 6))
             # scenario 6: restart a follower holding the log plus snapshot
             lid = s.wait_leader()
+            kill_proc(new.process, graceful_s=0)  # a stuck joiner must not disturb the restarts
             fid = next(n for n in s.lc.nodes if n not in (lid, new.node_id))
             fnode = s.lc.nodes[fid]
             on_disk = {"log_bytes": _dir_bytes(fnode.dir, ".log"),
@@ -411,13 +423,16 @@ def snapshot_and_restart(p: Params) -> tuple[dict[str, Any], dict[str, Any]]:
                 wall0 = time.time()
                 t0 = time.monotonic()
                 s.start_node(fid)
-                s.lc.wait_ready(fid, timeout=300)
-                ready = time.monotonic() - t0
+                try:
+                    s.lc.wait_ready(fid, timeout=p.catchup_timeout_s)
+                    ready: float | None = time.monotonic() - t0
+                except TimeoutError:
+                    ready = None
                 st = log_event_time(fnode.log_path, "node_started", wall0)
-                rs[how] = {"ready_s": round(ready, 3),
+                rs[how] = {"ready_s": round(ready, 3) if ready is not None else None,
                            "storage_open_s": round(st - wall0, 3) if st else None,
                            "machine_before": quiet}
-                print(f"   restart after {how}: ready in {ready:.2f}s", flush=True)
+                print(f"   restart after {how}: ready in {ready} s", flush=True)
             rst["systems"]["kraft-quorum"] = dict(info, **rs)
 
     r = _safe(lambda: (run(), {})[1], "snapshot/restart")
@@ -455,6 +470,14 @@ def snapshot_and_restart(p: Params) -> tuple[dict[str, Any], dict[str, Any]]:
                      "PySyncObj: not measured (its full-dump transfer to a joining node is not "
                      "driven by this harness)."]
     return snap, rst
+
+
+def _tail(path: Path, n: int) -> list[str]:
+    """The last n lines of a file (for evidence in the results)."""
+    try:
+        return [ln[:300] for ln in path.read_text(errors="replace").splitlines()[-n:]]
+    except OSError:
+        return []
 
 
 def _add_voter(s: KraftCluster, nid: int) -> dict[str, Any]:
