@@ -72,9 +72,9 @@ def driver_main() -> None:
             async def op(i: int) -> None:
                 async with s.put(f"http://{addr}/v1/kv/{key_of(i)}", data=value,
                                  allow_redirects=False) as r:
-                    await r.read()
+                    body = await r.read()
                     if r.status != 200:
-                        raise HttpStatusError(r.status)
+                        raise HttpStatusError(f"{r.status} {body[:60]!r}")
             return await closed_loop(op, inflight, duration, warmup)
 
     async def seq(addr: str, duration: float, warmup: float) -> dict[str, Any]:
@@ -82,9 +82,9 @@ def driver_main() -> None:
             async def op(i: int) -> None:
                 async with s.put(f"http://{addr}/v1/kv/{key_of(i)}", data=value,
                                  allow_redirects=False) as r:
-                    await r.read()
+                    body = await r.read()
                     if r.status != 200:
-                        raise HttpStatusError(r.status)
+                        raise HttpStatusError(f"{r.status} {body[:60]!r}")
             return await sequential(op, duration, warmup)
 
     async def failover(addrs: list[str], inflight: int, kill_at: float, max_s: float,

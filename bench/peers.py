@@ -290,6 +290,12 @@ def serve_json_lines(handler: Callable[[dict[str, Any]], dict[str, Any] | None])
 # =========================================================================== closed loops
 
 
+def error_key(exc: BaseException) -> str:
+    """A short label for a failed request: exception type and the first words of its text."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}"[:80] if text else type(exc).__name__
+
+
 async def closed_loop(op: Callable[[int], Awaitable[None]], inflight: int, duration: float,
                       warmup: float, max_extra_s: float = 30.0) -> dict[str, Any]:
     """`inflight` workers each issue `op(i)` back to back for warm-up + window.
@@ -316,7 +322,7 @@ async def closed_loop(op: Callable[[int], Awaitable[None]], inflight: int, durat
             try:
                 await op(i)
             except Exception as exc:
-                errs[type(exc).__name__] += 1
+                errs[error_key(exc)] += 1
                 await asyncio.sleep(0.005)
                 continue
             e = pc()
@@ -367,7 +373,7 @@ async def failover_loop(op: Callable[[int], Awaitable[None]], inflight: int, kil
             try:
                 await op(i)
             except Exception as exc:
-                errs[type(exc).__name__] += 1
+                errs[error_key(exc)] += 1
                 await asyncio.sleep(0.005)
                 continue
             e = mono()
