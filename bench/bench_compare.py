@@ -194,7 +194,7 @@ def render_markdown(res: dict[str, Any]) -> str:
          "/proc/<pid>/stat and how busy the machine was before it (bounded wait for < 15 % CPU) and "
          "during it (CPU of processes outside the benchmark): all in docs/benchmarks.json.",
          "- Nodes run with their defaults unless a scenario says otherwise (kraft-quorum: election "
-         "timeout 1 s, fetch timeout 2 s, append linger 25 ms; etcd: heartbeat 100 ms, election "
+         "timeout 1 s, fetch timeout 2 s, adaptive append linger capped at 25 ms; etcd: heartbeat 100 ms, election "
          "1 s).", "", "### Targets", ""]
     L += targets_table(res.get("targets", []))
     L += ["", "### 1. Throughput (closed loop, acknowledged writes/s)", "",

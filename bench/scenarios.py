@@ -89,8 +89,6 @@ def systems() -> list[tuple[str, Callable[[], Any]]]:
     return [
         ("kraft-quorum", lambda: KraftCluster(WORK / "kraft")),
         ("etcd", lambda: EtcdCluster(WORK / "etcd")),
-        ("kraft-quorum-linger0", lambda: KraftCluster(
-            WORK / "kraft-linger0", properties={"controller.quorum.append.linger.ms": "0"})),
         ("pysyncobj", lambda: PySyncObjCluster(WORK / "pysyncobj", batch=True)),
         ("pysyncobj-nobatch", lambda: PySyncObjCluster(WORK / "pysyncobj-nobatch", batch=False)),
     ]
