@@ -1,7 +1,8 @@
 """The node's `kraft` subcommands: `run`, `quorum ...` and `local`.
 
-Importing this module registers them in `kraft.cli`'s command table; `python -m
-kraft.server.cli_commands ARGS` runs the `kraft` command line with them registered.
+Importing this module registers them in `kraft.cli`'s command table; `kraft.cli` imports it
+as a plugin when it builds its parser, so `kraft run ...` (or `python -m kraft run ...`) finds
+them. `python -m kraft.server.cli_commands ARGS` works as well.
 """
 
 from __future__ import annotations

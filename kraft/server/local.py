@@ -222,7 +222,7 @@ class LocalCluster:
         env = {k: v for k, v in os.environ.items() if not k.startswith("KRAFT_")}
         env["PYTHONUNBUFFERED"] = "1"
         node.process = subprocess.Popen(
-            [sys.executable, "-m", "kraft.server.cli_commands", "run", "--config",
+            [sys.executable, "-m", "kraft", "run", "--config",
              str(node.config_path)],
             stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )

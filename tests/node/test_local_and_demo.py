@@ -46,7 +46,7 @@ def _kill_all_under(base: Path) -> None:
 def test_kraft_local_shows_a_leader_and_stops_every_node_on_ctrl_c(tmp_path: Path) -> None:
     base = tmp_path / "local"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kraft.server.cli_commands", "local", "--voters", "3",
+        [sys.executable, "-m", "kraft", "local", "--voters", "3",
          "--observers", "1", "--dir", str(base), "--refresh", "0.3"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )

@@ -43,7 +43,7 @@ async def _cli(args: list[str], timeout: float = 90) -> subprocess.CompletedProc
     deadline = time.monotonic() + timeout
     while True:
         out = await asyncio.to_thread(
-            subprocess.run, [sys.executable, "-m", "kraft.server.cli_commands", "quorum", *args],
+            subprocess.run, [sys.executable, "-m", "kraft", "quorum", *args],
             capture_output=True, text=True, timeout=120)
         if out.returncode == 0 or time.monotonic() > deadline:
             return out

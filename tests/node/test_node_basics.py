@@ -93,7 +93,7 @@ def test_linearizable_read_through_any_node_follows_redirect(quorum: LocalCluste
 
 def test_describe_status_and_replication_cli(quorum: LocalCluster) -> None:
     n = quorum.nodes[2]
-    base = [sys.executable, "-m", "kraft.server.cli_commands", "quorum",
+    base = [sys.executable, "-m", "kraft", "quorum",
             "--bootstrap-controller", f"{n.host}:{n.port}", "describe"]
     out = subprocess.run([*base, "--status"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
