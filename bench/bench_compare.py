@@ -92,6 +92,27 @@ def _busy_summary(res: dict[str, Any]) -> dict[str, Any]:
             "worst_util_pct_before": worst_before, "max_other_cpu_s_in_a_window": worst_other}
 
 
+def freeze_kraft_source(dest: Path) -> dict[str, Any]:
+    """Export HEAD's `kraft/` to `dest` and point the node processes at it (BENCH_KRAFT_SRC),
+    so a run measures one committed version even while the working tree changes.
+    `BENCH_KRAFT_SRC=worktree` keeps the working tree instead."""
+    if os.environ.get("BENCH_KRAFT_SRC") == "worktree":
+        os.environ.pop("BENCH_KRAFT_SRC")
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "kraft"],
+                               capture_output=True, text=True, timeout=20).stdout.strip()
+        return {"source": "working tree", "uncommitted_changes_in_kraft": bool(dirty)}
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True, timeout=20).stdout.strip()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD", "kraft"],
+                             capture_output=True, timeout=60, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True, timeout=60)
+    os.environ["BENCH_KRAFT_SRC"] = str(dest)
+    os.environ["BENCH_KRAFT_COMMIT"] = commit
+    return {"source": f"git archive of HEAD {commit} (kraft/)", "commit": commit}
+
+
 def run() -> dict[str, Any]:
     """Run every scenario for every system; returns the JSON-ready results."""
     quick = os.environ.get("BENCH_QUICK", "") not in ("", "0")
@@ -100,10 +121,11 @@ def run() -> dict[str, Any]:
     if not (PEERS_VENV / "bin" / "python").exists() or not shutil.which("etcd"):
         raise SystemExit("peers missing: run `bash bench/setup_peers.sh` first")
     WORK.mkdir(parents=True, exist_ok=True)
+    frozen = freeze_kraft_source(WORK / "kraft-src")
     started = time.monotonic()
     m0 = machine_busy()
     res: dict[str, Any] = {"mode": "quick" if quick else "full", "machine": machine_info(),
-                           "params": {k: v for k, v in vars(p).items()}}
+                           "params": {k: v for k, v in vars(p).items()}, "kraft_source": frozen}
     timings: dict[str, float] = {}
 
     def step(name: str, fn: Any) -> Any:
@@ -172,7 +194,7 @@ def render_markdown(res: dict[str, Any]) -> str:
          f"Machine: {mi.get('nproc')} cores ({mi.get('cpu')}), {mi.get('memory_gib')} GiB, kernel "
          f"{mi.get('kernel')}, Python {mi.get('python')}, data on {mi.get('workdir_fs')}. "
          f"Versions: {mi.get('versions', {}).get('etcd')}; {mi.get('versions', {}).get('peers_venv')}; "
-         f"kraft-quorum commit {mi.get('versions', {}).get('kraft_commit')}.", "",
+         f"kraft-quorum: {(res.get('kraft_source') or {}).get('source', mi.get('versions', {}).get('kraft_commit'))}.", "",
          f"Machine load: {busy.get('windows')} measured windows, {busy.get('windows_not_quiet_before')} "
          f"started on a busy machine (worst {busy.get('worst_util_pct_before')} % CPU before a window); "
          f"largest CPU used by processes outside the benchmark during one window: "

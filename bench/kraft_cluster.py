@@ -382,8 +382,9 @@ class KraftCluster:
             v = version("kraft-quorum")
         except Exception:
             v = "?"
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                capture_output=True, text=True, timeout=10).stdout.strip()
+        commit = os.environ.get("BENCH_KRAFT_COMMIT") or subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+            timeout=10).stdout.strip()
         return f"{v} ({commit})"
 
     def info(self) -> dict[str, Any]:
@@ -398,18 +399,31 @@ class KraftCluster:
     def _python(self) -> str:
         return sys.executable
 
+    @staticmethod
+    def node_env_cwd() -> tuple[dict[str, str], str]:
+        """Environment and working directory for `kraft` child processes. With
+        `BENCH_KRAFT_SRC` set (bench_compare sets it to an export of HEAD's `kraft/`), nodes
+        import that frozen copy, so edits in the working tree during a run cannot mix code
+        versions between nodes started at different times."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KRAFT_")}
+        env["PYTHONUNBUFFERED"] = "1"
+        src = os.environ.get("BENCH_KRAFT_SRC")
+        if src:
+            env["PYTHONPATH"] = src
+            return env, src
+        return env, str(ROOT)
+
     def start_node(self, nid: int) -> None:
         """Start `kraft run` for a formatted node (with PDEATHSIG)."""
         node = self.lc.nodes[nid]
         self.lc.write_config(node)
         logf = open(node.log_path, "ab")  # noqa: SIM115 - handed to the child
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KRAFT_")}
-        env["PYTHONUNBUFFERED"] = "1"
+        env, cwd = self.node_env_cwd()
         node.process = subprocess.Popen(
             [self._python(), "-m", "kraft.server.cli_commands", "run", "--config",
              str(node.config_path)],
             stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-            cwd=str(ROOT), preexec_fn=die_with_parent)
+            cwd=cwd, preexec_fn=die_with_parent)
         logf.close()
 
     def _setup_proxy(self) -> None:

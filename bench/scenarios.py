@@ -26,7 +26,6 @@ from bench.kraft_cluster import KraftCluster, log_event_time
 from bench.peers import (
     FAILOVER_REQ_TIMEOUT_S,
     HOST,
-    ROOT,
     CpuMeter,
     EtcdCluster,
     PySyncObjCluster,
@@ -211,8 +210,13 @@ def failover(p: Params) -> dict[str, Any]:
             with running(s):
                 info = s.info()
                 for t in range(p.failover_trials):
-                    r = measured(s, lambda: s.failover_trial(p.failover_inflight, 15.0),
-                                 quiet_max_s=1.0)
+                    try:
+                        r = measured(s, lambda: s.failover_trial(p.failover_inflight, 15.0),
+                                     quiet_max_s=1.0)
+                    except Exception as exc:  # keep the trials done so far, record the failure
+                        trials.append({"recovery_s": None, "error": f"{type(exc).__name__}: {exc}"})
+                        print(f"   {name} trial {t} failed: {exc!r}", flush=True)
+                        break
                     trials.append(r)
                     print(f"   {name} trial {t}: recovery={r.get('recovery_s')}", flush=True)
             rec = [t["recovery_s"] for t in trials if t.get("recovery_s") is not None]
@@ -226,8 +230,13 @@ def failover(p: Params) -> dict[str, Any]:
         trials = []
         with running(s):
             for t in range(p.partition_trials):
-                r = measured(s, lambda: s.partition_trial(p.failover_inflight, 20.0),
-                             quiet_max_s=1.0)
+                try:
+                    r = measured(s, lambda: s.partition_trial(p.failover_inflight, 20.0),
+                                 quiet_max_s=1.0)
+                except Exception as exc:
+                    trials.append({"recovery_s": None, "error": f"{type(exc).__name__}: {exc}"})
+                    print(f"   partition trial {t} failed: {exc!r}", flush=True)
+                    break
                 trials.append(r)
                 print(f"   partition trial {t}: recovery={r.get('recovery_s')}", flush=True)
             fetch_timeout_ms = int(s.lc.properties["controller.quorum.fetch.timeout.ms"])
@@ -484,11 +493,12 @@ def _add_voter(s: KraftCluster, nid: int) -> dict[str, Any]:
     lid = s.wait_leader()
     leader = s.lc.nodes[lid]
     t0 = time.monotonic()
+    env, cwd = KraftCluster.node_env_cwd()
     try:
         r = subprocess.run([sys.executable, "-m", "kraft.server.cli_commands", "quorum",
                             "--bootstrap-controller", f"{leader.host}:{leader.port}",
                             "add-controller", "--config", str(node.config_path)],
-                           capture_output=True, text=True, timeout=60, cwd=str(ROOT))
+                           capture_output=True, text=True, timeout=60, cwd=cwd, env=env)
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": "timeout"}
     return {"ok": r.returncode == 0, "seconds": round(time.monotonic() - t0, 3),
