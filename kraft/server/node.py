@@ -27,6 +27,7 @@ committed anything this leader has not applied, so the local state answers the r
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import random
@@ -111,6 +112,11 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _wake_up(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
 @dataclass
 class _Waiter:
     epoch: int
@@ -169,7 +175,8 @@ class KraftNode:
         self.config = config
         self.sm: StateMachine = state_machine if state_machine is not None else KVStore()
         self._rng = random.Random(seed)
-        self._queue: asyncio.Queue[ev.Event | tuple[str, Any]] = asyncio.Queue()
+        self._events: collections.deque[ev.Event | tuple[str, Any]] = collections.deque()
+        self._wake: asyncio.Future[None] | None = None
         self._inbound: dict[int, asyncio.Future[tuple[m.Response, bytes | None]]] = {}
         self._inbound_ids = 0
         self._append_ids = 0
@@ -299,7 +306,7 @@ class KraftNode:
         """Stop serving; a graceful stop lets a leader resign first (EndQuorumEpoch)."""
         if graceful and self.core is not None and self._core_task is not None \
                 and not self._core_task.done():
-            self._queue.put_nowait(ev.Shutdown())
+            self._push(ev.Shutdown())
             await asyncio.sleep(0.2)
         if self._core_task is not None:
             self._core_task.cancel()
@@ -326,7 +333,7 @@ class KraftNode:
 
     def _flushed_from_thread(self, generation: int, durable: int) -> None:
         assert self._loop is not None
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, ("flushed", (generation, durable)))
+        self._loop.call_soon_threadsafe(self._push, ("flushed", (generation, durable)))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -338,13 +345,26 @@ class KraftNode:
         assert core is not None
         try:
             await self._execute(first)
+            loop = asyncio.get_running_loop()
+            events = self._events
             while True:
-                deadline = core.next_deadline()
-                timeout = None if deadline is None else max(0.0, (deadline - now_ms()) / 1000)
-                try:
-                    item = await asyncio.wait_for(self._queue.get(), timeout)
-                except TimeoutError:
-                    item = ev.Tick()
+                if not events:
+                    deadline = core.next_deadline()
+                    delay = None if deadline is None else (deadline - now_ms()) / 1000
+                    if delay is None or delay > 0:
+                        # sleep until an event is pushed or the core's next deadline (no task
+                        # per wait: one future, one timer handle)
+                        wake = self._wake = loop.create_future()
+                        timer = None if delay is None else loop.call_later(delay, _wake_up, wake)
+                        try:
+                            await wake
+                        finally:
+                            self._wake = None
+                            if timer is not None:
+                                timer.cancel()
+                    else:
+                        await asyncio.sleep(0)
+                item = events.popleft() if events else ev.Tick()
                 if isinstance(item, tuple):
                     kind, payload = item
                     if kind == "flushed":
@@ -369,8 +389,14 @@ class KraftNode:
             self._stopped.set()
             raise
 
+    def _push(self, item: ev.Event | tuple[str, Any]) -> None:
+        self._events.append(item)
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
     def _enqueue(self, event: ev.Event) -> None:
-        self._queue.put_nowait(event)
+        self._push(event)
 
     # ================================================================== effects
 
@@ -481,7 +507,7 @@ class KraftNode:
                 self._flusher.request()
             else:
                 # kraft.log.fsync=false (tests, benchmarks only): page cache counts as durable
-                self._queue.put_nowait(("flushed", (self._flusher.generation,
+                self._push(("flushed", (self._flusher.generation,
                                                     md.log.log_end_offset)))
             self._m_leo.set(md.log.log_end_offset)
 

@@ -63,6 +63,8 @@ DEFAULT_SEGMENT_BYTES = 1 << 30
 """`metadata.log.segment.bytes` default (1 GiB)."""
 
 MAX_BATCH_BYTES = 8 * 1024 * 1024
+TAIL_BATCHES = 256
+"""Batch positions of the active segment kept in memory for reads near the log end."""
 """Largest batch the metadata log accepts (`max.message.bytes` of KafkaMetadataLog)."""
 
 _MAX_SANE_BATCH = 64 * 1024 * 1024
@@ -160,6 +162,12 @@ class SegmentedLog:
         self._epochs_written: tuple[EpochEntry, ...] = epoch_cache.entries
         self._closed = False
         self._failed: BaseException | None = None
+        # Positions of the most recently appended batches of the active segment (owner thread):
+        # reads near the log end (fetches, apply) find their batch without scanning the file.
+        self._tail_seg = -1
+        self._tail_bases: list[int] = []
+        self._tail_lasts: list[int] = []
+        self._tail_pos: list[int] = []
 
     # ------------------------------------------------------------------ opening
 
@@ -401,7 +409,24 @@ class SegmentedLog:
             active.size = start + len(buf)
             active.next_offset = expected
             self._unsynced[active.base_offset] = active
+            if self._tail_seg != active.base_offset:
+                self._forget_tail()
+                self._tail_seg = active.base_offset
+            for rel, base, last, _epoch, _ts in metas:
+                self._tail_bases.append(base)
+                self._tail_lasts.append(last)
+                self._tail_pos.append(start + rel)
+            if len(self._tail_lasts) > 2 * TAIL_BATCHES:
+                del self._tail_bases[:-TAIL_BATCHES]
+                del self._tail_lasts[:-TAIL_BATCHES]
+                del self._tail_pos[:-TAIL_BATCHES]
         return expected
+
+    def _forget_tail(self) -> None:
+        self._tail_seg = -1
+        self._tail_bases.clear()
+        self._tail_lasts.clear()
+        self._tail_pos.clear()
 
     def _roll_locked(self) -> Segment:
         old = self._segments[-1]
@@ -477,20 +502,30 @@ class SegmentedLog:
         if offset >= seg.next_offset:  # only possible on an empty active segment
             return b""
         pos = self._position_of(seg, offset)
-        out = bytearray()
-        while pos < seg.size:
+        if pos >= seg.size:
+            return b""
+        # One pread for up to max_bytes, then cut at the last whole batch; a first batch
+        # larger than max_bytes is read whole (at least one batch is returned).
+        chunk = os.pread(seg.fd, min(max_bytes, seg.size - pos), pos)
+        end = 0
+        while end + LOG_OVERHEAD <= len(chunk):
+            size = int.from_bytes(chunk[end + 8:end + 12], "big", signed=True) + LOG_OVERHEAD
+            if end + size > len(chunk):
+                if end == 0:
+                    return os.pread(seg.fd, size, pos)
+                break
+            end += size
+        if end == 0 and len(chunk) < LOG_OVERHEAD:
             header = os.pread(seg.fd, LOG_OVERHEAD, pos)
             size = int.from_bytes(header[8:12], "big", signed=True) + LOG_OVERHEAD
-            if out and len(out) + size > max_bytes:
-                break
-            out += os.pread(seg.fd, size, pos)
-            pos += size
-            if len(out) >= max_bytes:
-                break
-        return bytes(out)
+            return os.pread(seg.fd, size, pos)
+        return chunk if end == len(chunk) else chunk[:end]
 
     def _position_of(self, seg: Segment, offset: int) -> int:
         """File position of the batch containing `offset` (scans from the index entry)."""
+        if seg.base_offset == self._tail_seg and self._tail_lasts \
+                and self._tail_bases[0] <= offset <= self._tail_lasts[-1]:
+            return self._tail_pos[bisect.bisect_left(self._tail_lasts, offset)]
         pos = seg.index.lookup(offset)
         while pos < seg.size:
             head = os.pread(seg.fd, 27, pos)
@@ -530,6 +565,7 @@ class SegmentedLog:
         base offset), as in Kafka. The change is fsynced before returning. Raises
         OffsetOutOfRangeError below the log start offset; a no-op at or above the end.
         """
+        self._forget_tail()
         with self._flush_lock, self._lock:
             self._check_usable()
             if offset >= self.log_end_offset:
@@ -573,6 +609,7 @@ class SegmentedLog:
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the empty log at `offset` (after a snapshot load)."""
+        self._forget_tail()
         with self._flush_lock, self._lock:
             self._check_usable()
             old_start, old_end = self._log_start, self.log_end_offset
@@ -600,6 +637,7 @@ class SegmentedLog:
         and forgets epoch-cache entries below it. Returns the number of segments deleted.
         Raises OffsetOutOfRangeError when `offset` is above the log end offset.
         """
+        self._forget_tail()
         with self._flush_lock, self._lock:
             self._check_usable()
             if offset > self.log_end_offset:
