@@ -255,7 +255,7 @@ class RaftCore:
             pass
         elif t is RequestFailed:
             assert isinstance(event, RequestFailed)
-            self._on_request_failed(event.correlation_id)
+            self._on_request_failed(event.correlation_id, event.unreachable)
         elif t is SnapshotRequested:
             assert isinstance(event, SnapshotRequested)
             self._maybe_snapshot(force=True, at=event.end_offset)
@@ -297,6 +297,8 @@ class RaftCore:
             times.append(s.backoff_until if s.backoff_until is not None else s.election_deadline)
         elif isinstance(s, FollowerState):
             times.append(s.fetch_deadline)
+            if s.leader_gone_at is not None:
+                times.append(s.leader_gone_at)
             if self._fetch_corr is None and self._fetch_backoff_until > self._now:
                 times.append(self._fetch_backoff_until)
             if self._admin_corr is None and self._wants_admin(s):
@@ -443,12 +445,15 @@ class RaftCore:
             return self.key
         return s.voted
 
-    def _to_prospective(self) -> None:
+    def _to_prospective(self, leader_gone: bool = False) -> None:
+        """Start a pre-vote. `leader_gone`: the leader refused a connection, so it is not
+        retained (this replica grants votes, and a voter that still sees that leader alive
+        pulls it back to following it through its pre-vote rejection)."""
         old = self.state
         voted = self._voted_of(old)
         retained: int = -1
         endpoints: tuple[Endpoint, ...] = ()
-        if isinstance(old, FollowerState):
+        if isinstance(old, FollowerState) and not leader_gone:
             retained, endpoints = old.leader_id, old.leader_endpoints
         elif isinstance(old, ResignedState | ProspectiveState):
             retained = old.node_id if isinstance(old, ResignedState) else old.retained_leader
@@ -677,6 +682,8 @@ class RaftCore:
                     self._to_prospective()
                 else:
                     self._to_unattached(s.epoch, s.voted)
+            elif s.leader_gone_at is not None and s.leader_gone_at <= now and self._is_voter():
+                self._to_prospective(leader_gone=True)
         elif isinstance(s, ResignedState):
             if s.election_deadline <= now:
                 if self._is_voter():
@@ -723,16 +730,42 @@ class RaftCore:
         s.fetched_since_check.clear()
         s.check_quorum_deadline = self._now + int(CHECK_QUORUM_FACTOR * self.config.fetch_timeout_ms)
 
-    def _on_request_failed(self, corr: int) -> None:
-        self._inflight.pop(corr, None)
+    def _on_request_failed(self, corr: int, unreachable: bool = False) -> None:
+        f = self._inflight.pop(corr, None)
         if corr == self._fetch_corr:
             self._fetch_corr = None
             self._fetch_backoff_until = self._now + self.config.retry_backoff_ms
+            s = self.state
+            if (
+                unreachable
+                and f is not None
+                and isinstance(s, FollowerState)
+                and f.destination == s.leader_id
+            ):
+                self._leader_unreachable(s)
         if corr == self._admin_corr:
             self._admin_corr = None
             s = self.state
             if isinstance(s, FollowerState):
                 s.next_admin_at = self._now + self.config.retry_backoff_ms * 10
+
+    def _leader_unreachable(self, s: FollowerState) -> None:
+        """The leader refused a connection: its process is gone. Stop protecting it from
+        pre-votes (this replica no longer fetches from a live leader) and, as a voter, start a
+        pre-vote soon instead of after the fetch timeout. Pre-vote keeps this safe: voters that
+        still fetch from a live leader reject it. Survivors go in voter-id order, one
+        `election_timeout / 10` apart, so two of them rarely split the vote."""
+        s.has_fetched = False
+        if not self._is_voter() or s.leader_gone_at is not None:
+            return
+        others = sorted(i for i in self._voters().ids() if i != s.leader_id)
+        rank = others.index(self.key.id) if self.key.id in others else 0
+        step = max(1, self.config.election_timeout_ms // 10)
+        s.leader_gone_at = self._now + rank * step
+        logger.info(
+            "raft leader unreachable node=%s leader=%s epoch=%s pre-vote in %sms",
+            self.key.id, s.leader_id, s.epoch, rank * step,
+        )
 
     def _poll(self) -> None:
         if self._installing is not None:
@@ -919,7 +952,17 @@ class RaftCore:
         self._respond(src, corr, self._vote_response(ErrorCode.NONE, granted))
 
     def _on_vote_response(self, req: VoteRequest, resp: VoteResponse) -> None:
-        if self._maybe_transition_on_epoch(resp.leader_epoch, resp.leader_id, resp.leader_endpoints):
+        s = self.state
+        # A granted pre-vote in our epoch means the voter does not fetch from a live leader,
+        # even if it still names one (its leader refused connections): count it rather than
+        # going back to follow that leader.
+        granted_prevote = (
+            req.pre_vote and resp.vote_granted and resp.error_code == ErrorCode.NONE
+            and resp.leader_epoch == s.epoch and isinstance(s, ProspectiveState)
+        )
+        if not granted_prevote and self._maybe_transition_on_epoch(
+            resp.leader_epoch, resp.leader_id, resp.leader_endpoints
+        ):
             return
         s = self.state
         if resp.leader_epoch != s.epoch:
@@ -1502,6 +1545,7 @@ class RaftCore:
             return
         s.fetch_deadline = self._now + self.config.fetch_timeout_ms
         s.has_fetched = True
+        s.leader_gone_at = None
         if resp.diverging_epoch is not None:
             self._truncate_diverging(resp.diverging_epoch)
         elif resp.snapshot_id is not None:

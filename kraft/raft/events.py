@@ -33,10 +33,16 @@ class ResponseReceived:
 
 @dataclass(frozen=True, slots=True)
 class RequestFailed:
-    """The runtime gave up on a request the core sent (disconnect, timeout, no route)."""
+    """The runtime gave up on a request the core sent (disconnect, timeout, no route).
+
+    `unreachable`: the destination actively refused the connection (ECONNREFUSED, or reset
+    while connecting): nothing listens at its address, its process is gone. A follower whose
+    leader is unreachable starts a pre-vote without waiting for the fetch timeout.
+    """
 
     destination: int
     correlation_id: int
+    unreachable: bool = False
 
 
 @dataclass(frozen=True, slots=True)

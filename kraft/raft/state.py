@@ -112,6 +112,9 @@ class FollowerState:
     voted: ReplicaKey | None
     fetch_deadline: int
     has_fetched: bool = False
+    leader_gone_at: int | None = None
+    """Set when the leader refused a connection (its process is gone): the time to start a
+    pre-vote without waiting for the fetch timeout."""
     download: SnapshotDownload | None = None
     update_voter_done: bool = False
     next_admin_at: int = 0

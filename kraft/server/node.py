@@ -714,7 +714,8 @@ class KraftNode:
         except (RequestError, ProtocolError, UnsupportedVersionError) as exc:
             log.debug("event=request_failed replica=%d destination=%d api=%s error=%r",
                       self.config.node_id, e.destination, api.name, str(exc))
-            self._enqueue(ev.RequestFailed(e.destination, e.correlation_id))
+            unreachable = isinstance(exc, RequestError) and exc.unreachable
+            self._enqueue(ev.RequestFailed(e.destination, e.correlation_id, unreachable))
             return
         if isinstance(resp, m.FetchResponse) and resp.error_code == ErrorCode.NONE:
             self._leader_hw = resp.high_watermark

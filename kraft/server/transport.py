@@ -39,7 +39,15 @@ RECONNECT_BACKOFF_MAX_MS = 500
 
 
 class RequestError(Exception):
-    """A request could not be completed (no connection, timeout, undecodable answer)."""
+    """A request could not be completed (no connection, timeout, undecodable answer).
+
+    `unreachable`: the destination refused the connection (nothing listens there: its process
+    is gone), as opposed to a timeout or a broken established connection.
+    """
+
+    def __init__(self, message: str, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
 
 
 def unsupported_version_frame(correlation_id: int) -> bytes:
@@ -154,6 +162,7 @@ class _Peer:
     connecting: asyncio.Future[KafkaConnection] | None = None
     backoff_ms: int = 0
     next_attempt: float = 0.0
+    refused: bool = False
 
 
 class PeerNetwork:
@@ -188,11 +197,12 @@ class PeerNetwork:
             if wait > 0:
                 if wait >= timeout_s:
                     raise RequestError(f"node {dest} at {address[0]}:{address[1]} is in "
-                                       f"reconnect backoff")
+                                       f"reconnect backoff", unreachable=peer.refused)
                 await asyncio.sleep(wait)
             conn = KafkaConnection(address[0], address[1], self.client_id)
             await conn.open(timeout_s)
         except BaseException as exc:
+            peer.refused = isinstance(exc, ConnectionRefusedError | ConnectionResetError)
             peer.backoff_ms = min(RECONNECT_BACKOFF_MAX_MS,
                                   max(RECONNECT_BACKOFF_MS, peer.backoff_ms * 2))
             peer.next_attempt = time.monotonic() + peer.backoff_ms / 1000
@@ -203,8 +213,9 @@ class PeerNetwork:
             if isinstance(exc, asyncio.CancelledError):
                 raise
             raise RequestError(f"connect to node {dest} at {address[0]}:{address[1]} failed: "
-                               f"{type(exc).__name__}: {exc}") from None
+                               f"{type(exc).__name__}: {exc}", unreachable=peer.refused) from None
         peer.backoff_ms = 0
+        peer.refused = False
         peer.conn = conn
         peer.connecting = None
         fut.set_result(conn)
