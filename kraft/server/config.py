@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -126,6 +126,8 @@ class NodeConfig(BaseModel):
     http_listener: HostPort | None = Field(default=None, alias="http.listener")
     http_peers: dict[int, str] = Field(default={}, alias="http.peers")
     fsync: bool = Field(default=True, alias="kraft.log.fsync")
+    event_loop: Literal["auto", "asyncio", "uvloop"] = Field(default="auto", alias="kraft.event.loop")
+    """`auto`: uvloop when it is installed (less CPU per request), else asyncio's loop."""
 
     @field_validator("process_roles", "controller_listener_names", "log_dirs", mode="before")
     @classmethod
