@@ -124,6 +124,8 @@ class NodeConfig(BaseModel):
         default=3_600_000, alias="metadata.log.max.snapshot.interval.ms", ge=0
     )
     http_listener: HostPort | None = Field(default=None, alias="http.listener")
+    client_listener: HostPort | None = Field(default=None, alias="client.listener")
+    """host:port of the binary pipelined KV client protocol (`kraft.server.client_protocol`)."""
     http_peers: dict[int, str] = Field(default={}, alias="http.peers")
     fsync: bool = Field(default=True, alias="kraft.log.fsync")
     event_loop: Literal["auto", "asyncio", "uvloop"] = Field(default="auto", alias="kraft.event.loop")
@@ -182,11 +184,11 @@ class NodeConfig(BaseModel):
             out.append({"host": host, "port": port})
         return out
 
-    @field_validator("http_listener", mode="before")
+    @field_validator("http_listener", "client_listener", mode="before")
     @classmethod
     def _parse_http(cls, value: Any) -> Any:
         if isinstance(value, str):
-            host, port = _split_host_port(value, "http.listener")
+            host, port = _split_host_port(value, "listener")
             return {"host": host, "port": port}
         return value
 

@@ -69,12 +69,18 @@ class LocalNode:
     config_path: Path
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
+    client_port: int = 0
     overrides: dict[str, str] = field(default_factory=dict)
 
     @property
     def http(self) -> str:
         """host:port of the admin HTTP server."""
         return f"{self.host}:{self.http_port}"
+
+    @property
+    def client(self) -> tuple[str, int]:
+        """(host, port) of the binary client protocol (`kraft.server.client`)."""
+        return (self.host, self.client_port)
 
     @property
     def alive(self) -> bool:
@@ -143,8 +149,10 @@ class LocalCluster:
     def _new_node(self, node_id: int) -> LocalNode:
         host = f"{self._prefix}{self._first + node_id - 1}"
         port = free_port(host)
+        http_port = free_port(host, {port})
         node = LocalNode(
-            node_id=node_id, host=host, port=port, http_port=free_port(host, {port}),
+            node_id=node_id, host=host, port=port, http_port=http_port,
+            client_port=free_port(host, {port, http_port}),
             directory_id=Uuid.random(), dir=self.base / f"node-{node_id}" / "metadata",
             config_path=self.base / f"node-{node_id}" / "server.properties",
             log_path=self.base / f"node-{node_id}" / "kraft.log",
@@ -165,6 +173,7 @@ class LocalCluster:
             "controller.listener.names": "CONTROLLER",
             "metadata.log.dir": str(node.dir),
             "http.listener": node.http,
+            "client.listener": f"{node.host}:{node.client_port}",
             "http.peers": ",".join(f"{n.node_id}@{n.http}" for n in self.nodes.values()),
             **self.properties,
         }

@@ -55,6 +55,7 @@ from kraft.records.batch import build_batch
 from kraft.records.control import KRaftVersionRecord, VotersRecord, build_control_batch
 from kraft.records.snapshot_format import iter_snapshot_batches
 from kraft.server.admin import AdminServer, NotLeaderError, OutcomeUnknownError
+from kraft.server.client_protocol import ClientServer
 from kraft.server.config import NodeConfig
 from kraft.server.frames import FrameListener, PeerInfo
 from kraft.server.metrics import Registry
@@ -201,6 +202,7 @@ class KraftNode:
         self.cluster_id = ""
         self.listener: FrameListener | None = None
         self.admin: AdminServer | None = None
+        self.client_server: ClientServer | None = None
         self.network = PeerNetwork(f"raft-client-{config.node_id}")
         self._flusher: _Flusher | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -259,6 +261,10 @@ class KraftNode:
         if cfg.http_listener is not None:
             self.admin = AdminServer(self, cfg.http_listener.host, cfg.http_listener.port)
             await self.admin.start()
+        if cfg.client_listener is not None:
+            self.client_server = ClientServer(self, cfg.client_listener.host,
+                                              cfg.client_listener.port)
+            await self.client_server.start()
         log.info(
             "event=node_started replica=%d directory_id=%s cluster_id=%s log_start=%d "
             "log_end=%d applied=%d snapshot=%s",
@@ -316,6 +322,8 @@ class KraftNode:
             await self.listener.stop()
         if self.admin is not None:
             await self.admin.stop()
+        if self.client_server is not None:
+            await self.client_server.stop()
         self.network.close()
         for task in list(self._tasks):
             task.cancel()
@@ -823,13 +831,19 @@ class KraftNode:
             leader = core.leader_id
             raise NotLeaderError(leader, self._leader_http(leader))
 
-    async def propose(self, value: bytes, timeout_s: float = CLIENT_TIMEOUT_S) -> tuple[int, object]:
-        """Replicate one record value; returns (offset, the state machine's result) once applied."""
+    def submit(self, value: bytes) -> asyncio.Future[object]:
+        """Start replicating one record value; the future resolves to (offset, the state
+        machine's result) once applied, or fails (NotLeaderError, OutcomeUnknownError) when
+        leadership is lost. Raises NotLeaderError at once on a non-leader."""
         self._require_leader()
         fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         self._pending_values.append((value, fut))
         self._schedule_linger()
-        done = await asyncio.wait_for(fut, timeout_s)
+        return fut
+
+    async def propose(self, value: bytes, timeout_s: float = CLIENT_TIMEOUT_S) -> tuple[int, object]:
+        """Replicate one record value; returns (offset, the state machine's result) once applied."""
+        done = await asyncio.wait_for(self.submit(value), timeout_s)
         assert isinstance(done, tuple)
         return done
 

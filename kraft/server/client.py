@@ -1,0 +1,212 @@
+"""An asyncio client of the binary KV protocol (`kraft.server.client_protocol`).
+
+One `KraftClient` holds one TCP connection to one node and pipelines every call made on it:
+any number of `put`/`get`/`delete` may be awaited concurrently, their frames leave in one write
+per event-loop turn and answers are matched by request id. `put_many` sends a whole list at
+once. A NOT_LEADER answer raises `NotLeader` carrying the leader's id; `QuorumClient` follows
+it given every node's client address.
+
+    async with KraftClient("127.0.0.1", 9093) as c:
+        offset = await c.put("k", b"v")
+        offsets = await c.put_many([("a", b"1"), ("b", b"2")])
+        value = await c.get("k")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable
+from types import TracebackType
+
+from kraft.server.client_protocol import (
+    ERROR,
+    NOT_FOUND,
+    NOT_LEADER,
+    OK,
+    OP_DELETE,
+    OP_GET,
+    OP_GET_STALE,
+    OP_PUT,
+    RESPONSE_HEAD,
+    UNKNOWN_OUTCOME,
+    encode_request,
+)
+
+
+class ClientError(Exception):
+    """The server answered ERROR, or the connection failed."""
+
+
+class NotLeader(ClientError):
+    """The node is not the leader; `leader_id` is -1 when it knows none."""
+
+    def __init__(self, leader_id: int, leader_http: str) -> None:
+        super().__init__(f"not the leader (leader is {leader_id})")
+        self.leader_id = leader_id
+        self.leader_http = leader_http
+
+
+class OutcomeUnknown(ClientError):
+    """The write may or may not have been applied (leader change, connection lost)."""
+
+
+_Answer = tuple[int, int, bytes]  # status, offset, payload
+
+
+class KraftClient:
+    """One pipelined connection to one node (see the module docstring)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host = host
+        self.port = port
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._pending: dict[int, asyncio.Future[_Answer]] = {}
+        self._next_id = 0
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._read_task: asyncio.Task[None] | None = None
+
+    async def connect(self, timeout_s: float = 5.0) -> KraftClient:
+        """Open the connection."""
+        self._reader, self._writer = await asyncio.wait_for(
+            asyncio.open_connection(self.host, self.port), timeout_s)
+        self._read_task = asyncio.ensure_future(self._read_loop())
+        return self
+
+    async def __aenter__(self) -> KraftClient:
+        return await self.connect()
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the connection; calls in flight fail with OutcomeUnknown."""
+        if self._read_task is not None:
+            self._read_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._read_task
+        if self._writer is not None:
+            self._writer.close()
+            with contextlib.suppress(Exception):
+                await self._writer.wait_closed()
+        self._fail_all(OutcomeUnknown("connection closed"))
+
+    def _fail_all(self, exc: Exception) -> None:
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(exc)
+
+    async def _read_loop(self) -> None:
+        reader = self._reader
+        assert reader is not None
+        try:
+            while True:
+                head = await reader.readexactly(RESPONSE_HEAD.size)
+                length, rid, status, offset, leader = RESPONSE_HEAD.unpack(head)
+                extra = length - (RESPONSE_HEAD.size - 4)
+                payload = await reader.readexactly(extra) if extra else b""
+                fut = self._pending.pop(rid, None)
+                if fut is None or fut.done():
+                    continue
+                if status == NOT_LEADER:
+                    fut.set_exception(NotLeader(leader, payload.decode()))
+                elif status == UNKNOWN_OUTCOME:
+                    fut.set_exception(OutcomeUnknown(payload.decode() or "outcome unknown"))
+                elif status == ERROR:
+                    fut.set_exception(ClientError(payload.decode()))
+                else:
+                    fut.set_result((status, offset, payload))
+        except (asyncio.IncompleteReadError, OSError) as exc:
+            self._fail_all(OutcomeUnknown(f"connection lost: {exc!r}"))
+
+    def _call(self, op: int, key: str, value: bytes = b"") -> asyncio.Future[_Answer]:
+        if self._writer is None:
+            raise ClientError("not connected")
+        self._next_id = (self._next_id + 1) & 0xFFFFFFFF
+        rid = self._next_id
+        fut: asyncio.Future[_Answer] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        self._out.append(encode_request(rid, op, key, value))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+        return fut
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out, self._out = self._out, []
+        if self._writer is not None and out:
+            self._writer.write(b"".join(out))
+
+    async def put(self, key: str, value: bytes) -> int:
+        """PUT key=value once committed and applied; returns its log offset."""
+        _, offset, _ = await self._call(OP_PUT, key, value)
+        return offset
+
+    async def put_many(self, items: Iterable[tuple[str, bytes]]) -> list[int]:
+        """PUT every item (pipelined, one write); returns their offsets in order."""
+        futures = [self._call(OP_PUT, k, v) for k, v in items]
+        return [offset for _, offset, _ in await asyncio.gather(*futures)]
+
+    async def delete(self, key: str) -> bool:
+        """DELETE key; returns whether it existed."""
+        status, _, _ = await self._call(OP_DELETE, key)
+        return status == OK
+
+    async def get(self, key: str, stale: bool = False) -> bytes | None:
+        """Linearizable GET (a read barrier on the leader); `stale=True` reads the node's
+        local state without one."""
+        status, _, payload = await self._call(OP_GET_STALE if stale else OP_GET, key)
+        return None if status == NOT_FOUND else payload
+
+
+class QuorumClient:
+    """A client of a whole quorum: talks to the leader, follows NOT_LEADER answers.
+
+    `addresses` maps node id -> (host, client port) for every node.
+    """
+
+    def __init__(self, addresses: dict[int, tuple[str, int]]) -> None:
+        self.addresses = dict(addresses)
+        self._clients: dict[int, KraftClient] = {}
+        self.leader_id = next(iter(self.addresses))
+
+    async def _client(self, node_id: int) -> KraftClient:
+        c = self._clients.get(node_id)
+        if c is None or c._writer is None or c._writer.is_closing():
+            host, port = self.addresses[node_id]
+            c = await KraftClient(host, port).connect()
+            self._clients[node_id] = c
+        return c
+
+    async def put(self, key: str, value: bytes, attempts: int = 20) -> int:
+        """PUT on the leader, following redirects (bounded attempts, 5 ms apart when no
+        leader is known); an unknown outcome is raised, not retried."""
+        last: Exception = ClientError("no attempt made")
+        ids = list(self.addresses)
+        for i in range(attempts):
+            try:
+                return await (await self._client(self.leader_id)).put(key, value)
+            except NotLeader as exc:
+                last = exc
+                if exc.leader_id in self.addresses:
+                    self.leader_id = exc.leader_id
+                    continue
+            except OSError as exc:
+                last = exc
+                self._clients.pop(self.leader_id, None)
+            self.leader_id = ids[(ids.index(self.leader_id) + 1) % len(ids)]
+            await asyncio.sleep(0.005 * min(i + 1, 10))
+        raise last
+
+    async def close(self) -> None:
+        """Close every connection."""
+        for c in self._clients.values():
+            await c.close()
+        self._clients.clear()
+
+

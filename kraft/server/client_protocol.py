@@ -1,0 +1,186 @@
+"""The binary KV client protocol: length-prefixed frames, many requests in flight per connection.
+
+One HTTP request per write costs more CPU than the write itself. This protocol lets a client
+pipeline any number of operations on one TCP connection; the server hands them to the node as
+they arrive (so one `Append` batch carries many of them) and answers each once it is committed
+and applied, in completion order, tagged with the request id. Answers produced in the same
+event-loop turn leave in one socket write.
+
+Request frame:  u32 length | u32 id | u8 op | u16 key length | key (UTF-8) | value (the rest)
+Response frame: u32 length | u32 id | u8 status | i64 offset | i32 leader id | payload
+
+`length` counts the bytes after itself. Ops: PUT (1), GET (2, linearizable: read barrier),
+DELETE (3), GET_STALE (4, local state, no barrier). Statuses: OK (0), NOT_FOUND (1, GET of a
+missing key or DELETE of one), NOT_LEADER (2: `leader id` is the leader or -1, the payload its
+HTTP address if known), UNKNOWN_OUTCOME (3: the write may or may not have been applied),
+ERROR (4: payload is the message). `offset` is the record's log offset for writes, else -1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from typing import TYPE_CHECKING, cast
+
+from kraft.server.admin import NotLeaderError, OutcomeUnknownError
+from kraft.statemachine.kv import KVResult, encode_delete, encode_put
+
+if TYPE_CHECKING:
+    from kraft.server.node import KraftNode
+
+log = logging.getLogger("kraft.server.client_protocol")
+
+OP_PUT, OP_GET, OP_DELETE, OP_GET_STALE = 1, 2, 3, 4
+OK, NOT_FOUND, NOT_LEADER, UNKNOWN_OUTCOME, ERROR = 0, 1, 2, 3, 4
+REQUEST_HEAD = struct.Struct(">IBH")  # id, op, key length (after the u32 length)
+RESPONSE_HEAD = struct.Struct(">IIBqi")  # length, id, status, offset, leader id
+MAX_FRAME = 16 * 1024 * 1024
+
+
+def encode_request(request_id: int, op: int, key: str, value: bytes = b"") -> bytes:
+    """One request frame."""
+    k = key.encode()
+    return (struct.pack(">I", REQUEST_HEAD.size + len(k) + len(value))
+            + REQUEST_HEAD.pack(request_id, op, len(k)) + k + value)
+
+
+def encode_response(request_id: int, status: int, offset: int = -1, leader_id: int = -1,
+                    payload: bytes = b"") -> bytes:
+    """One response frame."""
+    return RESPONSE_HEAD.pack(RESPONSE_HEAD.size - 4 + len(payload), request_id, status, offset,
+                              leader_id) + payload
+
+
+class ClientProtocol(asyncio.Protocol):
+    """One client connection (see the module docstring)."""
+
+    def __init__(self, node: KraftNode, connections: set[ClientProtocol] | None = None) -> None:
+        self.node = node
+        self._connections = connections if connections is not None else set()
+        self.transport: asyncio.Transport | None = None
+        self._buf = bytearray()
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self._connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self._connections.discard(self)
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buf
+        buf += data
+        pos = 0
+        n = len(buf)
+        while n - pos >= 4:
+            length = int.from_bytes(buf[pos:pos + 4], "big")
+            if length > MAX_FRAME or length < REQUEST_HEAD.size:
+                log.warning("event=bad_client_frame length=%d", length)
+                if self.transport is not None:
+                    self.transport.close()
+                return
+            if n - pos - 4 < length:
+                break
+            start = pos + 4
+            request_id, op, klen = REQUEST_HEAD.unpack_from(buf, start)
+            kstart = start + REQUEST_HEAD.size
+            key = bytes(buf[kstart:kstart + klen]).decode()
+            value = bytes(buf[kstart + klen:start + length])
+            pos = start + length
+            self._handle(request_id, op, key, value)
+        del buf[:pos]
+
+    def _handle(self, request_id: int, op: int, key: str, value: bytes) -> None:
+        node = self.node
+        try:
+            if op == OP_PUT:
+                fut = node.submit(encode_put(key, value))
+            elif op == OP_DELETE:
+                fut = node.submit(encode_delete(key))
+            elif op == OP_GET:
+                fut = asyncio.ensure_future(node.kv_get(key))
+            elif op == OP_GET_STALE:
+                got = node.kv_get_stale(key)
+                self._reply(encode_response(request_id, OK if got is not None else NOT_FOUND,
+                                            payload=got or b""))
+                return
+            else:
+                self._reply(encode_response(request_id, ERROR, payload=f"unknown op {op}".encode()))
+                return
+        except NotLeaderError as exc:
+            self._reply(self._not_leader(request_id, exc))
+            return
+        fut.add_done_callback(lambda f: self._done(request_id, op, f))
+
+    def _not_leader(self, request_id: int, exc: NotLeaderError) -> bytes:
+        return encode_response(request_id, NOT_LEADER, leader_id=exc.leader_id,
+                               payload=(exc.leader_http or "").encode())
+
+    def _done(self, request_id: int, op: int, fut: asyncio.Future[object]) -> None:
+        if fut.cancelled():
+            self._reply(encode_response(request_id, UNKNOWN_OUTCOME))
+            return
+        exc = fut.exception()
+        if exc is not None:
+            if isinstance(exc, NotLeaderError):
+                self._reply(self._not_leader(request_id, exc))
+            elif isinstance(exc, OutcomeUnknownError | TimeoutError):
+                self._reply(encode_response(request_id, UNKNOWN_OUTCOME, payload=str(exc).encode()))
+            else:
+                self._reply(encode_response(request_id, ERROR, payload=str(exc).encode()))
+            return
+        result = fut.result()
+        if op == OP_GET:
+            got = result if isinstance(result, bytes) else None
+            self._reply(encode_response(request_id, OK if got is not None else NOT_FOUND,
+                                        payload=got or b""))
+            return
+        assert isinstance(result, tuple)
+        offset, outcome = result
+        status = OK
+        if op == OP_DELETE and isinstance(outcome, KVResult) and not outcome.ok:
+            status = NOT_FOUND
+        self._reply(encode_response(request_id, status, offset))
+
+    def _reply(self, frame: bytes) -> None:
+        self._out.append(frame)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out, self._out = self._out, []
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(out))
+
+
+class ClientServer:
+    """The listener of the binary client protocol."""
+
+    def __init__(self, node: KraftNode, host: str, port: int) -> None:
+        self.node = node
+        self.host = host
+        self.port = port
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[ClientProtocol] = set()
+
+    async def start(self) -> None:
+        """Start listening."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: ClientProtocol(self.node, self._connections), self.host,
+                                                self.port, reuse_address=True)
+        log.info("event=client_listener_started host=%s port=%d", self.host, self.port)
+
+    async def stop(self) -> None:
+        """Stop listening and close the connections."""
+        if self._server is not None:
+            self._server.close()
+            for conn in list(self._connections):
+                if conn.transport is not None:
+                    conn.transport.close()
+            await self._server.wait_closed()
