@@ -272,7 +272,7 @@ def render_markdown(res: dict[str, Any]) -> str:
           f"| kraft-quorum | {_f(((res.get('snapshot') or {}).get('params') or {}).get('state_bytes', 0) / 1e6, 0)} MB "
           f"(loaded at {_f((sn.get('load') or {}).get('mb_per_s'), 1)} MB/s) | {_f((sn.get('snapshot_installed_bytes') or 0) / 1e6, 0)} MB "
           f"| {_f(sn.get('snapshot_transfer_s'), 2)} s | {_f(sn.get('mb_per_s'), 1)} | {_f(sn.get('snapshot_install_s'), 2)} s "
-          f"| {_f(sn.get('time_to_caught_up_s'), 2)} s "
+          f"| {_caught(sn, res)} "
           f"| {'ok' if (sn.get('add_voter') or {}).get('ok') else (sn.get('add_voter') or {}).get('output', sn.get('error', '—'))} |"]
     ec = ((res.get("snapshot") or {}).get("systems") or {}).get("etcd") or {}
     if ec:
@@ -281,6 +281,16 @@ def render_markdown(res: dict[str, Any]) -> str:
                  f"| db {_f((j.get('learner_db_bytes') or 0) / 1e6, 0)} MB | — "
                  f"| {_f(ec.get('mb_per_s_whole_catch_up'), 1)} (whole catch-up) | — "
                  f"| {_f(ec.get('time_to_caught_up_s'), 2)} s | {j.get('error', ec.get('error', 'learner'))} |")
+    st = sn.get("new_node_status") or {}
+    if sn and sn.get("caught_up") is False:
+        L.append(f"\nThe new kraft-quorum node did not become ready: its /v1/status at the end was "
+                 f"role={st.get('role')} epoch={st.get('epoch')} leader={st.get('leader_id')} "
+                 f"voters={st.get('voters')} kraft_version={st.get('kraft_version')} "
+                 f"applied={st.get('applied_offset')} (leader high watermark "
+                 f"{st.get('leader_high_watermark')}). Last lines of its log:\n")
+        L.append("```")
+        L += [ln[:220] for ln in sn.get("new_node_log_tail") or []]
+        L.append("```")
     for n in (res.get("snapshot") or {}).get("notes", []):
         L.append(f"\n- {n}")
     disk = rs.get("disk") or {}
@@ -306,6 +316,15 @@ def render_markdown(res: dict[str, Any]) -> str:
             L.append(f"![{pth.stem}](img/{pth.name})")
     L += ["", END]
     return "\n".join(L)
+
+
+def _caught(sn: dict[str, Any], res: dict[str, Any]) -> str:
+    if sn.get("time_to_caught_up_s") is not None:
+        return f"{_f(sn.get('time_to_caught_up_s'), 2)} s"
+    if sn.get("caught_up") is False:
+        limit = (res.get("params") or {}).get("catchup_timeout_s")
+        return f"not ready within {_f(limit, 0)} s"
+    return "—"
 
 
 def write_markdown(res: dict[str, Any], md_path: Path) -> None:
