@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-COLORS = {"kraft-quorum": "#1f77b4", "kraft-quorum-linger0": "#17becf", "etcd": "#2ca02c", "pysyncobj": "#ff7f0e",
+COLORS = {"kraft-quorum": "#1f77b4", "kraft-quorum-http": "#17becf", "etcd": "#2ca02c", "pysyncobj": "#ff7f0e",
           "pysyncobj-nobatch": "#d62728"}
 
 

@@ -154,8 +154,73 @@ def driver_main() -> None:
             await asyncio.gather(*(worker() for _ in range(inflight)))
         return {"seconds": time.monotonic() - t0, "errors": errors[0]}
 
+    # ---------------------------------------------------------------- binary client
+    async def bin_clients(addr: list[Any], n: int) -> list[Any]:
+        from kraft.server.client import KraftClient
+
+        return [await KraftClient(addr[0], addr[1]).connect() for _ in range(n)]
+
+    async def bin_tput(addr: list[Any], inflight: int, duration: float, warmup: float) -> dict[str, Any]:
+        conns = await bin_clients(addr, min(8, inflight))
+        try:
+            async def op(i: int) -> None:
+                await conns[i % len(conns)].put(key_of(i), value)
+            r = await closed_loop(op, inflight, duration, warmup)
+        finally:
+            for c in conns:
+                await c.close()
+        r["connections"] = len(conns)
+        return r
+
+    async def bin_failover(addrs: dict[str, list[Any]], inflight: int, kill_at: float,
+                           max_s: float, req_timeout: float) -> dict[str, Any]:
+        from kraft.server.client import KraftClient, NotLeader
+
+        ids = list(addrs)
+        cur = [ids[0]]
+        conns: dict[str, Any] = {}
+
+        async def conn(nid: str) -> Any:
+            c = conns.get(nid)
+            if c is None or c._writer is None or c._writer.is_closing():
+                host, port = addrs[nid]
+                c = await KraftClient(host, port).connect(timeout_s=req_timeout)
+                conns[nid] = c
+            return c
+
+        async def op(i: int) -> None:
+            nid = cur[0]
+            try:
+                c = await conn(nid)
+                await asyncio.wait_for(c.put(key_of(i), value), req_timeout)
+            except NotLeader as exc:
+                if str(exc.leader_id) in addrs and exc.leader_id >= 0:
+                    cur[0] = str(exc.leader_id)
+                elif cur[0] == nid:
+                    cur[0] = ids[(ids.index(nid) + 1) % len(ids)]
+                raise
+            except Exception:
+                conns.pop(nid, None)
+                if cur[0] == nid:
+                    cur[0] = ids[(ids.index(nid) + 1) % len(ids)]
+                raise
+        try:
+            return await failover_loop(op, inflight, kill_at, max_s)
+        finally:
+            for c in conns.values():
+                with contextlib.suppress(Exception):
+                    await c.close()
+
     def handle(req: dict[str, Any]) -> dict[str, Any]:
         cmd = req["cmd"]
+        if cmd == "bin_tput":
+            return loop.run_until_complete(bin_tput(req["addr"], req["inflight"], req["duration"],
+                                                    req["warmup"]))
+        if cmd == "bin_seq":
+            return loop.run_until_complete(bin_tput(req["addr"], 1, req["duration"], req["warmup"]))
+        if cmd == "bin_failover":
+            return loop.run_until_complete(bin_failover(req["addrs"], req["inflight"], req["kill_at"],
+                                                        req["max_s"], req.get("req_timeout", FAILOVER_REQ_TIMEOUT_S)))
         if cmd == "tput":
             return loop.run_until_complete(tput(req["addr"], req["inflight"], req["duration"],
                                                 req["warmup"]))
@@ -360,7 +425,8 @@ class KraftCluster:
     name = "kraft-quorum"
 
     def __init__(self, workdir: Path, proxied: bool = False,
-                 properties: dict[str, str] | None = None, voters: int = 3) -> None:
+                 properties: dict[str, str] | None = None, voters: int = 3,
+                 client: str = "auto") -> None:
         from kraft.server.local import LocalCluster
 
         self.workdir = Path(workdir)
@@ -373,6 +439,8 @@ class KraftCluster:
         self.driver: DriverProcess | None = None
         self.proxy: DriverProcess | None = None
         self.version = self._version()
+        has_binary = hasattr(next(iter(self.lc.nodes.values())), "client_port")
+        self.client = ("binary" if has_binary else "http") if client == "auto" else client
 
     @staticmethod
     def _version() -> str:
@@ -392,7 +460,9 @@ class KraftCluster:
         return {"system": "kraft-quorum", "version": self.version,
                 "config": {"fsync": True, "quorum": "static via proxy" if self.proxied else
                            "dynamic (kraft.version 1)", **self.lc.properties,
-                           "client": "aiohttp HTTP/1.1 PUT /v1/kv/{key}, keep-alive, separate process"}}
+                           "client": "aiohttp HTTP/1.1 PUT /v1/kv/{key}, keep-alive, separate process"
+                           if self.client == "http" else "binary pipelined KV protocol "
+                           "(kraft.server.client.KraftClient), up to 8 connections, separate process"}}
 
     # ------------------------------------------------------------------ processes
 
@@ -511,9 +581,16 @@ class KraftCluster:
 
     # ------------------------------------------------------------------ workloads
 
+    def bin_addr(self, nid: int) -> list[Any]:
+        """[host, port] of a node's binary client listener."""
+        return list(self.lc.nodes[nid].client)
+
     def seq(self, duration: float, warmup: float) -> dict[str, Any]:
         """Sequential PUTs against the leader."""
         assert self.driver is not None
+        if self.client == "binary":
+            return self.driver.call({"cmd": "bin_seq", "addr": self.bin_addr(self.wait_leader()),
+                                     "duration": duration, "warmup": warmup}, duration + warmup + 60)
         return self.driver.call({"cmd": "seq", "addr": self.addr(self.wait_leader()),
                                  "duration": duration, "warmup": warmup}, duration + warmup + 60)
 
@@ -521,6 +598,10 @@ class KraftCluster:
         """Closed-loop PUTs against the leader."""
         assert self.driver is not None
         self.wait_caught_up()
+        if self.client == "binary":
+            return self.driver.call({"cmd": "bin_tput", "addr": self.bin_addr(self.wait_leader()),
+                                     "inflight": inflight, "duration": duration, "warmup": warmup},
+                                    duration + warmup + 60)
         return self.driver.call({"cmd": "tput", "addr": self.addr(self.wait_leader()),
                                  "inflight": inflight, "duration": duration, "warmup": warmup},
                                 duration + warmup + 60)
@@ -530,8 +611,13 @@ class KraftCluster:
         lid = self.wait_leader()
         addrs = [self.addr(lid)] + [self.addr(n) for n in self.lc.nodes if n != lid]
         kill_at = time.monotonic() + 1.0
-        self.driver.send({"cmd": "failover", "addrs": addrs, "inflight": inflight,
-                          "kill_at": kill_at, "max_s": max_s})
+        if self.client == "binary":
+            order = [lid] + [n for n in self.lc.nodes if n != lid]
+            self.driver.send({"cmd": "bin_failover", "inflight": inflight, "kill_at": kill_at,
+                              "max_s": max_s, "addrs": {str(n): self.bin_addr(n) for n in order}})
+        else:
+            self.driver.send({"cmd": "failover", "addrs": addrs, "inflight": inflight,
+                              "kill_at": kill_at, "max_s": max_s})
         time.sleep(max(0.0, kill_at - time.monotonic()))
         node = self.lc.nodes[lid]
         if fault == "kill":

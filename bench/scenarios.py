@@ -88,6 +88,7 @@ def systems() -> list[tuple[str, Callable[[], Any]]]:
     return [
         ("kraft-quorum", lambda: KraftCluster(WORK / "kraft")),
         ("etcd", lambda: EtcdCluster(WORK / "etcd")),
+        ("kraft-quorum-http", lambda: KraftCluster(WORK / "kraft-http", client="http")),
         ("pysyncobj", lambda: PySyncObjCluster(WORK / "pysyncobj", batch=True)),
         ("pysyncobj-nobatch", lambda: PySyncObjCluster(WORK / "pysyncobj-nobatch", batch=False)),
     ]
@@ -156,7 +157,7 @@ def throughput_and_latency(p: Params) -> tuple[dict[str, Any], dict[str, Any]]:
                 info = s.info()
                 lat["systems"][name] = dict(info, **measured(s, lambda: s.seq(p.duration, p.warmup)))
                 sweep: dict[str, Any] = {}
-                points = p.sweep if name != "kraft-quorum-linger0" else p.sweep[:3]
+                points = p.sweep if name != "kraft-quorum-http" else p.sweep[:3]
                 for n in points:
                     sweep[str(n)] = measured(s, lambda n=n: s.tput(n, p.duration, p.warmup))
                     r = sweep[str(n)]
@@ -200,7 +201,7 @@ def failover(p: Params) -> dict[str, Any]:
                   "address per member, so a proxy cannot cut both directions of one member "
                   "without packet filtering (not used on this shared machine)."]}
     for name, make in systems():
-        if name in ("pysyncobj-nobatch", "kraft-quorum-linger0"):
+        if name in ("pysyncobj-nobatch", "kraft-quorum-http"):
             continue
         print(f"-- failover: {name}", flush=True)
 
@@ -330,7 +331,7 @@ def kip1166(p: Params) -> dict[str, Any]:
         return res
     out["systems"]["kraft-quorum"].update(_safe(proxied, "kip1166 proxied"))
     for name, make in systems():
-        if name in ("kraft-quorum", "pysyncobj", "kraft-quorum-linger0"):
+        if name in ("kraft-quorum", "pysyncobj", "kraft-quorum-http"):
             continue
 
         def peer(make: Callable[[], Any] = make) -> dict[str, Any]:
