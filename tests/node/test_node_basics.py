@@ -227,6 +227,9 @@ def test_readiness_and_metrics(quorum: LocalCluster) -> None:
     for nid in quorum.nodes:
         r = http_call(quorum.nodes[nid].http, "GET", "/readyz")
         assert r.status == 200, (nid, r.body)
+    # the commit latency histogram counts client writes: make one (the test must not depend
+    # on another test of this module having written before it)
+    assert quorum.put("metrics-probe", b"1").status == 200
     leader = quorum.nodes[quorum.wait_for_leader()]
     text = http_call(leader.http, "GET", "/metrics").body.decode()
     metrics = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
