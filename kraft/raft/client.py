@@ -1290,6 +1290,18 @@ class RaftCore:
             return ErrorCode.REQUEST_TIMED_OUT, "the latest voters record is not committed yet"
         return None
 
+    def _voter_change_refusal(self) -> tuple[ErrorCode, str] | None:
+        """Why an AddRaftVoter/RemoveRaftVoter cannot start now (None when it can)."""
+        s = self.state
+        if not isinstance(s, LeaderState) or self._shutting_down:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, "not the leader"
+        pre = self._change_precondition_error(s)
+        if pre is not None:
+            return pre
+        if self.kraft_version < 1:
+            return ErrorCode.UNSUPPORTED_VERSION, "kraft.version 0 does not support voter changes"
+        return None
+
     def _reply_change(self, pc: PendingChange, err: ErrorCode, message: str | None) -> None:
         response: Response
         if pc.kind is ChangeKind.UPGRADE:
@@ -1308,16 +1320,11 @@ class RaftCore:
         def fail(err: ErrorCode, msg: str) -> None:
             self._respond(src, corr, VoterChangeResponse(err, msg))
 
-        if not isinstance(s, LeaderState) or self._shutting_down:
-            fail(ErrorCode.NOT_LEADER_OR_FOLLOWER, "not the leader")
+        refused = self._voter_change_refusal()
+        if refused is not None:
+            fail(*refused)
             return
-        pre = self._change_precondition_error(s)
-        if pre is not None:
-            fail(*pre)
-            return
-        if self.kraft_version < 1:
-            fail(ErrorCode.UNSUPPORTED_VERSION, "kraft.version 0 does not support voter changes")
-            return
+        assert isinstance(s, LeaderState)
         if req.voter_id < 0 or req.voter_directory_id is None or req.voter_directory_id.is_zero():
             fail(ErrorCode.INVALID_REQUEST, "the new voter needs an id and a directory id")
             return
@@ -1378,16 +1385,11 @@ class RaftCore:
         def fail(err: ErrorCode, msg: str) -> None:
             self._respond(src, corr, VoterChangeResponse(err, msg))
 
-        if not isinstance(s, LeaderState) or self._shutting_down:
-            fail(ErrorCode.NOT_LEADER_OR_FOLLOWER, "not the leader")
+        refused = self._voter_change_refusal()
+        if refused is not None:
+            fail(*refused)
             return
-        pre = self._change_precondition_error(s)
-        if pre is not None:
-            fail(*pre)
-            return
-        if self.kraft_version < 1:
-            fail(ErrorCode.UNSUPPORTED_VERSION, "kraft.version 0 does not support voter changes")
-            return
+        assert isinstance(s, LeaderState)
         if req.voter_directory_id is None or req.voter_directory_id.is_zero():
             fail(ErrorCode.INVALID_REQUEST, "a directory id is required")
             return
