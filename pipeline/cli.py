@@ -29,13 +29,13 @@ def _run_audit(args: argparse.Namespace) -> int:
 
 
 def _configure_export(p: argparse.ArgumentParser) -> None:
-    from kraft_pipeline.bundle import add_arguments
+    from kraft.storage.export import add_arguments
 
     add_arguments(p)
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    from kraft_pipeline.bundle import run_from_args
+    from kraft.storage.export import run_from_args
 
     return run_from_args(args)
 

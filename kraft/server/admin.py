@@ -12,6 +12,7 @@ Routes:
 | `PUT /v1/kv/{key}` | body = value bytes; 200 `{"offset": N}` once committed and applied |
 | `GET /v1/kv/{key}` | 200 with the value bytes, 404 when absent (linearizable) |
 | `DELETE /v1/kv/{key}` | 200 `{"existed": bool}` |
+| `GET /v1/export` | a consistent tar bundle of this replica's segments and snapshots (`kraft export`), streamed |
 | `POST /v1/kv/{key}/cas` | JSON `{"expected": b64|null, "value": b64|null}` → `{"swapped": bool, "previous": b64|null}` |
 
 KV calls on a node that is not the leader answer `307` with the leader's admin address in
@@ -25,15 +26,18 @@ stale reads.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
 import logging
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol, cast
 
 from aiohttp import web
 
 from kraft.statemachine.kv import MAX_KEY_BYTES, MAX_VALUE_BYTES
+from kraft.storage.export import ExportError, export_bundle
 
 log = logging.getLogger("kraft.server.admin")
 
@@ -113,10 +117,12 @@ def _unb64(value: Any, field: str) -> bytes | None:
 class AdminServer:
     """Serves the routes in the module docstring for one node."""
 
-    def __init__(self, node: NodeAPI, host: str, port: int) -> None:
+    def __init__(self, node: NodeAPI, host: str, port: int,
+                 metadata_dir: Path | None = None) -> None:
         self.node = node
         self.host = host
         self.port = port
+        self.metadata_dir = metadata_dir
         self.app = web.Application(client_max_size=MAX_VALUE_BYTES + 1024)
         self.app.add_routes(
             [
@@ -125,6 +131,7 @@ class AdminServer:
                 web.get("/metrics", self.metrics),
                 web.get("/v1/status", self.status),
                 web.get("/v1/quorum", self.quorum),
+                web.get("/v1/export", self.export),
                 web.put("/v1/kv/{key}", self.kv_put),
                 web.get("/v1/kv/{key}", self.kv_get),
                 web.delete("/v1/kv/{key}", self.kv_delete),
@@ -171,6 +178,45 @@ class AdminServer:
     async def status(self, request: web.Request) -> web.Response:
         """This node's status."""
         return _json(200, self.node.status())
+
+    async def export(self, request: web.Request) -> web.StreamResponse:
+        """Stream a consistent tar bundle of this replica (see `kraft.storage.export`).
+
+        The tar is produced by a worker thread and written to the response as it is made, so
+        a large log never sits in memory. A failure after the first byte aborts the
+        connection, so a client never mistakes a cut-off bundle for a whole one.
+        """
+        if self.metadata_dir is None:
+            return _json(404, {"error": "this node has no metadata directory to export"})
+        resp = web.StreamResponse(headers={
+            "Content-Type": "application/x-tar",
+            "Content-Disposition": f'attachment; filename="{self.metadata_dir.name}.tar"',
+        })
+        await resp.prepare(request)
+        loop = asyncio.get_running_loop()
+
+        class _ResponseSink:
+            """A write-only binary stream whose bytes go to the HTTP response."""
+
+            def write(self, data: bytes) -> int:
+                asyncio.run_coroutine_threadsafe(resp.write(bytes(data)), loop).result()
+                return len(data)
+
+            def flush(self) -> None:
+                """Nothing is buffered here."""
+
+        try:
+            manifest = await asyncio.to_thread(
+                export_bundle, self.metadata_dir, cast(BinaryIO, _ResponseSink()))
+        except (ExportError, OSError, ConnectionError) as exc:
+            log.warning("event=export_failed dir=%s error=%r", self.metadata_dir, str(exc))
+            if request.transport is not None:
+                request.transport.close()
+            return resp
+        log.info("event=exported dir=%s log_start=%d log_end=%d files=%d", self.metadata_dir,
+                 manifest.log_start_offset, manifest.log_end_offset, len(manifest.files))
+        await resp.write_eof()
+        return resp
 
     async def quorum(self, request: web.Request) -> web.Response:
         """DescribeQuorum as JSON."""

@@ -259,7 +259,8 @@ class KraftNode:
         self.listener = FrameListener(bound.host, bound.port, self._on_frame, name=bound.name)
         await self.listener.start()
         if cfg.http_listener is not None:
-            self.admin = AdminServer(self, cfg.http_listener.host, cfg.http_listener.port)
+            self.admin = AdminServer(self, cfg.http_listener.host, cfg.http_listener.port,
+                                     metadata_dir=Path(cfg.metadata_dir))
             await self.admin.start()
         if cfg.client_listener is not None:
             self.client_server = ClientServer(self, cfg.client_listener.host,

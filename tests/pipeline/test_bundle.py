@@ -9,11 +9,11 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from kraft_pipeline.bundle import ExportError, export_bundle, main
 from kraft_pipeline.layout import discover_replicas
 from kraft_pipeline.synthetic import History, write_replica
 
 from kraft.records.batch import build_batch, iter_batches
+from kraft.storage.export import ExportError, export_bundle, main
 from kraft.storage.layout import partition_dir
 
 

@@ -1,7 +1,7 @@
 """Export a consistent bundle of one replica's metadata log and snapshots, for `kraft audit`.
 
     kraft export --dir METADATA_DIR --output BUNDLE.tar
-    python -m kraft_pipeline.bundle --dir METADATA_DIR --output BUNDLE.tar
+    curl -o BUNDLE.tar http://ADMIN_HOST:PORT/v1/export      (from a running node)
 
 The replica may be running while this runs. Consistency comes from three rules:
 
@@ -272,7 +272,7 @@ def run_from_args(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m kraft_pipeline.bundle --dir METADATA_DIR --output BUNDLE.tar`."""
+    """`python -m kraft.storage.export --dir METADATA_DIR --output BUNDLE.tar`."""
     p = argparse.ArgumentParser(prog="kraft export",
                                 description="Export a consistent bundle of a replica's "
                                             "log segments and snapshots for `kraft audit`.")
