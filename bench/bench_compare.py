@@ -93,7 +93,7 @@ def _busy_summary(res: dict[str, Any]) -> dict[str, Any]:
 
 
 def freeze_kraft_source(dest: Path) -> dict[str, Any]:
-    """Export HEAD's `kraft/` to `dest` and point the node processes at it (BENCH_KRAFT_SRC),
+    """Export HEAD's `kraft/` and `pipeline/` to `dest` and point the node processes at it (BENCH_KRAFT_SRC),
     so a run measures one committed version even while the working tree changes.
     `BENCH_KRAFT_SRC=worktree` keeps the working tree instead."""
     if os.environ.get("BENCH_KRAFT_SRC") == "worktree":
@@ -105,12 +105,13 @@ def freeze_kraft_source(dest: Path) -> dict[str, Any]:
     dest.mkdir(parents=True)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True, timeout=20).stdout.strip()
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD", "kraft"],
+    # pipeline/ too: the kraft CLI loads its subcommands as a plugin, so it must match kraft/
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD", "kraft", "pipeline"],
                              capture_output=True, timeout=60, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True, timeout=60)
     os.environ["BENCH_KRAFT_SRC"] = str(dest)
     os.environ["BENCH_KRAFT_COMMIT"] = commit
-    return {"source": f"git archive of HEAD {commit} (kraft/)", "commit": commit}
+    return {"source": f"git archive of HEAD {commit} (kraft/, pipeline/)", "commit": commit}
 
 
 def run() -> dict[str, Any]:
