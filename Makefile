@@ -9,7 +9,7 @@ WORKERS ?= 2
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run test bench soak lint venv clean
+.PHONY: run test bench bench-quick soak lint venv clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,8 +29,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check kraft operator pipeline tests bench
 	$(BIN)/mypy kraft
 
+# The peers (etcd from Debian, PySyncObj in .venv-peers/) are installed by the harness itself.
 bench: $(STAMP)
+	bash bench/setup_peers.sh
 	$(BIN)/python -m bench
+
+bench-quick: $(STAMP)
+	bash bench/setup_peers.sh
+	$(BIN)/python -m bench compare --quick
 
 soak: $(STAMP)
 	$(BIN)/python -m kraft.sim --soak
