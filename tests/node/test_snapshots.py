@@ -61,3 +61,33 @@ def test_follower_behind_log_start_catches_up_through_fetch_snapshot(
     metrics = http_call(cluster.nodes[lagger].http, "GET", "/metrics").body.decode()
     assert "kraft_snapshot_load_seconds_count 1" in metrics or \
         "kraft_snapshot_load_seconds_count 2" in metrics
+
+
+def test_new_observer_joins_from_a_snapshot_only_then_becomes_a_voter(
+    clusters: Callable[..., LocalCluster],
+) -> None:
+    # A brand-new node (empty disk, no initial controllers) whose only way to catch up is the
+    # leader's snapshot: it must learn the voters set and kraft.version from the snapshot,
+    # follow the leader, become ready and be addable as a voter.
+    cluster = clusters(3, observers=1,
+                       properties={"metadata.log.max.record.bytes.between.snapshots": "4096"})
+    for nid in (1, 2, 3):
+        cluster.format(nid)
+        cluster.start(nid)
+    leader = cluster.wait_for_leader(60)
+    for i in range(300):
+        assert cluster.put(f"k-{i:04d}", f"value-{i}-".encode() * 8).status == 200
+    deadline = time.monotonic() + 30
+    st = cluster.status(leader)
+    while time.monotonic() < deadline and not (st and st["log_start_offset"] > 50):
+        time.sleep(0.1)
+        st = cluster.status(leader)
+    assert st is not None and st["log_start_offset"] > 50, st
+    cluster.format(4, join_later=True)
+    cluster.start(4)
+    cluster.wait_ready(4, 60)
+    st4 = cluster.status(4)
+    assert st4 is not None and st4["role"] == "follower" and st4["kraft_version"] == 1, st4
+    assert "event=snapshot_installed" in cluster.nodes[4].log_path.read_text()
+    r = http_call(cluster.nodes[4].http, "GET", "/v1/kv/k-0150?stale=true")
+    assert (r.status, r.body) == (200, b"value-150-" * 8)
