@@ -284,12 +284,21 @@ class RaftCore:
         """The earliest time at which a `Tick` has work to do (None: no timer armed)."""
         times: list[int] = [f.deadline for f in self._inflight.values()]
         s = self.state
+        # `_poll` sends nothing while the runtime replaces the log with a snapshot: arming its
+        # timers then would ask for a Tick "now" again and again (a busy loop for as long as
+        # the install takes). SnapshotInstalled/SnapshotInstallFailed wake the poll instead.
+        polling = self._installing is None
         if isinstance(s, UnattachedState):
             if s.election_deadline is not None:
                 times.append(s.election_deadline)
             elif self._is_voter():
                 times.append(self._now)
-            if not self._is_voter() and self.config.bootstrap_servers and self._fetch_corr is None:
+            if (
+                polling
+                and not self._is_voter()
+                and self.config.bootstrap_servers
+                and self._fetch_corr is None
+            ):
                 times.append(max(self._now, self._fetch_backoff_until))
         elif isinstance(s, ProspectiveState | ResignedState):
             times.append(s.election_deadline)
@@ -299,9 +308,9 @@ class RaftCore:
             times.append(s.fetch_deadline)
             if s.leader_gone_at is not None:
                 times.append(s.leader_gone_at)
-            if self._fetch_corr is None and self._fetch_backoff_until > self._now:
+            if polling and self._fetch_corr is None and self._fetch_backoff_until > self._now:
                 times.append(self._fetch_backoff_until)
-            if self._admin_corr is None and self._wants_admin(s):
+            if polling and self._admin_corr is None and self._wants_admin(s):
                 times.append(max(self._now, s.next_admin_at))
         elif isinstance(s, LeaderState):
             times.append(s.check_quorum_deadline)

@@ -14,7 +14,7 @@ from kraft.raft.effects import (
     SendFetchSnapshotResponse,
     WriteSnapshotChunk,
 )
-from kraft.raft.events import Append, SnapshotCreated, SnapshotInstalled, SnapshotRequested
+from kraft.raft.events import Append, SnapshotCreated, SnapshotInstalled, SnapshotRequested, Tick
 from kraft.raft.messages import (
     FetchRequest,
     FetchSnapshotRequest,
@@ -235,3 +235,28 @@ def test_kip630_one_snapshot_at_a_time() -> None:
     h.fetch_from(2, h.log_end, h.epoch, max_wait_ms=0)
     h.handle(SnapshotRequested())
     assert len(h.of_type(CreateSnapshot)) == 1
+
+
+def test_kip630_observer_waiting_for_an_install_arms_no_busy_timer() -> None:
+    # An observer finishes a download, then loses its leader (fetch timeout) while the runtime
+    # is still installing the snapshot: it must not ask for a Tick "now" over and over (a
+    # busy loop for as long as the install takes); discovery resumes once the install is done.
+    h = CoreHarness.follower(node_id=7, leader_id=3, epoch=4)
+    h.advance(1)
+    h.fetch_response(h.sent(FetchRequest)[-1], snapshot_id=SNAP, high_watermark=25)
+    h.advance(1)
+    h.respond(h.sent(FetchSnapshotRequest)[-1],
+              FetchSnapshotResponse(ErrorCode.NONE, 3, 4, SNAP, 100, 0, b"x" * 100))
+    assert h.of_type(InstallSnapshot)
+    h.advance(5000)
+    assert h.role is Role.UNATTACHED
+    deadline = h.core.next_deadline()
+    if deadline is not None:  # a Tick at the deadline must move it on, not leave it at "now"
+        h.now = max(h.now, deadline)
+        h.handle(Tick())
+        after = h.core.next_deadline()
+        assert after is None or after > deadline
+    n = len(h.sent(FetchRequest))
+    h.handle(SnapshotInstalled(SNAP, 100, voter_set((1, 2, 3)), 1))
+    h.advance(200)
+    assert len(h.sent(FetchRequest)) > n and h.sent(FetchRequest)[-1].destination < 0
