@@ -161,8 +161,12 @@ class CoreHarness:
                 break
             self.now = max(self.now, d)
             out.extend(self.handle(Tick()))
-            if d <= self.now and self.core.next_deadline() == d:
-                self.now += 1
+            if self.core.next_deadline() == d:
+                # The real runtime would Tick again at once, forever: a busy loop.
+                raise AssertionError(
+                    f"busy timer: a Tick at {d} left the next deadline at {d} "
+                    f"(role={self.core.role.name}, epoch={self.core.epoch})"
+                )
         self.now = target
         out.extend(self.handle(Tick()))
         return out
