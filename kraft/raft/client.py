@@ -476,6 +476,10 @@ class RaftCore:
         if result is VoteResult.WON:
             self._to_candidate()
             return
+        self._request_votes(voters, new.epoch, pre_vote=True)
+
+    def _request_votes(self, voters: VoterSet, epoch: int, *, pre_vote: bool) -> None:
+        """Ask every other voter for a (pre-)vote in `epoch` with this replica's log end."""
         last = self.log.end_position()
         for v in voters.voters:
             if v.id == self.key.id:
@@ -484,14 +488,14 @@ class RaftCore:
                 v.id,
                 v.endpoints,
                 VoteRequest(
-                    replica_epoch=new.epoch,
+                    replica_epoch=epoch,
                     replica_id=self.key.id,
                     replica_directory_id=self.key.directory_id,
                     voter_id=v.id,
                     voter_directory_id=v.key.directory_id,
                     last_offset_epoch=last.epoch,
                     last_offset=last.offset,
-                    pre_vote=True,
+                    pre_vote=pre_vote,
                 ),
             )
 
@@ -511,24 +515,7 @@ class RaftCore:
         if vote_result(voters.ids(), new.granted, new.rejected) is VoteResult.WON:
             self._to_leader()
             return
-        last = self.log.end_position()
-        for v in voters.voters:
-            if v.id == self.key.id:
-                continue
-            self._send(
-                v.id,
-                v.endpoints,
-                VoteRequest(
-                    replica_epoch=epoch,
-                    replica_id=self.key.id,
-                    replica_directory_id=self.key.directory_id,
-                    voter_id=v.id,
-                    voter_directory_id=v.key.directory_id,
-                    last_offset_epoch=last.epoch,
-                    last_offset=last.offset,
-                    pre_vote=False,
-                ),
-            )
+        self._request_votes(voters, epoch, pre_vote=False)
 
     def _candidate_backoff(self, s: CandidateState) -> None:
         self._election_retries += 1
