@@ -23,6 +23,7 @@ import signal
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,25 +67,25 @@ def _new_leader_after(cluster: LocalCluster, old: int, old_epoch: int, timeout: 
     raise TimeoutError("no new leader")
 
 
-def bench_elections(base: Path, trials: int = ELECTION_TRIALS,
-                    properties: dict[str, str] | None = None) -> dict[str, Any]:
-    """Kill -9 the leader `trials` times; returns election-time percentiles in ms."""
+def _kill_leader_trials(base: Path, trials: int, properties: dict[str, str] | None,
+                       measure: Callable[[LocalCluster, int, int], float],
+                       settle_s: float = 0.0) -> dict[str, Any]:
+    """Kill -9 the leader of a ready 3-voter quorum `trials` times; `measure(cluster, killed,
+    old_epoch)` returns the seconds until the quorum recovered by its own definition."""
     props = TIMEOUTS if properties is None else properties
     cluster = LocalCluster(base, voters=3, properties=props)
     times: list[float] = []
     try:
         cluster.start_all()
-        for nid in cluster.nodes:
-            cluster.wait_ready(nid, 60)
         for _ in range(trials):
             leader = cluster.wait_for_leader(60)
-            st = cluster.status(leader)
-            assert st is not None
             for nid in cluster.nodes:
                 cluster.wait_ready(nid, 60)
+            st = cluster.status(leader)
+            assert st is not None
+            time.sleep(settle_s)
             cluster.kill(leader, signal.SIGKILL)
-            elapsed = _new_leader_after(cluster, leader, st["epoch"], 60)
-            times.append(elapsed * 1000)
+            times.append(measure(cluster, leader, st["epoch"]) * 1000)
             cluster.start(leader)
             cluster.wait_ready(leader, 60)
     finally:
@@ -99,6 +100,14 @@ def bench_elections(base: Path, trials: int = ELECTION_TRIALS,
         "max_ms": round(max(times), 1),
         "mean_ms": round(statistics.fmean(times), 1),
     }
+
+
+def bench_elections(base: Path, trials: int = ELECTION_TRIALS,
+                    properties: dict[str, str] | None = None) -> dict[str, Any]:
+    """Kill -9 the leader `trials` times; returns election-time percentiles in ms."""
+    return _kill_leader_trials(
+        base, trials, properties,
+        lambda cluster, killed, epoch: _new_leader_after(cluster, killed, epoch, 60))
 
 
 async def _writers(address: str, seconds: float, clients: int) -> tuple[list[float], int]:
@@ -234,35 +243,11 @@ async def _write_again(cluster: LocalCluster, survivors: list[int], timeout: flo
 def bench_failover(base: Path, trials: int = FAILOVER_TRIALS,
                    properties: dict[str, str] | None = None) -> dict[str, Any]:
     """Kill -9 the leader `trials` times; time until a write commits again, in ms."""
-    props = TIMEOUTS if properties is None else properties
-    cluster = LocalCluster(base, voters=3, properties=props)
-    times: list[float] = []
-    try:
-        cluster.start_all()
-        for nid in cluster.nodes:
-            cluster.wait_ready(nid, 60)
-        for _ in range(trials):
-            leader = cluster.wait_for_leader(60)
-            for nid in cluster.nodes:
-                cluster.wait_ready(nid, 60)
-            time.sleep(0.2)
-            cluster.kill(leader, signal.SIGKILL)
-            survivors = [n for n in cluster.nodes if n != leader]
-            times.append(asyncio.run(_write_again(cluster, survivors, 60)) * 1000)
-            cluster.start(leader)
-            cluster.wait_ready(leader, 60)
-    finally:
-        cluster.stop_all()
-    return {
-        "election_timeout_ms": int(props.get("controller.quorum.election.timeout.ms", 1000)),
-        "fetch_timeout_ms": int(props.get("controller.quorum.fetch.timeout.ms", 2000)),
-        "trials": len(times),
-        "p50_ms": round(_pct(times, 0.5), 1),
-        "p99_ms": round(_pct(times, 0.99), 1),
-        "min_ms": round(min(times), 1),
-        "max_ms": round(max(times), 1),
-        "mean_ms": round(statistics.fmean(times), 1),
-    }
+    return _kill_leader_trials(
+        base, trials, properties,
+        lambda cluster, killed, _epoch: asyncio.run(
+            _write_again(cluster, [n for n in cluster.nodes if n != killed], 60)),
+        settle_s=0.2)
 
 
 def run() -> dict[str, Any]:
