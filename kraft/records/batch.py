@@ -427,7 +427,19 @@ class RecordBatch:
         )
 
     def values(self) -> list[bytes | None]:
-        """The values of all records, in order (the common read path of data batches)."""
+        """The values of all records, in order (the common read path of data batches).
+
+        Records of the shape KRaft writes (null key, no headers, lengths and deltas of one or
+        two varint bytes) are sliced out directly, without a `Record` per record; a batch
+        holding anything else, or anything malformed, goes through `records()`, which reads
+        every shape and raises the same CorruptRecordError it always does.
+        """
+        codec = self.attributes & COMPRESSION_MASK
+        if codec == Compression.NONE:
+            body = bytes(self.raw[BATCH_HEADER_SIZE:])
+            fast = _plain_values(body, self.records_count)
+            if fast is not None:
+                return fast  # type: ignore[return-value]
         return [r.value for r in self.records()]
 
     def header(self) -> BatchHeader:
@@ -455,6 +467,65 @@ class RecordBatch:
             f"epoch={self.partition_leader_epoch}, records={self.records_count}, "
             f"control={self.is_control}, size={self.size_in_bytes}, position={self.position})"
         )
+
+
+def _plain_values(data: bytes, count: int) -> list[bytes] | None:
+    """The values of `count` plain records filling exactly `data`, or None when any record is
+    not plain (non-null key, headers, null value, long varints) or anything does not add up:
+    the caller then takes the general path, which also names what is wrong."""
+    n = len(data)
+    pos = 0
+    out: list[bytes] = []
+    append = out.append
+    try:
+        for _ in range(count):
+            b = data[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                b2 = data[pos + 1]
+                if b2 >= 0x80:
+                    return None
+                raw = (b & 0x7F) | (b2 << 7)
+                length = (raw >> 1) ^ -(raw & 1)
+                pos += 2
+            rec_end = pos + length
+            # attributes (any), timestamp delta (one byte), offset delta, key -1
+            if length < 6 or rec_end > n or data[pos + 1] >= 0x80:
+                return None
+            p = pos + 2
+            b = data[p]
+            if b < 0x80:
+                if b & 1:
+                    return None  # negative offset delta
+                p += 1
+            else:
+                b2 = data[p + 1]
+                if b2 >= 0x80 or b & 1:
+                    return None
+                p += 2
+            if data[p] != 1:
+                return None  # a key
+            b = data[p + 1]
+            if b < 0x80:
+                vlen = (b >> 1) ^ -(b & 1)
+                p += 2
+            else:
+                b2 = data[p + 2]
+                if b2 >= 0x80:
+                    return None
+                raw = (b & 0x7F) | (b2 << 7)
+                vlen = (raw >> 1) ^ -(raw & 1)
+                p += 3
+            vend = p + vlen
+            if vlen < 0 or vend + 1 != rec_end or data[vend] != 0:
+                return None  # a null value, headers, or lengths that disagree
+            append(data[p:vend])
+            pos = rec_end
+    except IndexError:
+        return None
+    return out if pos == n else None
 
 
 def _slot_setter(name: str) -> Callable[[Record, object], None]:

@@ -103,3 +103,32 @@ def test_chunk_values_respects_the_byte_budget_and_keeps_order() -> None:
     assert [len(c) for c in chunks] == [2, 2, 2, 1]
     assert [v for c in chunks for v in c] == values
     assert list(chunk_values([b"x" * 100], 10)) == [[b"x" * 100]]
+
+
+def _reference_apply(store: KVStore, values: list[bytes]) -> list[object]:
+    """Every command through the general decoder, one by one (the inline PUT path's oracle)."""
+    return [store._apply_one(v) for v in values]
+
+
+def _damaged(raw: bytes, cut: int | None, flip: int | None) -> bytes:
+    out = bytearray(raw if cut is None else raw[:cut])
+    if flip is not None and flip < len(out):
+        out[flip] ^= 0xFF
+    return bytes(out)
+
+
+_put_like = st.builds(
+    lambda key, value, cut, flip: _damaged(encode_put(key, value), cut, flip),
+    st.text(max_size=10), st.binary(max_size=20), st.none() | st.integers(0, 40),
+    st.none() | st.integers(0, 40),
+)
+
+
+@given(st.lists(_put_like | st.binary(max_size=40), max_size=40))
+def test_inline_put_path_matches_the_general_decoder(values: list[bytes]) -> None:
+    fast, slow = KVStore(), KVStore()
+    got = fast.apply(CommittedBatch(0, 1, tuple(values)))
+    want = _reference_apply(slow, values)
+    assert got == want
+    assert fast.items() == slow.items()
+    assert fast.applied_offset == len(values)
