@@ -15,9 +15,9 @@ it given every node's client address.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
+from typing import cast
 
 from kraft.server.client_protocol import (
     ERROR,
@@ -54,26 +54,97 @@ class OutcomeUnknown(ClientError):
 _Answer = tuple[int, int, bytes]  # status, offset, payload
 
 
+Callback = Callable[[int, int, bytes], None]
+"""`callback(status, offset, payload)` of `KraftClient.send`."""
+
+
+class _ClientProtocol(asyncio.Protocol):
+    """Frames in, answers matched to requests by id (the read side of a `KraftClient`)."""
+
+    def __init__(self, client: KraftClient) -> None:
+        self.client = client
+        self.transport: asyncio.Transport | None = None
+        self._buf = bytearray()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.client._lost(OutcomeUnknown(f"connection lost: {exc!r}" if exc else "connection closed"))
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buf
+        if buf:
+            buf += data
+            view: bytes | bytearray = buf
+        else:
+            view = data
+        pos = 0
+        n = len(view)
+        size = RESPONSE_HEAD.size
+        unpack = RESPONSE_HEAD.unpack_from
+        pending = self.client._pending
+        while n - pos >= size:
+            length, rid, status, offset, leader = unpack(view, pos)
+            end = pos + 4 + length
+            if end > n:
+                break
+            payload = bytes(view[pos + size:end]) if end > pos + size else b""
+            pos = end
+            waiter = pending.pop(rid, None)
+            if waiter is None:
+                continue
+            if isinstance(waiter, asyncio.Future):
+                if not waiter.done():
+                    _settle(waiter, status, offset, leader, payload)
+            else:
+                waiter(status, offset if status != NOT_LEADER else leader, payload)
+        if view is buf:
+            del buf[:pos]
+        elif pos < n:
+            buf += view[pos:]
+
+
+def _settle(fut: asyncio.Future[_Answer], status: int, offset: int, leader: int,
+            payload: bytes) -> None:
+    if status == NOT_LEADER:
+        fut.set_exception(NotLeader(leader, payload.decode()))
+    elif status == UNKNOWN_OUTCOME:
+        fut.set_exception(OutcomeUnknown(payload.decode() or "outcome unknown"))
+    elif status == ERROR:
+        fut.set_exception(ClientError(payload.decode()))
+    else:
+        fut.set_result((status, offset, payload))
+
+
 class KraftClient:
     """One pipelined connection to one node (see the module docstring)."""
 
     def __init__(self, host: str, port: int) -> None:
         self.host = host
         self.port = port
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._pending: dict[int, asyncio.Future[_Answer]] = {}
+        self._protocol: _ClientProtocol | None = None
+        self._transport: asyncio.Transport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: dict[int, asyncio.Future[_Answer] | Callback] = {}
         self._next_id = 0
         self._out: list[bytes] = []
         self._flush_scheduled = False
-        self._read_task: asyncio.Task[None] | None = None
 
     async def connect(self, timeout_s: float = 5.0) -> KraftClient:
         """Open the connection."""
-        self._reader, self._writer = await asyncio.wait_for(
-            asyncio.open_connection(self.host, self.port), timeout_s)
-        self._read_task = asyncio.ensure_future(self._read_loop())
+        loop = self._loop = asyncio.get_running_loop()
+        transport, protocol = await asyncio.wait_for(
+            loop.create_connection(lambda: _ClientProtocol(self), self.host, self.port), timeout_s)
+        self._transport = transport
+        self._protocol = protocol
         return self
+
+    @property
+    def connected(self) -> bool:
+        """True while the connection is open."""
+        return self._transport is not None and not self._transport.is_closing()
 
     async def __aenter__(self) -> KraftClient:
         return await self.connect()
@@ -84,63 +155,52 @@ class KraftClient:
 
     async def close(self) -> None:
         """Close the connection; calls in flight fail with OutcomeUnknown."""
-        if self._read_task is not None:
-            self._read_task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._read_task
-        if self._writer is not None:
-            self._writer.close()
-            with contextlib.suppress(Exception):
-                await self._writer.wait_closed()
-        self._fail_all(OutcomeUnknown("connection closed"))
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            transport.close()
+            await asyncio.sleep(0)  # let connection_lost run
+        self._lost(OutcomeUnknown("connection closed"))
 
-    def _fail_all(self, exc: Exception) -> None:
+    def _lost(self, exc: OutcomeUnknown) -> None:
+        self._transport = None
         pending, self._pending = self._pending, {}
-        for fut in pending.values():
-            if not fut.done():
-                fut.set_exception(exc)
+        for waiter in pending.values():
+            if isinstance(waiter, asyncio.Future):
+                if not waiter.done():
+                    waiter.set_exception(exc)
+            else:
+                waiter(UNKNOWN_OUTCOME, -1, str(exc).encode())
 
-    async def _read_loop(self) -> None:
-        reader = self._reader
-        assert reader is not None
-        try:
-            while True:
-                head = await reader.readexactly(RESPONSE_HEAD.size)
-                length, rid, status, offset, leader = RESPONSE_HEAD.unpack(head)
-                extra = length - (RESPONSE_HEAD.size - 4)
-                payload = await reader.readexactly(extra) if extra else b""
-                fut = self._pending.pop(rid, None)
-                if fut is None or fut.done():
-                    continue
-                if status == NOT_LEADER:
-                    fut.set_exception(NotLeader(leader, payload.decode()))
-                elif status == UNKNOWN_OUTCOME:
-                    fut.set_exception(OutcomeUnknown(payload.decode() or "outcome unknown"))
-                elif status == ERROR:
-                    fut.set_exception(ClientError(payload.decode()))
-                else:
-                    fut.set_result((status, offset, payload))
-        except (asyncio.IncompleteReadError, OSError) as exc:
-            self._fail_all(OutcomeUnknown(f"connection lost: {exc!r}"))
-
-    def _call(self, op: int, key: str, value: bytes = b"") -> asyncio.Future[_Answer]:
-        if self._writer is None:
+    def _queue(self, op: int, key: str, value: bytes, waiter: asyncio.Future[_Answer] | Callback) -> None:
+        if self._transport is None:
             raise ClientError("not connected")
-        self._next_id = (self._next_id + 1) & 0xFFFFFFFF
-        rid = self._next_id
-        fut: asyncio.Future[_Answer] = asyncio.get_running_loop().create_future()
-        self._pending[rid] = fut
+        self._next_id = rid = (self._next_id + 1) & 0xFFFFFFFF
+        self._pending[rid] = waiter
         self._out.append(encode_request(rid, op, key, value))
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            assert self._loop is not None
+            self._loop.call_soon(self._flush)
+
+    def _call(self, op: int, key: str, value: bytes = b"") -> asyncio.Future[_Answer]:
+        if self._loop is None:
+            raise ClientError("not connected")
+        fut: asyncio.Future[_Answer] = self._loop.create_future()
+        self._queue(op, key, value, fut)
         return fut
+
+    def send(self, op: int, key: str, value: bytes, callback: Callback) -> None:
+        """Queue one request and return at once; `callback(status, offset, payload)` runs on
+        the event loop when its answer arrives (a producer-style API for callers that keep
+        many writes in flight without a coroutine each). For NOT_LEADER, `offset` carries the
+        leader id; a lost connection answers UNKNOWN_OUTCOME."""
+        self._queue(op, key, value, callback)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
         out, self._out = self._out, []
-        if self._writer is not None and out:
-            self._writer.write(b"".join(out))
+        if self._transport is not None and out:
+            self._transport.write(b"".join(out))
 
     async def put(self, key: str, value: bytes) -> int:
         """PUT key=value once committed and applied; returns its log offset."""
@@ -177,7 +237,7 @@ class QuorumClient:
 
     async def _client(self, node_id: int) -> KraftClient:
         c = self._clients.get(node_id)
-        if c is None or c._writer is None or c._writer.is_closing():
+        if c is None or not c.connected:
             host, port = self.addresses[node_id]
             c = await KraftClient(host, port).connect()
             self._clients[node_id] = c

@@ -24,7 +24,8 @@ import struct
 from typing import TYPE_CHECKING, cast
 
 from kraft.server.admin import NotLeaderError, OutcomeUnknownError
-from kraft.statemachine.kv import KVResult, encode_delete, encode_put
+from kraft.statemachine.kv import FORMAT_VERSION, KVResult, encode_delete
+from kraft.statemachine.kv import OP_PUT as KV_OP_PUT
 
 if TYPE_CHECKING:
     from kraft.server.node import KraftNode
@@ -52,6 +53,40 @@ def encode_response(request_id: int, status: int, offset: int = -1, leader_id: i
                               leader_id) + payload
 
 
+_PUT_CMD = struct.Struct(">BBI")  # the KV command's format version, op and key length
+_U32 = struct.Struct(">I")
+_FRAME_HEAD = struct.Struct(">IIBH")  # length, id, op, key length
+
+
+class _WriteReply:
+    """Answers one PUT or DELETE when the node completes it (the node's `Completion`): the
+    answer frame is queued straight from `set_result`, without a future and a loop callback
+    per write."""
+
+    __slots__ = ("_conn", "_done", "_op", "_rid")
+
+    def __init__(self, conn: ClientProtocol, rid: int, op: int) -> None:
+        self._conn = conn
+        self._rid = rid
+        self._op = op
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, result: object, /) -> None:
+        self._done = True
+        offset, outcome = cast(tuple[int, object], result)
+        status = OK
+        if self._op == OP_DELETE and isinstance(outcome, KVResult) and not outcome.ok:
+            status = NOT_FOUND
+        self._conn._reply(RESPONSE_HEAD.pack(RESPONSE_HEAD.size - 4, self._rid, status, offset, -1))
+
+    def set_exception(self, exc: BaseException, /) -> None:
+        self._done = True
+        self._conn._reply(self._conn._error_frame(self._rid, exc))
+
+
 class ClientProtocol(asyncio.Protocol):
     """One client connection (see the module docstring)."""
 
@@ -73,78 +108,86 @@ class ClientProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         buf = self._buf
-        buf += data
+        if buf:
+            buf += data
+            view: bytes | bytearray = buf
+        else:
+            view = data  # the common case: parse the chunk where it is
         pos = 0
-        n = len(buf)
+        n = len(view)
+        head = _FRAME_HEAD.unpack_from
         while n - pos >= 4:
-            length = int.from_bytes(buf[pos:pos + 4], "big")
+            length = int.from_bytes(view[pos:pos + 4], "big")
             if length > MAX_FRAME or length < REQUEST_HEAD.size:
                 log.warning("event=bad_client_frame length=%d", length)
                 if self.transport is not None:
                     self.transport.close()
                 return
-            if n - pos - 4 < length:
+            end = pos + 4 + length
+            if end > n:
                 break
-            start = pos + 4
-            request_id, op, klen = REQUEST_HEAD.unpack_from(buf, start)
-            kstart = start + REQUEST_HEAD.size
-            key = bytes(buf[kstart:kstart + klen]).decode()
-            value = bytes(buf[kstart + klen:start + length])
-            pos = start + length
-            self._handle(request_id, op, key, value)
-        del buf[:pos]
+            _, request_id, op, klen = head(view, pos)
+            kstart = pos + 4 + REQUEST_HEAD.size
+            kend = kstart + klen
+            pos = end
+            if kend > end:
+                self._reply(encode_response(request_id, ERROR, payload=b"key overruns the frame"))
+                continue
+            key = bytes(view[kstart:kend])
+            try:
+                key.decode()
+            except UnicodeDecodeError:
+                self._reply(encode_response(request_id, ERROR, payload=b"key is not UTF-8"))
+                continue
+            self._handle(request_id, op, key, bytes(view[kend:end]))
+        if view is buf:
+            del buf[:pos]
+        elif pos < n:
+            buf += view[pos:]
 
-    def _handle(self, request_id: int, op: int, key: str, value: bytes) -> None:
+    def _handle(self, request_id: int, op: int, key: bytes, value: bytes) -> None:
         node = self.node
         try:
             if op == OP_PUT:
-                fut = node.submit(encode_put(key, value))
-            elif op == OP_DELETE:
-                fut = node.submit(encode_delete(key))
-            elif op == OP_GET:
-                fut = asyncio.ensure_future(node.kv_get(key))
-            elif op == OP_GET_STALE:
-                got = node.kv_get_stale(key)
+                # the KV PUT command (kraft.statemachine.kv.encode_put) built from the frame
+                node.submit_with(_PUT_CMD.pack(FORMAT_VERSION, KV_OP_PUT, len(key)) + key + _U32.pack(len(value)) + value,
+                                 _WriteReply(self, request_id, op))
+                return
+            if op == OP_DELETE:
+                node.submit_with(encode_delete(key.decode()), _WriteReply(self, request_id, op))
+                return
+            if op == OP_GET:
+                fut = asyncio.ensure_future(node.kv_get(key.decode()))
+                fut.add_done_callback(lambda f: self._done_get(request_id, f))
+                return
+            if op == OP_GET_STALE:
+                got = node.kv_get_stale(key.decode())
                 self._reply(encode_response(request_id, OK if got is not None else NOT_FOUND,
                                             payload=got or b""))
                 return
-            else:
-                self._reply(encode_response(request_id, ERROR, payload=f"unknown op {op}".encode()))
-                return
+            self._reply(encode_response(request_id, ERROR, payload=f"unknown op {op}".encode()))
         except NotLeaderError as exc:
-            self._reply(self._not_leader(request_id, exc))
-            return
-        fut.add_done_callback(lambda f: self._done(request_id, op, f))
+            self._reply(self._error_frame(request_id, exc))
 
-    def _not_leader(self, request_id: int, exc: NotLeaderError) -> bytes:
-        return encode_response(request_id, NOT_LEADER, leader_id=exc.leader_id,
-                               payload=(exc.leader_http or "").encode())
+    def _error_frame(self, request_id: int, exc: BaseException) -> bytes:
+        if isinstance(exc, NotLeaderError):
+            return encode_response(request_id, NOT_LEADER, leader_id=exc.leader_id,
+                                   payload=(exc.leader_http or "").encode())
+        if isinstance(exc, OutcomeUnknownError | TimeoutError | asyncio.CancelledError):
+            return encode_response(request_id, UNKNOWN_OUTCOME, payload=str(exc).encode())
+        return encode_response(request_id, ERROR, payload=str(exc).encode())
 
-    def _done(self, request_id: int, op: int, fut: asyncio.Future[object]) -> None:
+    def _done_get(self, request_id: int, fut: asyncio.Future[bytes | None]) -> None:
         if fut.cancelled():
             self._reply(encode_response(request_id, UNKNOWN_OUTCOME))
             return
         exc = fut.exception()
         if exc is not None:
-            if isinstance(exc, NotLeaderError):
-                self._reply(self._not_leader(request_id, exc))
-            elif isinstance(exc, OutcomeUnknownError | TimeoutError):
-                self._reply(encode_response(request_id, UNKNOWN_OUTCOME, payload=str(exc).encode()))
-            else:
-                self._reply(encode_response(request_id, ERROR, payload=str(exc).encode()))
+            self._reply(self._error_frame(request_id, exc))
             return
-        result = fut.result()
-        if op == OP_GET:
-            got = result if isinstance(result, bytes) else None
-            self._reply(encode_response(request_id, OK if got is not None else NOT_FOUND,
-                                        payload=got or b""))
-            return
-        assert isinstance(result, tuple)
-        offset, outcome = result
-        status = OK
-        if op == OP_DELETE and isinstance(outcome, KVResult) and not outcome.ok:
-            status = NOT_FOUND
-        self._reply(encode_response(request_id, status, offset))
+        got = fut.result()
+        self._reply(encode_response(request_id, OK if got is not None else NOT_FOUND,
+                                    payload=got or b""))
 
     def _reply(self, frame: bytes) -> None:
         self._out.append(frame)

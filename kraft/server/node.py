@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kraft.protocol import messages as w
 from kraft.protocol.api import ApiKey, api_spec, api_versions_response
@@ -118,10 +118,20 @@ def _wake_up(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
-@dataclass
+class Completion(Protocol):
+    """What waits for one submitted record: an `asyncio.Future`, or any object with the same
+    three methods (the binary client protocol answers from `set_result` directly, without a
+    future and a loop callback per write)."""
+
+    def done(self) -> bool: ...
+    def set_result(self, result: object, /) -> None: ...
+    def set_exception(self, exc: BaseException, /) -> None: ...
+
+
+@dataclass(slots=True)
 class _Waiter:
     epoch: int
-    future: asyncio.Future[object]
+    future: Completion
 
 
 class _Flusher:
@@ -181,9 +191,9 @@ class KraftNode:
         self._inbound: dict[int, asyncio.Future[tuple[m.Response, bytes | None]]] = {}
         self._inbound_ids = 0
         self._append_ids = 0
-        self._appends: dict[int, list[asyncio.Future[object]]] = {}
+        self._appends: dict[int, list[Completion]] = {}
         self._waiting: dict[int, _Waiter] = {}
-        self._pending_values: list[tuple[bytes, asyncio.Future[object]]] = []
+        self._pending_values: list[tuple[bytes, Completion]] = []
         self._linger_handle: asyncio.Handle | None = None
         self._uncommitted_appends: set[int] = set()
         self._barrier: asyncio.Future[object] | None = None
@@ -554,17 +564,26 @@ class KraftNode:
             if batch.is_control:
                 self.sm.skip_to(end)
                 continue
-            values = [v if v is not None else b"" for v in batch.values()][: end - batch.base_offset]
+            values = batch.values()
+            if end < batch.next_offset:
+                del values[end - batch.base_offset:]
+            if None in values:
+                values = [v if v is not None else b"" for v in values]
             results = self.sm.apply(CommittedBatch(batch.base_offset, batch.partition_leader_epoch,
-                                                   tuple(values)))
-            for offset, result in enumerate(results, start=batch.base_offset):
-                waiter = self._waiting.pop(offset, None)
-                if waiter is None or waiter.future.done():
-                    continue
-                if waiter.epoch == batch.partition_leader_epoch:
-                    waiter.future.set_result((offset, result))
-                else:
-                    waiter.future.set_exception(OutcomeUnknownError("write replaced by another leader"))
+                                                   tuple(values)))  # type: ignore[arg-type]
+            waiting = self._waiting
+            if waiting:  # only a leader (or a deposed one) has writers waiting
+                pop = waiting.pop
+                epoch = batch.partition_leader_epoch
+                for offset, result in enumerate(results, start=batch.base_offset):
+                    waiter = pop(offset, None)
+                    if waiter is None or waiter.future.done():
+                        continue
+                    if waiter.epoch == epoch:
+                        waiter.future.set_result((offset, result))
+                    else:
+                        waiter.future.set_exception(
+                            OutcomeUnknownError("write replaced by another leader"))
             if end < batch.next_offset:
                 break
         self._m_hw.set(hw)
@@ -839,8 +858,16 @@ class KraftNode:
         self._require_leader()
         fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         self._pending_values.append((value, fut))
-        self._schedule_linger()
+        if self._linger_handle is None:
+            self._schedule_linger()
         return fut
+
+    def submit_with(self, value: bytes, completion: Completion) -> None:
+        """`submit` with the caller's own completion object instead of a new future."""
+        self._require_leader()
+        self._pending_values.append((value, completion))
+        if self._linger_handle is None:
+            self._schedule_linger()
 
     async def propose(self, value: bytes, timeout_s: float = CLIENT_TIMEOUT_S) -> tuple[int, object]:
         """Replicate one record value; returns (offset, the state machine's result) once applied."""

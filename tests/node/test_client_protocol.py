@@ -4,13 +4,24 @@ client (`kraft.server.client`) against real `kraft run` processes."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import time
 from collections.abc import Callable
 
 import pytest
 
 from kraft.server.client import KraftClient, NotLeader, QuorumClient
-from kraft.server.client_protocol import encode_request, encode_response
+from kraft.server.client_protocol import (
+    ERROR,
+    NOT_LEADER,
+    OK,
+    OP_GET,
+    OP_PUT,
+    RESPONSE_HEAD,
+    encode_request,
+    encode_response,
+)
 from kraft.server.local import LocalCluster
 
 
@@ -63,3 +74,80 @@ def test_pipelined_writes_reads_and_redirects(clusters: Callable[..., LocalClust
 
     asyncio.run(scenario())
     assert cluster.get("k7").status == 200
+
+
+def _answers(sock: socket.socket, count: int) -> list[tuple[int, int, int, int, bytes]]:
+    """Read `count` answer frames: (id, status, offset, leader, payload)."""
+    buf = b""
+    out = []
+    while len(out) < count:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed"
+        buf += chunk
+        while len(buf) >= RESPONSE_HEAD.size:
+            length, rid, status, offset, leader = RESPONSE_HEAD.unpack_from(buf)
+            if len(buf) < 4 + length:
+                break
+            out.append((rid, status, offset, leader, buf[RESPONSE_HEAD.size:4 + length]))
+            buf = buf[4 + length:]
+    return out
+
+
+def test_bad_frames_get_error_answers_and_split_frames_still_work(
+        clusters: Callable[..., LocalCluster]) -> None:
+    cluster = clusters(1)
+    cluster.start_all()
+    leader = cluster.wait_for_leader(60)
+    cluster.wait_ready(leader, 60)
+    host, port = cluster.nodes[leader].client
+    with socket.create_connection((host, port), timeout=30) as sock:
+        bad_utf8 = struct.pack(">IBH", 1, OP_PUT, 2) + b"\xff\xfe" + b"v"
+        sock.sendall(struct.pack(">I", len(bad_utf8)) + bad_utf8)
+        overrun = struct.pack(">IBH", 2, OP_PUT, 50) + b"short"
+        sock.sendall(struct.pack(">I", len(overrun)) + overrun)
+        good = encode_request(3, OP_PUT, "split-key", b"split-value")
+        for i in range(len(good)):  # one byte per TCP segment: frames cross reads
+            sock.sendall(good[i:i + 1])
+            time.sleep(0.001)
+        got = {rid: (status, payload) for rid, status, _, _, payload in _answers(sock, 3)}
+        assert got[1] == (ERROR, b"key is not UTF-8")
+        assert got[2] == (ERROR, b"key overruns the frame")
+        assert got[3][0] == OK
+        sock.sendall(encode_request(4, OP_GET, "split-key") + encode_request(5, 9, "x"))
+        got = {rid: (status, payload) for rid, status, _, _, payload in _answers(sock, 2)}
+        assert got[4] == (OK, b"split-value")
+        assert got[5] == (ERROR, b"unknown op 9")
+
+
+def test_callback_api_answers_every_write_and_names_the_leader(
+        clusters: Callable[..., LocalCluster]) -> None:
+    cluster = clusters(3)
+    cluster.start_all()
+    leader = cluster.wait_for_leader(60)
+    for nid in cluster.nodes:
+        cluster.wait_ready(nid, 60)
+    follower = next(n for n in cluster.nodes if n != leader)
+
+    async def scenario() -> None:
+        answers: list[tuple[int, int, bytes]] = []
+        done = asyncio.get_running_loop().create_future()
+
+        def on_answer(status: int, offset: int, payload: bytes) -> None:
+            answers.append((status, offset, payload))
+            if len(answers) == 300 and not done.done():
+                done.set_result(None)
+
+        async with KraftClient(*cluster.nodes[leader].client) as c:
+            for i in range(300):
+                c.send(OP_PUT, f"cb{i}", str(i).encode(), on_answer)
+            await asyncio.wait_for(done, 30)
+            assert all(status == OK for status, _, _ in answers)
+            assert len({offset for _, offset, _ in answers}) == 300
+            assert await c.get("cb299") == b"299"
+        got: asyncio.Future[tuple[int, int, bytes]] = asyncio.get_running_loop().create_future()
+        async with KraftClient(*cluster.nodes[follower].client) as f:
+            f.send(OP_PUT, "x", b"y", lambda *a: got.set_result(a))
+            status, leader_id, _ = await asyncio.wait_for(got, 30)
+            assert (status, leader_id) == (NOT_LEADER, leader)
+
+    asyncio.run(scenario())
