@@ -128,6 +128,12 @@ class NodeConfig(BaseModel):
     """host:port of the binary pipelined KV client protocol (`kraft.server.client_protocol`)."""
     http_peers: dict[int, str] = Field(default={}, alias="http.peers")
     fsync: bool = Field(default=True, alias="kraft.log.fsync")
+    flush_mode: Literal["inline", "thread"] = Field(default="inline", alias="kraft.log.flush.mode")
+    """`inline` (as Kafka's raft thread does): the event loop fsyncs the log right after the
+    effects that appended to it were carried out (answers to followers are already on their
+    way), so group commit comes from what queued up meanwhile; `thread`: a flusher thread
+    fsyncs while the loop goes on (no loop stall on a slow disk, but every flush costs thread
+    hand-offs and GIL switches)."""
     event_loop: Literal["auto", "asyncio", "uvloop"] = Field(default="auto", alias="kraft.event.loop")
     """`auto`: uvloop when it is installed (less CPU per request), else asyncio's loop."""
 

@@ -522,7 +522,15 @@ class KraftNode:
                 assert isinstance(e, fx.StateChanged)
                 self._on_state_changed(e)
         if appended:
-            if self.config.fsync:
+            if self.config.fsync and self.config.flush_mode == "inline":
+                try:
+                    durable = md.log.flush()
+                except StorageError:
+                    self._push(("flushed", (-1, -1)))
+                else:
+                    self._flusher.flushes += 1
+                    self._push(("flushed", (self._flusher.generation, durable)))
+            elif self.config.fsync:
                 self._flusher.request()
             else:
                 # kraft.log.fsync=false (tests, benchmarks only): page cache counts as durable
