@@ -21,11 +21,13 @@ Nothing here affects other connections or the process.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import cast
 
 log = logging.getLogger("kraft.server.frames")
 
@@ -47,8 +49,171 @@ class PeerInfo:
     connection_id: int
 
 
-FrameHandler = Callable[[bytes, PeerInfo], Awaitable[bytes | None]]
-"""Handles one request frame; returns the response frame body, or None to close."""
+FrameHandler = Callable[[bytes, PeerInfo], "Awaitable[bytes | None] | bytes | None"]
+"""Handles one request frame: returns the response frame body, or None to close the
+connection, either at once or through an awaitable (a coroutine or a future). Answering at
+once, or with a plain future, costs no task per request."""
+
+
+class _Pending:
+    """One request of a connection awaiting its turn to be answered (responses go in order)."""
+
+    __slots__ = ("body", "done")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.body: bytes | None = None
+
+
+class _FrameServerProtocol(asyncio.Protocol):
+    """One accepted connection of a `FrameListener` (see the module docstring for the rules)."""
+
+    def __init__(self, listener: FrameListener) -> None:
+        self.listener = listener
+        self.transport: asyncio.Transport | None = None
+        self.peer = PeerInfo("?", 0, 0)
+        self._buf = bytearray()
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._partial_timer: asyncio.TimerHandle | None = None
+        self._paused = False
+        self._closing = False
+        self._reason: str | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        lst = self.listener
+        lst._next_id += 1
+        peername = transport.get_extra_info("peername") or ("?", 0)
+        self.peer = PeerInfo(str(peername[0]), int(peername[1]), lst._next_id)
+        lst._connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self._closing = True
+        if self._partial_timer is not None:
+            self._partial_timer.cancel()
+        self.listener._connections.discard(self)
+
+    def close(self) -> None:
+        self._closing = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def _bad_input(self, reason: str) -> None:
+        self.listener._bad_input(self.peer, reason)
+        self._flush()  # what was answered before the bad frame still goes out
+        self._queue.clear()
+        self.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        buf = self._buf
+        if buf:
+            buf += data
+            view: bytes | bytearray = buf
+        else:
+            view = data
+        n = len(view)
+        pos = 0
+        max_frame = self.listener._max_frame
+        while n - pos >= 4:
+            (size,) = _SIZE.unpack_from(view, pos)
+            if size < 0 or size > max_frame:
+                self._bad_input(f"frame size {size} outside 0..{max_frame}")
+                return
+            end = pos + 4 + size
+            if end > n:
+                break
+            body = bytes(view[pos + 4:end])
+            pos = end
+            if not self._dispatch(body):
+                return
+        if view is buf:
+            del buf[:pos]
+        elif pos < n:
+            buf += view[pos:]
+        self._arm_partial_timer(bool(buf))
+
+    def _arm_partial_timer(self, partial: bool) -> None:
+        if not partial:
+            if self._partial_timer is not None:
+                self._partial_timer.cancel()
+                self._partial_timer = None
+        elif self._partial_timer is None:
+            self._partial_timer = asyncio.get_running_loop().call_later(
+                self.listener._partial_timeout, self._partial_timed_out)
+
+    def _partial_timed_out(self) -> None:
+        self._partial_timer = None
+        if self._buf and not self._closing:
+            self._bad_input("incomplete frame: peer went silent mid-frame")
+
+    def _dispatch(self, body: bytes) -> bool:
+        """Hand one frame to the handler; False once the connection is closing."""
+        slot = _Pending()
+        self._queue.append(slot)
+        try:
+            result = self.listener._handler(body, self.peer)
+        except Exception as exc:
+            self._failed(slot, exc)
+            return not self._closing
+        if result is None or isinstance(result, bytes | bytearray):
+            self._settle(slot, bytes(result) if result is not None else None)
+            return not self._closing
+        fut = asyncio.ensure_future(result)
+        fut.add_done_callback(lambda f: self._future_done(slot, f))
+        if len(self._queue) >= self.listener._max_in_flight and not self._paused:
+            self._paused = True  # back-pressure: stop reading until answers go out
+            if self.transport is not None:
+                self.transport.pause_reading()
+        return True
+
+    def _future_done(self, slot: _Pending, fut: asyncio.Future[bytes | None]) -> None:
+        if fut.cancelled():
+            self._failed(slot, asyncio.CancelledError())
+            return
+        exc = fut.exception()
+        if exc is not None:
+            self._failed(slot, exc)
+            return
+        self._settle(slot, fut.result())
+
+    def _failed(self, slot: _Pending, exc: BaseException) -> None:
+        if self._closing:
+            return
+        slot.done, slot.body = True, None
+        self._reason = f"request handler failed: {type(exc).__name__}: {exc}"
+        self._flush()
+
+    def _settle(self, slot: _Pending, body: bytes | None) -> None:
+        if self._closing:
+            return
+        slot.done, slot.body = True, body
+        if self._queue[0] is slot:
+            self._flush()
+
+    def _flush(self) -> None:
+        queue = self._queue
+        out: list[bytes] = []
+        while queue and queue[0].done:
+            slot = queue.popleft()
+            if slot.body is None:
+                if out and self.transport is not None:
+                    self.transport.write(b"".join(out))
+                reason = self._reason or "request could not be decoded"
+                self.listener._bad_input(self.peer, reason)
+                queue.clear()
+                self.close()
+                return
+            out.append(_SIZE.pack(len(slot.body)))
+            out.append(slot.body)
+        if out and self.transport is not None:
+            self.transport.write(b"".join(out))
+        if self._paused and len(queue) < self.listener._max_in_flight:
+            self._paused = False
+            if self.transport is not None:
+                self.transport.resume_reading()
 
 
 class FrameListener:
@@ -73,13 +238,15 @@ class FrameListener:
         self._partial_timeout = partial_frame_timeout_s
         self._max_in_flight = max_in_flight
         self._server: asyncio.base_events.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
+        self._connections: set[_FrameServerProtocol] = set()
         self._next_id = 0
         self.connections_closed_for_bad_input = 0
 
     async def start(self) -> int:
         """Bind and listen; returns the bound port."""
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, reuse_address=True)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _FrameServerProtocol(self), self.host,
+                                                self.port, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("event=listening listener=%s host=%s port=%d", self.name, self.host, self.port)
         return self.port
@@ -88,8 +255,8 @@ class FrameListener:
         """Stop accepting and close every connection."""
         if self._server is not None:
             self._server.close()
-        for writer in list(self._writers):
-            writer.close()
+        for conn in list(self._connections):
+            conn.close()
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2)
@@ -101,71 +268,57 @@ class FrameListener:
             self.name, peer.host, peer.port, peer.connection_id, reason,
         )
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peername = writer.get_extra_info("peername") or ("?", 0)
-        self._next_id += 1
-        peer = PeerInfo(str(peername[0]), int(peername[1]), self._next_id)
-        self._writers.add(writer)
-        queue: asyncio.Queue[asyncio.Future[bytes | None] | None] = asyncio.Queue(
-            self._max_in_flight
-        )
-        responder = asyncio.ensure_future(self._respond(queue, writer, peer))
-        try:
-            while not responder.done():
-                first = await reader.read(1)
-                if not first:
-                    break
-                try:
-                    rest = await asyncio.wait_for(reader.readexactly(3), self._partial_timeout)
-                    (size,) = _SIZE.unpack(first + rest)
-                    if size < 0 or size > self._max_frame:
-                        self._bad_input(peer, f"frame size {size} outside 0..{self._max_frame}")
-                        break
-                    body = await asyncio.wait_for(reader.readexactly(size), self._partial_timeout)
-                except TimeoutError:
-                    self._bad_input(peer, "incomplete frame: peer went silent mid-frame")
-                    break
-                fut = asyncio.ensure_future(self._handler(body, peer))
-                await queue.put(fut)
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            pass
-        finally:
-            with contextlib.suppress(asyncio.QueueFull):
-                queue.put_nowait(None)
-            if not responder.done():
-                # let queued responses go out, but do not wait for ever on a dead peer
-                with contextlib.suppress(BaseException):
-                    await asyncio.wait_for(asyncio.shield(responder), 10)
-            responder.cancel()
-            writer.close()
-            self._writers.discard(writer)
 
-    async def _respond(
-        self,
-        queue: asyncio.Queue[asyncio.Future[bytes | None] | None],
-        writer: asyncio.StreamWriter,
-        peer: PeerInfo,
-    ) -> None:
-        while True:
-            fut = await queue.get()
-            if fut is None:
+FrameCallback = Callable[["bytes | BaseException"], None]
+"""Called once with the response body, or with the exception that ended the request."""
+
+
+class _Waiter:
+    """A request of a `FrameConnection` waiting for its response."""
+
+    __slots__ = ("callback", "timer")
+
+    def __init__(self, callback: FrameCallback) -> None:
+        self.callback = callback
+        self.timer: asyncio.TimerHandle
+
+
+class _FrameClientProtocol(asyncio.Protocol):
+    """The read side of a `FrameConnection`."""
+
+    def __init__(self, conn: FrameConnection) -> None:
+        self.conn = conn
+        self._buf = bytearray()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.conn._fail(exc or ConnectionClosedError("connection closed by the peer"))
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buf
+        if buf:
+            buf += data
+            view: bytes | bytearray = buf
+        else:
+            view = data
+        n = len(view)
+        pos = 0
+        conn = self.conn
+        while n - pos >= 4:
+            (size,) = _SIZE.unpack_from(view, pos)
+            if size < 0 or size > conn._max_frame:
+                conn._fail(ConnectionClosedError(f"response frame size {size} out of range"))
                 return
-            try:
-                body = await fut
-            except Exception as exc:
-                self._bad_input(peer, f"request handler failed: {type(exc).__name__}: {exc}")
-                writer.close()
+            end = pos + 4 + size
+            if end > n:
+                break
+            body = bytes(view[pos + 4:end])
+            pos = end
+            if not conn._deliver(body):
                 return
-            if body is None:
-                self._bad_input(peer, "request could not be decoded")
-                writer.close()
-                return
-            try:
-                writer.write(_SIZE.pack(len(body)) + body)
-                await writer.drain()
-            except (ConnectionError, OSError):
-                writer.close()
-                return
+        if view is buf:
+            del buf[:pos]
+        elif pos < n:
+            buf += view[pos:]
 
 
 class FrameConnection:
@@ -175,73 +328,84 @@ class FrameConnection:
     connection. Any failure (timeout, reset, bad size) closes the connection and fails every
     request in flight with `ConnectionClosedError`: after a timeout the stream position is
     unknown, so the only safe move is a new connection (Kafka's NetworkClient does the same).
+    `send` takes a callback and costs no task per request; `request` is its awaitable form.
     """
 
     def __init__(self, host: str, port: int, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self.host = host
         self.port = port
         self._max_frame = max_frame_bytes
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._waiters: list[asyncio.Future[bytes]] = []
-        self._read_task: asyncio.Task[None] | None = None
+        self._transport: asyncio.Transport | None = None
+        self._waiters: collections.deque[_Waiter] = collections.deque()
         self.closed = False
 
     async def open(self, timeout_s: float) -> None:
         """Connect within `timeout_s`; raises OSError/TimeoutError."""
-        self._reader, self._writer = await asyncio.wait_for(
-            asyncio.open_connection(self.host, self.port), timeout_s
-        )
-        self._read_task = asyncio.ensure_future(self._read_loop())
+        loop = asyncio.get_running_loop()
+        transport, _ = await asyncio.wait_for(
+            loop.create_connection(lambda: _FrameClientProtocol(self), self.host, self.port),
+            timeout_s)
+        self._transport = transport
+        if self.closed:  # closed while connecting
+            transport.close()
 
-    async def _read_loop(self) -> None:
-        assert self._reader is not None
-        try:
-            while True:
-                head = await self._reader.readexactly(4)
-                (size,) = _SIZE.unpack(head)
-                if size < 0 or size > self._max_frame:
-                    raise ConnectionClosedError(f"response frame size {size} out of range")
-                body = await self._reader.readexactly(size)
-                if not self._waiters:
-                    raise ConnectionClosedError("response without a request")
-                waiter = self._waiters.pop(0)
-                if not waiter.done():
-                    waiter.set_result(body)
-        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
-            self._fail(exc)
-        except asyncio.CancelledError:
-            self._fail(ConnectionClosedError("closed"))
-            raise
+    def _deliver(self, body: bytes) -> bool:
+        if not self._waiters:
+            self._fail(ConnectionClosedError("response without a request"))
+            return False
+        waiter = self._waiters.popleft()
+        waiter.timer.cancel()
+        waiter.callback(body)
+        return not self.closed
 
     def _fail(self, exc: BaseException) -> None:
         self.closed = True
-        if self._writer is not None:
-            self._writer.close()
-        waiters, self._waiters = self._waiters, []
-        for w in waiters:
-            if not w.done():
-                w.set_exception(ConnectionClosedError(f"{self.host}:{self.port}: {exc}"))
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+        waiters, self._waiters = self._waiters, collections.deque()
+        for waiter in waiters:
+            waiter.timer.cancel()
+            waiter.callback(ConnectionClosedError(f"{self.host}:{self.port}: {exc}"))
+
+    def _timed_out(self, waiter: _Waiter, timeout_s: float) -> None:
+        exc = TimeoutError(f"request timed out after {timeout_s:.3f}s")
+        self._waiters = collections.deque(w for w in self._waiters if w is not waiter)
+        self._fail(exc)  # everything else in flight: ConnectionClosedError
+        waiter.callback(exc)
+
+    def send(self, frame: bytes, timeout_s: float, callback: FrameCallback) -> None:
+        """Send one frame; `callback` gets its response body, or the exception that ended
+        it (a timeout closes the connection, failing everything in flight)."""
+        if self.closed or self._transport is None:
+            callback(ConnectionClosedError(f"{self.host}:{self.port}: not connected"))
+            return
+        waiter = _Waiter(callback)
+        waiter.timer = asyncio.get_running_loop().call_later(timeout_s, self._timed_out, waiter,
+                                                             timeout_s)
+        self._waiters.append(waiter)
+        self._transport.write(_SIZE.pack(len(frame)) + frame)
 
     async def request(self, frame: bytes, timeout_s: float, expect_response: bool = True) -> bytes:
         """Send one frame and wait for its response; on timeout the connection is closed."""
-        if self.closed or self._writer is None:
+        if self.closed or self._transport is None:
             raise ConnectionClosedError(f"{self.host}:{self.port}: not connected")
-        waiter: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        if expect_response:
-            self._waiters.append(waiter)
-        self._writer.write(_SIZE.pack(len(frame)) + frame)
         if not expect_response:
-            await self._writer.drain()
+            self._transport.write(_SIZE.pack(len(frame)) + frame)
             return b""
-        try:
-            return await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
-        except TimeoutError:
-            self._fail(TimeoutError(f"request timed out after {timeout_s:.3f}s"))
-            raise
+        waiter: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+        def done(result: bytes | BaseException) -> None:
+            if waiter.done():
+                return
+            if isinstance(result, BaseException):
+                waiter.set_exception(result)
+            else:
+                waiter.set_result(result)
+
+        self.send(frame, timeout_s, done)
+        return await waiter
 
     def close(self) -> None:
         """Close the connection and fail whatever is in flight."""
-        if self._read_task is not None:
-            self._read_task.cancel()
         self._fail(ConnectionClosedError("closed by client"))

@@ -178,6 +178,40 @@ class _Flusher:
         self._thread.join(timeout=10)
 
 
+class _FrameAnswer:
+    """A Kafka request frame waiting for the core's answer: encodes it into the frame body
+    the listener writes back (or a REQUEST_TIMED_OUT answer when the core never answers)."""
+
+    __slots__ = ("api", "corr", "future", "timer", "version")
+
+    def __init__(self, api: ApiKey, version: int, corr: int, future: asyncio.Future[bytes | None],
+                 timer: asyncio.TimerHandle) -> None:
+        self.api = api
+        self.version = version
+        self.corr = corr
+        self.future = future
+        self.timer = timer
+
+    def finish(self, response: m.Response, records: bytes | None) -> None:
+        self.timer.cancel()
+        if self.future.done():
+            return
+        try:
+            wire: object
+            if self.api == ApiKey.REMOVE_RAFT_VOTER and isinstance(response, m.VoterChangeResponse):
+                wire = remove_voter_response(response)
+            else:
+                wire = response_to_wire(response, self.version, records)
+            self.future.set_result(encode_response(self.api, self.version, self.corr, wire)[4:])
+        except Exception as exc:  # the listener closes the connection and logs why
+            self.future.set_exception(exc)
+
+    def timed_out(self) -> None:
+        if not self.future.done():
+            body = api_spec(self.api).response_class(error_code=int(ErrorCode.REQUEST_TIMED_OUT))
+            self.future.set_result(encode_response(self.api, self.version, self.corr, body)[4:])
+
+
 class KraftNode:
     """A running KRaft controller node (see the module docstring)."""
 
@@ -188,7 +222,7 @@ class KraftNode:
         self._rng = random.Random(seed)
         self._events: collections.deque[ev.Event | tuple[str, Any]] = collections.deque()
         self._wake: asyncio.Future[None] | None = None
-        self._inbound: dict[int, asyncio.Future[tuple[m.Response, bytes | None]]] = {}
+        self._inbound: dict[int, asyncio.Future[tuple[m.Response, bytes | None]] | _FrameAnswer] = {}
         self._inbound_ids = 0
         self._append_ids = 0
         self._appends: dict[int, list[Completion]] = {}
@@ -427,7 +461,8 @@ class KraftNode:
             t = type(e)
             if t is fx.SendRequest:
                 assert isinstance(e, fx.SendRequest)
-                self._spawn(self._send_request(e))
+                if not self._send_on_open_connection(e):
+                    self._spawn(self._send_request(e))
             elif t is fx.SendResponse:
                 assert isinstance(e, fx.SendResponse)
                 self._answer(e.correlation_id, e.response, None)
@@ -730,6 +765,53 @@ class KraftNode:
         chosen = next((e for e in endpoints if e.name == name), endpoints[0])
         return (chosen.host, chosen.port)
 
+    def _send_on_open_connection(self, e: fx.SendRequest) -> bool:
+        """Send `e` at once when its destination's connection is open (the steady state of
+        every fetch): no task, the answer comes back through a callback. False when a
+        connection must be made first (`_send_request` does that)."""
+        address = self._address_of(e.destination, e.endpoints)
+        api = _API_OF_REQUEST.get(type(e.request))
+        if address is None or api is None:
+            return False
+        conn = self.network.ready(e.destination, address)
+        if conn is None:
+            return False
+        timeout = self.config.request_timeout_ms / 1000
+        if isinstance(e.request, m.FetchRequest):
+            timeout += e.request.max_wait_ms / 1000
+        request = e.request
+        cluster_id = self.cluster_id
+
+        def body(version: int) -> object:
+            return request_to_wire(request, cluster_id, version)
+
+        def answered(_version: int, data: Any, error: BaseException | None) -> None:
+            if error is None:
+                try:
+                    resp = response_to_core(data, self.config.controller_listener.name)
+                except (ProtocolError, UnsupportedVersionError) as exc:
+                    error = exc
+                else:
+                    self._response_received(e, resp)
+                    return
+            log.debug("event=request_failed replica=%d destination=%d api=%s error=%r",
+                      self.config.node_id, e.destination, api.name, str(error))
+            self._enqueue(ev.RequestFailed(e.destination, e.correlation_id, False))
+
+        try:
+            conn.send(api, body, timeout, answered)
+        except (ProtocolError, ValueError) as exc:  # the request could not be encoded
+            log.warning("event=request_not_sent replica=%d destination=%d api=%s error=%r",
+                        self.config.node_id, e.destination, api.name, str(exc))
+            self._enqueue(ev.RequestFailed(e.destination, e.correlation_id, False))
+        return True
+
+    def _response_received(self, e: fx.SendRequest, resp: m.Response) -> None:
+        if isinstance(resp, m.FetchResponse) and resp.error_code == ErrorCode.NONE:
+            self._leader_hw = resp.high_watermark
+            self._leader_hw_at = time.monotonic()
+        self._enqueue(ev.ResponseReceived(e.destination, e.correlation_id, resp))
+
     async def _send_request(self, e: fx.SendRequest) -> None:
         address = self._address_of(e.destination, e.endpoints)
         api = _API_OF_REQUEST.get(type(e.request))
@@ -753,10 +835,7 @@ class KraftNode:
             unreachable = isinstance(exc, RequestError) and exc.unreachable
             self._enqueue(ev.RequestFailed(e.destination, e.correlation_id, unreachable))
             return
-        if isinstance(resp, m.FetchResponse) and resp.error_code == ErrorCode.NONE:
-            self._leader_hw = resp.high_watermark
-            self._leader_hw_at = time.monotonic()
-        self._enqueue(ev.ResponseReceived(e.destination, e.correlation_id, resp))
+        self._response_received(e, resp)
 
     async def _send_api_versions(self, e: fx.SendApiVersions) -> None:
         address = self._address_of(e.node_id, e.endpoints)
@@ -777,9 +856,18 @@ class KraftNode:
     # ------------------------------------------------------------------ inbound requests
 
     def _answer(self, corr: int, response: m.Response, records: bytes | None) -> None:
-        fut = self._inbound.pop(corr, None)
-        if fut is not None and not fut.done():
-            fut.set_result((response, records))
+        waiter = self._inbound.pop(corr, None)
+        if waiter is None:
+            return
+        if type(waiter) is _FrameAnswer:
+            waiter.finish(response, records)
+        elif isinstance(waiter, asyncio.Future) and not waiter.done():
+            waiter.set_result((response, records))
+
+    def _frame_timed_out(self, corr: int) -> None:
+        waiter = self._inbound.pop(corr, None)
+        if type(waiter) is _FrameAnswer:
+            waiter.timed_out()
 
     async def core_request(self, source: int, request: m.Request,
                            timeout_s: float = 60.0) -> tuple[m.Response, bytes | None]:
@@ -794,7 +882,10 @@ class KraftNode:
         finally:
             self._inbound.pop(corr, None)
 
-    async def _on_frame(self, frame: bytes, peer: PeerInfo) -> bytes | None:
+    def _on_frame(self, frame: bytes, peer: PeerInfo) -> bytes | asyncio.Future[bytes | None] | None:
+        """One request frame of the Kafka listener: answered at once (ApiVersions,
+        DescribeCluster, rejections) or through a future the core's answer completes (no
+        task per request)."""
         try:
             header, data = decode_request(frame)
         except UnsupportedVersionError as exc:
@@ -823,17 +914,14 @@ class KraftNode:
         timeout = 60.0
         if isinstance(request, m.AddRaftVoterRequest):
             timeout = max(timeout, request.timeout_ms / 1000 + 5)
-        try:
-            response, records = await self.core_request(_source_of(request), request, timeout)
-        except TimeoutError:
-            err_body = api_spec(api).response_class(error_code=int(ErrorCode.REQUEST_TIMED_OUT))
-            return encode_response(api, version, corr, err_body)[4:]
-        wire: object
-        if api == ApiKey.REMOVE_RAFT_VOTER and isinstance(response, m.VoterChangeResponse):
-            wire = remove_voter_response(response)
-        else:
-            wire = response_to_wire(response, version, records)
-        return encode_response(api, version, corr, wire)[4:]
+        loop = asyncio.get_running_loop()
+        self._inbound_ids += 1
+        key = self._inbound_ids
+        answer = _FrameAnswer(ApiKey(api), version, corr, loop.create_future(),
+                              loop.call_later(timeout, self._frame_timed_out, key))
+        self._inbound[key] = answer
+        self._enqueue(ev.RequestReceived(_source_of(request), key, request))
+        return answer.future
 
     def _describe_cluster(self, data: w.DescribeClusterRequestData) -> w.DescribeClusterResponseData:
         D = w.DescribeClusterResponseData

@@ -138,6 +138,34 @@ class KafkaConnection:
         built = body(v) if callable(body) else body
         return v, await self._raw_call(api_key, v, built, timeout_s)
 
+    def send(self, api_key: ApiKey, body: Callable[[int], object], timeout_s: float,
+             callback: Callable[[int, Any, BaseException | None], None]) -> None:
+        """`call` without a task: `callback(version, response, None)` on success, or
+        `callback(version, None, error)`; an undecodable answer or a wrong correlation id
+        closes the connection (as `call` does)."""
+        v = self.versions.pick(api_key)
+        self._corr += 1
+        corr = self._corr
+        frame = encode_request(RequestHeader(int(api_key), v, corr, self.client_id), body(v))
+
+        def answered(raw: bytes | BaseException) -> None:
+            if isinstance(raw, BaseException):
+                callback(v, None, raw)
+                return
+            try:
+                header, data = decode_response(int(api_key), v, raw)
+            except ProtocolError as exc:
+                self.close()
+                callback(v, None, RequestError(f"undecodable {api_key.name} response: {exc}"))
+                return
+            if header.correlation_id != corr:
+                self.close()
+                callback(v, None, RequestError(f"correlation id {header.correlation_id} != {corr}"))
+                return
+            callback(v, data, None)
+
+        self._conn.send(frame[4:], timeout_s, answered)
+
     def close(self) -> None:
         """Close the connection."""
         self._conn.close()
@@ -233,6 +261,13 @@ class PeerNetwork:
         except (ConnectionClosedError, OSError, TimeoutError) as exc:
             raise RequestError(f"{api_key.name} to node {dest} failed: {type(exc).__name__}: "
                                f"{exc}") from None
+
+    def ready(self, dest: int, address: tuple[str, int]) -> KafkaConnection | None:
+        """The open connection to `dest` at `address`, if there is one (no waiting)."""
+        peer = self._peers.get(dest)
+        if peer is None or peer.address != address or peer.conn is None or peer.conn.closed:
+            return None
+        return peer.conn
 
     def versions_of(self, dest: int) -> PeerVersions | None:
         """The ApiVersions a connected destination announced."""
