@@ -109,31 +109,53 @@ class _FrameServerProtocol(asyncio.Protocol):
         if self._closing:
             return
         buf = self._buf
-        if buf:
+        if buf or self._paused:
             buf += data
-            view: bytes | bytearray = buf
-        else:
-            view = data
+            self._process_buffer()
+            return
+        pos = self._parse(data)  # the common case: parse the chunk where it is
+        if pos < 0:
+            return
+        if pos < len(data):
+            buf += memoryview(data)[pos:]
+        self._arm_partial_timer(bool(buf) and not self._paused)
+
+    def _process_buffer(self) -> None:
+        buf = self._buf
+        pos = self._parse(buf)
+        if pos < 0:
+            return
+        del buf[:pos]
+        self._arm_partial_timer(bool(buf) and not self._paused)
+
+    def _parse(self, view: bytes | bytearray) -> int:
+        """Dispatch the whole frames in `view` while fewer than `max_in_flight` await their
+        answer; returns how many bytes were used, -1 once the connection is closing."""
         n = len(view)
         pos = 0
-        max_frame = self.listener._max_frame
+        lst = self.listener
+        max_frame = lst._max_frame
+        limit = lst._max_in_flight
+        queue = self._queue
         while n - pos >= 4:
+            if len(queue) >= limit:
+                if not self._paused:
+                    self._paused = True  # back-pressure: stop reading until answers go out
+                    if self.transport is not None:
+                        self.transport.pause_reading()
+                break
             (size,) = _SIZE.unpack_from(view, pos)
             if size < 0 or size > max_frame:
                 self._bad_input(f"frame size {size} outside 0..{max_frame}")
-                return
+                return -1
             end = pos + 4 + size
             if end > n:
                 break
             body = bytes(view[pos + 4:end])
             pos = end
             if not self._dispatch(body):
-                return
-        if view is buf:
-            del buf[:pos]
-        elif pos < n:
-            buf += view[pos:]
-        self._arm_partial_timer(bool(buf))
+                return -1
+        return pos
 
     def _arm_partial_timer(self, partial: bool) -> None:
         if not partial:
@@ -163,10 +185,6 @@ class _FrameServerProtocol(asyncio.Protocol):
             return not self._closing
         fut = asyncio.ensure_future(result)
         fut.add_done_callback(lambda f: self._future_done(slot, f))
-        if len(self._queue) >= self.listener._max_in_flight and not self._paused:
-            self._paused = True  # back-pressure: stop reading until answers go out
-            if self.transport is not None:
-                self.transport.pause_reading()
         return True
 
     def _future_done(self, slot: _Pending, fut: asyncio.Future[bytes | None]) -> None:
@@ -214,6 +232,8 @@ class _FrameServerProtocol(asyncio.Protocol):
             self._paused = False
             if self.transport is not None:
                 self.transport.resume_reading()
+            if self._buf:
+                self._process_buffer()  # frames read before the pause
 
 
 class FrameListener:

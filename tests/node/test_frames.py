@@ -110,3 +110,64 @@ async def test_client_timeout_closes_and_fails_everything_in_flight(listener: Fr
     with pytest.raises(ConnectionClosedError):
         await slow
     assert conn.closed
+
+
+async def test_immediate_and_future_answers_mix_in_request_order() -> None:
+    """A handler may answer at once (bytes) or later (a plain future, no task): the order on
+    the wire is still the request order."""
+    later: dict[bytes, asyncio.Future[bytes | None]] = {}
+
+    def handler(body: bytes, peer: PeerInfo) -> bytes | asyncio.Future[bytes | None] | None:
+        if body.startswith(b"later"):
+            fut: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+            later[body] = fut
+            return fut
+        return b"now:" + body
+
+    lst = FrameListener("127.0.0.1", 0, handler)
+    await lst.start()
+    try:
+        conn = FrameConnection("127.0.0.1", lst.port)
+        await conn.open(2)
+        calls = [asyncio.ensure_future(conn.request(b, 5)) for b in (b"later1", b"a", b"later2", b"b")]
+        while len(later) < 2:
+            await asyncio.sleep(0.01)
+        later[b"later2"].set_result(b"done2")  # the later one finishes first
+        await asyncio.sleep(0.05)
+        assert not any(c.done() for c in calls)  # all wait for the head of the line
+        later[b"later1"].set_result(b"done1")
+        assert await asyncio.gather(*calls) == [b"done1", b"now:a", b"done2", b"now:b"]
+        conn.close()
+    finally:
+        await lst.stop()
+
+
+async def test_reading_pauses_at_max_in_flight_and_resumes() -> None:
+    """Back-pressure: with `max_in_flight` answers outstanding, no further frame is handed to
+    the handler until one is answered."""
+    pending: list[asyncio.Future[bytes | None]] = []
+
+    def handler(body: bytes, peer: PeerInfo) -> asyncio.Future[bytes | None]:
+        fut: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+        pending.append(fut)
+        return fut
+
+    lst = FrameListener("127.0.0.1", 0, handler, max_in_flight=4)
+    await lst.start()
+    try:
+        conn = FrameConnection("127.0.0.1", lst.port)
+        await conn.open(2)
+        calls = [asyncio.ensure_future(conn.request(str(i).encode(), 5)) for i in range(10)]
+        await asyncio.sleep(0.2)
+        seen = len(pending)
+        assert 4 <= seen < 10  # frames already read in the same chunk may still be dispatched
+        while not all(c.done() for c in calls):
+            for f in pending:
+                if not f.done():
+                    f.set_result(b"ok")
+            await asyncio.sleep(0.02)
+        assert len(pending) == 10
+        assert [c.result() for c in calls] == [b"ok"] * 10
+        conn.close()
+    finally:
+        await lst.stop()
