@@ -40,6 +40,73 @@ class SegmentIndex:
     def __len__(self) -> int:
         return len(self._offsets)
 
+    @classmethod
+    def load_trusted(
+        cls,
+        base_offset: int,
+        interval_bytes: int,
+        index_bytes: bytes,
+        time_index_bytes: bytes,
+        limit_position: int,
+    ) -> SegmentIndex | str:
+        """The index of a segment whose bytes below `limit_position` are trusted, from its files.
+
+        Entries for batches at or after `limit_position` are dropped (the caller scans from
+        `resume_position()` and re-adds them). Returns the reason as a string instead when
+        the files are not a sane index (Kafka's sanity check, plus what a zero-filled or torn
+        write leaves: sizes not a multiple of the entry size, offsets or positions that do not
+        increase, an entry at position 0 or relative offset 0, which no batch can produce).
+        """
+        if len(index_bytes) % _OFFSET_ENTRY.size:
+            return f"offset index size {len(index_bytes)} is not a multiple of {_OFFSET_ENTRY.size}"
+        if len(time_index_bytes) % _TIME_ENTRY.size:
+            return f"time index size {len(time_index_bytes)} is not a multiple of {_TIME_ENTRY.size}"
+        idx = cls(base_offset, interval_bytes)
+        last_rel = last_pos = 0
+        for rel, pos in _OFFSET_ENTRY.iter_unpack(index_bytes):
+            if rel <= last_rel or pos <= last_pos:
+                return (f"offset index entry ({rel}, {pos}) does not increase from "
+                        f"({last_rel}, {last_pos})")
+            last_rel, last_pos = rel, pos
+            if pos >= limit_position:
+                break
+            idx._offsets.append(base_offset + rel)
+            idx._positions.append(pos)
+        last_offset = idx._offsets[-1] if idx._offsets else base_offset - 1
+        last_ts, last_trel = -2, -1
+        for ts, trel in _TIME_ENTRY.iter_unpack(time_index_bytes):
+            if ts == -1 and not idx._times and base_offset + trel == -1:
+                # the first index point of batches without timestamps: (-1, offset -1)
+                idx._times.append((-1, -1))
+                last_ts = -1
+                continue
+            if ts <= last_ts or trel < last_trel or trel < 0:
+                return (f"time index entry ({ts}, {trel}) does not increase from "
+                        f"({last_ts}, {last_trel})")
+            last_ts, last_trel = ts, trel
+            if base_offset + trel > last_offset:
+                break
+            idx._times.append((ts, base_offset + trel))
+        if idx._offsets and not idx._times:
+            return "the time index has no entry for the indexed batches"
+        if idx._positions:
+            idx._last_indexed_position = idx._positions[-1]
+        if idx._times:
+            idx._max_ts, idx._offset_of_max_ts = idx._times[-1]
+        return idx
+
+    def resume_position(self) -> int:
+        """Where a scan that continues this index must start: the last indexed batch, or 0.
+
+        Re-observing that batch adds nothing, so scanning on from here rebuilds exactly the
+        index a scan from position 0 would have built.
+        """
+        return self._positions[-1] if self._positions else 0
+
+    def last_indexed_offset(self) -> int | None:
+        """The last offset of the last indexed batch, if any."""
+        return self._offsets[-1] if self._offsets else None
+
     def observe(self, position: int, last_offset: int, max_timestamp: int) -> bool:
         """Account for the batch at `position`; returns True when it got an index entry."""
         if max_timestamp > self._max_ts:

@@ -28,12 +28,19 @@ import logging
 import mmap
 import os
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kraft.protocol.errors import ProtocolError, TruncatedInputError
-from kraft.records.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, MAGIC, RecordBatch
+from kraft.records.batch import (
+    BATCH_HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    RecordBatch,
+    batch_header,
+)
 from kraft.storage.durability import fsync_dir
 from kraft.storage.epoch_cache import (
     EpochEntry,
@@ -56,6 +63,13 @@ from kraft.storage.layout import (
     parse_segment_file_name,
     segment_file_name,
 )
+from kraft.storage.recovery_point import (
+    RecoveryCheckpoint,
+    RecoveryCheckpointError,
+    read_recovery_checkpoint,
+    recovery_checkpoint_path,
+    write_recovery_checkpoint,
+)
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +77,13 @@ DEFAULT_SEGMENT_BYTES = 1 << 30
 """`metadata.log.segment.bytes` default (1 GiB)."""
 
 MAX_BATCH_BYTES = 8 * 1024 * 1024
+"""Largest batch the metadata log accepts (`max.message.bytes` of KafkaMetadataLog)."""
 TAIL_BATCHES = 256
 """Batch positions of the active segment kept in memory for reads near the log end."""
-"""Largest batch the metadata log accepts (`max.message.bytes` of KafkaMetadataLog)."""
+DEFAULT_RECOVERY_CHECKPOINT_INTERVAL_S = 1.0
+"""How often (at most) the recovery point is checkpointed while flushes advance it (Kafka's
+`log.flush.offset.checkpoint.interval.ms`, 60 s there). A kill -9 re-validates at most about
+this much of the newest log on the next open."""
 
 _MAX_SANE_BATCH = 64 * 1024 * 1024
 """Recovery treats a declared batch length above this as garbage rather than a real batch."""
@@ -128,6 +146,18 @@ class RecoveryReport:
     truncated_at_position: int | None = None
     indexes_rebuilt: tuple[Path, ...] = ()
     epoch_cache_rebuilt: bool = False
+    recovery_point: int | None = None
+    """The checkpointed recovery point the open trusted, or None after a full scan."""
+    clean_shutdown: bool = False
+    """The checkpoint came from a clean close and matched the log's end exactly."""
+    full_scan_reason: str | None = None
+    """Why every batch was validated (no usable checkpoint, or a full scan was asked for)."""
+    segments_scanned: int = 0
+    """Segments whose batches were all validated from position 0."""
+    bytes_scanned: int = 0
+    """Bytes of batches validated (header, CRC, offsets, epochs); the rest was trusted."""
+    bytes_trusted: int = 0
+    """Bytes below the recovery point that were not read (their index files were loaded)."""
 
 
 class SegmentedLog:
@@ -145,6 +175,8 @@ class SegmentedLog:
         segment_bytes: int,
         index_interval_bytes: int,
         report: RecoveryReport,
+        log_start_offset: int | None = None,
+        recovery_checkpoint_interval_s: float | None = DEFAULT_RECOVERY_CHECKPOINT_INTERVAL_S,
     ) -> None:
         self.directory = directory
         self.segment_bytes = segment_bytes
@@ -153,10 +185,20 @@ class SegmentedLog:
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
         self._epochs = epoch_cache
+        # Lock order: _flush_lock, then _ckpt_lock, then _lock.
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
-        self._log_start = segments[0].base_offset
+        self._ckpt_lock = threading.Lock()
+        self._log_start = segments[0].base_offset if log_start_offset is None else log_start_offset
         self._durable = self.log_end_offset
+        # Where the durable end is: (segment base offset, file position). Guarded by _lock.
+        self._durable_at = (segments[-1].base_offset, segments[-1].size)
+        # Segments whose index files changed since the last recovery checkpoint (by base).
+        self._index_dirty: set[int] = set()
+        self._ckpt_interval = recovery_checkpoint_interval_s
+        self._ckpt_timer: threading.Timer | None = None
+        self._ckpt_last_at = time.monotonic()
+        self._ckpt_written: RecoveryCheckpoint | None = None
         self._unsynced: dict[int, Segment] = {}
         self._dir_dirty = False
         self._epochs_written: tuple[EpochEntry, ...] = epoch_cache.entries
@@ -179,15 +221,25 @@ class SegmentedLog:
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
         initial_offset: int = 0,
+        full_scan: bool = False,
+        recovery_checkpoint_interval_s: float | None = DEFAULT_RECOVERY_CHECKPOINT_INTERVAL_S,
     ) -> SegmentedLog:
         """Open (creating if needed) the log in `directory`, recovering from a crash.
 
-        Every batch of every segment is checked (header, CRC, offset continuity, epochs).
-        A torn or corrupt tail of the last segment is truncated and logged; a problem
-        anywhere else — or a bad batch followed by valid data — raises CorruptLogError naming
-        the file and byte position, and nothing is modified. Index files and the epoch
-        checkpoint are rebuilt when they disagree with the batches. All segment files are
-        fsynced before returning, so `durable_end_offset == log_end_offset`.
+        With a usable `recovery-point-checkpoint` (see `kraft.storage.recovery_point`), the
+        segments below the recovery point are trusted: their index files are loaded and only
+        the last indexed batch of each is re-read (to find where it ends); validation starts
+        at the last indexed batch before the recovery point and covers everything after it.
+        Without one (missing, corrupt, or disagreeing with the files: logged, never an error),
+        or with `full_scan`, every batch of every segment is checked. Checked means header,
+        CRC, offset continuity and epochs. A torn or corrupt tail of the last segment is
+        truncated and logged; a problem anywhere else that is checked — or a bad batch
+        followed by valid data — raises CorruptLogError naming the file and byte position,
+        and nothing is modified. Index files and the epoch checkpoint are rebuilt when they
+        disagree with the batches. All segment files are fsynced before returning, so
+        `durable_end_offset == log_end_offset`, and a new recovery checkpoint at the log end
+        offset is written. `recovery_checkpoint_interval_s` (None: only on open, truncation
+        and close) is how often flushes may checkpoint the recovery point afterwards.
         """
         if segment_bytes < BATCH_HEADER_SIZE:
             raise ValueError(f"segment_bytes {segment_bytes} is too small")
@@ -207,7 +259,41 @@ class SegmentedLog:
             if parsed is not None and parsed[1] != LOG_SUFFIX and parsed[0] not in bases:
                 strays.append(d / entry)
         ordered = sorted(bases)
-        plans = _scan_segments(d, ordered, index_interval_bytes)
+        cp_file = checkpoint_path(d)
+        stored: list[EpochEntry] | None
+        try:
+            stored = read_epoch_checkpoint(cp_file)
+        except CorruptLogError as exc:
+            log.warning("event=epoch_checkpoint_unreadable file=%s error=%r", cp_file, str(exc))
+            stored = None
+        trusted: _TrustedOpen | None = None
+        reason: str | None = None
+        unusable = False
+        if full_scan:
+            reason = "a full scan was requested"
+        elif ordered:
+            try:
+                rp = read_recovery_checkpoint(d)
+            except RecoveryCheckpointError as exc:
+                rp, reason, unusable = None, f"unreadable recovery checkpoint: {exc}", True
+            if rp is None and reason is None:
+                reason = "no recovery checkpoint"
+            elif rp is not None:
+                planned = _open_from_recovery_point(d, ordered, index_interval_bytes, rp, stored)
+                if isinstance(planned, str):
+                    reason, unusable = f"recovery checkpoint {rp} not usable: {planned}", True
+                else:
+                    trusted = planned
+        if trusted is not None:
+            plans = trusted.plans
+        else:
+            if ordered:
+                log.log(
+                    logging.WARNING if unusable else logging.INFO,
+                    "event=recovery_full_scan dir=%s segments=%d reason=%r",
+                    d, len(ordered), reason,
+                )
+            plans = _scan_segments(d, ordered, index_interval_bytes)
         # No exception: decide the repair, then apply it.
         truncated_bytes = 0
         truncated_file: Path | None = None
@@ -221,8 +307,9 @@ class SegmentedLog:
             log.info("event=stray_file_removed file=%s", path)
             path.unlink(missing_ok=True)
         segments: list[Segment] = []
-        cache = LeaderEpochCache()
-        for plan in plans:
+        cache = trusted.epochs if trusted is not None else LeaderEpochCache()
+        first_checked = trusted.first_checked if trusted is not None else 0
+        for i, plan in enumerate(plans):
             if plan.delete:
                 truncated_bytes += plan.file_size
                 log.warning(
@@ -242,7 +329,9 @@ class SegmentedLog:
                     plan.path, plan.truncate_to, plan.file_size - plan.truncate_to,
                     plan.next_offset - 1, plan.next_offset, plan.reason,
                 )
-            os.fsync(fd)
+            if i >= first_checked:
+                # Below the recovery point the files were fsynced before it was checkpointed.
+                os.fsync(fd)
             seg = Segment(
                 base_offset=plan.base_offset,
                 path=plan.path,
@@ -250,55 +339,73 @@ class SegmentedLog:
                 size=plan.valid_size,
                 next_offset=plan.next_offset,
                 index=plan.index,
-                epochs=plan.epochs,
             )
             for e in plan.epochs:
-                cache.assign(e.epoch, e.start_offset)
+                if trusted is None or e.start_offset >= trusted.checkpoint.recovery_point:
+                    cache.assign(e.epoch, e.start_offset)
             segments.append(seg)
         if not segments:
             segments.append(_create_segment(d, initial_offset, index_interval_bytes))
+        log_start = segments[0].base_offset
+        if trusted is not None and log_start < trusted.checkpoint.log_start_offset \
+                <= segments[-1].next_offset:
+            log_start = trusted.checkpoint.log_start_offset
+            cache.truncate_from_start(log_start)
+        _assign_segment_epochs(segments, cache)
         rebuilt: list[Path] = []
-        for seg in segments:
-            if seg.index.sync_files(seg.index_path, seg.time_index_path):
+        for i, seg in enumerate(segments):
+            written = seg.index.sync_files(seg.index_path, seg.time_index_path)
+            if written:
                 rebuilt.append(seg.index_path)
                 log.info(
                     "event=index_rebuilt file=%s entries=%d", seg.index_path, len(seg.index)
                 )
+            if written or i >= first_checked:
+                _fsync_paths(seg.index_path, seg.time_index_path)
         segments[-1].open_index_files()
-        cp = checkpoint_path(d)
-        stored: list[EpochEntry] | None
-        try:
-            stored = read_epoch_checkpoint(cp)
-        except CorruptLogError as exc:
-            log.warning("event=epoch_checkpoint_unreadable file=%s error=%r", cp, str(exc))
-            stored = None
         epoch_rebuilt = stored != list(cache.entries)
         if epoch_rebuilt:
-            write_epoch_checkpoint(cp, cache.entries)
+            write_epoch_checkpoint(cp_file, cache.entries)
             log.info(
                 "event=epoch_cache_rebuilt file=%s entries=%d previous=%s",
-                cp, len(cache.entries), "missing" if stored is None else len(stored),
+                cp_file, len(cache.entries), "missing" if stored is None else len(stored),
             )
         fsync_dir(d)
+        scanned = [p for p in plans if not p.delete]
         report = RecoveryReport(
             segments=len(segments),
-            log_start_offset=segments[0].base_offset,
+            log_start_offset=log_start,
             log_end_offset=segments[-1].next_offset,
             truncated_bytes=truncated_bytes,
             truncated_file=truncated_file,
             truncated_at_position=truncated_pos,
             indexes_rebuilt=tuple(rebuilt),
             epoch_cache_rebuilt=epoch_rebuilt,
+            recovery_point=trusted.checkpoint.recovery_point if trusted is not None else None,
+            clean_shutdown=trusted.clean if trusted is not None else False,
+            full_scan_reason=reason if trusted is None else None,
+            segments_scanned=sum(1 for p in scanned if p.scanned_from == 0 and p.file_size > 0),
+            bytes_scanned=sum(max(p.valid_size - p.scanned_from, 0) for p in scanned),
+            bytes_trusted=sum(p.scanned_from for p in scanned),
         )
         log.info(
             "event=log_opened dir=%s segments=%d log_start_offset=%d log_end_offset=%d "
-            "truncated_bytes=%d",
+            "truncated_bytes=%d recovery_point=%s clean_shutdown=%s segments_scanned=%d "
+            "bytes_scanned=%d bytes_trusted=%d",
             d, report.segments, report.log_start_offset, report.log_end_offset, truncated_bytes,
+            report.recovery_point, report.clean_shutdown, report.segments_scanned,
+            report.bytes_scanned, report.bytes_trusted,
         )
-        return cls(
+        opened = cls(
             d, segments, cache, segment_bytes=segment_bytes,
-            index_interval_bytes=index_interval_bytes, report=report,
+            index_interval_bytes=index_interval_bytes, report=report, log_start_offset=log_start,
+            recovery_checkpoint_interval_s=recovery_checkpoint_interval_s,
         )
+        # Everything is fsynced now: the log end is the recovery point (and a clean-shutdown
+        # mark from the last close is consumed).
+        with opened._ckpt_lock:
+            opened._write_checkpoint_locked(clean=False)
+        return opened
 
     # ------------------------------------------------------------------ properties
 
@@ -397,6 +504,7 @@ class SegmentedLog:
             for rel, base, last, epoch, max_ts in metas:
                 before_t = active.index.time_entry_count()
                 if active.index.observe(start + rel, last, max_ts):
+                    self._index_dirty.add(active.base_offset)
                     o_entry, t_entry = active.index.last_entries_bytes()
                     append_entry(active.index_fd, o_entry, (len(active.index) - 1) * 8)
                     if active.index.time_entry_count() > before_t:
@@ -456,6 +564,7 @@ class SegmentedLog:
             self._check_usable()
             with self._lock:
                 target = self.log_end_offset
+                target_at = (self._segments[-1].base_offset, self._segments[-1].size)
                 to_sync = list(self._unsynced.values())
                 self._unsynced.clear()
                 dir_dirty = self._dir_dirty
@@ -476,7 +585,105 @@ class SegmentedLog:
             with self._lock:
                 if target > self._durable:
                     self._durable = target
-                return self._durable
+                    self._durable_at = target_at
+                durable = self._durable
+            self._schedule_checkpoint()
+            return durable
+
+    # ------------------------------------------------------------------ recovery point
+
+    def checkpoint_recovery_point(self) -> None:
+        """Checkpoint the durable end offset as the recovery point now (any thread).
+
+        Flushes do this on their own at most every `recovery_checkpoint_interval_s`; a
+        truncation below the recovery point and `close` (with the clean-shutdown mark) do it
+        at once.
+        """
+        with self._ckpt_lock:
+            self._check_usable()
+            self._write_checkpoint_locked(clean=False)
+
+    def _schedule_checkpoint(self) -> None:
+        if self._ckpt_interval is None:
+            return
+        with self._lock:
+            if self._ckpt_timer is not None or self._closed:
+                return
+            delay = max(0.0, self._ckpt_last_at + self._ckpt_interval - time.monotonic())
+            timer = threading.Timer(delay, self._checkpoint_from_timer)
+            timer.daemon = True
+            self._ckpt_timer = timer
+        timer.start()
+
+    def _checkpoint_from_timer(self) -> None:
+        with self._ckpt_lock:
+            with self._lock:
+                self._ckpt_timer = None
+                if self._closed or self._failed is not None:
+                    return
+            try:
+                self._write_checkpoint_locked(clean=False)
+            except OSError as exc:
+                # Only the restart gets slower (it validates from an older recovery point).
+                log.error("event=recovery_checkpoint_failed dir=%s error=%r", self.directory,
+                          str(exc))
+
+    def _write_checkpoint_locked(self, *, clean: bool) -> None:
+        """Checkpoint the durable end as the recovery point (caller holds _ckpt_lock only).
+
+        The index files changed since the last checkpoint are fsynced first: everything the
+        checkpoint covers is on stable storage before the checkpoint says so.
+        """
+        with self._lock:
+            offset = self._durable
+            seg_base, position = self._durable_at
+            if seg_base not in self._bases:
+                # Its segment was deleted (log start advanced past it): nothing below the
+                # first remaining segment exists, and nothing in it is known flushed.
+                first = self._segments[0]
+                offset, seg_base, position = first.base_offset, first.base_offset, 0
+            cp = RecoveryCheckpoint(
+                self._log_start, offset, seg_base, position,
+                clean and offset == self.log_end_offset,
+            )
+            dirty = sorted(self._index_dirty)
+            self._index_dirty.clear()
+        self._ckpt_last_at = time.monotonic()
+        if not dirty and cp == self._ckpt_written:
+            return
+        try:
+            for base in dirty:
+                _fsync_paths(self.directory / segment_file_name(base, INDEX_SUFFIX),
+                             self.directory / segment_file_name(base, TIME_INDEX_SUFFIX))
+            if cp != self._ckpt_written:
+                write_recovery_checkpoint(self.directory, cp)
+                self._ckpt_written = cp
+        except OSError:
+            with self._lock:
+                self._index_dirty.update(dirty)
+            raise
+
+    def _lower_checkpoint_locked(self) -> None:
+        """After a truncation: the checkpoint must not claim offsets the log no longer has.
+
+        If it cannot be rewritten it is removed (the next open scans everything); if that
+        fails too the log is failed, as a stale recovery point could trust unflushed data.
+        """
+        try:
+            self._write_checkpoint_locked(clean=False)
+            return
+        except OSError as exc:
+            log.error("event=recovery_checkpoint_failed dir=%s error=%r action=remove",
+                      self.directory, str(exc))
+        try:
+            recovery_checkpoint_path(self.directory).unlink(missing_ok=True)
+            fsync_dir(self.directory)
+            self._ckpt_written = None
+        except OSError as exc:
+            self._failed = exc
+            raise StorageError(
+                f"cannot lower or remove the recovery checkpoint in {self.directory}: {exc}"
+            ) from exc
 
     # ------------------------------------------------------------------ reads
 
@@ -562,45 +769,57 @@ class SegmentedLog:
         """Remove everything at and after `offset`; returns the new log end offset.
 
         If `offset` falls inside a batch, the whole batch goes (the new end is that batch's
-        base offset), as in Kafka. The change is fsynced before returning. Raises
-        OffsetOutOfRangeError below the log start offset; a no-op at or above the end.
+        base offset), as in Kafka. The change is fsynced before returning, and a recovery
+        checkpoint above the new end is lowered to it first. Raises OffsetOutOfRangeError
+        below the log start offset; a no-op at or above the end.
         """
         self._forget_tail()
-        with self._flush_lock, self._lock:
-            self._check_usable()
-            if offset >= self.log_end_offset:
-                return self.log_end_offset
-            if offset < self._log_start:
-                raise OffsetOutOfRangeError(
-                    f"cannot truncate to {offset}: below log start offset {self._log_start}"
-                )
-            old_end = self.log_end_offset
-            removed_bytes = 0
-            while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
-                seg = self._segments.pop()
-                self._bases.pop()
-                removed_bytes += seg.size
-                self._unsynced.pop(seg.base_offset, None)
-                self._delete_segment_files(seg)
-            seg = self._segments[-1]
-            pos = self._position_of(seg, offset)
-            if pos >= seg.size:
-                new_end = seg.next_offset
-            else:
-                new_end = int.from_bytes(os.pread(seg.fd, 8, pos), "big", signed=True)
-            removed_bytes += seg.size - pos
-            os.ftruncate(seg.fd, pos)
-            seg.size = pos
-            seg.next_offset = new_end
-            seg.index.truncate_to_position(pos)
-            seg.epochs = [e for e in seg.epochs if e.start_offset < new_end]
-            seg.open_index_files()
-            self._rewrite_index_files(seg)
-            os.fsync(seg.fd)
-            fsync_dir(self.directory)
-            self._epochs.truncate_from_end(new_end)
-            self._durable = min(self._durable, new_end)
-            self._persist_epochs_locked()
+        with self._flush_lock, self._ckpt_lock:
+            with self._lock:
+                self._check_usable()
+                if offset >= self.log_end_offset:
+                    return self.log_end_offset
+                if offset < self._log_start:
+                    raise OffsetOutOfRangeError(
+                        f"cannot truncate to {offset}: below log start offset {self._log_start}"
+                    )
+                old_end = self.log_end_offset
+                removed_bytes = 0
+                while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+                    seg = self._segments.pop()
+                    self._bases.pop()
+                    removed_bytes += seg.size
+                    self._unsynced.pop(seg.base_offset, None)
+                    self._index_dirty.discard(seg.base_offset)
+                    self._delete_segment_files(seg)
+                seg = self._segments[-1]
+                pos = self._position_of(seg, offset)
+                if pos >= seg.size:
+                    new_end = seg.next_offset
+                else:
+                    new_end = int.from_bytes(os.pread(seg.fd, 8, pos), "big", signed=True)
+                removed_bytes += seg.size - pos
+                os.ftruncate(seg.fd, pos)
+                seg.size = pos
+                seg.next_offset = new_end
+                seg.index.truncate_to_position(pos)
+                seg.epochs = [e for e in seg.epochs if e.start_offset < new_end]
+                seg.open_index_files()
+                self._rewrite_index_files(seg)
+                self._index_dirty.add(seg.base_offset)
+                os.fsync(seg.fd)
+                fsync_dir(self.directory)
+                self._epochs.truncate_from_end(new_end)
+                if new_end < self._durable:
+                    self._durable = new_end
+                    self._durable_at = (seg.base_offset, pos)
+                self._persist_epochs_locked()
+                written = self._ckpt_written
+            if written is None or written.recovery_point > new_end or (
+                written.recovery_point == new_end
+                and (written.segment, written.position) != (seg.base_offset, pos)
+            ):
+                self._lower_checkpoint_locked()
         log.info(
             "event=log_truncated dir=%s from_offset=%d to_offset=%d bytes_removed=%d",
             self.directory, old_end, new_end, removed_bytes,
@@ -610,21 +829,25 @@ class SegmentedLog:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the empty log at `offset` (after a snapshot load)."""
         self._forget_tail()
-        with self._flush_lock, self._lock:
-            self._check_usable()
-            old_start, old_end = self._log_start, self.log_end_offset
-            for seg in self._segments:
-                self._delete_segment_files(seg)
-            self._unsynced.clear()
-            seg = _create_segment(self.directory, offset, self.index_interval_bytes)
-            seg.open_index_files()
-            self._segments = [seg]
-            self._bases = [offset]
-            self._log_start = offset
-            self._durable = offset
-            self._epochs.clear()
-            fsync_dir(self.directory)
-            self._persist_epochs_locked()
+        with self._flush_lock, self._ckpt_lock:
+            with self._lock:
+                self._check_usable()
+                old_start, old_end = self._log_start, self.log_end_offset
+                for seg in self._segments:
+                    self._delete_segment_files(seg)
+                self._unsynced.clear()
+                self._index_dirty.clear()
+                seg = _create_segment(self.directory, offset, self.index_interval_bytes)
+                seg.open_index_files()
+                self._segments = [seg]
+                self._bases = [offset]
+                self._log_start = offset
+                self._durable = offset
+                self._durable_at = (offset, 0)
+                self._epochs.clear()
+                fsync_dir(self.directory)
+                self._persist_epochs_locked()
+            self._lower_checkpoint_locked()
         log.info(
             "event=log_truncated_fully dir=%s old_start=%d old_end=%d new_start=%d",
             self.directory, old_start, old_end, offset,
@@ -633,36 +856,50 @@ class SegmentedLog:
     def advance_log_start_offset(self, offset: int) -> int:
         """Raise the log start offset (a snapshot covers everything below it).
 
-        Deletes every segment whose offsets are all below `offset` (never the active one)
-        and forgets epoch-cache entries below it. Returns the number of segments deleted.
-        Raises OffsetOutOfRangeError when `offset` is above the log end offset.
+        Deletes every segment whose offsets are all below the log start offset (never the
+        active one) and forgets epoch-cache entries below it. Returns the number of segments
+        deleted. Raises OffsetOutOfRangeError when `offset` is above the log end offset.
         """
         self._forget_tail()
-        with self._flush_lock, self._lock:
-            self._check_usable()
-            if offset > self.log_end_offset:
-                raise OffsetOutOfRangeError(
-                    f"log start offset {offset} would be above the log end offset "
-                    f"{self.log_end_offset}; use truncate_fully_and_start_at"
-                )
-            if offset <= self._log_start:
+        with self._flush_lock, self._ckpt_lock:
+            with self._lock:
+                self._check_usable()
+                if offset > self.log_end_offset:
+                    raise OffsetOutOfRangeError(
+                        f"log start offset {offset} would be above the log end offset "
+                        f"{self.log_end_offset}; use truncate_fully_and_start_at"
+                    )
+                if offset < self._log_start:
+                    return 0
+                raised = offset > self._log_start
+                self._log_start = offset
+                deleted = 0
+                # (also segments left below an already raised log start by a crash)
+                while len(self._segments) > 1 and self._segments[1].base_offset <= offset:
+                    seg = self._segments.pop(0)
+                    self._bases.pop(0)
+                    self._unsynced.pop(seg.base_offset, None)
+                    self._index_dirty.discard(seg.base_offset)
+                    self._delete_segment_files(seg)
+                    deleted += 1
+                    log.info(
+                        "event=segment_deleted file=%s base_offset=%d next_offset=%d bytes=%d",
+                        seg.path, seg.base_offset, seg.next_offset, seg.size,
+                    )
+                if deleted:
+                    fsync_dir(self.directory)
+            if not raised and not deleted:
                 return 0
-            self._log_start = offset
-            deleted = 0
-            while len(self._segments) > 1 and self._segments[1].base_offset <= offset:
-                seg = self._segments.pop(0)
-                self._bases.pop(0)
-                self._unsynced.pop(seg.base_offset, None)
-                self._delete_segment_files(seg)
-                deleted += 1
-                log.info(
-                    "event=segment_deleted file=%s base_offset=%d next_offset=%d bytes=%d",
-                    seg.path, seg.base_offset, seg.next_offset, seg.size,
-                )
-            if deleted:
-                fsync_dir(self.directory)
-            if self._epochs.truncate_from_start(offset):
-                self._persist_epochs_locked()
+            # The checkpoint first: it carries the log start that explains a leader-epoch
+            # checkpoint whose first entry moved up to it.
+            try:
+                self._write_checkpoint_locked(clean=False)
+            except OSError as exc:
+                log.error("event=recovery_checkpoint_failed dir=%s error=%r", self.directory,
+                          str(exc))
+            with self._lock:
+                if raised and self._epochs.truncate_from_start(offset):
+                    self._persist_epochs_locked()
         return deleted
 
     def _persist_epochs_locked(self) -> None:
@@ -672,13 +909,15 @@ class SegmentedLog:
             self._epochs_written = entries
 
     def _rewrite_index_files(self, seg: Segment) -> None:
+        # The kept entries are a prefix of the file: rewrite them in place, then cut the rest
+        # (a crash in between leaves extra entries, which open drops, never a missing one).
         for fd, content in (
             (seg.index_fd, seg.index.offset_index_bytes()),
             (seg.time_index_fd, seg.index.time_index_bytes()),
         ):
-            os.ftruncate(fd, 0)
             if content:
                 os.pwrite(fd, content, 0)
+            os.ftruncate(fd, len(content))
 
     def _delete_segment_files(self, seg: Segment) -> None:
         seg.close()
@@ -694,15 +933,26 @@ class SegmentedLog:
             raise StorageError(f"log {self.directory} failed earlier: {self._failed}")
 
     def close(self) -> None:
-        """Flush, then close every file. Idempotent."""
+        """Flush, checkpoint the log end as the recovery point with the clean-shutdown mark,
+        then close every file. Idempotent."""
         if self._closed:
             return
         if self._failed is None:
             self.flush()
-        with self._flush_lock, self._lock:
-            for seg in self._segments:
-                seg.close()
-            self._closed = True
+        with self._flush_lock, self._ckpt_lock:
+            if self._failed is None:
+                try:
+                    self._write_checkpoint_locked(clean=True)
+                except OSError as exc:
+                    log.error("event=recovery_checkpoint_failed dir=%s error=%r",
+                              self.directory, str(exc))
+            with self._lock:
+                timer, self._ckpt_timer = self._ckpt_timer, None
+                for seg in self._segments:
+                    seg.close()
+                self._closed = True
+        if timer is not None:
+            timer.cancel()
 
     def __enter__(self) -> SegmentedLog:
         return self
@@ -726,6 +976,10 @@ class _SegmentPlan:
     truncate_to: int | None = None
     delete: bool = False
     reason: str = ""
+    scanned_from: int = 0
+    """File position the scan started at (0, or the last indexed batch of a trusted prefix)."""
+    offset_at_mark: int | None = None
+    """The offset of the batch boundary at the requested mark position, if the scan met it."""
 
 
 @dataclass(slots=True)
@@ -736,6 +990,33 @@ class _Problem:
     """True for what a torn write can leave (cut-short batch, bad header, bad CRC)."""
 
 
+@dataclass(slots=True)
+class _Start:
+    """Where to start validating a segment whose bytes below `trusted_end` are trusted."""
+
+    position: int
+    next_offset: int
+    last_epoch: int
+    index: SegmentIndex
+    trusted_end: int
+
+
+@dataclass(slots=True)
+class _TrustedOpen:
+    """The outcome of opening from a recovery point: the plans and the epochs below it."""
+
+    checkpoint: RecoveryCheckpoint
+    plans: list[_SegmentPlan]
+    epochs: LeaderEpochCache
+    first_checked: int
+    """Index of the segment the recovery point falls in (segments before it are trusted whole)."""
+    clean: bool
+
+
+class _TrustedRegionError(Exception):
+    """A problem below the recovery point: the checkpoint cannot be trusted (full scan)."""
+
+
 def _create_segment(directory: Path, base_offset: int, interval: int) -> Segment:
     path = directory / segment_file_name(base_offset)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
@@ -743,20 +1024,143 @@ def _create_segment(directory: Path, base_offset: int, interval: int) -> Segment
     return seg
 
 
-def _scan_segments(directory: Path, bases: list[int], interval: int) -> list[_SegmentPlan]:
-    """Validate every segment; returns the repair plan or raises CorruptLogError."""
+def _fsync_paths(*paths: Path) -> None:
+    """fsync files by path (those that exist)."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _assign_segment_epochs(segments: list[Segment], cache: LeaderEpochCache) -> None:
+    """Give each segment the epoch entries that start inside it."""
+    entries = cache.entries
+    for seg in segments:
+        seg.epochs = [e for e in entries if seg.base_offset <= e.start_offset < seg.next_offset]
+
+
+def _read_file(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return b""
+
+
+def _open_from_recovery_point(
+    directory: Path,
+    bases: list[int],
+    interval: int,
+    cp: RecoveryCheckpoint,
+    stored_epochs: list[EpochEntry] | None,
+) -> _TrustedOpen | str:
+    """Plan the open from a recovery checkpoint, or say why it cannot be used.
+
+    Trusted: every segment before the checkpoint's segment, and that segment's bytes below
+    the checkpoint's position (with their index entries and the epochs the leader-epoch
+    checkpoint gives for offsets below the recovery point). Validated: from the last indexed
+    batch of each trusted part to its end (so the chain of segments and the batch at the
+    recovery point are checked) and everything after the recovery point. A problem found
+    below the recovery point, or a recovery point that does not fall on a batch boundary
+    with that offset, means the checkpoint is stale: the caller falls back to a full scan.
+    """
+    if stored_epochs is None:
+        return "the leader-epoch-checkpoint is missing or unreadable"
+    if cp.segment not in bases:
+        return f"its segment {segment_file_name(cp.segment)} is not on disk"
+    k = bases.index(cp.segment)
+    rp_path = directory / segment_file_name(cp.segment)
+    rp_size = rp_path.stat().st_size
+    if cp.position > rp_size:
+        return f"position {cp.position} is beyond the end of {rp_path} ({rp_size} bytes)"
+    try:
+        epochs = LeaderEpochCache([e for e in stored_epochs if e.start_offset < cp.recovery_point])
+    except ValueError as exc:
+        return f"the leader-epoch-checkpoint is inconsistent: {exc}"
+    starts: dict[int, _Start] = {}
+    for i, base in enumerate(bases[: k + 1]):
+        path = directory / segment_file_name(base)
+        limit = cp.position if i == k else path.stat().st_size
+        loaded = SegmentIndex.load_trusted(
+            base, interval, _read_file(path.with_suffix(INDEX_SUFFIX)),
+            _read_file(path.with_suffix(TIME_INDEX_SUFFIX)), limit,
+        )
+        if isinstance(loaded, str):
+            log.warning(
+                "event=index_unusable file=%s reason=%r action=validate_whole_segment",
+                path.with_suffix(INDEX_SUFFIX), loaded,
+            )
+            loaded = SegmentIndex(base, interval)
+        resume = loaded.resume_position()
+        next_offset = base
+        if resume > 0:
+            with open(path, "rb") as fh:
+                head = os.pread(fh.fileno(), BATCH_HEADER_SIZE, resume)
+            try:
+                header = batch_header(head)
+            except ProtocolError as exc:
+                return f"the last index entry of {path} points at no batch: {exc}"
+            if header.last_offset != loaded.last_indexed_offset():
+                return (f"the last index entry of {path} names offset "
+                        f"{loaded.last_indexed_offset()}, the batch at position {resume} ends "
+                        f"at {header.last_offset}")
+            next_offset = header.base_offset
+        before = epochs.epoch_for_offset(next_offset - 1)
+        starts[base] = _Start(resume, next_offset, -1 if before is None else before, loaded, limit)
+    try:
+        plans = _scan_segments(directory, bases, interval, starts, (cp.segment, cp.position))
+    except _TrustedRegionError as exc:
+        return str(exc)
+    if plans[k].offset_at_mark != cp.recovery_point:
+        return (f"no batch boundary with offset {cp.recovery_point} at position {cp.position} "
+                f"of {rp_path}")
+    for plan in plans[: k + 1]:
+        for e in plan.epochs:
+            if cp.log_start_offset <= e.start_offset < cp.recovery_point \
+                    and epochs.epoch_for_offset(e.start_offset) != e.epoch:
+                return (f"the batch at offset {e.start_offset} has epoch {e.epoch}, the "
+                        "leader-epoch-checkpoint says otherwise")
+    last = plans[-1]
+    clean = cp.clean_shutdown and k == len(bases) - 1 and cp.position == last.file_size
+    if cp.clean_shutdown and not clean:
+        log.warning(
+            "event=clean_shutdown_mark_mismatch dir=%s recovery_point=%d action=validate_tail",
+            directory, cp.recovery_point,
+        )
+    return _TrustedOpen(cp, plans, epochs, k, clean)
+
+
+def _scan_segments(
+    directory: Path,
+    bases: list[int],
+    interval: int,
+    starts: dict[int, _Start] | None = None,
+    mark: tuple[int, int] | None = None,
+) -> list[_SegmentPlan]:
+    """Validate the segments; returns the repair plan or raises CorruptLogError.
+
+    Segments in `starts` are validated from the given position on; a problem below their
+    `trusted_end` raises _TrustedRegionError instead. `mark` = (segment base, position) asks
+    for the offset at that position (`offset_at_mark` of that segment's plan).
+    """
     plans: list[_SegmentPlan] = []
     expected_next: int | None = None
     last_epoch = -1
     problems: list[tuple[int, _Problem]] = []
     for i, base in enumerate(bases):
         path = directory / segment_file_name(base)
+        start = starts.get(base) if starts is not None else None
         if expected_next is not None and base != expected_next:
             problems.append(
                 (i, _Problem(0, f"segment base offset {base} does not continue the previous "
                                 f"segment, which ends at offset {expected_next}", False))
             )
-        plan, problem, last_epoch = _scan_one(path, base, interval, last_epoch)
+        at = mark[1] if mark is not None and mark[0] == base else None
+        plan, problem, last_epoch = _scan_one(path, base, interval, last_epoch, start, at)
         plans.append(plan)
         if problem is not None:
             problems.append((i, problem))
@@ -765,6 +1169,12 @@ def _scan_segments(directory: Path, bases: list[int], interval: int) -> list[_Se
         return plans
     idx, problem = problems[0]
     plan = plans[idx]
+    start = starts.get(plan.base_offset) if starts is not None else None
+    if start is not None and (problem.position < start.trusted_end or problem.position == 0):
+        raise _TrustedRegionError(
+            f"{plan.path} at byte position {problem.position}, below the recovery point: "
+            f"{problem.reason}"
+        )
     if not problem.repairable:
         raise CorruptLogError(plan.path, problem.position, problem.reason)
     if any(p.file_size > 0 for p in plans[idx + 1 :]):
@@ -790,20 +1200,30 @@ def _scan_segments(directory: Path, bases: list[int], interval: int) -> list[_Se
 
 
 def _scan_one(
-    path: Path, base: int, interval: int, last_epoch: int
+    path: Path,
+    base: int,
+    interval: int,
+    last_epoch: int,
+    start: _Start | None = None,
+    mark: int | None = None,
 ) -> tuple[_SegmentPlan, _Problem | None, int]:
     size = path.stat().st_size
-    index = SegmentIndex(base, interval)
+    index = start.index if start is not None else SegmentIndex(base, interval)
+    pos = start.position if start is not None else 0
+    next_offset = start.next_offset if start is not None else base
+    if start is not None:
+        last_epoch = start.last_epoch
     epochs: list[EpochEntry] = []
-    plan = _SegmentPlan(base, path, size, size, base, index, epochs)
-    if size == 0:
+    plan = _SegmentPlan(base, path, size, size, base, index, epochs, scanned_from=pos)
+    if mark == pos:
+        plan.offset_at_mark = next_offset
+    if size == 0 or pos >= size:
+        plan.next_offset = next_offset
         return plan, None, last_epoch
     problem: _Problem | None = None
     with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         view = memoryview(mm)
         try:
-            pos = 0
-            next_offset = base
             while pos < size:
                 try:
                     batch = RecordBatch.parse(view, pos)
@@ -840,6 +1260,8 @@ def _scan_one(
                     pos += batch.size_in_bytes
                 finally:
                     del batch
+                if pos == mark:
+                    plan.offset_at_mark = next_offset
             plan.next_offset = next_offset
             plan.valid_size = pos
         finally:
@@ -849,19 +1271,21 @@ def _scan_one(
 
 def _find_valid_batch_after(path: Path, position: int, min_offset: int) -> tuple[int, int] | None:
     """A CRC-valid batch starting after `position` with base offset >= min_offset, if any."""
-    with open(path, "rb") as fh:
-        data = fh.read()
-    q = data.find(bytes([MAGIC]), position + 1 + 16)
-    while q != -1:
-        start = q - 16
-        if start > position and len(data) - start >= BATCH_HEADER_SIZE:
-            length = int.from_bytes(data[start + 8:start + 12], "big", signed=True)
-            if BATCH_HEADER_SIZE - LOG_OVERHEAD <= length <= _MAX_SANE_BATCH:
-                try:
-                    batch = RecordBatch.parse(data, start)
-                    if batch.is_valid() and batch.base_offset >= min_offset:
-                        return start, batch.base_offset
-                except ProtocolError:
-                    pass
-        q = data.find(bytes([MAGIC]), q + 1)
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        magic = bytes([MAGIC])
+        q = data.find(magic, position + 1 + 16)
+        while q != -1:
+            start = q - 16
+            if start > position and len(data) - start >= BATCH_HEADER_SIZE:
+                length = int.from_bytes(data[start + 8:start + 12], "big", signed=True)
+                if BATCH_HEADER_SIZE - LOG_OVERHEAD <= length <= _MAX_SANE_BATCH \
+                        and start + length + LOG_OVERHEAD <= len(data):
+                    chunk = data[start:start + length + LOG_OVERHEAD]
+                    try:
+                        batch = RecordBatch.parse(chunk, 0)
+                        if batch.is_valid() and batch.base_offset >= min_offset:
+                            return start, batch.base_offset
+                    except ProtocolError:
+                        pass
+            q = data.find(magic, q + 1)
     return None

@@ -1,6 +1,6 @@
 """Child process for test_crash_kill9: appends batches forever, printing each durable offset.
 
-Usage: python crash_child.py DIR SEED. Batch contents are a pure function of the offset, so
+Usage: python crash_child.py DIR SEED [CHECKPOINT_INTERVAL_S]. Batch contents are a pure function of the offset, so
 the parent can check every byte it reads back after killing this process with SIGKILL.
 """
 
@@ -20,8 +20,10 @@ def value_for(offset: int, size: int) -> bytes:
 
 def main() -> None:
     directory, seed = sys.argv[1], int(sys.argv[2])
+    interval = float(sys.argv[3]) if len(sys.argv) > 3 else 1.0
     rng = random.Random(seed)
-    log = SegmentedLog.open(directory, segment_bytes=64 * 1024, index_interval_bytes=1024)
+    log = SegmentedLog.open(directory, segment_bytes=64 * 1024, index_interval_bytes=1024,
+                            recovery_checkpoint_interval_s=interval)
     epoch = max(1, log.last_epoch)
     print(f"start {log.log_end_offset}", flush=True)
     while True:
