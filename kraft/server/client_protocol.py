@@ -90,9 +90,11 @@ class _WriteReply:
 class ClientProtocol(asyncio.Protocol):
     """One client connection (see the module docstring)."""
 
-    def __init__(self, node: KraftNode, connections: set[ClientProtocol] | None = None) -> None:
+    def __init__(self, node: KraftNode, connections: set[ClientProtocol] | None = None,
+                 dirty: list[ClientProtocol] | None = None) -> None:
         self.node = node
         self._connections = connections if connections is not None else set()
+        self._dirty = dirty if dirty is not None else []
         self.transport: asyncio.Transport | None = None
         self._buf = bytearray()
         self._out: list[bytes] = []
@@ -193,12 +195,15 @@ class ClientProtocol(asyncio.Protocol):
         self._out.append(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True
+            self._dirty.append(self)  # `ClientServer.flush` may send it sooner
             asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
+        if not self._flush_scheduled:
+            return
         self._flush_scheduled = False
         out, self._out = self._out, []
-        if self.transport is not None and not self.transport.is_closing():
+        if out and self.transport is not None and not self.transport.is_closing():
             self.transport.write(b"".join(out))
 
 
@@ -211,12 +216,22 @@ class ClientServer:
         self.port = port
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[ClientProtocol] = set()
+        self._dirty: list[ClientProtocol] = []
+
+    def flush(self) -> None:
+        """Send every answer queued so far now, one write per connection (the node calls
+        this right after applying, before it answers its followers)."""
+        dirty = self._dirty  # shared with the connections: emptied in place
+        while dirty:
+            dirty.pop()._flush()
 
     async def start(self) -> None:
         """Start listening."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: ClientProtocol(self.node, self._connections), self.host,
-                                                self.port, reuse_address=True)
+        def protocol() -> ClientProtocol:
+            return ClientProtocol(self.node, self._connections, self._dirty)
+
+        self._server = await loop.create_server(protocol, self.host, self.port, reuse_address=True)
         log.info("event=client_listener_started host=%s port=%d", self.host, self.port)
 
     async def stop(self) -> None:

@@ -49,10 +49,42 @@ class PeerInfo:
     connection_id: int
 
 
-FrameHandler = Callable[[bytes, PeerInfo], "Awaitable[bytes | None] | bytes | None"]
+FrameHandler = Callable[[bytes, PeerInfo], "Awaitable[bytes | None] | DeferredReply | bytes | None"]
 """Handles one request frame: returns the response frame body, or None to close the
-connection, either at once or through an awaitable (a coroutine or a future). Answering at
-once, or with a plain future, costs no task per request."""
+connection, either at once, through a `DeferredReply`, or through an awaitable (a coroutine
+or a future). The first two cost no task and no loop turn per request."""
+
+
+class DeferredReply:
+    """What a handler returns to answer later without a future: `set(body)` hands the answer
+    to the connection at once, in the same call (a future's callbacks would wait for the next
+    loop turn). `set(None)` closes the connection, like a handler returning None."""
+
+    __slots__ = ("_body", "_callback", "_set")
+
+    def __init__(self) -> None:
+        self._callback: Callable[[bytes | None], None] | None = None
+        self._set = False
+        self._body: bytes | None = None
+
+    def done(self) -> bool:
+        """True once answered."""
+        return self._set
+
+    def set(self, body: bytes | None) -> None:
+        """Answer (the first call wins)."""
+        if self._set:
+            return
+        self._set = True
+        self._body = body
+        if self._callback is not None:
+            self._callback(body)
+
+    def bind(self, callback: Callable[[bytes | None], None]) -> None:
+        """Where the answer goes (called by the listener)."""
+        self._callback = callback
+        if self._set:
+            callback(self._body)
 
 
 class _Pending:
@@ -182,6 +214,9 @@ class _FrameServerProtocol(asyncio.Protocol):
             return not self._closing
         if result is None or isinstance(result, bytes | bytearray):
             self._settle(slot, bytes(result) if result is not None else None)
+            return not self._closing
+        if isinstance(result, DeferredReply):
+            result.bind(lambda body: self._settle(slot, body))
             return not self._closing
         fut = asyncio.ensure_future(result)
         fut.add_done_callback(lambda f: self._future_done(slot, f))

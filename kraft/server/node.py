@@ -57,7 +57,7 @@ from kraft.records.snapshot_format import iter_snapshot_batches
 from kraft.server.admin import AdminServer, NotLeaderError, OutcomeUnknownError
 from kraft.server.client_protocol import ClientServer
 from kraft.server.config import NodeConfig
-from kraft.server.frames import FrameListener, PeerInfo
+from kraft.server.frames import DeferredReply, FrameListener, PeerInfo
 from kraft.server.metrics import Registry
 from kraft.server.translate import (
     TopLevelError,
@@ -86,6 +86,7 @@ from kraft.storage.errors import OffsetOutOfRangeError, StorageError
 from kraft.storage.layout import SnapshotId
 from kraft.storage.loader import MetadataDir, open_metadata_dir
 from kraft.storage.quorum_state import QuorumStateData as StoredQuorumState
+from kraft.storage.snapshot_load import SnapshotStream
 from kraft.storage.snapshots import SnapshotReader, SnapshotWriter
 
 log = logging.getLogger("kraft.server.node")
@@ -184,7 +185,7 @@ class _FrameAnswer:
 
     __slots__ = ("api", "corr", "future", "timer", "version")
 
-    def __init__(self, api: ApiKey, version: int, corr: int, future: asyncio.Future[bytes | None],
+    def __init__(self, api: ApiKey, version: int, corr: int, future: DeferredReply,
                  timer: asyncio.TimerHandle) -> None:
         self.api = api
         self.version = version
@@ -202,14 +203,17 @@ class _FrameAnswer:
                 wire = remove_voter_response(response)
             else:
                 wire = response_to_wire(response, self.version, records)
-            self.future.set_result(encode_response(self.api, self.version, self.corr, wire)[4:])
-        except Exception as exc:  # the listener closes the connection and logs why
-            self.future.set_exception(exc)
+            body: bytes | None = encode_response(self.api, self.version, self.corr, wire)[4:]
+        except Exception as exc:  # the listener closes the connection
+            log.error("event=response_not_encoded api=%s version=%d error=%r", self.api.name,
+                      self.version, str(exc))
+            body = None
+        self.future.set(body)
 
     def timed_out(self) -> None:
         if not self.future.done():
             body = api_spec(self.api).response_class(error_code=int(ErrorCode.REQUEST_TIMED_OUT))
-            self.future.set_result(encode_response(self.api, self.version, self.corr, body)[4:])
+            self.future.set(encode_response(self.api, self.version, self.corr, body)[4:])
 
 
 class KraftNode:
@@ -266,11 +270,20 @@ class KraftNode:
             raise StorageError(f"{cfg.metadata_dir}/meta.properties has no directory.id")
         latest = md.latest_snapshot
         if latest is not None:
+            # One checked pass over the file (CRC, offsets, header/footer) feeding the state
+            # machine; a corrupt snapshot raises before the state is published.
             started = time.perf_counter()
-            reader = md.snapshots.open_reader(latest)
-            self.sm.load_snapshot(latest.end_offset, (v for v in reader.contents.values() if v is not None))
-            self._m_snapshot_load.observe(time.perf_counter() - started)
-            self._m_snapshot_size.set(reader.size)
+            stream = SnapshotStream(md.snapshots.path(latest), latest)
+            values = stream.present_values()
+            self.sm.load_snapshot(latest.end_offset, values)
+            for _ in values:  # a state machine that stopped early: still check the rest
+                pass
+            elapsed = time.perf_counter() - started
+            self._m_snapshot_load.observe(elapsed)
+            self._m_snapshot_size.set(stream.size)
+            log.info("event=snapshot_loaded replica=%d snapshot=%s bytes=%d records=%d "
+                     "load_ms=%.0f", cfg.node_id, latest, stream.size, stream.record_count,
+                     elapsed * 1000)
         log_state = self._log_state(md)
         listener_name = cfg.controller_listener.name
         static = None
@@ -627,6 +640,8 @@ class KraftNode:
                     else:
                         waiter.future.set_exception(
                             OutcomeUnknownError("write replaced by another leader"))
+                if self.client_server is not None:
+                    self.client_server.flush()  # clients first, before the followers' answers
             if end < batch.next_offset:
                 break
         self._m_hw.set(hw)
@@ -882,7 +897,7 @@ class KraftNode:
         finally:
             self._inbound.pop(corr, None)
 
-    def _on_frame(self, frame: bytes, peer: PeerInfo) -> bytes | asyncio.Future[bytes | None] | None:
+    def _on_frame(self, frame: bytes, peer: PeerInfo) -> bytes | DeferredReply | None:
         """One request frame of the Kafka listener: answered at once (ApiVersions,
         DescribeCluster, rejections) or through a future the core's answer completes (no
         task per request)."""
@@ -917,7 +932,7 @@ class KraftNode:
         loop = asyncio.get_running_loop()
         self._inbound_ids += 1
         key = self._inbound_ids
-        answer = _FrameAnswer(ApiKey(api), version, corr, loop.create_future(),
+        answer = _FrameAnswer(ApiKey(api), version, corr, DeferredReply(),
                               loop.call_later(timeout, self._frame_timed_out, key))
         self._inbound[key] = answer
         self._enqueue(ev.RequestReceived(_source_of(request), key, request))
