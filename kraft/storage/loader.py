@@ -22,6 +22,7 @@ from kraft.storage.log import DEFAULT_SEGMENT_BYTES, SegmentedLog
 from kraft.storage.meta_properties import MetaProperties, read_meta_properties
 from kraft.storage.partition_metadata import read_partition_metadata, write_partition_metadata
 from kraft.storage.quorum_state import QuorumStateData, QuorumStateStore
+from kraft.storage.snapshot_load import read_snapshot_control
 from kraft.storage.snapshots import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -115,10 +116,13 @@ def open_metadata_dir(
     segment_bytes: int = DEFAULT_SEGMENT_BYTES,
     expected_cluster_id: str | None = None,
     expected_node_id: int | None = None,
+    full_scan: bool = False,
 ) -> MetadataDir:
     """Open a formatted metadata directory for the runtime.
 
-    Raises NotFormattedError when meta.properties is missing or disagrees with the expected
+    `full_scan` validates every batch of the log instead of trusting what lies below the
+    recovery point (see `SegmentedLog.open`). Raises NotFormattedError when meta.properties
+    is missing or disagrees with the expected
     cluster/node id, CorruptLogError for corruption that recovery must not repair, and
     StorageError when another process holds the directory lock.
     """
@@ -142,7 +146,7 @@ def open_metadata_dir(
             write_partition_metadata(pdir)
         snapshots = SnapshotStore(pdir)
         snapshots.recover()
-        mlog = SegmentedLog.open(pdir, segment_bytes=segment_bytes)
+        mlog = SegmentedLog.open(pdir, segment_bytes=segment_bytes, full_scan=full_scan)
         latest = snapshots.latest()
         log_epoch = max(mlog.last_epoch, 0)
         if latest is not None and (
@@ -167,8 +171,9 @@ def open_metadata_dir(
         history: list[VotersHistoryEntry] = []
         from_offset = mlog.log_start_offset
         if latest is not None:
-            reader = snapshots.open_reader(latest)
-            for rec in reader.contents.control_records:
+            # Only the header batch: the data is checked when the state machine loads it.
+            control = read_snapshot_control(snapshots.path(latest), latest)
+            for rec in control.records:
                 if isinstance(rec, KRaftVersionRecord | VotersRecord):
                     history.append(VotersHistoryEntry(latest.end_offset - 1, rec, True))
             from_offset = max(from_offset, latest.end_offset)
