@@ -111,6 +111,104 @@ class SnapshotContents:
                 yield rec.value
 
 
+class SnapshotChecker:
+    """The checks of `read_snapshot`, one batch at a time, for a snapshot read piece by piece
+    (a file far larger than one buffer). `add` each batch in file order, then `finish`.
+
+    Batches are only kept (as `SnapshotContents.data_batches`) with `keep_data=True`; a
+    streaming reader leaves it off and gets the control records and the record count.
+    """
+
+    def __init__(self, *, expected_epoch: int | None = None, keep_data: bool = False) -> None:
+        self._epoch = expected_epoch
+        self._keep = keep_data
+        self._index = 0
+        self._next_offset = 0
+        self._control: list[ControlRecord] = []
+        self._data: list[RecordBatch] = []
+        self._header: SnapshotHeaderRecord | None = None
+        self._footer: SnapshotFooterRecord | None = None
+        self._footer_where = ""
+        self._kraft_version: KRaftVersionRecord | None = None
+        self._voters: VotersRecord | None = None
+        self._end_position = 0
+
+    def add(self, batch: RecordBatch) -> None:
+        """Check the next batch; raises CorruptRecordError naming its byte position."""
+        i = self._index
+        self._index += 1
+        where = f"snapshot batch {i} at byte position {batch.position}"
+        if self._footer is not None:
+            raise CorruptRecordError(f"{self._footer_where}: SNAPSHOT_FOOTER is not the last record")
+        if self._epoch is None:
+            self._epoch = batch.partition_leader_epoch
+        batch.validate(records=True)
+        if batch.base_offset != self._next_offset:
+            raise CorruptRecordError(
+                f"{where}: base offset {batch.base_offset}, expected {self._next_offset}"
+            )
+        if batch.partition_leader_epoch != self._epoch:
+            raise CorruptRecordError(
+                f"{where}: partition leader epoch {batch.partition_leader_epoch}, "
+                f"expected the snapshot epoch {self._epoch}"
+            )
+        self._next_offset = batch.next_offset
+        self._end_position = batch.position + batch.size_in_bytes
+        if not batch.is_control:
+            if i == 0:
+                raise CorruptRecordError(f"{where}: first batch is not a control batch")
+            if self._keep:
+                self._data.append(batch)
+            return
+        try:
+            decoded = decode_control_batch(batch)
+        except ProtocolError as exc:
+            raise CorruptRecordError(f"{where}: {exc}") from None
+        for j, rec in enumerate(decoded):
+            if i == 0 and j == 0:
+                if not isinstance(rec, SnapshotHeaderRecord):
+                    raise CorruptRecordError(
+                        f"{where}: first record is {type(rec).__name__}, not SNAPSHOT_HEADER"
+                    )
+                self._header = rec
+            elif isinstance(rec, SnapshotHeaderRecord):
+                raise CorruptRecordError(f"{where}: SNAPSHOT_HEADER is not the first record")
+            elif isinstance(rec, SnapshotFooterRecord):
+                if j != len(decoded) - 1:
+                    raise CorruptRecordError(f"{where}: SNAPSHOT_FOOTER is not the last record")
+                self._footer = rec
+                self._footer_where = where
+            elif isinstance(rec, KRaftVersionRecord):
+                self._kraft_version = rec
+            elif isinstance(rec, VotersRecord):
+                self._voters = rec
+            self._control.append(rec)
+        if self._header is None:
+            raise CorruptRecordError(f"{where}: first batch holds no SNAPSHOT_HEADER")
+
+    def finish(self) -> SnapshotContents:
+        """The contents once every batch was added; raises if the snapshot is incomplete."""
+        if self._index == 0:
+            raise TruncatedInputError("snapshot is empty: no SNAPSHOT_HEADER batch")
+        if self._header is None:  # pragma: no cover - add() raised for the first batch
+            raise CorruptRecordError("snapshot has no SNAPSHOT_HEADER")
+        if self._footer is None:
+            raise CorruptRecordError(
+                f"snapshot ends at byte {self._end_position} without a SNAPSHOT_FOOTER"
+            )
+        assert self._epoch is not None
+        return SnapshotContents(
+            header=self._header,
+            footer=self._footer,
+            kraft_version=self._kraft_version,
+            voters=self._voters,
+            control_records=tuple(self._control),
+            data_batches=tuple(self._data),
+            epoch=self._epoch,
+            record_count=self._next_offset,
+        )
+
+
 def read_snapshot(
     buf: bytes | bytearray | memoryview, *, expected_epoch: int | None = None
 ) -> SnapshotContents:
@@ -122,73 +220,7 @@ def read_snapshot(
     leader epoch (equal to `expected_epoch` when given). Raises TruncatedInputError for a file
     cut short and CorruptRecordError for anything else, naming the byte position.
     """
-    batches = list(iter_batches(buf))
-    if not batches:
-        raise TruncatedInputError("snapshot is empty: no SNAPSHOT_HEADER batch")
-    epoch = batches[0].partition_leader_epoch if expected_epoch is None else expected_epoch
-    control: list[ControlRecord] = []
-    data: list[RecordBatch] = []
-    header: SnapshotHeaderRecord | None = None
-    footer: SnapshotFooterRecord | None = None
-    kraft_version: KRaftVersionRecord | None = None
-    voters: VotersRecord | None = None
-    next_offset = 0
-    for i, batch in enumerate(batches):
-        where = f"snapshot batch {i} at byte position {batch.position}"
-        batch.validate(records=True)
-        if batch.base_offset != next_offset:
-            raise CorruptRecordError(
-                f"{where}: base offset {batch.base_offset}, expected {next_offset}"
-            )
-        if batch.partition_leader_epoch != epoch:
-            raise CorruptRecordError(
-                f"{where}: partition leader epoch {batch.partition_leader_epoch}, "
-                f"expected the snapshot epoch {epoch}"
-            )
-        next_offset = batch.next_offset
-        if not batch.is_control:
-            if i == 0:
-                raise CorruptRecordError(f"{where}: first batch is not a control batch")
-            data.append(batch)
-            continue
-        try:
-            decoded = decode_control_batch(batch)
-        except ProtocolError as exc:
-            raise CorruptRecordError(f"{where}: {exc}") from None
-        for j, rec in enumerate(decoded):
-            if i == 0 and j == 0:
-                if not isinstance(rec, SnapshotHeaderRecord):
-                    raise CorruptRecordError(
-                        f"{where}: first record is {type(rec).__name__}, not SNAPSHOT_HEADER"
-                    )
-                header = rec
-            elif isinstance(rec, SnapshotHeaderRecord):
-                raise CorruptRecordError(f"{where}: SNAPSHOT_HEADER is not the first record")
-            elif isinstance(rec, SnapshotFooterRecord):
-                if i != len(batches) - 1 or j != len(decoded) - 1:
-                    raise CorruptRecordError(f"{where}: SNAPSHOT_FOOTER is not the last record")
-                footer = rec
-            elif isinstance(rec, KRaftVersionRecord):
-                kraft_version = rec
-            elif isinstance(rec, VotersRecord):
-                voters = rec
-            control.append(rec)
-        if header is None:
-            raise CorruptRecordError(f"{where}: first batch holds no SNAPSHOT_HEADER")
-    if header is None:  # pragma: no cover - the loop body ran at least once
-        raise CorruptRecordError("snapshot has no SNAPSHOT_HEADER")
-    if footer is None:
-        raise CorruptRecordError(
-            f"snapshot ends at byte {batches[-1].position + batches[-1].size_in_bytes} "
-            "without a SNAPSHOT_FOOTER"
-        )
-    return SnapshotContents(
-        header=header,
-        footer=footer,
-        kraft_version=kraft_version,
-        voters=voters,
-        control_records=tuple(control),
-        data_batches=tuple(data),
-        epoch=epoch,
-        record_count=next_offset,
-    )
+    checker = SnapshotChecker(expected_epoch=expected_epoch, keep_data=True)
+    for batch in iter_batches(buf):
+        checker.add(batch)
+    return checker.finish()

@@ -8,7 +8,13 @@ complete, checked snapshot. Deletion renames to `.checkpoint.deleted` first. Sta
 `SnapshotWriter` serves both producers of snapshots: the local state machine (`append`
 batches in order) and a follower downloading with FetchSnapshot (`write_at(position, bytes)`
 with the position the leader answered for). Either way `freeze()` validates the whole file
-(SnapshotHeader first, SnapshotFooter last, every CRC, contiguous offsets from 0, one epoch).
+(SnapshotHeader first, SnapshotFooter last, every CRC, contiguous offsets from 0, one epoch),
+reading it batch by batch through one reused buffer: a snapshot of any size costs a few MiB
+of memory to check, never a copy of the whole file.
+
+Serving and loading never hold a whole snapshot in memory either: `SnapshotChunkReader`
+answers FetchSnapshot with one `pread` per chunk, and `iter_snapshot_values` streams the data
+records of a final file for `StateMachine.load_snapshot`.
 """
 
 from __future__ import annotations
@@ -16,12 +22,15 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 
 from kraft.protocol.errors import ProtocolError
-from kraft.records.snapshot_format import SnapshotContents, read_snapshot
+from kraft.records.batch import LOG_OVERHEAD, RecordBatch
+from kraft.records.snapshot_format import SnapshotChecker, SnapshotContents, read_snapshot
 from kraft.storage.durability import fsync_dir
 from kraft.storage.errors import InvalidSnapshotError, StorageError
 from kraft.storage.layout import (
@@ -35,7 +44,17 @@ from kraft.storage.layout import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SnapshotId", "SnapshotReader", "SnapshotStore", "SnapshotWriter"]
+__all__ = [
+    "SnapshotChunkReader",
+    "SnapshotId",
+    "SnapshotReader",
+    "SnapshotStore",
+    "SnapshotWriter",
+    "iter_snapshot_values",
+]
+
+READ_BUFFER_BYTES = 8 * 1024 * 1024
+"""Bytes read per `pread` when a snapshot file is scanned (grown for a larger batch)."""
 
 
 class PositionOutOfRangeError(StorageError):
@@ -50,8 +69,94 @@ def validate_snapshot_bytes(data: bytes, snapshot_id: SnapshotId, source: Path) 
         raise InvalidSnapshotError(f"invalid snapshot {source}: {exc}") from None
 
 
+def _pread_into(fd: int, view: memoryview, position: int) -> int:
+    """Fill `view` from `position` (short only at the end of the file); returns bytes read."""
+    done = 0
+    while done < len(view):
+        n = os.preadv(fd, [view[done:]], position + done)
+        if n == 0:
+            break
+        done += n
+    return done
+
+
+def iter_file_batches(fd: int, size: int) -> Iterator[RecordBatch]:
+    """Yield the batches of the first `size` bytes of an open file, in order, reading
+    `READ_BUFFER_BYTES` at a time into one reused buffer.
+
+    A yielded batch is a view into that buffer: it is valid until the next one is asked for
+    (copy what must outlive it). Raises TruncatedInputError / CorruptRecordError (from
+    `RecordBatch.parse`) for a cut-off or impossible batch; CRCs are not checked here.
+    """
+    buf = bytearray(min(READ_BUFFER_BYTES, max(size, LOG_OVERHEAD)))
+    pos = 0  # file position of buf[0]
+    while pos < size:
+        n = _pread_into(fd, memoryview(buf)[: min(len(buf), size - pos)], pos)
+        view = memoryview(buf)[:n]
+        at_end = pos + n >= size
+        off = 0
+        grow = 0
+        while off < n:
+            if n - off < LOG_OVERHEAD:
+                if at_end:
+                    RecordBatch.parse(view, off, base_position=pos)  # raises: cut short
+                break
+            batch_size = int.from_bytes(view[off + 8 : off + 12], "big", signed=True) + LOG_OVERHEAD
+            if off + batch_size > n:
+                if at_end or pos + off + batch_size > size or batch_size <= LOG_OVERHEAD:
+                    RecordBatch.parse(view, off, base_position=pos)  # raises: cut short / bad
+                if off == 0:
+                    grow = batch_size
+                break
+            batch = RecordBatch.parse(view, off, base_position=pos)
+            yield batch
+            del batch
+            off += batch_size
+        view.release()
+        if n == 0:  # the file is shorter than `size`
+            raise StorageError(f"snapshot file ends at byte {pos}, expected {size} bytes")
+        if grow:
+            buf = bytearray(grow)
+        pos += off
+
+
+def check_snapshot_file(fd: int, size: int, snapshot_id: SnapshotId,
+                        source: Path) -> SnapshotContents:
+    """`read_snapshot`'s checks over an open file, batch by batch (data batches not kept).
+    Raises InvalidSnapshotError naming `source` and the problem."""
+    checker = SnapshotChecker(expected_epoch=snapshot_id.epoch)
+    try:
+        for batch in iter_file_batches(fd, size):
+            checker.add(batch)
+        return checker.finish()
+    except ProtocolError as exc:
+        raise InvalidSnapshotError(f"invalid snapshot {source}: {exc}") from None
+
+
+def iter_snapshot_values(path: Path | str) -> Iterator[bytes]:
+    """The data records' values of a final (already validated) snapshot file, in order,
+    read batch by batch: what `StateMachine.load_snapshot` takes. Null values are skipped."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for batch in iter_file_batches(fd, os.fstat(fd).st_size):
+            if batch.is_control:
+                continue
+            for value in batch.values():
+                if value is not None:
+                    yield value
+    except ProtocolError as exc:
+        raise InvalidSnapshotError(f"invalid snapshot {path}: {exc}") from None
+    finally:
+        os.close(fd)
+
+
 class SnapshotWriter:
-    """An in-progress snapshot (`.part` file). Not thread-safe: one writer thread."""
+    """An in-progress snapshot (`.part` file).
+
+    Calls are serialised by a lock, so a download can write its chunks on a worker thread
+    while `abort` comes from another. A chunk that failed with an I/O error (maybe written in
+    part) makes `freeze` fail; a chunk refused for its position wrote nothing.
+    """
 
     def __init__(self, directory: Path, snapshot_id: SnapshotId) -> None:
         self.snapshot_id = snapshot_id
@@ -67,6 +172,10 @@ class SnapshotWriter:
                 continue
         self._position = 0
         self._done = False
+        self._failed: BaseException | None = None
+        self._lock = threading.Lock()
+        self.contents: SnapshotContents | None = None
+        """The checked control records, once frozen."""
 
     @property
     def position(self) -> int:
@@ -82,6 +191,15 @@ class SnapshotWriter:
 
         Raises PositionOutOfRangeError otherwise (nothing is written). Returns the new size.
         """
+        with self._lock:
+            try:
+                return self._write_at(position, data)
+            except OSError as exc:  # maybe written in part: this file can never be frozen
+                if self._failed is None:
+                    self._failed = exc
+                raise
+
+    def _write_at(self, position: int, data: bytes | bytearray | memoryview) -> int:
         if self._done:
             raise StorageError(f"snapshot writer {self.path} is already frozen or aborted")
         if position != self._position:
@@ -99,17 +217,28 @@ class SnapshotWriter:
         """fsync, validate, rename to the final name and fsync the directory.
 
         On a validation failure the `.part` file is deleted and InvalidSnapshotError raised.
-        Returns the final path.
+        Returns the final path; `contents` then holds the checked control records (the data
+        batches are not kept: `iter_snapshot_values` streams them from the file).
         """
+        with self._lock:
+            return self._freeze()
+
+    def _freeze(self) -> Path:
         if self._done:
             raise StorageError(f"snapshot writer {self.path} is already frozen or aborted")
+        if self._failed is not None:
+            self._abort()
+            raise StorageError(f"snapshot {self.path}: a chunk failed to write: {self._failed}")
+        started = time.perf_counter()
         os.fsync(self._fd)
-        data = os.pread(self._fd, self._position, 0)
+        synced = time.perf_counter()
         try:
-            validate_snapshot_bytes(data, self.snapshot_id, self.path)
-        except InvalidSnapshotError:
-            self.abort()
+            self.contents = check_snapshot_file(self._fd, self._position, self.snapshot_id,
+                                                self.path)
+        except (InvalidSnapshotError, StorageError):
+            self._abort()
             raise
+        checked = time.perf_counter()
         os.close(self._fd)
         self._done = True
         if self.final_path.exists():
@@ -118,13 +247,19 @@ class SnapshotWriter:
         os.rename(self.path, self.final_path)
         fsync_dir(self.directory)
         log.info(
-            "event=snapshot_frozen file=%s end_offset=%d epoch=%d bytes=%d",
+            "event=snapshot_frozen file=%s end_offset=%d epoch=%d bytes=%d fsync_ms=%.0f "
+            "check_ms=%.0f",
             self.final_path, self.snapshot_id.end_offset, self.snapshot_id.epoch, self._position,
+            (synced - started) * 1000, (checked - synced) * 1000,
         )
         return self.final_path
 
     def abort(self) -> None:
         """Close and delete the `.part` file. Idempotent."""
+        with self._lock:
+            self._abort()
+
+    def _abort(self) -> None:
         if self._done:
             return
         self._done = True
@@ -180,6 +315,50 @@ class SnapshotReader:
                 f"snapshot {self.path}: position {position} outside [0, {len(self.data)}]"
             )
         return self.data[position : position + max_bytes]
+
+
+class SnapshotChunkReader:
+    """A final snapshot file served in chunks (FetchSnapshot): one `pread` per chunk, nothing
+    else held in memory, so serving a snapshot of any size never stalls the caller for
+    longer than one chunk takes to read. The file is not checked again: a final name only
+    ever holds a snapshot that was validated before its rename (`SnapshotWriter.freeze`).
+    The open descriptor keeps the bytes readable after the file is deleted, until `close`.
+    """
+
+    def __init__(self, path: Path, snapshot_id: SnapshotId) -> None:
+        self.path = path
+        self.snapshot_id = snapshot_id
+        self._fd = os.open(path, os.O_RDONLY)
+        self.size = os.fstat(self._fd).st_size
+
+    def read_chunk(self, position: int, max_bytes: int) -> bytes:
+        """Bytes at `position` (up to max_bytes; fewer only at the end of the file).
+
+        Raises PositionOutOfRangeError when position is negative or beyond the size.
+        """
+        if position < 0 or position > self.size:
+            raise PositionOutOfRangeError(
+                f"snapshot {self.path}: position {position} outside [0, {self.size}]"
+            )
+        want = max(0, min(max_bytes, self.size - position))
+        data = os.pread(self._fd, want, position)
+        if len(data) < want:  # a regular file reads short only at its end: keep going
+            parts = [data]
+            got = len(data)
+            while got < want:
+                more = os.pread(self._fd, want - got, position + got)
+                if not more:
+                    raise StorageError(f"snapshot {self.path} shrank below {self.size} bytes")
+                parts.append(more)
+                got += len(more)
+            data = b"".join(parts)
+        return data
+
+    def close(self) -> None:
+        """Close the descriptor. Idempotent."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 class SnapshotStore:
@@ -243,6 +422,14 @@ class SnapshotStore:
         if not path.exists():
             raise StorageError(f"snapshot {path} does not exist")
         return SnapshotReader(path, snapshot_id, path.read_bytes())
+
+    def open_chunk_reader(self, snapshot_id: SnapshotId) -> SnapshotChunkReader:
+        """Open a final snapshot for serving chunks (not read, not checked again)."""
+        path = self.path(snapshot_id)
+        try:
+            return SnapshotChunkReader(path, snapshot_id)
+        except FileNotFoundError:
+            raise StorageError(f"snapshot {path} does not exist") from None
 
     def delete(self, snapshot_id: SnapshotId) -> bool:
         """Rename to `.deleted`, fsync the directory, then remove; False if it did not exist."""

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from kraft.protocol.uuid import Uuid
 from kraft.records.control import Endpoint, KRaftVersionFeature, Voter, VotersRecord
-from kraft.records.snapshot_format import build_snapshot
+from kraft.records.snapshot_format import build_snapshot, read_snapshot
+from kraft.storage import snapshots
 from kraft.storage.errors import InvalidSnapshotError, StorageError
 from kraft.storage.layout import SnapshotId, parse_part_file_name
-from kraft.storage.snapshots import PositionOutOfRangeError, SnapshotReader, SnapshotStore
+from kraft.storage.snapshots import (
+    PositionOutOfRangeError,
+    SnapshotReader,
+    SnapshotStore,
+    iter_snapshot_values,
+)
 
 VOTERS = VotersRecord(
     (Voter(1, Uuid.random(), (Endpoint("CONTROLLER", "h1", 9093),), KRaftVersionFeature(0, 1)),)
@@ -122,3 +129,81 @@ def test_writer_context_aborts_on_error(tmp_path: Path) -> None:
     store.write(SnapshotId(1, 1), [snapshot_bytes(epoch=1)])
     with pytest.raises(StorageError, match="already exists"):
         store.create_writer(SnapshotId(1, 1))
+
+
+def big_snapshot_bytes(epoch: int = 2) -> bytes:
+    # batches of different sizes, one larger than the scan buffer the tests below set
+    data = [[bytes([i]) * 300] * (1 + i % 3) for i in range(20)] + [[b"L" * 5000]]
+    return build_snapshot(epoch, 7, data, timestamp_ms=5, kraft_version=1, voters=VOTERS)
+
+
+@pytest.mark.parametrize("buffer_bytes", [64, 700, 4096, 1 << 20])
+def test_freeze_checks_batch_by_batch_through_a_small_buffer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, buffer_bytes: int
+) -> None:
+    monkeypatch.setattr(snapshots, "READ_BUFFER_BYTES", buffer_bytes)
+    store = SnapshotStore(tmp_path)
+    data = big_snapshot_bytes()
+    sid = SnapshotId(77, 2)
+    writer = store.create_writer(sid)
+    writer.append(data)
+    path = writer.freeze()
+    assert writer.contents is not None and writer.contents.voters == VOTERS
+    assert writer.contents.record_count == read_snapshot(data).record_count
+    expected = [v for v in read_snapshot(data).values() if v is not None]
+    assert list(iter_snapshot_values(path)) == expected
+    # the same file cut short or damaged anywhere is refused, whatever the buffer size
+    for cut in (len(data) - 1, len(data) // 2, 30):
+        w = store.create_writer(SnapshotId(78, 2))
+        w.append(data[:cut])
+        with pytest.raises(InvalidSnapshotError):
+            w.freeze()
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0x10
+    w = store.create_writer(SnapshotId(79, 2))
+    w.append(bytes(flipped))
+    with pytest.raises(InvalidSnapshotError):
+        w.freeze()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+def test_chunk_reader_serves_with_pread_and_outlives_deletion(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    sid = SnapshotId(120, 2)
+    data = big_snapshot_bytes()
+    store.write(sid, [data])
+    reader = store.open_chunk_reader(sid)
+    assert reader.size == len(data)
+    got = b"".join(reader.read_chunk(p, 1000) for p in range(0, len(data), 1000))
+    assert got == data
+    assert reader.read_chunk(len(data), 1000) == b""
+    with pytest.raises(PositionOutOfRangeError):
+        reader.read_chunk(len(data) + 1, 10)
+    with pytest.raises(PositionOutOfRangeError):
+        reader.read_chunk(-1, 10)
+    store.delete(sid)  # a download in progress keeps being served from the open file
+    assert reader.read_chunk(100, 50) == data[100:150]
+    reader.close()
+    reader.close()
+    with pytest.raises(StorageError, match="does not exist"):
+        store.open_chunk_reader(sid)
+
+
+def test_failed_chunk_write_fails_the_freeze(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = SnapshotStore(tmp_path)
+    data = snapshot_bytes()
+    writer = store.create_writer(SnapshotId(5, 3))
+    writer.write_at(0, data[:100])
+    real_pwrite = os.pwrite
+
+    def failing_pwrite(fd: int, buf: object, pos: int) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(snapshots.os, "pwrite", failing_pwrite)
+    with pytest.raises(OSError):
+        writer.write_at(100, data[100:200])
+    monkeypatch.setattr(snapshots.os, "pwrite", real_pwrite)
+    writer.write_at(100, data[100:])  # the rest arrives; the file still has had a failed write
+    with pytest.raises(StorageError, match="failed to write"):
+        writer.freeze()
+    assert list(tmp_path.iterdir()) == []
