@@ -1,7 +1,7 @@
 """The interface between the runtime and an application state machine.
 
 The runtime (`kraft.server.node`) owns the log and the consensus core. It calls a state machine
-in exactly three ways, always from the event loop thread and never concurrently:
+in exactly three ways, never concurrently with each other:
 
 1. `apply(batch)` for every committed data batch, in log order, each exactly once per
    incarnation of the state (control batches are not passed; their offsets are still skipped
@@ -11,10 +11,15 @@ in exactly three ways, always from the event loop thread and never concurrently:
    machine has applied up to (`applied_offset`). The values it yields are written as data
    records of the snapshot file (KIP-630 layout: header, data batches, footer) by the runtime.
    It must return a stable copy: the runtime may write it on another thread while `apply` goes
-   on.
+   on. It is called on the event loop thread, so it should be cheap (copy references, and let
+   the sequence produce the encoded values when it is read, on the writer's thread).
 3. `load_snapshot(end_offset, values)` on start-up (latest local snapshot) and after a snapshot
    was downloaded from the leader with FetchSnapshot; it replaces the whole state with the one
-   the values describe, as of `end_offset`.
+   the values describe, as of `end_offset`. After a download it runs on a worker thread while
+   the consensus core waits for it (no `apply` meanwhile); the event loop may still read the
+   state (status, stale reads), so build the new state aside and swap it in at the end.
+
+`apply` and `skip_to` are called on the event loop thread.
 
 `apply` must be deterministic: every replica applies the same records in the same order and must
 reach the same state, so it may not read the clock, randomness or local configuration. A value
@@ -23,7 +28,7 @@ it cannot decode is an answer (an error result), not an exception.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -59,7 +64,7 @@ class StateMachine(Protocol):
         """Record that every offset below `offset` has been seen (control batches)."""
         ...
 
-    def snapshot_values(self) -> list[bytes]:
+    def snapshot_values(self) -> Sequence[bytes]:
         """A stable copy of the state, as record values, as of `applied_offset`."""
         ...
 

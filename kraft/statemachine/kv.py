@@ -17,8 +17,9 @@ A snapshot is the list of PUT commands of every key, in key order. Keys are UTF-
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 from kraft.statemachine.base import CommittedBatch
 
@@ -125,6 +126,32 @@ def decode_command(value: bytes) -> KVCommand:
     return KVCommand(OP_CAS, key, value=fields[2], expected=fields[1])
 
 
+class PutCommands(Sequence[bytes]):
+    """PUT commands of a fixed list of (key, value) pairs, each encoded when it is read."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: list[tuple[str, bytes]]) -> None:
+        self._items = items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> bytes: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[bytes]: ...
+    def __getitem__(self, index: int | slice) -> bytes | Sequence[bytes]:
+        if isinstance(index, slice):
+            return PutCommands(self._items[index])
+        key, value = self._items[index]
+        return encode_put(key, value)
+
+    def __iter__(self) -> Iterator[bytes]:
+        for key, value in self._items:
+            yield encode_put(key, value)
+
+
 _PUT_HEAD = bytes([FORMAT_VERSION, OP_PUT])
 _ALREADY_APPLIED = KVResult(ok=False, error="already applied")
 
@@ -218,30 +245,17 @@ class KVStore:
             return KVResult(ok=True, value=previous)
         return KVResult(ok=True)
 
-    def snapshot_values(self) -> list[bytes]:
-        """The state as PUT commands in key order (a fresh list: safe to write elsewhere)."""
-        return [encode_put(k, v) for k, v in sorted(self._data.items())]
+    def snapshot_values(self) -> Sequence[bytes]:
+        """The state as PUT commands in key order: a stable copy of the (key, value) pairs
+        (values are immutable bytes, so only references are copied), encoded when read. The
+        caller's thread is not held for the size of the state: the snapshot writer encodes
+        on its own thread."""
+        return PutCommands(sorted(self._data.items()))
 
     def load_snapshot(self, end_offset: int, values: Iterable[bytes]) -> None:
-        """Replace the state with the PUTs in `values`; raises CommandError on anything else.
-
-        The state is replaced only once every value was read: an error while iterating
-        (a bad command, or the snapshot reader finding corruption) leaves it untouched.
-        A well-formed PUT is sliced inline (no `KVCommand` per record); anything else goes
-        through `decode_command`, which names what is wrong.
-        """
+        """Replace the state with the PUTs in `values`; raises CommandError on anything else."""
         data: dict[str, bytes] = {}
         for value in values:
-            if type(value) is bytes and value[:2] == _PUT_HEAD:
-                kend = 6 + int.from_bytes(value[2:6], "big")
-                vstart = kend + 4
-                if kend <= MAX_KEY_BYTES + 6 \
-                        and int.from_bytes(value[kend:vstart], "big") == len(value) - vstart:
-                    try:
-                        data[value[6:kend].decode()] = value[vstart:]
-                        continue
-                    except UnicodeDecodeError:
-                        pass
             cmd = decode_command(value)
             if cmd.op != OP_PUT or cmd.value is None:
                 raise CommandError(f"snapshot holds a non-PUT command (op {cmd.op})")

@@ -92,6 +92,18 @@ def test_snapshot_round_trip_restores_the_same_state(data: dict[str, bytes]) -> 
     assert restored.applied_offset == len(data)
 
 
+def test_snapshot_values_are_a_stable_copy_encoded_when_read() -> None:
+    kv = KVStore()
+    kv.apply(CommittedBatch(0, 1, (encode_put("b", b"2"), encode_put("a", b"1"))))
+    snap = kv.snapshot_values()
+    kv.apply(CommittedBatch(2, 1, (encode_put("a", b"changed"), encode_delete("b"),
+                                   encode_put("c", b"3"))))
+    expected = [encode_put("a", b"1"), encode_put("b", b"2")]
+    assert len(snap) == 2 and list(snap) == expected
+    assert snap[0] == expected[0] and snap[-1] == expected[1] and list(snap[1:]) == expected[1:]
+    assert list(chunk_values(snap, 1 << 20)) == [expected]
+
+
 def test_snapshot_of_non_put_commands_is_rejected() -> None:
     with pytest.raises(CommandError):
         KVStore().load_snapshot(1, [encode_delete("a")])
