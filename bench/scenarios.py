@@ -308,9 +308,11 @@ def kip1166(p: Params) -> dict[str, Any]:
                              "on a follower (polled)"},
         "params": {"samples": p.visibility_samples, "gap_between_writes_s": 0.05},
         "systems": {}, "rtt": {},
-        "notes": ["Visibility is polled: kraft via GET ?stale=true over keep-alive HTTP, etcd via "
-                  "serializable Range, PySyncObj in-process every 50 us, so each figure includes "
-                  "up to one poll interval (about 0.1-0.3 ms for the HTTP/gRPC polls)."]}
+        "notes": ["Visibility is polled: kraft-quorum with GET_STALE requests of its binary "
+                  "client back to back on the follower (one loopback round trip each; the HTTP "
+                  "variant polls GET ?stale=true), etcd via serializable Range, PySyncObj "
+                  "in-process every 50 us, so each figure includes up to one poll interval "
+                  "(about 0.1-0.3 ms)."]}
     out["rtt"] = loopback_rtt()
     gap = 0.05
 
