@@ -253,9 +253,25 @@ class KVStore:
         return PutCommands(sorted(self._data.items()))
 
     def load_snapshot(self, end_offset: int, values: Iterable[bytes]) -> None:
-        """Replace the state with the PUTs in `values`; raises CommandError on anything else."""
+        """Replace the state with the PUTs in `values`; raises CommandError on anything else.
+
+        The state is replaced only once every value was read: an error while iterating
+        (a bad command, or the snapshot reader finding corruption) leaves it untouched.
+        A well-formed PUT is sliced inline (no `KVCommand` per record); anything else goes
+        through `decode_command`, which names what is wrong.
+        """
         data: dict[str, bytes] = {}
         for value in values:
+            if type(value) is bytes and value[:2] == _PUT_HEAD:
+                kend = 6 + int.from_bytes(value[2:6], "big")
+                vstart = kend + 4
+                if kend <= MAX_KEY_BYTES + 6 \
+                        and int.from_bytes(value[kend:vstart], "big") == len(value) - vstart:
+                    try:
+                        data[value[6:kend].decode()] = value[vstart:]
+                        continue
+                    except UnicodeDecodeError:
+                        pass
             cmd = decode_command(value)
             if cmd.op != OP_PUT or cmd.value is None:
                 raise CommandError(f"snapshot holds a non-PUT command (op {cmd.op})")
