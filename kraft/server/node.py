@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -87,7 +88,7 @@ from kraft.storage.layout import SnapshotId
 from kraft.storage.loader import MetadataDir, open_metadata_dir
 from kraft.storage.quorum_state import QuorumStateData as StoredQuorumState
 from kraft.storage.snapshot_load import SnapshotStream
-from kraft.storage.snapshots import SnapshotReader, SnapshotWriter
+from kraft.storage.snapshots import SnapshotChunkReader, SnapshotWriter, iter_snapshot_values
 
 log = logging.getLogger("kraft.server.node")
 
@@ -235,8 +236,12 @@ class KraftNode:
         self._linger_handle: asyncio.Handle | None = None
         self._uncommitted_appends: set[int] = set()
         self._barrier: asyncio.Future[object] | None = None
-        self._snapshot_readers: dict[m.OffsetAndEpoch, SnapshotReader] = {}
+        self._snapshot_readers: dict[m.OffsetAndEpoch, SnapshotChunkReader] = {}
         self._downloads: dict[m.OffsetAndEpoch, SnapshotWriter] = {}
+        # FetchSnapshot chunks are written, frozen and aborted in order on one thread, so the
+        # loop goes on receiving the next chunk while the previous one reaches the disk
+        self._snapshot_io = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="kraft-snapshot-io")
         self._tasks: set[asyncio.Task[Any]] = set()
         self._leader_hw = -1
         self._leader_hw_at = 0.0
@@ -545,7 +550,9 @@ class KraftNode:
                 md.log.advance_log_start_offset(e.offset)
             elif t is fx.DeleteSnapshot:
                 assert isinstance(e, fx.DeleteSnapshot)
-                self._snapshot_readers.pop(e.snapshot_id, None)
+                served = self._snapshot_readers.pop(e.snapshot_id, None)
+                if served is not None:
+                    served.close()
                 md.snapshots.delete(SnapshotId(e.snapshot_id.offset, e.snapshot_id.epoch))
             elif t is fx.WriteSnapshotChunk:
                 assert isinstance(e, fx.WriteSnapshotChunk)
@@ -554,7 +561,10 @@ class KraftNode:
                     writer = md.snapshots.create_writer(
                         SnapshotId(e.snapshot_id.offset, e.snapshot_id.epoch))
                     self._downloads[e.snapshot_id] = writer
-                writer.write_at(e.position, bytes(e.data))  # type: ignore[call-overload]
+                chunk = e.data
+                assert isinstance(chunk, bytes | bytearray | memoryview)
+                # a failed write fails the freeze (SnapshotInstallFailed), not the node
+                self._snapshot_io.submit(writer.write_at, e.position, chunk)
             elif t is fx.InstallSnapshot:
                 assert isinstance(e, fx.InstallSnapshot)
                 await self._install_snapshot(e.snapshot_id)
@@ -562,7 +572,7 @@ class KraftNode:
                 assert isinstance(e, fx.AbortSnapshotDownload)
                 dl = self._downloads.pop(e.snapshot_id, None)
                 if dl is not None:
-                    dl.abort()
+                    self._snapshot_io.submit(dl.abort)  # after the writes already queued
             elif t is fx.SendApiVersions:
                 assert isinstance(e, fx.SendApiVersions)
                 self._spawn(self._send_api_versions(e))
@@ -683,8 +693,8 @@ class KraftNode:
         sid = e.response.snapshot_id
         reader = self._snapshot_readers.get(sid)
         if reader is None:
-            try:
-                reader = md.snapshots.open_reader(SnapshotId(sid.offset, sid.epoch))
+            try:  # one pread per chunk from here on; the file is never read whole
+                reader = md.snapshots.open_chunk_reader(SnapshotId(sid.offset, sid.epoch))
             except StorageError:
                 return b""
             self._snapshot_readers[sid] = reader
@@ -706,7 +716,7 @@ class KraftNode:
         self._spawn(self._write_snapshot(sid, values, voters, e.kraft_version,
                                          self._last_applied_ts))
 
-    async def _write_snapshot(self, sid: m.OffsetAndEpoch, values: list[bytes],
+    async def _write_snapshot(self, sid: m.OffsetAndEpoch, values: Sequence[bytes],
                               voters: VotersRecord | None, kraft_version: int,
                               last_ts: int) -> None:
         md = self.md
@@ -735,34 +745,41 @@ class KraftNode:
         self._enqueue(ev.SnapshotCreated(sid, size))
 
     async def _install_snapshot(self, sid: m.OffsetAndEpoch) -> None:
+        """Freeze the downloaded file and load it into the state machine, both on an executor
+        thread: the core waits for `SnapshotInstalled` (it handles nothing else meanwhile,
+        so nothing is applied concurrently), but the loop keeps serving. The file is checked
+        and then streamed batch by batch; it is never held in memory whole."""
         md = self.md
         assert md is not None and self._flusher is not None
         writer = self._downloads.pop(sid, None)
         if writer is None:
             self._enqueue(ev.SnapshotInstallFailed(sid, "no download in progress"))
             return
-        try:
-            await asyncio.get_running_loop().run_in_executor(None, writer.freeze)
-            reader = md.snapshots.open_reader(SnapshotId(sid.offset, sid.epoch))
+        loop = asyncio.get_running_loop()
+        try:  # on the download's thread: after every chunk queued before it
+            path = await loop.run_in_executor(self._snapshot_io, writer.freeze)
         except (StorageError, ProtocolError, OSError) as exc:
             log.warning("event=snapshot_install_failed replica=%d snapshot=%s error=%r",
                         self.config.node_id, sid, str(exc))
             self._enqueue(ev.SnapshotInstallFailed(sid, str(exc)))
             return
+        c = writer.contents
+        assert c is not None
+        size = writer.position
         started = time.perf_counter()
         self._flusher.generation += 1
         md.log.truncate_fully_and_start_at(sid.offset)
         self._fail_waiters_from(0, "replaced by a snapshot")
-        self.sm.load_snapshot(sid.offset, (v for v in reader.contents.values() if v is not None))
-        self._snapshot_readers[sid] = reader
+        await loop.run_in_executor(None, self.sm.load_snapshot, sid.offset,
+                                   iter_snapshot_values(path))
         self._m_snapshot_load.observe(time.perf_counter() - started)
-        self._m_snapshot_size.set(reader.size)
-        c = reader.contents
+        self._m_snapshot_size.set(size)
         voters = voters_from_record(c.voters) if c.voters is not None else None
         kv = c.kraft_version.kraft_version if c.kraft_version is not None else 0
-        log.info("event=snapshot_installed replica=%d epoch=%d offset=%d bytes=%d",
-                 self.config.node_id, sid.epoch, sid.offset, reader.size)
-        self._enqueue(ev.SnapshotInstalled(sid, reader.size, voters, kv))
+        log.info("event=snapshot_installed replica=%d epoch=%d offset=%d bytes=%d load_ms=%.0f",
+                 self.config.node_id, sid.epoch, sid.offset, size,
+                 (time.perf_counter() - started) * 1000)
+        self._enqueue(ev.SnapshotInstalled(sid, size, voters, kv))
 
     # ------------------------------------------------------------------ outbound requests
 
