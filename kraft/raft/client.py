@@ -305,7 +305,8 @@ class RaftCore:
         elif isinstance(s, CandidateState):
             times.append(s.backoff_until if s.backoff_until is not None else s.election_deadline)
         elif isinstance(s, FollowerState):
-            times.append(s.fetch_deadline)
+            if polling:  # an install outstanding stops the fetch timeout (see _expire_timers)
+                times.append(s.fetch_deadline)
             if s.leader_gone_at is not None:
                 times.append(s.leader_gone_at)
             if polling and self._fetch_corr is None and self._fetch_backoff_until > self._now:
@@ -673,7 +674,11 @@ class RaftCore:
             elif s.election_deadline <= now:
                 self._candidate_backoff(s)
         elif isinstance(s, FollowerState):
-            if s.fetch_deadline <= now:
+            # While the runtime installs a downloaded snapshot this replica sends no fetch by
+            # design: the leader's silence then says nothing, so the fetch timeout waits for
+            # the install and restarts when it ends (a long install must not turn a follower
+            # of a live leader into a candidate, or an observer into one that lost its leader).
+            if self._installing is None and s.fetch_deadline <= now:
                 if self._is_voter():
                     self._to_prospective()
                 else:
@@ -1639,10 +1644,19 @@ class RaftCore:
             self._installing = d.snapshot_id
             self._out.append(InstallSnapshot(d.snapshot_id))
 
+    def _install_done(self, sid: OffsetAndEpoch) -> None:
+        """The runtime answered InstallSnapshot: fetching resumes, and the fetch timeout
+        (stopped during the install, see `_expire_timers`) starts again from now."""
+        if self._installing != sid:
+            return
+        self._installing = None
+        s = self.state
+        if isinstance(s, FollowerState):
+            s.fetch_deadline = max(s.fetch_deadline, self._now + self.config.fetch_timeout_ms)
+
     def _on_snapshot_installed(self, ev: SnapshotInstalled) -> None:
         sid = ev.snapshot_id
-        if self._installing == sid:
-            self._installing = None
+        self._install_done(sid)
         if sid.offset <= self.log.end_offset and sid in self.log.snapshots:
             return
         if self.high_watermark is not None and sid.offset < self.high_watermark:
@@ -1670,8 +1684,7 @@ class RaftCore:
             self._set_hw(sid.offset)
 
     def _on_snapshot_install_failed(self, sid: OffsetAndEpoch) -> None:
-        if self._installing == sid:
-            self._installing = None
+        self._install_done(sid)
         s = self.state
         if isinstance(s, FollowerState) and s.download is not None and s.download.snapshot_id == sid:
             s.download = None

@@ -14,7 +14,14 @@ from kraft.raft.effects import (
     SendFetchSnapshotResponse,
     WriteSnapshotChunk,
 )
-from kraft.raft.events import Append, SnapshotCreated, SnapshotInstalled, SnapshotRequested, Tick
+from kraft.raft.events import (
+    Append,
+    SnapshotCreated,
+    SnapshotInstalled,
+    SnapshotInstallFailed,
+    SnapshotRequested,
+    Tick,
+)
 from kraft.raft.messages import (
     FetchRequest,
     FetchSnapshotRequest,
@@ -237,19 +244,23 @@ def test_kip630_one_snapshot_at_a_time() -> None:
     assert len(h.of_type(CreateSnapshot)) == 1
 
 
-def test_kip630_observer_waiting_for_an_install_arms_no_busy_timer() -> None:
-    # An observer finishes a download, then loses its leader (fetch timeout) while the runtime
-    # is still installing the snapshot: it must not ask for a Tick "now" over and over (a
-    # busy loop for as long as the install takes); discovery resumes once the install is done.
-    h = CoreHarness.follower(node_id=7, leader_id=3, epoch=4)
+def download_then_install(h: CoreHarness, leader: int, epoch: int) -> None:
+    """Fetch -> SnapshotId -> one FetchSnapshot chunk that completes SNAP -> InstallSnapshot."""
     h.advance(1)
     h.fetch_response(h.sent(FetchRequest)[-1], snapshot_id=SNAP, high_watermark=25)
     h.advance(1)
     h.respond(h.sent(FetchSnapshotRequest)[-1],
-              FetchSnapshotResponse(ErrorCode.NONE, 3, 4, SNAP, 100, 0, b"x" * 100))
+              FetchSnapshotResponse(ErrorCode.NONE, leader, epoch, SNAP, 100, 0, b"x" * 100))
     assert h.of_type(InstallSnapshot)
-    h.advance(5000)
-    assert h.role is Role.UNATTACHED
+
+
+def test_kip630_observer_waiting_for_an_install_arms_no_busy_timer() -> None:
+    # An observer finishes a download; the runtime then takes longer than the fetch timeout to
+    # install the snapshot. It must not ask for a Tick "now" over and over (a busy loop for as
+    # long as the install takes); fetching resumes once the install is done.
+    h = CoreHarness.follower(node_id=7, leader_id=3, epoch=4)
+    download_then_install(h, 3, 4)
+    h.advance(5000)  # raises on a busy timer
     deadline = h.core.next_deadline()
     if deadline is not None:  # a Tick at the deadline must move it on, not leave it at "now"
         h.now = max(h.now, deadline)
@@ -259,4 +270,51 @@ def test_kip630_observer_waiting_for_an_install_arms_no_busy_timer() -> None:
     n = len(h.sent(FetchRequest))
     h.handle(SnapshotInstalled(SNAP, 100, voter_set((1, 2, 3)), 1))
     h.advance(200)
-    assert len(h.sent(FetchRequest)) > n and h.sent(FetchRequest)[-1].destination < 0
+    assert len(h.sent(FetchRequest)) > n
+
+
+def test_kip630_a_long_install_keeps_the_leader_and_fetches_from_it_right_after() -> None:
+    # The runtime sends no fetch while it installs a snapshot, so the leader's silence then
+    # says nothing. An observer whose install outlasts the fetch timeout (a 1 GB snapshot
+    # loading) used to drop its leader when the install ended and rediscover one through the
+    # bootstrap servers, which under leader churn could take long; a voter went Prospective.
+    for node_id, voters in ((7, (1, 2, 3)), (2, (1, 2, 3))):
+        h = CoreHarness.follower(node_id=node_id, leader_id=3, epoch=4, voters=voters)
+        download_then_install(h, 3, 4)
+        h.advance(3 * h.config.fetch_timeout_ms)
+        assert (h.role, h.core.leader_id, h.epoch) == (Role.FOLLOWER, 3, 4)
+        assert not h.sent(VoteRequest)
+        n = len(h.sent(FetchRequest))
+        h.handle(SnapshotInstalled(SNAP, 100, voter_set((1, 2, 3)), 1))
+        h.advance(1)
+        fetch = h.sent(FetchRequest)[n]
+        assert fetch.destination == 3 and fetch.request.fetch_offset == SNAP.offset
+        # the fetch timeout starts again at the end of the install, not before it
+        h.advance(h.config.fetch_timeout_ms - 10)
+        assert h.role is Role.FOLLOWER
+
+
+def test_kip630_after_an_install_the_replica_follows_the_leader_its_old_one_names() -> None:
+    # The leader changed while the snapshot was being installed: the first fetch after the
+    # install goes to the old leader, whose answer names the new one.
+    h = CoreHarness.follower(node_id=7, leader_id=3, epoch=4)
+    download_then_install(h, 3, 4)
+    h.advance(10_000)
+    n = len(h.sent(FetchRequest))
+    h.handle(SnapshotInstalled(SNAP, 100, voter_set((1, 2, 3)), 1))
+    h.advance(1)
+    h.fetch_response(h.sent(FetchRequest)[n], error=ErrorCode.FENCED_LEADER_EPOCH,
+                     leader_id=2, epoch=6)
+    assert (h.role, h.core.leader_id, h.epoch) == (Role.FOLLOWER, 2, 6)
+    h.advance(1)
+    assert h.sent(FetchRequest)[-1].destination == 2
+
+
+def test_kip630_a_failed_install_restarts_the_download_from_the_leader() -> None:
+    h = CoreHarness.follower(node_id=7, leader_id=3, epoch=4)
+    download_then_install(h, 3, 4)
+    h.advance(10_000)
+    n = len(h.sent(FetchRequest))
+    h.handle(SnapshotInstallFailed(SNAP, "disk full"))
+    h.advance(1)
+    assert h.role is Role.FOLLOWER and h.sent(FetchRequest)[n].destination == 3
