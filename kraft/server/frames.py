@@ -107,7 +107,9 @@ class _FrameServerProtocol(asyncio.Protocol):
         self._buf = bytearray()
         self._queue: collections.deque[_Pending] = collections.deque()
         self._partial_timer: asyncio.TimerHandle | None = None
-        self._paused = False
+        self._paused = False  # max_in_flight answers outstanding
+        self._write_blocked = False  # the peer does not read its answers (transport buffer full)
+        self._reading = True
         self._closing = False
         self._reason: str | None = None
 
@@ -141,7 +143,7 @@ class _FrameServerProtocol(asyncio.Protocol):
         if self._closing:
             return
         buf = self._buf
-        if buf or self._paused:
+        if buf or self._paused or self._write_blocked:
             buf += data
             self._process_buffer()
             return
@@ -150,7 +152,7 @@ class _FrameServerProtocol(asyncio.Protocol):
             return
         if pos < len(data):
             buf += memoryview(data)[pos:]
-        self._arm_partial_timer(bool(buf) and not self._paused)
+        self._arm_partial_timer(bool(buf) and self._reading)
 
     def _process_buffer(self) -> None:
         buf = self._buf
@@ -158,7 +160,7 @@ class _FrameServerProtocol(asyncio.Protocol):
         if pos < 0:
             return
         del buf[:pos]
-        self._arm_partial_timer(bool(buf) and not self._paused)
+        self._arm_partial_timer(bool(buf) and self._reading)
 
     def _parse(self, view: bytes | bytearray) -> int:
         """Dispatch the whole frames in `view` while fewer than `max_in_flight` await their
@@ -170,11 +172,12 @@ class _FrameServerProtocol(asyncio.Protocol):
         limit = lst._max_in_flight
         queue = self._queue
         while n - pos >= 4:
+            if self._write_blocked:
+                break
             if len(queue) >= limit:
                 if not self._paused:
                     self._paused = True  # back-pressure: stop reading until answers go out
-                    if self.transport is not None:
-                        self.transport.pause_reading()
+                    self._update_reading()
                 break
             (size,) = _SIZE.unpack_from(view, pos)
             if size < 0 or size > max_frame:
@@ -265,10 +268,29 @@ class _FrameServerProtocol(asyncio.Protocol):
             self.transport.write(b"".join(out))
         if self._paused and len(queue) < self.listener._max_in_flight:
             self._paused = False
-            if self.transport is not None:
-                self.transport.resume_reading()
-            if self._buf:
+            self._update_reading()
+            if self._buf and not self._write_blocked:
                 self._process_buffer()  # frames read before the pause
+
+    def pause_writing(self) -> None:
+        # the peer is not reading its answers: read (and so handle) nothing more from it
+        self._write_blocked = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_blocked = False
+        self._update_reading()
+        if self._buf and not self._paused and not self._closing:
+            self._process_buffer()
+
+    def _update_reading(self) -> None:
+        want = not (self._paused or self._write_blocked)
+        if want != self._reading and self.transport is not None and not self._closing:
+            self._reading = want
+            if want:
+                self.transport.resume_reading()
+            else:
+                self.transport.pause_reading()
 
 
 class FrameListener:

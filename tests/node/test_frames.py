@@ -171,3 +171,34 @@ async def test_reading_pauses_at_max_in_flight_and_resumes() -> None:
         conn.close()
     finally:
         await lst.stop()
+
+
+async def test_a_peer_that_does_not_read_its_answers_is_not_served_further() -> None:
+    """Write back-pressure: once the answers to a peer pile up unread (the transport's buffer
+    is full), the listener reads and handles nothing more from it until the peer catches up,
+    instead of buffering answers without bound."""
+    handled = [0]
+    answer = b"x" * (256 * 1024)
+
+    def handler(body: bytes, peer: PeerInfo) -> bytes:
+        handled[0] += 1
+        return answer
+
+    lst = FrameListener("127.0.0.1", 0, handler)
+    await lst.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", lst.port)
+        total = 200
+        writer.write(b"".join(struct.pack(">i", 4) + b"ping" for _ in range(total)))
+        await writer.drain()
+        await asyncio.sleep(0.5)  # the client reads nothing meanwhile
+        assert handled[0] < total // 2
+        got = 0
+        while got < total:
+            (size,) = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 10))
+            assert await reader.readexactly(size) == answer
+            got += 1
+        assert handled[0] == total
+        writer.close()
+    finally:
+        await lst.stop()
