@@ -37,6 +37,8 @@ OK, NOT_FOUND, NOT_LEADER, UNKNOWN_OUTCOME, ERROR = 0, 1, 2, 3, 4
 REQUEST_HEAD = struct.Struct(">IBH")  # id, op, key length (after the u32 length)
 RESPONSE_HEAD = struct.Struct(">IIBqi")  # length, id, status, offset, leader id
 MAX_FRAME = 16 * 1024 * 1024
+MAX_IN_FLIGHT = 16384
+"""Requests of one connection waiting for their answer before the server stops reading it."""
 
 
 def encode_request(request_id: int, op: int, key: str, value: bytes = b"") -> bytes:
@@ -99,6 +101,10 @@ class ClientProtocol(asyncio.Protocol):
         self._buf = bytearray()
         self._out: list[bytes] = []
         self._flush_scheduled = False
+        self._in_flight = 0
+        self._read_paused = False
+        self._write_blocked = False
+        self._resume_scheduled = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -110,21 +116,35 @@ class ClientProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         buf = self._buf
-        if buf:
+        if buf or self._read_paused:
             buf += data
-            view: bytes | bytearray = buf
-        else:
-            view = data  # the common case: parse the chunk where it is
+            self._parse_buffer()
+            return
+        pos = self._parse(data)  # the common case: parse the chunk where it is
+        if 0 <= pos < len(data):
+            buf += memoryview(data)[pos:]
+
+    def _parse_buffer(self) -> None:
+        pos = self._parse(self._buf)
+        if pos > 0:
+            del self._buf[:pos]
+
+    def _parse(self, view: bytes | bytearray) -> int:
+        """Handle the whole request frames in `view` while fewer than MAX_IN_FLIGHT wait for
+        their answer and the peer reads its answers; returns the bytes used (-1: closed)."""
         pos = 0
         n = len(view)
         head = _FRAME_HEAD.unpack_from
         while n - pos >= 4:
+            if self._in_flight >= MAX_IN_FLIGHT or self._write_blocked:
+                self._pause_reading()
+                break
             length = int.from_bytes(view[pos:pos + 4], "big")
             if length > MAX_FRAME or length < REQUEST_HEAD.size:
                 log.warning("event=bad_client_frame length=%d", length)
                 if self.transport is not None:
                     self.transport.close()
-                return
+                return -1
             end = pos + 4 + length
             if end > n:
                 break
@@ -132,6 +152,7 @@ class ClientProtocol(asyncio.Protocol):
             kstart = pos + 4 + REQUEST_HEAD.size
             kend = kstart + klen
             pos = end
+            self._in_flight += 1  # every request gets exactly one `_reply`
             if kend > end:
                 self._reply(encode_response(request_id, ERROR, payload=b"key overruns the frame"))
                 continue
@@ -142,10 +163,36 @@ class ClientProtocol(asyncio.Protocol):
                 self._reply(encode_response(request_id, ERROR, payload=b"key is not UTF-8"))
                 continue
             self._handle(request_id, op, key, bytes(view[kend:end]))
-        if view is buf:
-            del buf[:pos]
-        elif pos < n:
-            buf += view[pos:]
+        return pos
+
+    def _pause_reading(self) -> None:
+        if not self._read_paused and self.transport is not None:
+            self._read_paused = True
+            self.transport.pause_reading()
+
+    def _maybe_resume(self) -> None:
+        if (self._read_paused and not self._resume_scheduled and not self._write_blocked
+                and self._in_flight < MAX_IN_FLIGHT // 2):
+            self._resume_scheduled = True  # not from inside a parse: on the next loop turn
+            asyncio.get_running_loop().call_soon(self._resume)
+
+    def _resume(self) -> None:
+        self._resume_scheduled = False
+        if self.transport is None or self._write_blocked or self._in_flight >= MAX_IN_FLIGHT // 2:
+            return
+        self._read_paused = False
+        self.transport.resume_reading()
+        if self._buf:
+            self._parse_buffer()
+
+    def pause_writing(self) -> None:
+        # the client does not read its answers: take no more requests from it meanwhile
+        self._write_blocked = True
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        self._write_blocked = False
+        self._maybe_resume()
 
     def _handle(self, request_id: int, op: int, key: bytes, value: bytes) -> None:
         node = self.node
@@ -192,6 +239,9 @@ class ClientProtocol(asyncio.Protocol):
                                     payload=got or b""))
 
     def _reply(self, frame: bytes) -> None:
+        self._in_flight -= 1
+        if self._read_paused:
+            self._maybe_resume()
         self._out.append(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True

@@ -115,3 +115,59 @@ async def test_fsync_off_still_commits(tmp_path: Path) -> None:
         assert await node.kv_get("k") is None
     finally:
         await node.stop()
+
+
+async def test_binary_client_that_does_not_read_stops_being_served(tmp_path: Path) -> None:
+    """The binary KV protocol's write back-pressure, in-process: a client that pipelines reads
+    of a large value but leaves the answers unread gets no further request handled once its
+    answers fill the connection's buffers, and gets every answer once it reads."""
+    import socket
+
+    from kraft.server.client_protocol import OK, OP_GET_STALE, RESPONSE_HEAD, encode_request
+
+    port = free_port("127.0.0.1")
+    props = dict(_config(tmp_path, fsync=False), **{"client.listener": f"127.0.0.1:{port}"})
+    format_storage(props, str(Uuid.random()), out=io.StringIO())
+    node = KraftNode(build_config(props, {}))
+    await node.start()
+    try:
+        await _leader(node)
+        big = b"v" * 65536
+        await node.kv_put("big", big)
+        served = [0]
+        plain = node.kv_get_stale
+
+        def counting(key: str) -> bytes | None:
+            served[0] += 1
+            return plain(key)
+
+        node.kv_get_stale = counting  # type: ignore[method-assign]
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        loop = asyncio.get_running_loop()
+        await loop.sock_connect(sock, ("127.0.0.1", port))
+        total = 400  # 26 MB of answers: far more than the kernel and transport buffers hold
+        for start in range(0, total, 10):  # in separate chunks, as a pipelining client sends
+            await loop.sock_sendall(sock, b"".join(encode_request(i, OP_GET_STALE, "big")
+                                                   for i in range(start, start + 10)))
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.5)
+        stalled_at = served[0]
+        await asyncio.sleep(0.3)
+        assert served[0] == stalled_at < total
+        got, buf = 0, bytearray()
+        while got < total:
+            buf += await asyncio.wait_for(loop.sock_recv(sock, 1 << 20), 10)
+            while len(buf) >= RESPONSE_HEAD.size:
+                length = int.from_bytes(buf[:4], "big")
+                if len(buf) < 4 + length:
+                    break
+                assert RESPONSE_HEAD.unpack_from(buf)[2] == OK
+                assert buf[RESPONSE_HEAD.size:4 + length] == big
+                del buf[:4 + length]
+                got += 1
+        assert served[0] == total
+        sock.close()
+    finally:
+        await node.stop()
