@@ -127,7 +127,7 @@ def _varint_bytes(value: int) -> bytes:
     return encode_varint(value)
 
 
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+def _read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     """Zig-zag int32 varint at `pos` (5 bytes at most, truncated to 32 bits like Kafka)."""
     raw, pos = decode_uvarint(buf, pos)
     return (raw >> 1) ^ -(raw & 1), pos
@@ -436,7 +436,10 @@ class RecordBatch:
         """
         codec = self.attributes & COMPRESSION_MASK
         if codec == Compression.NONE:
-            body = bytes(self.raw[BATCH_HEADER_SIZE:])
+            view = self.raw[BATCH_HEADER_SIZE:]
+            # small records: one copy of the body, then cheap slices of bytes; large ones: each
+            # value copied once straight out of the caller's buffer
+            body = bytes(view) if len(view) < _LARGE_BODY else view
             fast = _plain_values(body, self.records_count)
             if fast is not None:
                 return fast  # type: ignore[return-value]
@@ -469,10 +472,15 @@ class RecordBatch:
         )
 
 
-def _plain_values(data: bytes, count: int) -> list[bytes] | None:
+_LARGE_BODY: Final = 1 << 20
+
+
+def _plain_values(data: bytes | memoryview, count: int) -> list[bytes] | None:
     """The values of `count` plain records filling exactly `data`, or None when any record is
-    not plain (non-null key, headers, null value, long varints) or anything does not add up:
-    the caller then takes the general path, which also names what is wrong."""
+    not plain (non-null key, headers, null value, a timestamp or offset delta of more than one
+    or two varint bytes) or anything does not add up: the caller then takes the general path,
+    which also names what is wrong. Record and value lengths of any size are read (large values
+    have lengths of three or more varint bytes)."""
     n = len(data)
     pos = 0
     out: list[bytes] = []
@@ -485,11 +493,12 @@ def _plain_values(data: bytes, count: int) -> list[bytes] | None:
                 pos += 1
             else:
                 b2 = data[pos + 1]
-                if b2 >= 0x80:
-                    return None
-                raw = (b & 0x7F) | (b2 << 7)
-                length = (raw >> 1) ^ -(raw & 1)
-                pos += 2
+                if b2 < 0x80:
+                    raw = (b & 0x7F) | (b2 << 7)
+                    length = (raw >> 1) ^ -(raw & 1)
+                    pos += 2
+                else:
+                    length, pos = _read_varint(data, pos)
             rec_end = pos + length
             # attributes (any), timestamp delta (one byte), offset delta, key -1
             if length < 6 or rec_end > n or data[pos + 1] >= 0x80:
@@ -513,17 +522,18 @@ def _plain_values(data: bytes, count: int) -> list[bytes] | None:
                 p += 2
             else:
                 b2 = data[p + 2]
-                if b2 >= 0x80:
-                    return None
-                raw = (b & 0x7F) | (b2 << 7)
-                vlen = (raw >> 1) ^ -(raw & 1)
-                p += 3
+                if b2 < 0x80:
+                    raw = (b & 0x7F) | (b2 << 7)
+                    vlen = (raw >> 1) ^ -(raw & 1)
+                    p += 3
+                else:
+                    vlen, p = _read_varint(data, p + 1)
             vend = p + vlen
             if vlen < 0 or vend + 1 != rec_end or data[vend] != 0:
                 return None  # a null value, headers, or lengths that disagree
-            append(data[p:vend])
+            append(bytes(data[p:vend]))  # no copy when `data` is bytes (the slice already is)
             pos = rec_end
-    except IndexError:
+    except (IndexError, TruncatedInputError, MalformedInputError):
         return None
     return out if pos == n else None
 

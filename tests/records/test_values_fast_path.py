@@ -28,6 +28,9 @@ def test_plain_values_of_every_size_agree(values: list[bytes]) -> None:
 def test_plain_values_take_the_fast_path_and_other_shapes_do_not() -> None:
     plain = bytes(RecordBatch.parse(build_batch(0, 1, [b"a" * 100] * 300, 0)).raw[BATCH_HEADER_SIZE:])
     assert batch_mod._plain_values(plain, 300) == [b"a" * 100] * 300
+    large = [b"b" * 1_000_000, b"c" * 20_000, b"d"]  # lengths of three and four varint bytes
+    body = bytes(RecordBatch.parse(build_batch(0, 1, large, 0)).raw[BATCH_HEADER_SIZE:])
+    assert batch_mod._plain_values(body, 3) == large
     for rec in (Record(0, 0, b"k", b"v", ()), Record(0, 0, None, None, ()),
                 Record(0, 0, None, b"v", (("h", b"x"),))):
         body = bytes(RecordBatch.parse(build_batch(0, 1, [rec], 0)).raw[BATCH_HEADER_SIZE:])
