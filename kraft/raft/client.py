@@ -479,11 +479,13 @@ class RaftCore:
             return
         self._request_votes(voters, new.epoch, pre_vote=True)
 
-    def _request_votes(self, voters: VoterSet, epoch: int, *, pre_vote: bool) -> None:
-        """Ask every other voter for a (pre-)vote in `epoch` with this replica's log end."""
+    def _request_votes(self, voters: VoterSet, epoch: int, *, pre_vote: bool,
+                       only: int | None = None) -> None:
+        """Ask every other voter (or just `only`) for a (pre-)vote in `epoch` with this
+        replica's log end."""
         last = self.log.end_position()
         for v in voters.voters:
-            if v.id == self.key.id:
+            if v.id == self.key.id or (only is not None and v.id != only):
                 continue
             self._send(
                 v.id,
@@ -935,6 +937,17 @@ class RaftCore:
             elif isinstance(s, FollowerState):
                 # A follower that hears from a live leader protects it (KIP-996).
                 granted = up_to_date and not s.has_fetched
+            if (
+                isinstance(s, ProspectiveState)
+                and req.replica_epoch == s.epoch
+                and req.replica_id in s.rejected
+            ):
+                # That voter refused our pre-vote while it still fetched from the leader; now it
+                # asks for pre-votes itself, so it no longer does: ask it again at once instead
+                # of waiting out the election timeout (two followers that time out together,
+                # the one with the longer log asking first, would otherwise both lose the round).
+                s.rejected.discard(req.replica_id)
+                self._request_votes(self._voters(), s.epoch, pre_vote=True, only=req.replica_id)
         elif isinstance(s, UnattachedState | ProspectiveState):
             leader_known = isinstance(s, ProspectiveState) and s.retained_leader >= 0
             voted = s.voted

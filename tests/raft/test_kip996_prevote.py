@@ -129,3 +129,29 @@ def _drive(sim: Simulation) -> None:
     if kind in (_FAULT, _HEAL):
         return  # no random faults in this scripted scenario
     sim._step(kind, node, payload, inc)
+
+
+def test_kip996_a_voter_that_refused_then_asks_for_a_prevote_is_asked_again() -> None:
+    """Two followers lose the leader together: 3 still fetched from it when 1's pre-vote came
+    (refused), then times out itself and asks 1. 1 asks 3 again at once and wins its vote,
+    instead of waiting out the election timeout and the fetch timeout once more."""
+    h = CoreHarness.follower(leader_id=2, epoch=4)
+    h.advance(2000)  # fetch timeout: Prospective, pre-votes to 2 and 3
+    assert h.role is Role.PROSPECTIVE
+    first = next(r for r in h.sent(VoteRequest) if r.destination == 3 and r.request.pre_vote)
+    h.respond(first, VoteResponse(ErrorCode.NONE, 2, 4, False))  # 3 still follows 2
+    assert h.role is Role.PROSPECTIVE
+    before = len(h.sent(VoteRequest))
+    h.request(3, prevote(3, 4))  # 3 timed out too
+    again = h.sent(VoteRequest)[before:]
+    assert [(r.destination, r.request.pre_vote) for r in again] == [(3, True)]
+    h.respond(again[0], VoteResponse(ErrorCode.NONE, -1, 4, True))
+    assert h.role is Role.CANDIDATE and h.epoch == 5
+
+
+def test_kip996_a_voter_that_granted_is_not_asked_again() -> None:
+    h = CoreHarness.follower(leader_id=2, epoch=4)
+    h.advance(2000)
+    before = len(h.sent(VoteRequest))
+    h.request(2, prevote(2, 4))  # 2 never answered us: nothing to ask again
+    assert len(h.sent(VoteRequest)) == before
