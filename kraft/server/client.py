@@ -32,6 +32,7 @@ from kraft.server.client_protocol import (
     UNKNOWN_OUTCOME,
     encode_request,
 )
+from kraft.server.frames import ReadBuffer
 
 
 class ClientError(Exception):
@@ -64,7 +65,7 @@ class _ClientProtocol(asyncio.Protocol):
     def __init__(self, client: KraftClient) -> None:
         self.client = client
         self.transport: asyncio.Transport | None = None
-        self._buf = bytearray()
+        self._buf = ReadBuffer()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -74,12 +75,7 @@ class _ClientProtocol(asyncio.Protocol):
         self.client._lost(OutcomeUnknown(f"connection lost: {exc!r}" if exc else "connection closed"))
 
     def data_received(self, data: bytes) -> None:
-        buf = self._buf
-        if buf:
-            buf += data
-            view: bytes | bytearray = buf
-        else:
-            view = data
+        view = self._buf.feed(data)
         pos = 0
         n = len(view)
         size = RESPONSE_HEAD.size
@@ -100,10 +96,7 @@ class _ClientProtocol(asyncio.Protocol):
                     _settle(waiter, status, offset, leader, payload)
             else:
                 waiter(status, offset if status != NOT_LEADER else leader, payload)
-        if view is buf:
-            del buf[:pos]
-        elif pos < n:
-            buf += view[pos:]
+        self._buf.consumed(view, pos)
 
 
 def _settle(fut: asyncio.Future[_Answer], status: int, offset: int, leader: int,

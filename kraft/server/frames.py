@@ -55,6 +55,37 @@ connection, either at once, through a `DeferredReply`, or through an awaitable (
 or a future). The first two cost no task and no loop turn per request."""
 
 
+class ReadBuffer:
+    """The bytes of a stream received but not parsed yet (the tail of an unfinished frame).
+
+    `feed(data)` returns what to parse: `data` itself when nothing was left over (the common
+    case: no copy), else the leftover with `data` appended; `consumed(view, pos)` keeps what
+    lies after `pos` of that view for the next chunk.
+    """
+
+    __slots__ = ("buf",)
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def __bool__(self) -> bool:
+        return bool(self.buf)
+
+    def feed(self, data: bytes) -> bytes | bytearray:
+        """What to parse now."""
+        if self.buf:
+            self.buf += data
+            return self.buf
+        return data
+
+    def consumed(self, view: bytes | bytearray, pos: int) -> None:
+        """`pos` bytes of `view` (from `feed`) were parsed; keep the rest."""
+        if view is self.buf:
+            del self.buf[:pos]
+        elif pos < len(view):
+            self.buf += memoryview(view)[pos:]
+
+
 class DeferredReply:
     """What a handler returns to answer later without a future: `set(body)` hands the answer
     to the connection at once, in the same call (a future's callbacks would wait for the next
@@ -365,18 +396,13 @@ class _FrameClientProtocol(asyncio.Protocol):
 
     def __init__(self, conn: FrameConnection) -> None:
         self.conn = conn
-        self._buf = bytearray()
+        self._buf = ReadBuffer()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.conn._fail(exc or ConnectionClosedError("connection closed by the peer"))
 
     def data_received(self, data: bytes) -> None:
-        buf = self._buf
-        if buf:
-            buf += data
-            view: bytes | bytearray = buf
-        else:
-            view = data
+        view = self._buf.feed(data)
         n = len(view)
         pos = 0
         conn = self.conn
@@ -392,10 +418,7 @@ class _FrameClientProtocol(asyncio.Protocol):
             pos = end
             if not conn._deliver(body):
                 return
-        if view is buf:
-            del buf[:pos]
-        elif pos < n:
-            buf += view[pos:]
+        self._buf.consumed(view, pos)
 
 
 class FrameConnection:
