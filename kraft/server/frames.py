@@ -377,8 +377,12 @@ class FrameListener:
         )
 
 
-FrameCallback = Callable[["bytes | BaseException"], None]
-"""Called once with the response body, or with the exception that ended the request."""
+FrameCallback = Callable[["bytes | memoryview | BaseException"], None]
+"""Called once with the response body (a memoryview for a large one, see `_LARGE_FRAME`), or
+with the exception that ended the request."""
+
+_LARGE_FRAME = 1 << 20
+"""Answers at least this large are handed over without a copy when they fill the read buffer."""
 
 
 class _Waiter:
@@ -414,7 +418,14 @@ class _FrameClientProtocol(asyncio.Protocol):
             end = pos + 4 + size
             if end > n:
                 break
-            body = bytes(view[pos + 4:end])
+            body: bytes | memoryview
+            if size >= _LARGE_FRAME and pos == 0 and end == n and view is self._buf.buf:
+                # a large answer (a snapshot chunk) that fills the buffer: hand the buffer over
+                # as it is instead of copying megabytes; the next frame starts a new buffer
+                body = memoryview(view)[4:end]
+                self._buf.buf = bytearray()
+            else:
+                body = bytes(view[pos + 4:end])
             pos = end
             if not conn._deliver(body):
                 return
@@ -449,7 +460,7 @@ class FrameConnection:
         if self.closed:  # closed while connecting
             transport.close()
 
-    def _deliver(self, body: bytes) -> bool:
+    def _deliver(self, body: bytes | memoryview) -> bool:
         if not self._waiters:
             self._fail(ConnectionClosedError("response without a request"))
             return False
@@ -495,13 +506,13 @@ class FrameConnection:
             return b""
         waiter: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
 
-        def done(result: bytes | BaseException) -> None:
+        def done(result: bytes | memoryview | BaseException) -> None:
             if waiter.done():
                 return
             if isinstance(result, BaseException):
                 waiter.set_exception(result)
             else:
-                waiter.set_result(result)
+                waiter.set_result(bytes(result))
 
         self.send(frame, timeout_s, done)
         return await waiter

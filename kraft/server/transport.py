@@ -148,7 +148,7 @@ class KafkaConnection:
         corr = self._corr
         frame = encode_request(RequestHeader(int(api_key), v, corr, self.client_id), body(v))
 
-        def answered(raw: bytes | BaseException) -> None:
+        def answered(raw: bytes | memoryview | BaseException) -> None:
             if isinstance(raw, BaseException):
                 callback(v, None, raw)
                 return

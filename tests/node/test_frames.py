@@ -202,3 +202,35 @@ async def test_a_peer_that_does_not_read_its_answers_is_not_served_further() -> 
         writer.close()
     finally:
         await lst.stop()
+
+
+async def test_large_answers_arrive_whole_and_in_order_with_small_ones() -> None:
+    """An answer of megabytes (a snapshot chunk) is handed over without a copy when it fills
+    the read buffer; its bytes, and those of the small answers around it, are exact."""
+    big = bytes(range(256)) * (3 * 4096 + 7)  # ~3 MiB
+
+    def handler(body: bytes, peer: PeerInfo) -> bytes:
+        return big if body == b"big" else b"re:" + body
+
+    lst = FrameListener("127.0.0.1", 0, handler)
+    await lst.start()
+    try:
+        conn = FrameConnection("127.0.0.1", lst.port)
+        await conn.open(2)
+        got: list[bytes | memoryview | BaseException] = []
+        done = asyncio.get_running_loop().create_future()
+
+        def collect(result: bytes | memoryview | BaseException) -> None:
+            got.append(result)
+            if len(got) == 4 and not done.done():
+                done.set_result(None)
+
+        for body in (b"big", b"a", b"big", b"b"):
+            conn.send(body, 10, collect)
+        await asyncio.wait_for(done, 10)
+        assert [bytes(g) for g in got if not isinstance(g, BaseException)] == [
+            big, b"re:a", big, b"re:b"]
+        assert await conn.request(b"big", 10) == big  # the awaitable form returns bytes
+        conn.close()
+    finally:
+        await lst.stop()
