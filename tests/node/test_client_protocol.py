@@ -33,13 +33,18 @@ def test_frames_have_the_documented_layout() -> None:
     assert answer[4:8] == b"\x00\x00\x00\x07" and answer[-1:] == b"x"
 
 
-def test_pipelined_writes_reads_and_redirects(clusters: Callable[..., LocalCluster]) -> None:
+def _ready_quorum(clusters: Callable[..., LocalCluster]) -> tuple[LocalCluster, int, int]:
+    """A started 3-voter quorum with every node ready: (cluster, leader id, a follower id)."""
     cluster = clusters(3)
     cluster.start_all()
     leader = cluster.wait_for_leader(60)
     for nid in cluster.nodes:
         cluster.wait_ready(nid, 60)
-    follower = next(n for n in cluster.nodes if n != leader)
+    return cluster, leader, next(n for n in cluster.nodes if n != leader)
+
+
+def test_pipelined_writes_reads_and_redirects(clusters: Callable[..., LocalCluster]) -> None:
+    cluster, leader, follower = _ready_quorum(clusters)
 
     async def scenario() -> None:
         async with KraftClient(*cluster.nodes[leader].client) as c:
@@ -121,12 +126,7 @@ def test_bad_frames_get_error_answers_and_split_frames_still_work(
 
 def test_callback_api_answers_every_write_and_names_the_leader(
         clusters: Callable[..., LocalCluster]) -> None:
-    cluster = clusters(3)
-    cluster.start_all()
-    leader = cluster.wait_for_leader(60)
-    for nid in cluster.nodes:
-        cluster.wait_ready(nid, 60)
-    follower = next(n for n in cluster.nodes if n != leader)
+    cluster, leader, follower = _ready_quorum(clusters)
 
     async def scenario() -> None:
         answers: list[tuple[int, int, bytes]] = []
