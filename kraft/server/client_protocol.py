@@ -82,7 +82,7 @@ class _WriteReply:
         status = OK
         if self._op == OP_DELETE and isinstance(outcome, KVResult) and not outcome.ok:
             status = NOT_FOUND
-        self._conn._reply(RESPONSE_HEAD.pack(RESPONSE_HEAD.size - 4, self._rid, status, offset, -1))
+        self._conn._reply(encode_response(self._rid, status, offset))
 
     def set_exception(self, exc: BaseException, /) -> None:
         self._done = True

@@ -113,11 +113,15 @@ class KafkaConnection:
             {f.name: (f.min_version, f.max_version) for f in resp.supported_features},
         )
 
-    async def _raw_call(self, api_key: ApiKey, version: int, body: object, timeout_s: float) -> Any:
+    def _frame(self, api_key: ApiKey, version: int, body: object) -> tuple[bytes, int]:
+        """The request frame (without its size prefix) and its correlation id."""
         self._corr += 1
-        corr = self._corr
-        frame = encode_request(RequestHeader(int(api_key), version, corr, self.client_id), body)
-        raw = await self._conn.request(frame[4:], timeout_s)
+        frame = encode_request(RequestHeader(int(api_key), version, self._corr, self.client_id), body)
+        return frame[4:], self._corr
+
+    def _decode(self, api_key: ApiKey, version: int, corr: int, raw: bytes | memoryview) -> Any:
+        """The response body; an undecodable answer or a wrong correlation id closes the
+        connection (the stream position is no longer trusted) and raises RequestError."""
         try:
             header, data = decode_response(int(api_key), version, raw)
         except ProtocolError as exc:
@@ -127,6 +131,10 @@ class KafkaConnection:
             self.close()
             raise RequestError(f"correlation id {header.correlation_id} != {corr}")
         return data
+
+    async def _raw_call(self, api_key: ApiKey, version: int, body: object, timeout_s: float) -> Any:
+        frame, corr = self._frame(api_key, version, body)
+        return self._decode(api_key, version, corr, await self._conn.request(frame, timeout_s))
 
     async def call(self, api_key: ApiKey, body: object | Callable[[int], object],
                    timeout_s: float, version: int | None = None) -> tuple[int, Any]:
@@ -144,27 +152,20 @@ class KafkaConnection:
         `callback(version, None, error)`; an undecodable answer or a wrong correlation id
         closes the connection (as `call` does)."""
         v = self.versions.pick(api_key)
-        self._corr += 1
-        corr = self._corr
-        frame = encode_request(RequestHeader(int(api_key), v, corr, self.client_id), body(v))
+        frame, corr = self._frame(api_key, v, body(v))
 
         def answered(raw: bytes | memoryview | BaseException) -> None:
             if isinstance(raw, BaseException):
                 callback(v, None, raw)
                 return
             try:
-                header, data = decode_response(int(api_key), v, raw)
-            except ProtocolError as exc:
-                self.close()
-                callback(v, None, RequestError(f"undecodable {api_key.name} response: {exc}"))
-                return
-            if header.correlation_id != corr:
-                self.close()
-                callback(v, None, RequestError(f"correlation id {header.correlation_id} != {corr}"))
+                data = self._decode(api_key, v, corr, raw)
+            except RequestError as exc:
+                callback(v, None, exc)
                 return
             callback(v, data, None)
 
-        self._conn.send(frame[4:], timeout_s, answered)
+        self._conn.send(frame, timeout_s, answered)
 
     def close(self) -> None:
         """Close the connection."""
