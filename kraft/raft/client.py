@@ -681,7 +681,16 @@ class RaftCore:
             # the install and restarts when it ends (a long install must not turn a follower
             # of a live leader into a candidate, or an observer into one that lost its leader).
             if self._installing is None and s.fetch_deadline <= now:
-                if self._is_voter():
+                stagger = self._survivor_rank(s) * self._survivor_step() if s.has_fetched else 0
+                if self._is_voter() and stagger > 0:
+                    # The leader went silent for every follower at once, so their fetch
+                    # timeouts expire together; if they all started a pre-vote together each
+                    # would grant the other's and both would split the real vote. Stop
+                    # protecting the leader now (grant pre-votes) and start our own one
+                    # `election_timeout / 10` later per rank.
+                    s.has_fetched = False
+                    s.fetch_deadline = now + stagger
+                elif self._is_voter():
                     self._to_prospective()
                 else:
                     self._to_unattached(s.epoch, s.voted)
@@ -761,14 +770,20 @@ class RaftCore:
         s.has_fetched = False
         if not self._is_voter() or s.leader_gone_at is not None:
             return
-        others = sorted(i for i in self._voters().ids() if i != s.leader_id)
-        rank = others.index(self.key.id) if self.key.id in others else 0
-        step = max(1, self.config.election_timeout_ms // 10)
-        s.leader_gone_at = self._now + rank * step
+        delay = self._survivor_rank(s) * self._survivor_step()
+        s.leader_gone_at = self._now + delay
         logger.info(
             "raft leader unreachable node=%s leader=%s epoch=%s pre-vote in %sms",
-            self.key.id, s.leader_id, s.epoch, rank * step,
+            self.key.id, s.leader_id, s.epoch, delay,
         )
+
+    def _survivor_rank(self, s: FollowerState) -> int:
+        """This replica's place among the voters other than its leader, by id."""
+        others = sorted(i for i in self._voters().ids() if i != s.leader_id)
+        return others.index(self.key.id) if self.key.id in others else 0
+
+    def _survivor_step(self) -> int:
+        return max(1, self.config.election_timeout_ms // 10)
 
     def _poll(self) -> None:
         if self._installing is not None:
@@ -939,13 +954,16 @@ class RaftCore:
                 granted = up_to_date and not s.has_fetched
             if (
                 isinstance(s, ProspectiveState)
+                and not granted
                 and req.replica_epoch == s.epoch
                 and req.replica_id in s.rejected
             ):
                 # That voter refused our pre-vote while it still fetched from the leader; now it
-                # asks for pre-votes itself, so it no longer does: ask it again at once instead
-                # of waiting out the election timeout (two followers that time out together,
-                # the one with the longer log asking first, would otherwise both lose the round).
+                # asks for pre-votes itself, so it no longer does, and we refuse it (our log is
+                # longer): ask it again at once instead of waiting out the election timeout (two
+                # followers that time out together, the one with the longer log asking first,
+                # would otherwise both lose the round). Had we granted it, it wins with our
+                # vote: asking again would only make us a second candidate and split the vote.
                 s.rejected.discard(req.replica_id)
                 self._request_votes(self._voters(), s.epoch, pre_vote=True, only=req.replica_id)
         elif isinstance(s, UnattachedState | ProspectiveState):

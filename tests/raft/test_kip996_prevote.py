@@ -11,9 +11,10 @@ from kraft.sim.cluster import SimParams, Simulation
 from kraft.sim.harness import CoreHarness, dir_id
 
 
-def prevote(candidate: int, epoch: int, last_epoch: int = 0, last_offset: int = 0) -> VoteRequest:
-    return VoteRequest(epoch, candidate, dir_id(candidate), 1, dir_id(1), last_epoch, last_offset,
-                       pre_vote=True)
+def prevote(candidate: int, epoch: int, last_epoch: int = 0, last_offset: int = 0,
+            voter: int = 1) -> VoteRequest:
+    return VoteRequest(epoch, candidate, dir_id(candidate), voter, dir_id(voter), last_epoch,
+                       last_offset, pre_vote=True)
 
 
 def last(h: CoreHarness) -> VoteResponse:
@@ -133,20 +134,72 @@ def _drive(sim: Simulation) -> None:
 
 def test_kip996_a_voter_that_refused_then_asks_for_a_prevote_is_asked_again() -> None:
     """Two followers lose the leader together: 3 still fetched from it when 1's pre-vote came
-    (refused), then times out itself and asks 1. 1 asks 3 again at once and wins its vote,
-    instead of waiting out the election timeout and the fetch timeout once more."""
+    (refused), then times out itself and asks 1, whose log is longer (1 refuses). 1 asks 3
+    again at once and wins its vote, instead of both waiting out the election timeout and the
+    fetch timeout once more."""
     h = CoreHarness.follower(leader_id=2, epoch=4)
-    h.advance(2000)  # fetch timeout: Prospective, pre-votes to 2 and 3
+    h.advance(1)
+    h.fetch_response(h.sent(FetchRequest)[-1], batches=[(0, 4), (1, 4)], high_watermark=1)
+    h.persist()
+    h.advance(2000)  # fetch timeout (1 ranks first among 1 and 3): Prospective at once
     assert h.role is Role.PROSPECTIVE
     first = next(r for r in h.sent(VoteRequest) if r.destination == 3 and r.request.pre_vote)
     h.respond(first, VoteResponse(ErrorCode.NONE, 2, 4, False))  # 3 still follows 2
     assert h.role is Role.PROSPECTIVE
     before = len(h.sent(VoteRequest))
-    h.request(3, prevote(3, 4))  # 3 timed out too
+    h.request(3, prevote(3, 4, last_epoch=4, last_offset=1))  # 3 timed out too, shorter log
+    assert not last(h).vote_granted
     again = h.sent(VoteRequest)[before:]
     assert [(r.destination, r.request.pre_vote) for r in again] == [(3, True)]
     h.respond(again[0], VoteResponse(ErrorCode.NONE, -1, 4, True))
     assert h.role is Role.CANDIDATE and h.epoch == 5
+
+
+def test_kip996_a_prospective_that_grants_the_refusing_voter_does_not_compete() -> None:
+    """Same start, but 3's log is as long as ours: we grant its pre-vote, and it wins with our
+    vote. Asking it again would make both of us candidates of epoch 5, each voting for itself
+    (a split vote, resolved only after an election timeout)."""
+    h = CoreHarness.follower(leader_id=2, epoch=4)
+    h.advance(2000)
+    first = next(r for r in h.sent(VoteRequest) if r.destination == 3 and r.request.pre_vote)
+    h.respond(first, VoteResponse(ErrorCode.NONE, 2, 4, False))
+    before = len(h.sent(VoteRequest))
+    h.request(3, prevote(3, 4))
+    assert last(h).vote_granted
+    assert h.sent(VoteRequest)[before:] == []
+    h.request(3, VoteRequest(5, 3, dir_id(3), 1, dir_id(1), 0, 0, pre_vote=False))
+    assert last(h).vote_granted and h.epoch == 5 and h.role is not Role.CANDIDATE
+
+
+def test_kip996_fetch_timeout_is_staggered_by_rank_and_stops_protecting_the_leader() -> None:
+    """3 ranks second among the voters other than its leader 2: when its fetch timeout
+    expires it grants pre-votes at once but starts its own one election_timeout / 10 later,
+    so the two followers of a leader that went silent do not ask (and grant) each other
+    together."""
+    h = CoreHarness.follower(node_id=3, leader_id=2, epoch=4)
+    h.advance(1)
+    h.fetch_response(h.sent(FetchRequest)[-1])
+    h.request(1, prevote(1, 4, voter=3))
+    assert last(h).error_code is ErrorCode.NONE
+    assert not last(h).vote_granted  # fetched from a live leader: protects it
+    h.advance(2000)
+    assert h.role is Role.FOLLOWER
+    h.request(1, prevote(1, 4, voter=3))
+    assert last(h).vote_granted  # the leader is silent: no longer protected
+    h.advance(99)
+    assert h.role is Role.FOLLOWER
+    h.advance(1)
+    assert h.role is Role.PROSPECTIVE
+
+
+def test_kip996_fetch_timeout_of_the_first_ranked_follower_is_not_delayed() -> None:
+    h = CoreHarness.follower(node_id=1, leader_id=2, epoch=4)
+    h.advance(1)
+    h.fetch_response(h.sent(FetchRequest)[-1])
+    h.advance(1999)
+    assert h.role is Role.FOLLOWER
+    h.advance(1)
+    assert h.role is Role.PROSPECTIVE
 
 
 def test_kip996_a_voter_that_granted_is_not_asked_again() -> None:
