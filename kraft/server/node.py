@@ -539,9 +539,10 @@ class KraftNode:
             elif t is fx.AppendRejected:
                 assert isinstance(e, fx.AppendRejected)
                 self._append_done(e.append_id)
+                leader = self._redirect_leader()
                 for fut in self._appends.pop(e.append_id, []):
                     if not fut.done():
-                        fut.set_exception(NotLeaderError(e.leader_id, self._leader_http(e.leader_id)))
+                        fut.set_exception(NotLeaderError(leader, self._leader_http(leader)))
             elif t is fx.AppendCommitted:
                 assert isinstance(e, fx.AppendCommitted)
                 self._append_done(e.append_id)
@@ -682,7 +683,7 @@ class KraftNode:
 
     def _fail_pending_values(self) -> None:
         pending, self._pending_values = self._pending_values, []
-        leader = self.core.leader_id if self.core is not None else -1
+        leader = self._redirect_leader()
         for _, fut in pending:
             if not fut.done():
                 fut.set_exception(NotLeaderError(leader, self._leader_http(leader)))
@@ -981,8 +982,18 @@ class KraftNode:
         core = self.core
         assert core is not None
         if core.role != Role.LEADER:
-            leader = core.leader_id
+            leader = self._redirect_leader()
             raise NotLeaderError(leader, self._leader_http(leader))
+
+    def _redirect_leader(self) -> int:
+        """The leader to send a client to: -1 when unknown, and when this node is not the
+        leader but still names itself (a resigned leader waits for its successor: sending
+        clients back to it would loop them until a timeout)."""
+        core = self.core
+        if core is None or core.role == Role.LEADER:
+            return core.leader_id if core is not None else -1
+        leader = core.leader_id
+        return -1 if leader == self.config.node_id else leader
 
     def submit(self, value: bytes) -> asyncio.Future[object]:
         """Start replicating one record value; the future resolves to (offset, the state

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from kraft.server.client import KraftClient, NotLeader, QuorumClient
+from kraft.server.client import KraftClient, NotLeader, OutcomeUnknown, QuorumClient
 from kraft.server.client_protocol import (
     ERROR,
     NOT_LEADER,
@@ -151,3 +151,39 @@ def test_callback_api_answers_every_write_and_names_the_leader(
             assert (status, leader_id) == (NOT_LEADER, leader)
 
     asyncio.run(scenario())
+
+
+def test_a_leader_cut_off_from_its_followers_does_not_send_clients_back_to_itself(
+    clusters: Callable[..., LocalCluster],
+) -> None:
+    """Both followers paused (SIGSTOP): the leader resigns on check-quorum and waits for a
+    successor. Its NOT_LEADER answers then name no leader (-1), not itself: a client that
+    followed them would loop on this node until a timeout."""
+    import os
+    import signal
+
+    cluster, leader, _ = _ready_quorum(clusters)
+    followers = [n for n in cluster.nodes if n != leader]
+    pids = [cluster.nodes[n].process.pid for n in followers]  # type: ignore[union-attr]
+
+    async def scenario() -> int:
+        async with KraftClient(*cluster.nodes[leader].client) as c:
+            await c.put("before", b"1")
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    try:
+                        await asyncio.wait_for(c.put("during", b"2"), 1.0)
+                    except NotLeader as exc:
+                        return exc.leader_id
+                    except (TimeoutError, OutcomeUnknown):
+                        continue  # still leading, or the write in flight when it resigned
+                raise AssertionError("the isolated leader kept answering as the leader")
+            finally:
+                for pid in pids:
+                    os.kill(pid, signal.SIGCONT)
+
+    assert asyncio.run(scenario()) == -1
+    assert cluster.wait_for_leader(60) >= 0
