@@ -259,15 +259,24 @@ def driver_main() -> None:
 
         ids = list(addrs)
         cur = [ids[0]]
-        conns: dict[str, Any] = {}
+        # One connection per node, opened once however many writes wait for it; a new one
+        # only when it broke (a write that timed out leaves it open: its answer comes later).
+        conns: dict[str, asyncio.Future[Any]] = {}
+
+        async def open_conn(nid: str) -> Any:
+            host, port = addrs[nid]
+            return await KraftClient(host, port).connect(timeout_s=req_timeout)
 
         async def conn(nid: str) -> Any:
-            c = conns.get(nid)
-            if c is None or not c.connected:
-                host, port = addrs[nid]
-                c = await KraftClient(host, port).connect(timeout_s=req_timeout)
-                conns[nid] = c
-            return c
+            f = conns.get(nid)
+            if f is None or (f.done() and (f.exception() is not None
+                                           or not f.result().connected)):
+                f = conns[nid] = asyncio.ensure_future(open_conn(nid))
+            return await asyncio.shield(f)
+
+        def move_on(nid: str) -> None:
+            if cur[0] == nid:
+                cur[0] = ids[(ids.index(nid) + 1) % len(ids)]
 
         async def op(i: int) -> None:
             nid = cur[0]
@@ -275,22 +284,22 @@ def driver_main() -> None:
                 c = await conn(nid)
                 await asyncio.wait_for(c.put(key_of(i), value), req_timeout)
             except NotLeader as exc:
-                if str(exc.leader_id) in addrs and exc.leader_id >= 0:
+                # -1 (none known) or the node itself (a leader that resigned): try the next.
+                if str(exc.leader_id) in addrs and str(exc.leader_id) != nid:
                     cur[0] = str(exc.leader_id)
-                elif cur[0] == nid:
-                    cur[0] = ids[(ids.index(nid) + 1) % len(ids)]
+                else:
+                    move_on(nid)
                 raise
             except Exception:
-                conns.pop(nid, None)
-                if cur[0] == nid:
-                    cur[0] = ids[(ids.index(nid) + 1) % len(ids)]
+                move_on(nid)
                 raise
         try:
             return await failover_loop(op, inflight, kill_at, max_s)
         finally:
-            for c in conns.values():
-                with contextlib.suppress(Exception):
-                    await c.close()
+            for f in conns.values():
+                if f.done() and f.exception() is None:
+                    with contextlib.suppress(Exception):
+                        await f.result().close()
 
     def handle(req: dict[str, Any]) -> dict[str, Any]:
         cmd = req["cmd"]

@@ -15,6 +15,7 @@ it given every node's client address.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import cast
@@ -246,12 +247,15 @@ class QuorumClient:
                 return await (await self._client(self.leader_id)).put(key, value)
             except NotLeader as exc:
                 last = exc
-                if exc.leader_id in self.addresses:
+                if exc.leader_id in self.addresses and exc.leader_id != self.leader_id:
                     self.leader_id = exc.leader_id
                     continue
             except OSError as exc:
                 last = exc
-                self._clients.pop(self.leader_id, None)
+                broken = self._clients.pop(self.leader_id, None)
+                if broken is not None:
+                    with contextlib.suppress(Exception):
+                        await broken.close()
             self.leader_id = ids[(ids.index(self.leader_id) + 1) % len(ids)]
             await asyncio.sleep(0.005 * min(i + 1, 10))
         raise last
