@@ -41,7 +41,7 @@ from kraft.records.batch import (
     RecordBatch,
     batch_header,
 )
-from kraft.storage.durability import fsync_dir
+from kraft.storage.durability import fsync_dir, sync_data
 from kraft.storage.epoch_cache import (
     EpochEntry,
     LeaderEpochCache,
@@ -572,7 +572,7 @@ class SegmentedLog:
                 epochs = self._epochs.entries
             try:
                 for seg in to_sync:
-                    os.fsync(seg.fd)
+                    sync_data(seg.fd)
                 if dir_dirty:
                     fsync_dir(self.directory)
                 if epochs != self._epochs_written:

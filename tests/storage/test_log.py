@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kraft.records.batch import RecordBatch, build_batch, iter_batches
+from kraft.storage import durability
 from kraft.storage.epoch_cache import EpochEntry
 from kraft.storage.errors import InvalidAppendError, OffsetOutOfRangeError, StorageError
 from kraft.storage.index import SegmentIndex
@@ -204,6 +205,7 @@ def test_failed_fsync_poisons_the_log(tmp_path: Path, batches: Batches, monkeypa
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(os, "fsync", broken)
+    monkeypatch.setattr(durability, "_fdatasync", broken)
     with pytest.raises(StorageError, match="fsync failed"):
         log.flush()
     monkeypatch.undo()
