@@ -129,9 +129,9 @@ class NodeConfig(BaseModel):
     http_peers: dict[int, str] = Field(default={}, alias="http.peers")
     fsync: bool = Field(default=True, alias="kraft.log.fsync")
     flush_mode: Literal["inline", "thread"] = Field(default="inline", alias="kraft.log.flush.mode")
-    """`inline` (as Kafka's raft thread does): the event loop fsyncs the log right after the
-    effects that appended to it were carried out (answers to followers are already on their
-    way), so group commit comes from what queued up meanwhile; `thread`: a flusher thread
+    """`inline` (as Kafka's raft thread does): the event loop fsyncs the log once the events
+    queued together were all handled (a client write and the followers' fetches: every answer
+    is already on its way), so one fsync covers every append among them; `thread`: a flusher thread
     fsyncs while the loop goes on (no loop stall on a slow disk, but every flush costs thread
     hand-offs and GIL switches)."""
     event_loop: Literal["auto", "asyncio", "uvloop"] = Field(default="auto", alias="kraft.event.loop")

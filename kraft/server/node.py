@@ -109,6 +109,9 @@ SNAPSHOT_BATCH_BYTES = 1024 * 1024
 MAX_APPEND_BYTES = 1024 * 1024
 """Client values per batch are cut at this many bytes (the log takes batches up to 8 MiB)."""
 CLIENT_TIMEOUT_S = 15.0
+INLINE_FLUSH_EVERY = 64
+"""Inline flush mode: fsync after at most this many events handled since an append, even
+while more keep queueing (a busy leader's own durable offset still moves)."""
 
 
 def now_ms() -> int:
@@ -227,6 +230,8 @@ class KraftNode:
         self.sm: StateMachine = state_machine if state_machine is not None else KVStore()
         self._rng = random.Random(seed)
         self._events: collections.deque[ev.Event | tuple[str, Any]] = collections.deque()
+        self._flush_due = 0
+        """Events handled since an append that the inline flush has not covered yet (0: none)."""
         self._wake: asyncio.Future[None] | None = None
         self._inbound: dict[int, asyncio.Future[tuple[m.Response, bytes | None]] | _FrameAnswer] = {}
         self._inbound_ids = 0
@@ -424,6 +429,11 @@ class KraftNode:
             loop = asyncio.get_running_loop()
             events = self._events
             while True:
+                if self._flush_due and (not events or self._flush_due > INLINE_FLUSH_EVERY):
+                    # Inline group commit: the events that arrived together (a client write
+                    # and the followers' fetches) are all handled and answered first, then one
+                    # fsync covers every append among them.
+                    self._flush_inline()
                 if not events:
                     deadline = core.next_deadline()
                     delay = None if deadline is None else (deadline - now_ms()) / 1000
@@ -456,6 +466,8 @@ class KraftNode:
                         continue
                 effects = core.handle(item, now_ms())
                 await self._execute(effects)
+                if self._flush_due:
+                    self._flush_due += 1
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
@@ -587,13 +599,7 @@ class KraftNode:
                 self._on_state_changed(e)
         if appended:
             if self.config.fsync and self.config.flush_mode == "inline":
-                try:
-                    durable = md.log.flush()
-                except StorageError:
-                    self._push(("flushed", (-1, -1)))
-                else:
-                    self._flusher.flushes += 1
-                    self._push(("flushed", (self._flusher.generation, durable)))
+                self._flush_due = self._flush_due or 1  # see _core_loop
             elif self.config.fsync:
                 self._flusher.request()
             else:
@@ -601,6 +607,19 @@ class KraftNode:
                 self._push(("flushed", (self._flusher.generation,
                                                     md.log.log_end_offset)))
             self._m_leo.set(md.log.log_end_offset)
+
+    def _flush_inline(self) -> None:
+        """fsync the log on the loop thread (`kraft.log.flush.mode=inline`) and report it."""
+        md = self.md
+        assert md is not None and self._flusher is not None
+        self._flush_due = 0
+        try:
+            durable = md.log.flush()
+        except StorageError:
+            self._push(("flushed", (-1, -1)))
+        else:
+            self._flusher.flushes += 1
+            self._push(("flushed", (self._flusher.generation, durable)))
 
     def _epoch(self) -> int:
         return self.core.epoch if self.core is not None else -1
