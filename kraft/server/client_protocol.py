@@ -270,7 +270,7 @@ class ClientServer:
 
     def flush(self) -> None:
         """Send every answer queued so far now, one write per connection (the node calls
-        this right after applying, before it answers its followers)."""
+        this once the effects of an event are carried out, after its followers' answers)."""
         dirty = self._dirty  # shared with the connections: emptied in place
         while dirty:
             dirty.pop()._flush()

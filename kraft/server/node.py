@@ -597,6 +597,11 @@ class KraftNode:
             elif t is fx.StateChanged:
                 assert isinstance(e, fx.StateChanged)
                 self._on_state_changed(e)
+        if self.client_server is not None:
+            # Client answers go out after the followers' (their fetches learn the new high
+            # watermark first: a reader of a follower sees a write sooner after its
+            # acknowledgement, at no measurable cost to the writer) and before an inline fsync.
+            self.client_server.flush()
         if appended:
             if self.config.fsync and self.config.flush_mode == "inline":
                 self._flush_due = self._flush_due or 1  # see _core_loop
@@ -675,8 +680,6 @@ class KraftNode:
                     else:
                         waiter.future.set_exception(
                             OutcomeUnknownError("write replaced by another leader"))
-                if self.client_server is not None:
-                    self.client_server.flush()  # clients first, before the followers' answers
             if end < batch.next_offset:
                 break
         self._m_hw.set(hw)
