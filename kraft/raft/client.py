@@ -1581,7 +1581,11 @@ class RaftCore:
         s.has_fetched = True
         s.leader_gone_at = None
         if resp.diverging_epoch is not None:
+            # Nothing of our log is known to match the leader's yet (the truncation may stop
+            # short of the divergence when we lack the epoch it names): the high watermark in
+            # this answer is not ours to take until a fetch is answered without divergence.
             self._truncate_diverging(resp.diverging_epoch)
+            return
         elif resp.snapshot_id is not None:
             if s.download is None:
                 s.download = SnapshotDownload(resp.snapshot_id)

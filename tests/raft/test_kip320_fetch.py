@@ -7,7 +7,7 @@ import pytest
 from kraft.protocol.errors import ErrorCode
 from kraft.raft.client import RaftFatalError
 from kraft.raft.config import QuorumStateData
-from kraft.raft.effects import TruncateTo
+from kraft.raft.effects import Committed, TruncateTo
 from kraft.raft.events import Shutdown
 from kraft.raft.messages import FetchRequest, OffsetAndEpoch
 from kraft.raft.state import Role
@@ -119,3 +119,39 @@ def test_kip595_follower_appends_fetched_batches_and_fetches_after_flush() -> No
     assert len(h.sent(FetchRequest)) == n  # not flushed yet: no new fetch
     h.persist()
     assert h.sent(FetchRequest)[-1].request.fetch_offset == 2
+
+
+def test_kip320_a_diverging_answer_does_not_advance_the_high_watermark() -> None:
+    # The follower's log: epoch 1 at [0, 5), epoch 2 at [5, 12). The leader's: epoch 2 at
+    # [5, 6), epoch 3 at [6, 7), later epochs after. Asked from (12, epoch 2) the leader
+    # answers "epoch 3 ends at 7"; the follower has no epoch 3 and truncates to 7 only: offset
+    # 6 is still its own epoch-2 record, which the leader never had. The leader's high
+    # watermark (30) must not be taken: min(30, 7) would commit, and apply, record 6 (found by
+    # the simulator, seed 500172).
+    h = CoreHarness(log_state=log_state(12, ((1, 0), (2, 5)), QuorumStateData(2)))
+    h.begin_quorum(3, 4)
+    h.advance(1)
+    h.fetch_response(h.sent(FetchRequest)[-1], high_watermark=30,
+                     diverging_epoch=OffsetAndEpoch(3, 7))
+    assert h.of_type(TruncateTo)[-1].end_offset == 7
+    assert h.core.high_watermark is None
+    assert not h.of_type(Committed)
+    h.advance(1)
+    again = h.sent(FetchRequest)[-1]
+    assert again.request.fetch_offset == 7 and again.request.last_fetched_epoch == 2
+    h.fetch_response(again, high_watermark=30, diverging_epoch=OffsetAndEpoch(2, 6))
+    assert h.of_type(TruncateTo)[-1].end_offset == 6
+    assert h.core.high_watermark is None
+    h.advance(1)
+    h.fetch_response(h.sent(FetchRequest)[-1], batches=[(6, 3)], high_watermark=7)
+    assert h.core.high_watermark == 7
+
+
+def test_kip630_a_snapshot_answer_does_not_advance_the_high_watermark() -> None:
+    h = CoreHarness(log_state=log_state(12, ((1, 0), (2, 5)), QuorumStateData(2)))
+    h.begin_quorum(3, 4)
+    h.advance(1)
+    h.fetch_response(h.sent(FetchRequest)[-1], high_watermark=30,
+                     snapshot_id=OffsetAndEpoch(3, 20))
+    assert h.core.high_watermark is None
+    assert not h.of_type(Committed)
