@@ -811,6 +811,15 @@ class Simulation:
         # latest one: losing a second voter's disk would lose the quorum for good.
         if core.voters_history.latest_offset() >= (core.high_watermark or 0):
             return
+        # ... and only while no replica holds another (uncommitted) set in its log: a former
+        # leader with the longest log may hold its own removal; losing a disk of that set's
+        # voters would lose that set's majority (seed 704492: 1 removed itself uncommitted,
+        # lost leadership, then 3's disk went; only 1 had every committed record and it no
+        # longer counted itself a voter, so no election could succeed; Kafka's observers do
+        # not campaign either).
+        for n in self.nodes.values():
+            if n.core is None or n.core.voters() != voters:
+                return
         victim = self.nodes[self.rng.choice(sorted(voters.ids()))]
         self._lose_disk(victim, restart=None)
 

@@ -42,8 +42,12 @@ def test_sim_seeds_single_voter() -> None:
 # Seeds that once found a bug (in the simulator of their day; the disk-loader bug itself is pinned
 # by tests/sim/test_disk.py): 100367 (a restarted replica rebuilt its voters
 # set from the bootstrap checkpoint instead of the snapshot its log starts from, and the next
-# leader wrote that stale set back: two voters changed at once).
-REGRESSION_SEEDS = (100367,)
+# leader wrote that stale set back: two voters changed at once); found by long sweeps outside
+# the CI range: 500172 (a follower took the leader's high watermark from a diverging-epoch
+# answer and applied its own record; fixed in the core), 704492 (a disk loss while a former
+# leader held its own uncommitted removal: the fault injector now waits until no replica holds
+# another voters set).
+REGRESSION_SEEDS = (100367, 500172, 704492)
 
 
 def test_sim_regression_seeds() -> None:
@@ -84,3 +88,4 @@ def test_cli_replays_one_seed_with_a_trace(capsys: pytest.CaptureFixture[str]) -
     assert main(["--seed", "5", "--trace"]) == 0
     out = capsys.readouterr().out
     assert "state" in out and "FetchRequest" in out and "seed=5" in out
+
