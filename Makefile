@@ -9,7 +9,7 @@ WORKERS ?= 2
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run test bench bench-quick soak lint venv clean
+.PHONY: run test bench bench-quick soak soak-nodes lint venv clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ bench-quick: $(STAMP)
 
 soak: $(STAMP)
 	$(BIN)/python -m kraft.sim --soak
+
+# Real processes under random kill -9 / SIGTERM / SIGSTOP for 5 minutes per seed.
+soak-nodes: $(STAMP)
+	KRAFT_NEMESIS_SECONDS=300 KRAFT_NEMESIS_SEEDS=1,2,3,4 $(BIN)/pytest -n $(WORKERS) -q tests/node/test_nemesis.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,135 @@
+"""Crashes and pauses the test does not script: a nemesis picks at random, from a seed, which
+node (the leader half of the time) to kill -9, stop with SIGTERM, or freeze with SIGSTOP (shorter
+and longer than the fetch timeout), or kills every node at once, while clients read and write
+through every node. Snapshots
+and segment rolls happen throughout (small thresholds). Afterwards: the whole history is
+linearizable, every node converges on the leader's state, and no node logged a fatal error.
+
+`KRAFT_NEMESIS_SECONDS` (default 20) sets how long the nemesis runs and `KRAFT_NEMESIS_SEEDS`
+(default "7,8") which seeds: a soak sets minutes and more seeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+
+import pytest
+
+from kraft.server.local import LocalCluster, http_call
+from tests.node.test_failover import _final_reads
+from tests.support.kvclient import KVWorkload
+from tests.support.linearizability import check_history, dump_history
+
+NEMESIS_SECONDS = float(os.environ.get("KRAFT_NEMESIS_SECONDS", "20"))
+NEMESIS_SEEDS = [int(s) for s in os.environ.get("KRAFT_NEMESIS_SEEDS", "7,8").split(",")]
+
+SMALL_LOG = {
+    "metadata.log.max.record.bytes.between.snapshots": "16384",
+    "metadata.log.segment.bytes": "32768",
+}
+
+
+async def _nemesis(cluster: LocalCluster, rng: random.Random, seconds: float) -> list[str]:
+    """Fault one node at a time until `seconds` passed; returns what it did."""
+    done: list[str] = []
+    ids = sorted(cluster.nodes)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        await asyncio.sleep(rng.uniform(0.3, 1.5))
+        leader = await asyncio.to_thread(cluster.leader)
+        victim = leader if leader is not None and rng.random() < 0.5 else rng.choice(ids)
+        node = cluster.nodes[victim]
+        if not node.alive:
+            continue
+        assert node.process is not None
+        action = rng.choice(("kill9", "kill9", "term", "pause", "pause_long", "kill9_all"))
+        done.append(f"{time.monotonic():.3f} {action} node{victim}"
+                     f"{' (leader)' if victim == leader else ''}")
+        if action == "kill9_all":
+            # every process at once (what a node-wide crash does to a colocated quorum)
+            for nid in ids:
+                await asyncio.to_thread(cluster.kill, nid, signal.SIGKILL)
+            await asyncio.sleep(rng.uniform(0.1, 1.0))
+            for nid in ids:
+                await asyncio.to_thread(cluster.start, nid)
+        elif action in ("kill9", "term"):
+            sig = signal.SIGKILL if action == "kill9" else signal.SIGTERM
+            await asyncio.to_thread(cluster.kill, victim, sig)
+            await asyncio.sleep(rng.uniform(0.1, 2.0))
+            await asyncio.to_thread(cluster.start, victim)
+        else:
+            # a pause longer than the fetch timeout (1 s here) costs a frozen leader its term
+            pause = rng.uniform(0.1, 0.8) if action == "pause" else rng.uniform(1.2, 3.0)
+            node.process.send_signal(signal.SIGSTOP)
+            try:
+                await asyncio.sleep(pause)
+            finally:
+                node.process.send_signal(signal.SIGCONT)
+    return done
+
+
+def _converged(cluster: LocalCluster, keys: list[str], timeout: float = 30.0) -> None:
+    """Every node's local state equals the leader's (polled: followers apply asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        leader = cluster.wait_for_leader(30)
+        want = {k: http_call(cluster.nodes[leader].http, "GET", f"/v1/kv/{k}") for k in keys}
+        diff = []
+        for nid, node in cluster.nodes.items():
+            for k in keys:
+                got = http_call(node.http, "GET", f"/v1/kv/{k}?stale=true")
+                w = want[k]
+                if not ((got.status, got.body) == (w.status, w.body)
+                        or got.status == w.status == 404):
+                    diff.append((nid, k, got.status, w.status))
+        if not diff:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"nodes differ from leader {leader}: {diff}")
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", NEMESIS_SEEDS)
+async def test_random_crashes_and_pauses_stay_linearizable_and_converge(
+    clusters: Callable[..., LocalCluster], seed: int,
+) -> None:
+    cluster = clusters(3, properties=SMALL_LOG)
+    await asyncio.to_thread(cluster.start_all)
+    await asyncio.to_thread(cluster.wait_for_leader, 60)
+    workload = KVWorkload([n.http for n in cluster.nodes.values()], keys=5, clients=6,
+                          seed=seed, timeout=5.0)
+    runner = asyncio.ensure_future(workload.run())
+    actions = await _nemesis(cluster, random.Random(seed), NEMESIS_SECONDS)
+    # heal: every node running, none frozen (SIGCONT was sent after every pause)
+    for nid, node in cluster.nodes.items():
+        if not node.alive:
+            await asyncio.to_thread(cluster.start, nid)
+    for nid in cluster.nodes:
+        await asyncio.to_thread(cluster.wait_ready, nid, 60)
+    ok_at_heal = workload.stats.ok
+    await asyncio.sleep(2.0)
+    workload.stop()
+    await runner
+    await _final_reads(cluster, workload)
+    (cluster.base / "nemesis.txt").write_text("\n".join(actions) + "\n")
+    # progress during the faults and after them
+    assert ok_at_heal > 0 and workload.stats.ok > ok_at_heal, (ok_at_heal, workload.stats)
+    result = check_history(workload.history.ops)
+    if not result.ok:
+        dump_history(result.bad_ops, str(cluster.base / "bad-history.jsonl"))
+    assert result.ok, (result.detail, str(cluster.base / "bad-history.jsonl"), actions)
+    await asyncio.to_thread(_converged, cluster, workload.keys)
+    for nid, node in cluster.nodes.items():
+        text = node.log_path.read_text(errors="replace")
+        assert "event=fatal" not in text and "Traceback" not in text, (nid, str(node.log_path))
+    snapshots = sum(len(list(n.dir.rglob("*.checkpoint"))) for n in cluster.nodes.values())
+    assert snapshots > 0, "the run was meant to take snapshots"
+    print(f"nemesis seed {seed}: {len(actions)} faults; ops ok={workload.stats.ok} "
+          f"unknown={workload.stats.unknown} checked={result.ops_checked}; "
+          f"snapshot files {snapshots}")
