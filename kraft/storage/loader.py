@@ -148,6 +148,14 @@ def open_metadata_dir(
         snapshots.recover()
         mlog = SegmentedLog.open(pdir, segment_bytes=segment_bytes, full_scan=full_scan)
         latest = snapshots.latest()
+        if mlog.last_epoch < 0 and mlog.log_end_offset > mlog.log_start_offset:
+            # Never decide "older than the snapshot" without knowing the log's epoch: that
+            # would delete records that may be committed.
+            raise StorageError(
+                f"{pdir}: the log holds offsets {mlog.log_start_offset}-"
+                f"{mlog.log_end_offset - 1} but no leader epoch for them; refusing to start "
+                "(reopen with a full scan to rebuild the leader-epoch-checkpoint)"
+            )
         log_epoch = max(mlog.last_epoch, 0)
         if latest is not None and (
             latest.epoch > log_epoch

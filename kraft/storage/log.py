@@ -340,8 +340,8 @@ class SegmentedLog:
                 next_offset=plan.next_offset,
                 index=plan.index,
             )
-            for e in plan.epochs:
-                if trusted is None or e.start_offset >= trusted.checkpoint.recovery_point:
+            if trusted is None:  # a trusted open's cache already holds the scanned epochs
+                for e in plan.epochs:
                     cache.assign(e.epoch, e.start_offset)
             segments.append(seg)
         if not segments:
@@ -351,6 +351,9 @@ class SegmentedLog:
                 <= segments[-1].next_offset:
             log_start = trusted.checkpoint.log_start_offset
             cache.truncate_from_start(log_start)
+        # Kafka's loader does the same: an entry can only start at an offset the log holds
+        # (a stored entry for the log start of an empty log goes).
+        cache.truncate_from_end(segments[-1].next_offset)
         _assign_segment_epochs(segments, cache)
         rebuilt: list[Path] = []
         for i, seg in enumerate(segments):
@@ -1003,7 +1006,8 @@ class _Start:
 
 @dataclass(slots=True)
 class _TrustedOpen:
-    """The outcome of opening from a recovery point: the plans and the epochs below it."""
+    """The outcome of opening from a recovery point: the plans and the whole epoch cache
+    (the stored entries below the recovery point, the scanned ones from it on)."""
 
     checkpoint: RecoveryCheckpoint
     plans: list[_SegmentPlan]
@@ -1078,7 +1082,14 @@ def _open_from_recovery_point(
     if cp.position > rp_size:
         return f"position {cp.position} is beyond the end of {rp_path} ({rp_size} bytes)"
     try:
-        epochs = LeaderEpochCache([e for e in stored_epochs if e.start_offset < cp.recovery_point])
+        # Below the recovery point the stored entries are trusted. So is the one starting at
+        # the log start even when that is the recovery point: a snapshot moved the log start
+        # there and the entry carries the epoch in force at it (truncate_from_start); the
+        # batches from the recovery point on are scanned and override it if they differ.
+        epochs = LeaderEpochCache([
+            e for e in stored_epochs
+            if e.start_offset < cp.recovery_point or e.start_offset == cp.log_start_offset
+        ])
     except ValueError as exc:
         return f"the leader-epoch-checkpoint is inconsistent: {exc}"
     starts: dict[int, _Start] = {}
@@ -1125,13 +1136,27 @@ def _open_from_recovery_point(
                 return (f"the batch at offset {e.start_offset} has epoch {e.epoch}, the "
                         "leader-epoch-checkpoint says otherwise")
     last = plans[-1]
+    whole = LeaderEpochCache(list(epochs.entries))
+    try:
+        for plan in plans:
+            for e in plan.epochs:
+                if e.start_offset >= cp.recovery_point:
+                    whole.assign(e.epoch, e.start_offset)
+    except ValueError as exc:
+        return f"the leader-epoch-checkpoint disagrees with the batches after it: {exc}"
+    log_start = cp.log_start_offset if bases[0] < cp.log_start_offset <= last.next_offset \
+        else bases[0]
+    if last.next_offset > log_start and whole.epoch_for_offset(log_start) is None:
+        # Every batch needs its epoch (divergence checks, and the loader compares the log's
+        # last epoch with the snapshot's): never open a non-empty log without one.
+        return f"no leader epoch is known for the log start offset {log_start}"
     clean = cp.clean_shutdown and k == len(bases) - 1 and cp.position == last.file_size
     if cp.clean_shutdown and not clean:
         log.warning(
             "event=clean_shutdown_mark_mismatch dir=%s recovery_point=%d action=validate_tail",
             directory, cp.recovery_point,
         )
-    return _TrustedOpen(cp, plans, epochs, k, clean)
+    return _TrustedOpen(cp, plans, whole, k, clean)
 
 
 def _scan_segments(

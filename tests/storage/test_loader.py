@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import io
+import os
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,8 @@ from kraft.records.snapshot_format import build_snapshot
 from kraft.storage.errors import NotFormattedError, StorageError
 from kraft.storage.format import format_storage
 from kraft.storage.layout import BOOTSTRAP_SNAPSHOT_ID, SnapshotId
-from kraft.storage.loader import open_metadata_dir
+from kraft.storage.loader import MetadataDir, open_metadata_dir
+from kraft.storage.log import SegmentedLog
 from kraft.storage.quorum_state import QuorumStateData
 
 CLUSTER = "QF8mVzcRaw30atEJTDbDUQ"
@@ -118,3 +121,55 @@ def test_unformatted_wrong_ids_and_lock(tmp_path: Path) -> None:
     with open_metadata_dir(root), pytest.raises(StorageError, match="locked"):
         open_metadata_dir(root)
     open_metadata_dir(root).close()  # released
+
+
+def _crash(md: MetadataDir) -> None:
+    """What kill -9 leaves: files as written, no clean close, the lock released."""
+    for seg in md.log.segments:
+        seg.close()
+    fcntl.flock(md._lock_fd, fcntl.LOCK_UN)
+    os.close(md._lock_fd)
+    md._lock_fd = -1
+
+
+def test_records_after_a_snapshot_at_the_recovery_point_survive_a_crash(tmp_path: Path) -> None:
+    # A leader snapshots at its log end (the log start moves there, the recovery point is
+    # checkpointed there), commits four more records of the same epoch, and is killed. The
+    # reopened log once had no epoch, looked older than the snapshot, and was truncated to it:
+    # the committed records were gone (found by tests/node/test_nemesis.py).
+    root = formatted(tmp_path)
+    md = open_metadata_dir(root)
+    for base in range(0, 50, 5):
+        md.log.append(build_batch(base, 4, [b"v%d" % i for i in range(5)], base))
+    md.log.flush()
+    sid = SnapshotId(50, 4)
+    md.snapshots.write(sid, [build_snapshot(4, 1, [[b"x"]], timestamp_ms=1, kraft_version=1,
+                                            voters=VotersRecord((voter(1),)))])
+    md.log.advance_log_start_offset(50)
+    md.log.checkpoint_recovery_point()
+    md.log.append(build_batch(50, 4, [b"a", b"b", b"c", b"d"], 60))
+    md.log.flush()
+    _crash(md)
+    with open_metadata_dir(root) as md:
+        assert (md.log.log_start_offset, md.log.log_end_offset) == (50, 54)
+        assert md.log.last_epoch == 4
+        assert [bytes(v) for b in md.log.batches(50) for v in b.values()] == [b"a", b"b", b"c", b"d"]
+
+
+def test_a_non_empty_log_without_an_epoch_is_not_truncated_to_a_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Defence in depth: should the log ever open without an epoch for records it holds, the
+    # loader refuses to start instead of judging it older than the snapshot and deleting it.
+    root = formatted(tmp_path)
+    with open_metadata_dir(root) as md:
+        md.log.append(build_batch(0, 3, [b"a", b"b"], 1))
+        md.snapshots.write(SnapshotId(1, 3), [build_snapshot(
+            3, 1, [[b"x"]], timestamp_ms=1, kraft_version=1, voters=VotersRecord((voter(1),)))])
+        md.log.flush()
+    with monkeypatch.context() as m:
+        m.setattr(SegmentedLog, "last_epoch", property(lambda self: -1))
+        with pytest.raises(StorageError, match="no leader epoch"):
+            open_metadata_dir(root)
+    with open_metadata_dir(root) as md:
+        assert (md.log.log_start_offset, md.log.log_end_offset) == (0, 2)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from kraft.storage.epoch_cache import EpochEntry
 from kraft.storage.errors import CorruptLogError
 from kraft.storage.log import SegmentedLog
 from kraft.storage.recovery_point import (
@@ -490,3 +491,35 @@ def test_checkpoint_file_round_trip_and_rejections() -> None:
         decode_recovery_checkpoint(RecoveryCheckpoint(0, 20, 20, 100).encode())
     with pytest.raises(RecoveryCheckpointError, match="impossible"):
         decode_recovery_checkpoint(RecoveryCheckpoint(0, 20, 15, 0).encode())
+
+
+def test_epoch_starting_at_the_recovery_point_survives_a_crash(tmp_path: Path,
+                                                               batches: Batches) -> None:
+    """A snapshot moved the log start to the recovery point inside the active segment: the
+    stored epoch file then holds one entry that starts exactly there. After more appends
+    (same epoch) and a crash, the reopened log must still know that epoch. It once came back
+    with an empty epoch cache: the loader took the log for older than its snapshot and
+    deleted committed records (found by tests/node/test_nemesis.py)."""
+    d = tmp_path / "log"
+    log = build(d, batches, count=40, epochs=1)
+    while len(log.segments[-1].index) < 2 or log.segments[-1].next_offset \
+            == log.segments[-1].base_offset:
+        for b in batches(log.log_end_offset, 1, epoch=1):
+            log.append(b)
+    log.flush()
+    start = log.log_end_offset
+    assert log.segments[-1].base_offset < start
+    log.advance_log_start_offset(start)
+    log.checkpoint_recovery_point()
+    assert log.epoch_cache.entries == (EpochEntry(1, start),)
+    for b in batches(log.log_end_offset, 6, epoch=1):
+        log.append(b)
+    log.flush()  # durable, not checkpointed
+    end = log.log_end_offset
+    crash(log)
+    log = reopen(d)
+    assert log.recovery.recovery_point == start
+    assert (log.log_start_offset, log.log_end_offset) == (start, end)
+    assert log.epoch_cache.entries == (EpochEntry(1, start),)
+    assert log.last_epoch == 1
+    log.close()
