@@ -508,7 +508,8 @@ class Simulation:
                 assert isinstance(e, TruncateTo)
                 self._trace(nid, "truncate", e.end_offset)
                 self._count("truncations")
-                inv.check_truncation(nid, e.end_offset, disk.chain_at)
+                inv.check_truncation(nid, e.end_offset, disk.chain_at,
+                                     n.core.epoch if n.core is not None else None)
                 disk.truncate(e.end_offset)
                 n.acked_end = min(n.acked_end, e.end_offset)
             elif t is Committed:
@@ -617,8 +618,8 @@ class Simulation:
             assert h is not None
             inv.on_applied(n.node_id, o, h)
         n.applied_to = max(n.applied_to, hw)
-        inv.on_commit(n.node_id, hw, disk.chain_at(hw))
         core = n.core
+        inv.on_commit(n.node_id, hw, disk.chain_at(hw), core.epoch if core is not None else -1)
         if core is not None and core.role is Role.LEADER:
             for off, vs in core.voters_history.entries():
                 if 0 <= off < hw:

@@ -6,7 +6,10 @@ Each check is incremental (O(1) or O(new records)) so it can run after every eve
 * `log_matching` - two records at the same offset with the same epoch close identical log
   prefixes (compared through prefix hashes);
 * `leader_completeness` - a new leader holds every committed record;
-* `committed_never_truncated` - no replica removes a committed record it holds;
+* `committed_never_truncated` - no replica removes a committed record it holds, unless it
+  follows the leader of an epoch older than the one that committed the record (a stale leader
+  it has not yet learnt is deposed; the record is safe on the majority that committed it, and
+  comes back when the replica follows the newer leader);
 * `acknowledged_committed_lost` - a crash never loses a committed record the replica
   acknowledged (its FetchOffset is only sent after an fsync);
 * `hw_monotonic` - a replica's high watermark never goes back;
@@ -16,6 +19,7 @@ Each check is incremental (O(1) or O(new records)) so it can run after every eve
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 from kraft.raft.voters import VoterSet
@@ -33,6 +37,11 @@ class Invariants:
     by_offset_epoch: dict[tuple[int, int], int] = field(default_factory=dict)
     committed_chain: dict[int, int] = field(default_factory=dict)
     committed_end: int = 0
+    commit_ends: list[int] = field(default_factory=list)
+    commit_epochs: list[int] = field(default_factory=list)
+    """`commit_epochs[i]`: the epoch of the replica whose high watermark first reached
+    `commit_ends[i]` (the epoch in which the records below it, and above the previous end,
+    became committed)."""
     committed_voters: list[tuple[int, VoterSet]] = field(default_factory=list)
     checks: int = 0
     violations: list[str] = field(default_factory=list)
@@ -73,11 +82,15 @@ class Invariants:
         if offset + 1 > self.committed_end:
             self.committed_end = offset + 1
 
-    def on_commit(self, node: int, high_watermark: int, chain: int | None) -> None:
-        """A replica reported its high watermark; `chain` is its prefix hash there."""
+    def on_commit(self, node: int, high_watermark: int, chain: int | None,
+                  epoch: int = -1) -> None:
+        """A replica in `epoch` reported its high watermark; `chain` is its prefix hash there."""
         self.checks += 1
         if high_watermark > self.committed_end:
             self.committed_end = high_watermark
+        if high_watermark > (self.commit_ends[-1] if self.commit_ends else 0):
+            self.commit_ends.append(high_watermark)
+            self.commit_epochs.append(epoch)
         if chain is not None and high_watermark > 0:
             seen = self.committed_chain.setdefault(high_watermark - 1, chain)
             if seen != chain:
@@ -112,11 +125,17 @@ class Invariants:
                 f"node {node} leads epoch {epoch} without the committed record at {c - 1}",
             )
 
-    def check_truncation(self, node: int, target: int, chain_before: object) -> None:
-        """A replica truncates to `target`: it must not remove a committed record it holds."""
+    def check_truncation(self, node: int, target: int, chain_before: object,
+                         epoch: int | None = None) -> None:
+        """A replica in `epoch` truncates to `target`: it must not remove a committed record it
+        holds, unless the record was committed in a later epoch than the one it follows."""
         self.checks += 1
         if target >= self.committed_end:
             return
+        if epoch is not None:
+            i = bisect.bisect_right(self.commit_ends, target)
+            if i < len(self.commit_epochs) and epoch < self.commit_epochs[i]:
+                return
         assert callable(chain_before)
         h = chain_before(target + 1)
         want = self.committed_chain.get(target)

@@ -113,7 +113,10 @@ async def test_random_crashes_and_pauses_stay_linearizable_and_converge(
     for nid in cluster.nodes:
         await asyncio.to_thread(cluster.wait_ready, nid, 60)
     ok_at_heal = workload.stats.ok
-    await asyncio.sleep(2.0)
+    # writes go on once healed (an election may still be under way: wait for it, bounded)
+    deadline = time.monotonic() + 30
+    while workload.stats.ok < ok_at_heal + 20 and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
     workload.stop()
     await runner
     await _final_reads(cluster, workload)

@@ -46,8 +46,9 @@ def test_sim_seeds_single_voter() -> None:
 # the CI range: 500172 (a follower took the leader's high watermark from a diverging-epoch
 # answer and applied its own record; fixed in the core), 704492 (a disk loss while a former
 # leader held its own uncommitted removal: the fault injector now waits until no replica holds
-# another voters set).
-REGRESSION_SEEDS = (100367, 500172, 704492)
+# another voters set), 2005639 (a follower of a stale leader of epoch 9 truncated records the
+# leader of epoch 10 had just committed: allowed, as in Raft; the invariant now says so).
+REGRESSION_SEEDS = (100367, 500172, 704492, 2005639)
 
 
 def test_sim_regression_seeds() -> None:
