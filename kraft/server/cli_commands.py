@@ -254,6 +254,11 @@ def _run_local(args: argparse.Namespace) -> int:
     cluster = LocalCluster(base, voters=args.voters, observers=args.observers)
     print(f"starting {args.voters} voters and {args.observers} observers in {base} "
           f"(cluster id {cluster.cluster_id}); Ctrl-C stops them all", flush=True)
+    # The nodes run in their own sessions (a terminal's Ctrl-C reaches only this process), so
+    # this process must see SIGINT and SIGTERM to stop them: installed explicitly, because a
+    # process started in the background by a non-interactive shell inherits SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         cluster.start_all()
         for nid, node in cluster.nodes.items():
