@@ -1,9 +1,12 @@
 """Crashes and pauses the test does not script: a nemesis picks at random, from a seed, which
 node (the leader half of the time) to kill -9, stop with SIGTERM, or freeze with SIGSTOP (shorter
-and longer than the fetch timeout), or kills every node at once, while clients read and write
-through every node. Snapshots
-and segment rolls happen throughout (small thresholds). Afterwards: the whole history is
-linearizable, every node converges on the leader's state, and no node logged a fatal error.
+and longer than the fetch timeout), or kills every node at once, or loses a node's disk (kill -9,
+the metadata directory deleted, formatted again without initial controllers: the node comes back
+as a new replica of the same id and auto-join replaces its old self in the voters set), while
+clients read and write through every node. Snapshots and segment rolls happen throughout (small
+thresholds). Afterwards: the whole history is linearizable, every node converges on the
+leader's state, the voters set holds every node with its current directory, and no node logged
+a fatal error.
 
 `KRAFT_NEMESIS_SECONDS` (default 20) sets how long the nemesis runs and `KRAFT_NEMESIS_SEEDS`
 (default "7,8") which seeds: a soak sets minutes and more seeds.
@@ -21,6 +24,7 @@ from collections.abc import Callable
 import pytest
 
 from kraft.server.local import LocalCluster, http_call
+from kraft.server.quorum_admin import QuorumAdminError, describe_quorum
 from tests.node.test_failover import _final_reads
 from tests.support.kvclient import KVWorkload
 from tests.support.linearizability import check_history, dump_history
@@ -32,6 +36,36 @@ SMALL_LOG = {
     "metadata.log.max.record.bytes.between.snapshots": "16384",
     "metadata.log.segment.bytes": "32768",
 }
+NEMESIS_PROPERTIES = {**SMALL_LOG, "controller.quorum.auto.join.enable": "true"}
+
+
+async def _voters_whole(cluster: LocalCluster, patience: float = 2.0) -> tuple[bool, str]:
+    """Is every node a voter under its current directory id, and does every voter hold what the
+    leader's log held when asked (so the voters-set record too)? Only then may one disk be lost:
+    the other two hold every committed record and the voters set (two lost disks, or one lost
+    before the previous loss was repaired, lose data in any Raft). Under load a follower's
+    reported log end trails the leader's, so it is polled for up to `patience` seconds."""
+    bootstrap = [(n.host, n.port) for n in cluster.nodes.values()]
+    want = {nid: n.directory_id for nid, n in cluster.nodes.items()}
+    target: int | None = None
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            _, resp = await describe_quorum(bootstrap, timeout_s=3.0)
+        except (QuorumAdminError, OSError, TimeoutError) as exc:
+            return False, f"describe-quorum failed: {exc}"
+        voters = {r.replica_id: r for r in resp.current_voters}
+        got = {nid: r.replica_directory_id for nid, r in voters.items()}
+        if got != want:
+            return False, f"voters {got} != nodes {want}"
+        if target is None:
+            target = max(r.log_end_offset for r in voters.values())
+        behind = [nid for nid, r in voters.items() if r.log_end_offset < target]
+        if not behind:
+            return True, "whole"
+        if time.monotonic() > deadline:
+            return False, f"voters {behind} not at offset {target} after {patience} s"
+        await asyncio.sleep(0.05)
 
 
 async def _nemesis(cluster: LocalCluster, rng: random.Random, seconds: float) -> list[str]:
@@ -47,10 +81,22 @@ async def _nemesis(cluster: LocalCluster, rng: random.Random, seconds: float) ->
         if not node.alive:
             continue
         assert node.process is not None
-        action = rng.choice(("kill9", "kill9", "term", "pause", "pause_long", "kill9_all"))
+        action = rng.choice(("kill9", "kill9", "term", "pause", "pause_long", "kill9_all",
+                             "disk_loss"))
+        if action == "disk_loss":
+            whole, why = await _voters_whole(cluster)
+            if not whole or not all(n.alive for n in cluster.nodes.values()):
+                done.append(f"{time.monotonic():.3f} skip disk_loss node{victim} ({why})")
+                continue
         done.append(f"{time.monotonic():.3f} {action} node{victim}"
-                     f"{' (leader)' if victim == leader else ''}")
-        if action == "kill9_all":
+                    f"{' (leader)' if victim == leader else ''}")
+        if action == "disk_loss":
+            await asyncio.to_thread(cluster.kill, victim, signal.SIGKILL)
+            await asyncio.to_thread(cluster.wipe, victim)
+            await asyncio.sleep(rng.uniform(0.1, 1.0))
+            await asyncio.to_thread(cluster.format, victim, join_later=True)
+            await asyncio.to_thread(cluster.start, victim)
+        elif action == "kill9_all":
             # every process at once (what a node-wide crash does to a colocated quorum)
             for nid in ids:
                 await asyncio.to_thread(cluster.kill, nid, signal.SIGKILL)
@@ -99,7 +145,7 @@ def _converged(cluster: LocalCluster, keys: list[str], timeout: float = 30.0) ->
 async def test_random_crashes_and_pauses_stay_linearizable_and_converge(
     clusters: Callable[..., LocalCluster], seed: int,
 ) -> None:
-    cluster = clusters(3, properties=SMALL_LOG)
+    cluster = clusters(3, properties=NEMESIS_PROPERTIES)
     await asyncio.to_thread(cluster.start_all)
     await asyncio.to_thread(cluster.wait_for_leader, 60)
     workload = KVWorkload([n.http for n in cluster.nodes.values()], keys=5, clients=6,
@@ -128,6 +174,11 @@ async def test_random_crashes_and_pauses_stay_linearizable_and_converge(
         dump_history(result.bad_ops, str(cluster.base / "bad-history.jsonl"))
     assert result.ok, (result.detail, str(cluster.base / "bad-history.jsonl"), actions)
     await asyncio.to_thread(_converged, cluster, workload.keys)
+    # a node that lost its disk is a voter again under its new directory (auto-join)
+    deadline = time.monotonic() + 90
+    while not (whole := await _voters_whole(cluster))[0] and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+    assert whole[0], (whole[1], actions)
     for nid, node in cluster.nodes.items():
         text = node.log_path.read_text(errors="replace")
         assert "event=fatal" not in text and "Traceback" not in text, (nid, str(node.log_path))
