@@ -41,7 +41,7 @@ bench-quick: $(STAMP)
 soak: $(STAMP)
 	$(BIN)/python -m kraft.sim --soak
 
-# Real processes under random kill -9 / SIGTERM / SIGSTOP / lost disks for 5 minutes per seed.
+# Real processes under random kill -9 / SIGTERM / SIGSTOP / lost disks / torn tails, 5 minutes per seed.
 soak-nodes: $(STAMP)
 	KRAFT_NEMESIS_SECONDS=300 KRAFT_NEMESIS_SEEDS=1,2,3,4 $(BIN)/pytest -n $(WORKERS) -q tests/node/test_nemesis.py
 

@@ -2,7 +2,8 @@
 node (the leader half of the time) to kill -9, stop with SIGTERM, or freeze with SIGSTOP (shorter
 and longer than the fetch timeout), or kills every node at once, or loses a node's disk (kill -9,
 the metadata directory deleted, formatted again without initial controllers: the node comes back
-as a new replica of the same id and auto-join replaces its old self in the voters set), while
+as a new replica of the same id and auto-join replaces its old self in the voters set), or
+kills one with a torn, never-fsynced batch at the end of its log (a power loss), while
 clients read and write through every node. Snapshots and segment rolls happen throughout (small
 thresholds). Afterwards: the whole history is linearizable, every node converges on the
 leader's state, the voters set holds every node with its current directory, and no node logged
@@ -20,6 +21,7 @@ import random
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -68,6 +70,39 @@ async def _voters_whole(cluster: LocalCluster, patience: float = 2.0) -> tuple[b
         await asyncio.sleep(0.05)
 
 
+def _tear_tail(metadata_dir: Path, rng: random.Random) -> str:
+    """What a power loss leaves after a write that was never fsynced (and so never counted):
+    a torn record batch at the end of the newest segment, either cut short or whole with a
+    payload byte changed (its CRC then fails). Returns what was done."""
+    segments = sorted((metadata_dir / "__cluster_metadata-0").glob("*.log"))
+    if not segments:
+        return "no segment"
+    path = segments[-1]
+    data = path.read_bytes()
+    pos, last = 0, None
+    while pos + 12 <= len(data):
+        end = pos + 12 + int.from_bytes(data[pos + 8:pos + 12], "big")
+        if end > len(data):
+            break
+        last, pos = (pos, end), end
+    if last is None:
+        return f"{path.name} holds no whole batch"
+    batch = bytearray(data[last[0]:last[1]])
+    # the torn batch would have followed the last one
+    next_offset = int.from_bytes(batch[0:8], "big") + int.from_bytes(batch[23:27], "big") + 1
+    batch[0:8] = next_offset.to_bytes(8, "big")
+    if rng.random() < 0.5:
+        torn = bytes(batch[:rng.randrange(1, len(batch))])
+        how = f"{len(torn)} of {len(batch)} bytes"
+    else:
+        at = rng.randrange(61, len(batch)) if len(batch) > 61 else len(batch) - 1
+        batch[at] ^= 0xFF
+        torn, how = bytes(batch), f"whole, byte {at} flipped"
+    with path.open("ab") as f:
+        f.write(torn)
+    return f"{path.name} +{how} at offset {next_offset}"
+
+
 async def _nemesis(cluster: LocalCluster, rng: random.Random, seconds: float) -> list[str]:
     """Fault one node at a time until `seconds` passed; returns what it did."""
     done: list[str] = []
@@ -82,7 +117,7 @@ async def _nemesis(cluster: LocalCluster, rng: random.Random, seconds: float) ->
             continue
         assert node.process is not None
         action = rng.choice(("kill9", "kill9", "term", "pause", "pause_long", "kill9_all",
-                             "disk_loss"))
+                             "disk_loss", "torn_tail"))
         if action == "disk_loss":
             whole, why = await _voters_whole(cluster)
             if not whole or not all(n.alive for n in cluster.nodes.values()):
@@ -90,7 +125,12 @@ async def _nemesis(cluster: LocalCluster, rng: random.Random, seconds: float) ->
                 continue
         done.append(f"{time.monotonic():.3f} {action} node{victim}"
                     f"{' (leader)' if victim == leader else ''}")
-        if action == "disk_loss":
+        if action == "torn_tail":
+            await asyncio.to_thread(cluster.kill, victim, signal.SIGKILL)
+            done.append(f"  {_tear_tail(node.dir, rng)}")
+            await asyncio.sleep(rng.uniform(0.1, 1.0))
+            await asyncio.to_thread(cluster.start, victim)
+        elif action == "disk_loss":
             await asyncio.to_thread(cluster.kill, victim, signal.SIGKILL)
             await asyncio.to_thread(cluster.wipe, victim)
             await asyncio.sleep(rng.uniform(0.1, 1.0))
