@@ -16,6 +16,9 @@ import time
 
 from kraft.sim.cluster import SimParams, SimResult, run_seed
 
+PROGRESS_EVERY = 100
+"""Seeds between two progress lines (a soak's summary on stdout, a run's on stderr)."""
+
 
 def replay_command(seed: int, nodes: int) -> str:
     """The command that replays one seed with a trace."""
@@ -75,8 +78,13 @@ def main(argv: list[str] | None = None) -> int:
             if not r.ok:
                 print(f"FAIL seed={seed}: {r.violation}", file=sys.stderr)
                 print(f"replay: {replay_command(seed, args.nodes)}", file=sys.stderr)
-            if args.soak and len(results) % 100 == 0:
-                print(summary(results, time.monotonic() - t0), flush=True)
+            if len(results) % PROGRESS_EVERY == 0:
+                if args.soak:
+                    print(summary(results, time.monotonic() - t0), flush=True)
+                else:  # progress of a long run on stderr; stdout keeps its one summary line
+                    assert isinstance(seeds, range)
+                    print(f"progress {len(results)}/{len(seeds)}: "
+                          f"{summary(results, time.monotonic() - t0)}", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         pass
     print(summary(results, time.monotonic() - t0))

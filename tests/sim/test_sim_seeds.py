@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from kraft.sim import cli as sim_cli
 from kraft.sim.cli import main, replay_command
 from kraft.sim.cluster import SimParams, SimResult, run_seed
 
@@ -83,6 +84,18 @@ def test_cli_prints_one_summary_line(capsys: pytest.CaptureFixture[str]) -> None
     line = out[0]
     for field in ("seeds=2", "steps=", "invariant_checks=", "violations=0"):
         assert field in line
+
+
+def test_cli_reports_progress_of_a_long_run_on_stderr(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sim_cli, "PROGRESS_EVERY", 1)
+    assert main(["--seeds", "2", "--start", "40"]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.strip().splitlines()) == 1
+    progress = captured.err.strip().splitlines()
+    assert [line.split(":")[0] for line in progress] == ["progress 1/2", "progress 2/2"]
+    assert "seeds=1" in progress[0] and "seeds=2" in progress[1]
 
 
 def test_cli_replays_one_seed_with_a_trace(capsys: pytest.CaptureFixture[str]) -> None:
