@@ -9,8 +9,9 @@ thresholds). Afterwards: the whole history is linearizable, every node converges
 leader's state, the voters set holds every node with its current directory, and no node logged
 a fatal error.
 
-`KRAFT_NEMESIS_SECONDS` (default 20) sets how long the nemesis runs and `KRAFT_NEMESIS_SEEDS`
-(default "7,8") which seeds: a soak sets minutes and more seeds.
+`KRAFT_NEMESIS_SECONDS` (default 20) sets how long the nemesis runs, `KRAFT_NEMESIS_SEEDS`
+(default "7,8") which seeds and `KRAFT_NEMESIS_VOTERS` (default 3) the quorum's size: a soak
+sets minutes and more seeds.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from tests.support.linearizability import check_history, dump_history
 
 NEMESIS_SECONDS = float(os.environ.get("KRAFT_NEMESIS_SECONDS", "20"))
 NEMESIS_SEEDS = [int(s) for s in os.environ.get("KRAFT_NEMESIS_SEEDS", "7,8").split(",")]
+NEMESIS_VOTERS = int(os.environ.get("KRAFT_NEMESIS_VOTERS", "3"))
 
 SMALL_LOG = {
     "metadata.log.max.record.bytes.between.snapshots": "16384",
@@ -185,7 +187,7 @@ def _converged(cluster: LocalCluster, keys: list[str], timeout: float = 30.0) ->
 async def test_random_crashes_and_pauses_stay_linearizable_and_converge(
     clusters: Callable[..., LocalCluster], seed: int,
 ) -> None:
-    cluster = clusters(3, properties=NEMESIS_PROPERTIES)
+    cluster = clusters(NEMESIS_VOTERS, properties=NEMESIS_PROPERTIES)
     await asyncio.to_thread(cluster.start_all)
     await asyncio.to_thread(cluster.wait_for_leader, 60)
     workload = KVWorkload([n.http for n in cluster.nodes.values()], keys=5, clients=6,
