@@ -1,13 +1,13 @@
-"""Crashes and pauses the test does not script: a nemesis picks at random, from a seed, which
-node (the leader half of the time) to kill -9, stop with SIGTERM, or freeze with SIGSTOP (shorter
-and longer than the fetch timeout), or kills every node at once, or loses a node's disk (kill -9,
-the metadata directory deleted, formatted again without initial controllers: the node comes back
-as a new replica of the same id and auto-join replaces its old self in the voters set), or
-kills one with a torn, never-fsynced batch at the end of its log (a power loss), while
+"""Crashes and pauses the test does not script: a nemesis picks at random, from a seed, which node
+(the leader half of the time) to kill -9, stop with SIGTERM, or freeze with SIGSTOP (shorter and
+longer than the fetch timeout), or kills or freezes every node at once, or loses a node's disk
+(kill -9, the metadata directory deleted, formatted again without initial controllers: the node
+comes back as a new replica of the same id and auto-join replaces its old self in the voters
+set), or kills one with a torn, never-fsynced batch at the end of its log (a power loss), while
 clients read and write through every node. Snapshots and segment rolls happen throughout (small
-thresholds). Afterwards: the whole history is linearizable, every node converges on the
-leader's state, the voters set holds every node with its current directory, and no node logged
-a fatal error.
+thresholds). Afterwards: the whole history is linearizable, every node converges on the leader's
+state, the voters set holds every node with its current directory, and no node logged a fatal
+error.
 
 `KRAFT_NEMESIS_SECONDS` (default 20) sets how long the nemesis runs, `KRAFT_NEMESIS_SEEDS`
 (default "7,8") which seeds and `KRAFT_NEMESIS_VOTERS` (default 3) the quorum's size: a soak
@@ -119,7 +119,7 @@ async def _nemesis(cluster: LocalCluster, rng: random.Random, seconds: float) ->
             continue
         assert node.process is not None
         action = rng.choice(("kill9", "kill9", "term", "pause", "pause_long", "kill9_all",
-                             "disk_loss", "torn_tail"))
+                             "disk_loss", "torn_tail", "pause_all"))
         if action == "disk_loss":
             whole, why = await _voters_whole(cluster)
             if not whole or not all(n.alive for n in cluster.nodes.values()):
@@ -138,6 +138,16 @@ async def _nemesis(cluster: LocalCluster, rng: random.Random, seconds: float) ->
             await asyncio.sleep(rng.uniform(0.1, 1.0))
             await asyncio.to_thread(cluster.format, victim, join_later=True)
             await asyncio.to_thread(cluster.start, victim)
+        elif action == "pause_all":
+            # every process frozen at once (a VM or node stall): all timers expire together
+            frozen = [n.process for n in cluster.nodes.values() if n.alive and n.process]
+            for proc in frozen:
+                proc.send_signal(signal.SIGSTOP)
+            try:
+                await asyncio.sleep(rng.uniform(0.5, 3.0))
+            finally:
+                for proc in frozen:
+                    proc.send_signal(signal.SIGCONT)
         elif action == "kill9_all":
             # every process at once (what a node-wide crash does to a colocated quorum)
             for nid in ids:
