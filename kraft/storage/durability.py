@@ -7,8 +7,12 @@ Kafka's checkpoint writers use: write `<name>.tmp`, fsync it, rename over `<name
 
 from __future__ import annotations
 
+import ctypes
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 
 def fsync_fd(fd: int) -> None:
@@ -28,6 +32,38 @@ def sync_data(fd: int) -> None:
 
 
 _fdatasync = getattr(os, "fdatasync", None)
+
+
+def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    fn.restype = ctypes.c_int
+    return cast(Callable[[int, int, int, int], int], fn)
+
+
+_sync_file_range = _load_sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2  # start writeback of the range's dirty pages, do not wait
+
+
+def start_writeback(fd: int, offset: int, nbytes: int) -> bool:
+    """Ask the kernel to start writing `nbytes` at `offset` of `fd` to the device now, without
+    waiting for it (Linux `sync_file_range(SYNC_FILE_RANGE_WRITE)`, what RocksDB's
+    `bytes_per_sync` does). It makes nothing durable by itself: a later fsync still must; it
+    only spreads the writing of a large file over the time it is being written, so that the
+    final fsync has little left to do. Returns False where the call does not exist (a no-op);
+    raises OSError when the kernel refuses it (a bad descriptor)."""
+    if _sync_file_range is None:
+        return False
+    if _sync_file_range(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"sync_file_range: {os.strerror(err)}")
+    return True
 
 
 def fsync_file(path: Path | str) -> None:

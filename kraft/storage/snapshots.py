@@ -31,7 +31,7 @@ from types import TracebackType
 from kraft.protocol.errors import ProtocolError
 from kraft.records.batch import LOG_OVERHEAD, RecordBatch
 from kraft.records.snapshot_format import SnapshotChecker, SnapshotContents, read_snapshot
-from kraft.storage.durability import fsync_dir
+from kraft.storage.durability import fsync_dir, start_writeback
 from kraft.storage.errors import InvalidSnapshotError, StorageError
 from kraft.storage.layout import (
     DELETED_SUFFIX,
@@ -55,6 +55,10 @@ __all__ = [
 
 READ_BUFFER_BYTES = 8 * 1024 * 1024
 """Bytes read per `pread` when a snapshot file is scanned (grown for a larger batch)."""
+
+WRITEBACK_EVERY = 4 * 1024 * 1024
+"""A snapshot being written asks the kernel to start writing its pages to the device every
+this many bytes (`durability.start_writeback`), so that `freeze`'s fsync has little left."""
 
 
 class PositionOutOfRangeError(StorageError):
@@ -171,6 +175,7 @@ class SnapshotWriter:
             except FileExistsError:
                 continue
         self._position = 0
+        self._writeback_from = 0
         self._done = False
         self._failed: BaseException | None = None
         self._lock = threading.Lock()
@@ -211,6 +216,11 @@ class SnapshotWriter:
         while written < len(view):
             written += os.pwrite(self._fd, view[written:], position + written)
         self._position += len(view)
+        if self._position - self._writeback_from >= WRITEBACK_EVERY:
+            # a download of hundreds of MB would otherwise sit in the page cache until the
+            # fsync of `freeze`, which then writes it all while the node waits
+            start_writeback(self._fd, self._writeback_from, self._position - self._writeback_from)
+            self._writeback_from = self._position
         return self._position
 
     def freeze(self) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -207,3 +208,44 @@ def test_failed_chunk_write_fails_the_freeze(tmp_path: Path, monkeypatch: pytest
     with pytest.raises(StorageError, match="failed to write"):
         writer.freeze()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_start_writeback_is_the_real_call(tmp_path: Path) -> None:
+    """Linux: sync_file_range runs (and a closed descriptor is refused by the kernel)."""
+    from kraft.storage.durability import start_writeback
+
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, b"x" * 100_000)
+        assert start_writeback(fd, 0, 100_000) is True
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError, match="sync_file_range"):
+        start_writeback(fd, 0, 100_000)
+
+
+def test_a_download_starts_writeback_as_it_goes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every WRITEBACK_EVERY bytes the range written since the last call is handed to the
+    kernel (the real call, recorded), so freeze's fsync is left with at most that much."""
+    monkeypatch.setattr(snapshots, "WRITEBACK_EVERY", 1000)
+    ranges: list[tuple[int, int]] = []
+    real = snapshots.start_writeback
+
+    def recorded(fd: int, offset: int, nbytes: int) -> bool:
+        ranges.append((offset, nbytes))
+        return real(fd, offset, nbytes)
+
+    monkeypatch.setattr(snapshots, "start_writeback", recorded)
+    data = snapshot_bytes(batches=40)
+    assert len(data) > 5000
+    writer = SnapshotStore(tmp_path).create_writer(SnapshotId(500, 3))
+    pos = 0
+    while pos < len(data):
+        pos = writer.write_at(pos, data[pos:pos + 700])
+    assert ranges and ranges[0][0] == 0
+    assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(ranges))
+    assert all(n >= 1000 for _, n in ranges)
+    assert len(data) - (ranges[-1][0] + ranges[-1][1]) < 1000
+    assert writer.freeze().read_bytes() == data
