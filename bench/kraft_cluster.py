@@ -700,9 +700,42 @@ class KraftCluster:
                                  "inflight": inflight, "duration": duration, "warmup": warmup},
                                 duration + warmup + 60)
 
+    def slow_trial_limit_s(self, fault: str) -> float:
+        """The issue's target for a trial: 300 ms after kill -9, fetch timeout + 1 s after a
+        silent partition. A slower trial keeps the nodes' logs (`_keep_trial_logs`)."""
+        if fault == "kill":
+            return 0.3
+        return int(self.lc.properties["controller.quorum.fetch.timeout.ms"]) / 1000 + 1.0
+
+    def _log_marks(self) -> dict[int, int]:
+        marks = {}
+        for nid, n in self.lc.nodes.items():
+            try:
+                marks[nid] = n.log_path.stat().st_size
+            except FileNotFoundError:
+                marks[nid] = 0
+        return marks
+
+    def _keep_trial_logs(self, fault: str, marks: dict[int, int], r: dict[str, Any]) -> Path:
+        """Copy what every node logged during a slow trial into `<workdir>/../slow-trials/`
+        (outside the cluster's own directory, which the next run deletes)."""
+        keep = self.workdir.parent / "slow-trials" / (
+            f"{self.workdir.name}-{fault}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+        keep.mkdir(parents=True, exist_ok=True)
+        for nid, n in self.lc.nodes.items():
+            try:
+                with open(n.log_path, "rb") as f:
+                    f.seek(marks.get(nid, 0))
+                    (keep / f"node-{nid}.log").write_bytes(f.read())
+            except FileNotFoundError:
+                continue
+        (keep / "trial.json").write_text(json.dumps(r, indent=1, default=str) + "\n")
+        return keep
+
     def _fault_trial(self, inflight: int, max_s: float, fault: str) -> dict[str, Any]:
         assert self.driver is not None
         lid = self.wait_leader()
+        marks = self._log_marks()
         addrs = [self.addr(lid)] + [self.addr(n) for n in self.lc.nodes if n != lid]
         kill_at = time.monotonic() + 1.0
         if self.client == "binary":
@@ -733,6 +766,10 @@ class KraftCluster:
             self.proxy.call({"cmd": "heal"}, 10)
         self.wait_leader(30)
         r["caught_up_after"] = self.wait_caught_up(30)
+        rec = r.get("recovery_s")
+        if rec is None or rec > self.slow_trial_limit_s(fault):
+            r["logs_kept"] = str(self._keep_trial_logs(fault, marks, r))
+            print(f"   slow {fault} trial ({rec} s): node logs kept in {r['logs_kept']}", flush=True)
         return r
 
     def failover_trial(self, inflight: int, max_s: float) -> dict[str, Any]:

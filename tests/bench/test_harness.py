@@ -155,3 +155,32 @@ def test_log_event_time(tmp_path: Path) -> None:
     assert b - a == pytest.approx(2.25, abs=1e-6)
     assert log_event_time(log, "node_started", after=a + 10) is None
     assert log_event_time(tmp_path / "missing.log", "x") is None
+
+
+def test_slow_trial_keeps_only_what_the_nodes_logged_during_it(tmp_path: Path) -> None:
+    from bench.kraft_cluster import KraftCluster
+
+    c = KraftCluster(tmp_path / "kraft-proxied", proxied=True)
+    assert c.slow_trial_limit_s("kill") == pytest.approx(0.3)
+    fetch_s = int(c.lc.properties["controller.quorum.fetch.timeout.ms"]) / 1000
+    assert c.slow_trial_limit_s("partition") == pytest.approx(fetch_s + 1.0)
+    nodes = sorted(c.lc.nodes)
+    for nid in nodes[:-1]:  # the last node has not logged anything yet
+        path = c.lc.nodes[nid].log_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"before the trial {nid}\n")
+    marks = c._log_marks()
+    assert marks[nodes[-1]] == 0
+    for nid in nodes:
+        c.lc.nodes[nid].log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(c.lc.nodes[nid].log_path, "a") as f:
+            f.write(f"during the trial {nid}\n")
+    kept = c._keep_trial_logs("partition", marks, {"recovery_s": 4.4, "old_leader": nodes[0]})
+    assert kept.parent == tmp_path / "slow-trials"
+    assert kept.name.startswith("kraft-proxied-partition-")
+    for nid in nodes:
+        assert (kept / f"node-{nid}.log").read_text() == f"during the trial {nid}\n"
+    assert json.loads((kept / "trial.json").read_text())["recovery_s"] == 4.4
+    # the cluster's own directory is deleted by the next run; the kept logs are not
+    KraftCluster(tmp_path / "kraft-proxied", proxied=True)
+    assert (kept / "trial.json").exists()
