@@ -28,7 +28,7 @@ from kraft.statemachine.kv import FORMAT_VERSION, KVResult, encode_delete
 from kraft.statemachine.kv import OP_PUT as KV_OP_PUT
 
 if TYPE_CHECKING:
-    from kraft.server.node import KraftNode
+    from kraft.server.node import Completion, KraftNode
 
 log = logging.getLogger("kraft.server.client_protocol")
 
@@ -131,10 +131,17 @@ class ClientProtocol(asyncio.Protocol):
 
     def _parse(self, view: bytes | bytearray) -> int:
         """Handle the whole request frames in `view` while fewer than MAX_IN_FLIGHT wait for
-        their answer and the peer reads its answers; returns the bytes used (-1: closed)."""
+        their answer and the peer reads its answers; returns the bytes used (-1: closed).
+
+        The writes among them go to the node together, once the frames are parsed (one
+        leadership check and one linger decision for all of them): nothing runs on the loop
+        between two frames of one chunk, so they reach the log in the same order either way."""
         pos = 0
         n = len(view)
         head = _FRAME_HEAD.unpack_from
+        put_head = _PUT_CMD.pack
+        u32 = _U32.pack
+        writes: list[tuple[bytes, Completion]] = []
         while n - pos >= 4:
             if self._in_flight >= MAX_IN_FLIGHT or self._write_blocked:
                 self._pause_reading()
@@ -142,6 +149,7 @@ class ClientProtocol(asyncio.Protocol):
             length = int.from_bytes(view[pos:pos + 4], "big")
             if length > MAX_FRAME or length < REQUEST_HEAD.size:
                 log.warning("event=bad_client_frame length=%d", length)
+                self._submit(writes)  # the whole frames before it were taken
                 if self.transport is not None:
                     self.transport.close()
                 return -1
@@ -157,13 +165,33 @@ class ClientProtocol(asyncio.Protocol):
                 self._reply(encode_response(request_id, ERROR, payload=b"key overruns the frame"))
                 continue
             key = bytes(view[kstart:kend])
-            try:
-                key.decode()
-            except UnicodeDecodeError:
-                self._reply(encode_response(request_id, ERROR, payload=b"key is not UTF-8"))
-                continue
-            self._handle(request_id, op, key, bytes(view[kend:end]))
+            if not key.isascii():
+                try:
+                    key.decode()
+                except UnicodeDecodeError:
+                    self._reply(encode_response(request_id, ERROR, payload=b"key is not UTF-8"))
+                    continue
+            if op == OP_PUT:
+                # the KV PUT command (kraft.statemachine.kv.encode_put) built from the frame
+                writes.append((put_head(FORMAT_VERSION, KV_OP_PUT, klen) + key
+                               + u32(end - kend) + view[kend:end],
+                               _WriteReply(self, request_id, op)))
+            elif op == OP_DELETE:
+                writes.append((encode_delete(key.decode()), _WriteReply(self, request_id, op)))
+            else:
+                self._handle(request_id, op, key)
+        if writes:
+            self._submit(writes)
         return pos
+
+    def _submit(self, writes: list[tuple[bytes, Completion]]) -> None:
+        if not writes:
+            return
+        try:
+            self.node.submit_many(writes)
+        except NotLeaderError as exc:
+            for _, reply in writes:
+                reply.set_exception(exc)
 
     def _pause_reading(self) -> None:
         if not self._read_paused and self.transport is not None:
@@ -194,17 +222,10 @@ class ClientProtocol(asyncio.Protocol):
         self._write_blocked = False
         self._maybe_resume()
 
-    def _handle(self, request_id: int, op: int, key: bytes, value: bytes) -> None:
+    def _handle(self, request_id: int, op: int, key: bytes) -> None:
+        """A read or an unknown op (`_parse` takes the writes)."""
         node = self.node
         try:
-            if op == OP_PUT:
-                # the KV PUT command (kraft.statemachine.kv.encode_put) built from the frame
-                node.submit_with(_PUT_CMD.pack(FORMAT_VERSION, KV_OP_PUT, len(key)) + key + _U32.pack(len(value)) + value,
-                                 _WriteReply(self, request_id, op))
-                return
-            if op == OP_DELETE:
-                node.submit_with(encode_delete(key.decode()), _WriteReply(self, request_id, op))
-                return
             if op == OP_GET:
                 fut = asyncio.ensure_future(node.kv_get(key.decode()))
                 fut.add_done_callback(lambda f: self._done_get(request_id, f))

@@ -36,7 +36,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -134,12 +134,6 @@ class Completion(Protocol):
     def set_exception(self, exc: BaseException, /) -> None: ...
 
 
-@dataclass(slots=True)
-class _Waiter:
-    epoch: int
-    future: Completion
-
-
 class _Flusher:
     """The disk writer thread: fsyncs the log on demand and reports the durable end."""
 
@@ -228,6 +222,8 @@ class KraftNode:
                  seed: int | None = None) -> None:
         self.config = config
         self.sm: StateMachine = state_machine if state_machine is not None else KVStore()
+        self._apply_quietly: Callable[[CommittedBatch], None] | None = getattr(
+            self.sm, "apply_quietly", None)
         self._rng = random.Random(seed)
         self._events: collections.deque[ev.Event | tuple[str, Any]] = collections.deque()
         self._flush_due = 0
@@ -237,7 +233,8 @@ class KraftNode:
         self._inbound_ids = 0
         self._append_ids = 0
         self._appends: dict[int, list[Completion]] = {}
-        self._waiting: dict[int, _Waiter] = {}
+        # offset -> (the epoch it was appended in, the writer's completion)
+        self._waiting: dict[int, tuple[int, Completion]] = {}
         self._pending_values: list[tuple[bytes, Completion]] = []
         self._linger_handle: asyncio.Handle | None = None
         self._uncommitted_appends: set[int] = set()
@@ -546,8 +543,9 @@ class KraftNode:
             elif t is fx.AppendAccepted:
                 assert isinstance(e, fx.AppendAccepted)
                 futures = self._appends.pop(e.append_id, [])
-                for i, fut in enumerate(futures):
-                    self._waiting[e.base_offset + i] = _Waiter(e.epoch, fut)
+                # offset -> (epoch, completion), built in C: this runs for every write
+                self._waiting.update(zip(range(e.base_offset, e.base_offset + len(futures)),
+                                         zip(repeat(e.epoch), futures)))
             elif t is fx.AppendRejected:
                 assert isinstance(e, fx.AppendRejected)
                 self._append_done(e.append_id)
@@ -665,21 +663,28 @@ class KraftNode:
                 del values[end - batch.base_offset:]
             if None in values:
                 values = [v if v is not None else b"" for v in values]
-            results = self.sm.apply(CommittedBatch(batch.base_offset, batch.partition_leader_epoch,
-                                                   tuple(values)))  # type: ignore[arg-type]
+            committed = CommittedBatch(batch.base_offset, batch.partition_leader_epoch,
+                                       tuple(values))  # type: ignore[arg-type]
             waiting = self._waiting
-            if waiting:  # only a leader (or a deposed one) has writers waiting
+            if not waiting and self._apply_quietly is not None:
+                # nobody waits on this node (a follower, the replay at start-up): no results
+                self._apply_quietly(committed)
+            else:
+                results = self.sm.apply(committed)
+                # only a leader (or a deposed one) has writers waiting
                 pop = waiting.pop
                 epoch = batch.partition_leader_epoch
                 for offset, result in enumerate(results, start=batch.base_offset):
                     waiter = pop(offset, None)
-                    if waiter is None or waiter.future.done():
+                    if waiter is None:
                         continue
-                    if waiter.epoch == epoch:
-                        waiter.future.set_result((offset, result))
+                    w_epoch, fut = waiter
+                    if fut.done():
+                        continue
+                    if w_epoch == epoch:
+                        fut.set_result((offset, result))
                     else:
-                        waiter.future.set_exception(
-                            OutcomeUnknownError("write replaced by another leader"))
+                        fut.set_exception(OutcomeUnknownError("write replaced by another leader"))
             if end < batch.next_offset:
                 break
         self._m_hw.set(hw)
@@ -687,15 +692,15 @@ class KraftNode:
 
     def _fail_waiters_from(self, offset: int, why: str) -> None:
         for off in [o for o in self._waiting if o >= offset]:
-            w_ = self._waiting.pop(off)
-            if not w_.future.done():
-                w_.future.set_exception(OutcomeUnknownError(f"write {why} at offset {off}"))
+            _, fut = self._waiting.pop(off)
+            if not fut.done():
+                fut.set_exception(OutcomeUnknownError(f"write {why} at offset {off}"))
 
     def _fail_unapplied(self, why: str) -> None:
         for off in list(self._waiting):
-            w_ = self._waiting.pop(off)
-            if not w_.future.done():
-                w_.future.set_exception(OutcomeUnknownError(why))
+            _, fut = self._waiting.pop(off)
+            if not fut.done():
+                fut.set_exception(OutcomeUnknownError(why))
         for futures in self._appends.values():
             for fut in futures:
                 if not fut.done():
@@ -1028,10 +1033,12 @@ class KraftNode:
             self._schedule_linger()
         return fut
 
-    def submit_with(self, value: bytes, completion: Completion) -> None:
-        """`submit` with the caller's own completion object instead of a new future."""
+    def submit_many(self, writes: list[tuple[bytes, Completion]]) -> None:
+        """`submit` for several values at once, in order, each with the caller's own
+        completion object instead of a new future (one leadership check for all of them).
+        Raises NotLeaderError at once on a non-leader, taking none of them."""
         self._require_leader()
-        self._pending_values.append((value, completion))
+        self._pending_values.extend(writes)
         if self._linger_handle is None:
             self._schedule_linger()
 

@@ -19,7 +19,12 @@ in exactly three ways, never concurrently with each other:
    the consensus core waits for it (no `apply` meanwhile); the event loop may still read the
    state (status, stale reads), so build the new state aside and swap it in at the end.
 
-`apply` and `skip_to` are called on the event loop thread.
+A state machine may also have `apply_quietly(batch)`: the same as `apply` but returning
+nothing, for batches no client on this node waits on (every batch a follower applies, and the
+replay at start-up). The runtime calls it when present, so a state machine need not build
+results nobody reads.
+
+`apply`, `apply_quietly` and `skip_to` are called on the event loop thread.
 
 `apply` must be deterministic: every replica applies the same records in the same order and must
 reach the same state, so it may not read the clock, randomness or local configuration. A value

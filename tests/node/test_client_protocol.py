@@ -14,9 +14,13 @@ import pytest
 from kraft.server.client import KraftClient, NotLeader, OutcomeUnknown, QuorumClient
 from kraft.server.client_protocol import (
     ERROR,
+    MAX_FRAME,
+    NOT_FOUND,
     NOT_LEADER,
     OK,
+    OP_DELETE,
     OP_GET,
+    OP_GET_STALE,
     OP_PUT,
     RESPONSE_HEAD,
     encode_request,
@@ -187,3 +191,73 @@ def test_a_leader_cut_off_from_its_followers_does_not_send_clients_back_to_itsel
 
     assert asyncio.run(scenario()) == -1
     assert cluster.wait_for_leader(60) >= 0
+
+
+def _raw_frame(request_id: int, op: int, key: bytes, value: bytes = b"") -> bytes:
+    """`encode_request` for any key bytes (also ones that are not UTF-8)."""
+    return struct.pack(">IIBH", 7 + len(key) + len(value), request_id, op, len(key)) + key + value
+
+
+async def _read_answers(reader: asyncio.StreamReader, count: int) -> dict[int, tuple[int, int, int]]:
+    """request id -> (status, offset, leader id) of the next `count` answers."""
+    got: dict[int, tuple[int, int, int]] = {}
+    for _ in range(count):
+        head = await asyncio.wait_for(reader.readexactly(RESPONSE_HEAD.size), 30)
+        length, rid, status, offset, leader_id = RESPONSE_HEAD.unpack(head)
+        await reader.readexactly(length - (RESPONSE_HEAD.size - 4))
+        assert rid not in got, f"request {rid} answered twice"
+        got[rid] = (status, offset, leader_id)
+    return got
+
+
+def test_the_writes_of_one_chunk_are_taken_together_in_order(
+    clusters: Callable[..., LocalCluster],
+) -> None:
+    """Frames arriving in one chunk: the writes among them reach the log in frame order, a
+    follower refuses each of them (and still answers the reads among them), a bad key fails
+    alone, and the whole frames before a bad frame length are taken before the connection
+    closes."""
+    cluster, leader, follower = _ready_quorum(clusters)
+
+    async def scenario() -> None:
+        host, port = cluster.nodes[leader].client
+        r, w = await asyncio.open_connection(host, port)
+        chunk = b"".join([
+            *(_raw_frame(i, OP_PUT, f"chunk{i}".encode(), b"v%d" % i) for i in range(1, 21)),
+            _raw_frame(21, OP_PUT, b"\xff\xfe", b"bad key"),
+            _raw_frame(22, OP_DELETE, b"chunk3"),
+            _raw_frame(23, OP_GET_STALE, b"never-written"),
+            _raw_frame(24, OP_PUT, b"chunk3", b"again"),
+        ])
+        w.write(chunk)
+        got = await _read_answers(r, 24)
+        assert got[21][0] == ERROR and got[23][0] == NOT_FOUND
+        writes = [*range(1, 21), 22, 24]
+        assert all(got[i][0] == OK for i in writes)
+        offsets = [got[i][1] for i in writes]
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(writes)
+        w.close()
+
+        fhost, fport = cluster.nodes[follower].client
+        r, w = await asyncio.open_connection(fhost, fport)
+        w.write(_raw_frame(1, OP_PUT, b"f1", b"x") + _raw_frame(2, OP_GET_STALE, b"chunk3")
+                + _raw_frame(3, OP_DELETE, b"chunk1") + _raw_frame(4, OP_PUT, b"f2", b"y"))
+        got = await _read_answers(r, 4)
+        assert {i: got[i][0] for i in (1, 3, 4)} == {1: NOT_LEADER, 3: NOT_LEADER, 4: NOT_LEADER}
+        assert {got[i][2] for i in (1, 3, 4)} == {leader}
+        assert got[2][0] in (OK, NOT_FOUND)  # a stale read, answered by the follower itself
+        w.close()
+
+        r, w = await asyncio.open_connection(host, port)
+        w.write(_raw_frame(1, OP_PUT, b"before-bad", b"kept") + _raw_frame(2, OP_PUT, b"b2", b"k")
+                + struct.pack(">I", MAX_FRAME + 1) + b"\x00" * 16)
+        assert await asyncio.wait_for(r.read(), 30) is not None  # the node closes it
+        w.close()
+        async with KraftClient(host, port) as c:
+            deadline = time.monotonic() + 30
+            while await c.get("b2") != b"k" and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert await c.get("before-bad") == b"kept" and await c.get("b2") == b"k"
+            assert await c.get("chunk3") == b"again" and await c.get("chunk1") == b"v1"
+
+    asyncio.run(scenario())

@@ -72,6 +72,10 @@ def test_records_below_the_applied_offset_are_not_applied_twice() -> None:
                                    encode_put("k", b"new"))))
     assert kv.get("k") == b"new"
     assert kv.applied_offset == 6
+    quiet = KVStore()
+    quiet.load_snapshot(5, [encode_put("k", b"snap")])
+    quiet.apply_quietly(CommittedBatch(3, 1, (encode_put("k", b"old"), encode_put("k", b"o2"))))
+    assert quiet.get("k") == b"snap" and quiet.applied_offset == 5
 
 
 def test_decode_rejects_truncated_and_overrunning_fields() -> None:
@@ -144,3 +148,7 @@ def test_inline_put_path_matches_the_general_decoder(values: list[bytes]) -> Non
     assert got == want
     assert fast.items() == slow.items()
     assert fast.applied_offset == len(values)
+    quiet = KVStore()  # a follower's apply: the same state, no results
+    assert quiet.apply_quietly(CommittedBatch(0, 1, tuple(values))) is None
+    assert quiet.items() == slow.items()
+    assert quiet.applied_offset == len(values)
