@@ -235,6 +235,9 @@ class KraftNode:
         self._appends: dict[int, list[Completion]] = {}
         # offset -> (the epoch it was appended in, the writer's completion)
         self._waiting: dict[int, tuple[int, Completion]] = {}
+        # base offset -> (epoch, values) of the batches this leader appended and has not
+        # applied yet: applying them needs no read back from the log and no decoding
+        self._own_batches: dict[int, tuple[int, tuple[bytes, ...]]] = {}
         self._pending_values: list[tuple[bytes, Completion]] = []
         self._linger_handle: asyncio.Handle | None = None
         self._uncommitted_appends: set[int] = set()
@@ -512,8 +515,9 @@ class KraftNode:
                 self._answer(e.correlation_id, e.response, self._snapshot_chunk(e))
             elif t is fx.AppendRecords:
                 assert isinstance(e, fx.AppendRecords)
-                values = [v if isinstance(v, bytes) else bytes(v) for v in e.values]  # type: ignore[call-overload]
+                values = tuple(v if isinstance(v, bytes) else bytes(v) for v in e.values)  # type: ignore[call-overload]
                 md.log.append(build_batch(e.base_offset, e.epoch, values, e.timestamp_ms))
+                self._own_batches[e.base_offset] = (e.epoch, values)
                 appended = True
             elif t is fx.AppendControl:
                 assert isinstance(e, fx.AppendControl)
@@ -658,11 +662,21 @@ class KraftNode:
             if batch.is_control:
                 self.sm.skip_to(end)
                 continue
-            values = batch.values()
-            if end < batch.next_offset:
-                del values[end - batch.base_offset:]
-            if None in values:
-                values = [v if v is not None else b"" for v in values]
+            own = self._own_batches.get(batch.base_offset) if self._own_batches else None
+            if (own is not None and own[0] == batch.partition_leader_epoch
+                    and len(own[1]) == batch.next_offset - batch.base_offset):
+                # the batch this leader built (one epoch, one base offset: the same batch)
+                values: Sequence[bytes | None] = own[1]
+                if end == batch.next_offset:
+                    del self._own_batches[batch.base_offset]
+                else:
+                    values = values[:end - batch.base_offset]
+            else:
+                values = batch.values()
+                if end < batch.next_offset:
+                    values = values[:end - batch.base_offset]
+                if None in values:
+                    values = [v if v is not None else b"" for v in values]
             committed = CommittedBatch(batch.base_offset, batch.partition_leader_epoch,
                                        tuple(values))  # type: ignore[arg-type]
             waiting = self._waiting
@@ -691,12 +705,14 @@ class KraftNode:
         self._m_applied.set(self.sm.applied_offset)
 
     def _fail_waiters_from(self, offset: int, why: str) -> None:
+        self._own_batches.clear()  # the log changed under them: read it again
         for off in [o for o in self._waiting if o >= offset]:
             _, fut = self._waiting.pop(off)
             if not fut.done():
                 fut.set_exception(OutcomeUnknownError(f"write {why} at offset {off}"))
 
     def _fail_unapplied(self, why: str) -> None:
+        self._own_batches.clear()
         for off in list(self._waiting):
             _, fut = self._waiting.pop(off)
             if not fut.done():
