@@ -424,7 +424,11 @@ def snapshot_and_restart(p: Params) -> tuple[dict[str, Any], dict[str, Any]]:
                 caught_up=caught is not None,
                 new_node_status=s.lc.status(new.node_id, timeout=5),
                 new_node_log_tail=_tail(new.log_path, 6))
-            # scenario 6: restart a follower holding the log plus snapshot
+            # scenario 6: restart a follower holding the log plus snapshot. The joiner leaves
+            # first: killed while still a voter, it would leave 2 of 4 voters up during each
+            # restart, and the leader would resign (check-quorum) when one takes > fetch timeout
+            if add.get("ok"):
+                snap["systems"]["kraft-quorum"]["remove_voter"] = _remove_voter(s, new.node_id)
             lid = s.wait_leader()
             kill_proc(new.process, graceful_s=0)  # a stuck joiner must not disturb the restarts
             fid = next(n for n in s.lc.nodes if n not in (lid, new.node_id))
@@ -506,6 +510,24 @@ def _add_voter(s: KraftCluster, nid: int) -> dict[str, Any]:
         r = subprocess.run([sys.executable, "-m", "kraft.server.cli_commands", "quorum",
                             "--bootstrap-controller", f"{leader.host}:{leader.port}",
                             "add-controller", "--config", str(node.config_path)],
+                           capture_output=True, text=True, timeout=60, cwd=cwd, env=env)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error": "timeout"}
+    return {"ok": r.returncode == 0, "seconds": round(time.monotonic() - t0, 3),
+            "output": (r.stdout + r.stderr).strip()[-300:]}
+
+
+def _remove_voter(s: KraftCluster, nid: int) -> dict[str, Any]:
+    """RemoveRaftVoter through `kraft quorum remove-controller`."""
+    node = s.lc.nodes[nid]
+    leader = s.lc.nodes[s.wait_leader()]
+    t0 = time.monotonic()
+    env, cwd = KraftCluster.node_env_cwd()
+    try:
+        r = subprocess.run([sys.executable, "-m", "kraft.server.cli_commands", "quorum",
+                            "--bootstrap-controller", f"{leader.host}:{leader.port}",
+                            "remove-controller", "--controller-id", str(nid),
+                            "--controller-directory-id", str(node.directory_id)],
                            capture_output=True, text=True, timeout=60, cwd=cwd, env=env)
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": "timeout"}
