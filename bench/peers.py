@@ -54,9 +54,12 @@ FAILOVER_REQ_TIMEOUT_S = 0.5
 next node (the same for every system)."""
 
 
+_KEYS = tuple(f"k{i:06d}" for i in range(NKEYS))
+
+
 def key_of(i: int) -> str:
-    """The i-th key of the 1000-key workload."""
-    return f"k{i % NKEYS:06d}"
+    """The i-th key of the 1000-key workload (made once: every driver calls this per write)."""
+    return _KEYS[i % NKEYS]
 
 
 # =========================================================================== statistics

@@ -42,10 +42,10 @@ MAX_IN_FLIGHT = 16384
 
 
 def encode_request(request_id: int, op: int, key: str, value: bytes = b"") -> bytes:
-    """One request frame."""
+    """One request frame (the length and the head packed in one call: this runs per write)."""
     k = key.encode()
-    return (struct.pack(">I", REQUEST_HEAD.size + len(k) + len(value))
-            + REQUEST_HEAD.pack(request_id, op, len(k)) + k + value)
+    return _FRAME_HEAD.pack(REQUEST_HEAD.size + len(k) + len(value), request_id, op,
+                            len(k)) + k + value
 
 
 def encode_response(request_id: int, status: int, offset: int = -1, leader_id: int = -1,

@@ -184,3 +184,11 @@ def test_slow_trial_keeps_only_what_the_nodes_logged_during_it(tmp_path: Path) -
     # the cluster's own directory is deleted by the next run; the kept logs are not
     KraftCluster(tmp_path / "kraft-proxied", proxied=True)
     assert (kept / "trial.json").exists()
+
+
+def test_the_workload_cycles_over_its_keys() -> None:
+    from bench.peers import NKEYS, key_of
+
+    keys = [key_of(i) for i in range(2 * NKEYS)]
+    assert keys[0] == "k000000" and keys[NKEYS - 1] == f"k{NKEYS - 1:06d}"
+    assert keys[:NKEYS] == keys[NKEYS:] and len(set(keys)) == NKEYS
