@@ -180,8 +180,7 @@ class ClientProtocol(asyncio.Protocol):
                 writes.append((encode_delete(key.decode()), _WriteReply(self, request_id, op)))
             else:
                 self._handle(request_id, op, key)
-        if writes:
-            self._submit(writes)
+        self._submit(writes)
         return pos
 
     def _submit(self, writes: list[tuple[bytes, Completion]]) -> None:
