@@ -499,40 +499,30 @@ def _tail(path: Path, n: int) -> list[str]:
         return []
 
 
-def _add_voter(s: KraftCluster, nid: int) -> dict[str, Any]:
-    """AddRaftVoter for a caught-up observer through `kraft quorum add-controller`."""
-    node = s.lc.nodes[nid]
-    lid = s.wait_leader()
-    leader = s.lc.nodes[lid]
-    t0 = time.monotonic()
-    env, cwd = KraftCluster.node_env_cwd()
-    try:
-        r = subprocess.run([sys.executable, "-m", "kraft.server.cli_commands", "quorum",
-                            "--bootstrap-controller", f"{leader.host}:{leader.port}",
-                            "add-controller", "--config", str(node.config_path)],
-                           capture_output=True, text=True, timeout=60, cwd=cwd, env=env)
-    except subprocess.TimeoutExpired:
-        return {"ok": False, "error": "timeout"}
-    return {"ok": r.returncode == 0, "seconds": round(time.monotonic() - t0, 3),
-            "output": (r.stdout + r.stderr).strip()[-300:]}
-
-
-def _remove_voter(s: KraftCluster, nid: int) -> dict[str, Any]:
-    """RemoveRaftVoter through `kraft quorum remove-controller`."""
-    node = s.lc.nodes[nid]
+def _quorum_cli(s: KraftCluster, *args: str) -> dict[str, Any]:
+    """`kraft quorum --bootstrap-controller <leader> <args>`: ok, seconds and its output's tail."""
     leader = s.lc.nodes[s.wait_leader()]
     t0 = time.monotonic()
     env, cwd = KraftCluster.node_env_cwd()
     try:
         r = subprocess.run([sys.executable, "-m", "kraft.server.cli_commands", "quorum",
-                            "--bootstrap-controller", f"{leader.host}:{leader.port}",
-                            "remove-controller", "--controller-id", str(nid),
-                            "--controller-directory-id", str(node.directory_id)],
+                            "--bootstrap-controller", f"{leader.host}:{leader.port}", *args],
                            capture_output=True, text=True, timeout=60, cwd=cwd, env=env)
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": "timeout"}
     return {"ok": r.returncode == 0, "seconds": round(time.monotonic() - t0, 3),
             "output": (r.stdout + r.stderr).strip()[-300:]}
+
+
+def _add_voter(s: KraftCluster, nid: int) -> dict[str, Any]:
+    """AddRaftVoter for a caught-up observer through `kraft quorum add-controller`."""
+    return _quorum_cli(s, "add-controller", "--config", str(s.lc.nodes[nid].config_path))
+
+
+def _remove_voter(s: KraftCluster, nid: int) -> dict[str, Any]:
+    """RemoveRaftVoter through `kraft quorum remove-controller`."""
+    return _quorum_cli(s, "remove-controller", "--controller-id", str(nid),
+                       "--controller-directory-id", str(s.lc.nodes[nid].directory_id))
 
 
 # ============================================================================ targets
