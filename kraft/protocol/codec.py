@@ -29,6 +29,8 @@ from kraft.protocol.schema import MESSAGES, FieldSpec, MessageSpec
 from kraft.protocol.uuid import Uuid
 
 __all__ = [
+    "PartsBuffer",
+    "Spliced",
     "codec_source",
     "decode",
     "decode_from",
@@ -256,6 +258,54 @@ def _w_cstr(out: bytearray, v: str | None, ctx: str, fld: str, nullable: bool) -
     out += b
 
 
+class Spliced:
+    """A bytes field value the encoder leaves where it is: encoding into a `PartsBuffer`
+    writes its length and notes its place, so the value goes to the socket as a part of its
+    own (an 8 MiB snapshot chunk or a fetch's records are not copied into the frame).
+    Encoded into a plain bytearray it is copied like any bytes value."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes | memoryview) -> None:
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+class PartsBuffer(bytearray):
+    """An encoding target that keeps `Spliced` values out of its bytes: `splices` lists
+    (position in the buffer, value) in order; `parts()` gives the whole encoding as the
+    buffer's pieces between them and the values themselves, to be written in order."""
+
+    __slots__ = ("splices",)
+
+    def __init__(self, initial: bytes = b"") -> None:
+        super().__init__(initial)
+        self.splices: list[tuple[int, bytes | memoryview]] = []
+
+    def parts(self, start: int = 0) -> tuple[bytes | memoryview, ...]:
+        """The encoding from byte `start` on, as parts (small copies of the buffer's
+        pieces; the spliced values uncopied)."""
+        out: list[bytes | memoryview] = []
+        for pos, data in self.splices:
+            if pos > start:
+                out.append(bytes(self[start:pos]))
+            out.append(data)
+            start = pos
+        out.append(bytes(self[start:]))
+        return tuple(out)
+
+
+def _put_bytes(out: bytearray, v: Any) -> None:
+    if type(v) is Spliced:
+        if type(out) is PartsBuffer:
+            out.splices.append((len(out), v.data))
+            return
+        v = v.data
+    out += v
+
+
 def _w_bytes(out: bytearray, v: Any, ctx: str, fld: str, nullable: bool) -> None:
     if v is None:
         if not nullable:
@@ -263,7 +313,7 @@ def _w_bytes(out: bytearray, v: Any, ctx: str, fld: str, nullable: bool) -> None
         out += b"\xff\xff\xff\xff"
         return
     out += _I32.pack(len(v))
-    out += v
+    _put_bytes(out, v)
 
 
 def _w_cbytes(out: bytearray, v: Any, ctx: str, fld: str, nullable: bool) -> None:
@@ -273,7 +323,7 @@ def _w_cbytes(out: bytearray, v: Any, ctx: str, fld: str, nullable: bool) -> Non
         out.append(0)
         return
     _w_uv(out, len(v) + 1)
-    out += v
+    _put_bytes(out, v)
 
 
 def _w_tags(out: bytearray, tags: dict[int, Any]) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kraft.protocol.api import ApiKey, api_spec
-from kraft.protocol.codec import decode_from, encode_into
+from kraft.protocol.codec import PartsBuffer, decode_from, encode_into
 from kraft.protocol.errors import (
     ErrorCode,
     FrameTooLargeError,
@@ -37,6 +37,7 @@ __all__ = [
     "decode_response",
     "encode_request",
     "encode_response",
+    "encode_response_parts",
 ]
 
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
@@ -104,15 +105,31 @@ def encode_request(header: RequestHeader, body: object) -> bytes:
 def encode_response(api_key: int, api_version: int, correlation_id: int, body: object,
                     unknown_tagged_fields: dict[int, bytes] | None = None) -> bytes:
     """Encode a size-prefixed response frame (header v0/v1 chosen from the api version)."""
+    out = bytearray(4)
+    _encode_response_into(out, api_key, api_version, correlation_id, body, unknown_tagged_fields)
+    return _finish(out)
+
+
+def encode_response_parts(api_key: int, api_version: int, correlation_id: int, body: object,
+                          unknown_tagged_fields: dict[int, bytes] | None = None,
+                          ) -> tuple[bytes | memoryview, ...]:
+    """`encode_response` without the size prefix, as parts to write in order: the value of
+    each bytes field given as `Spliced` is a part of its own, not copied (joined, the parts
+    are the frame body `encode_response` gives after its 4-byte size)."""
+    out = PartsBuffer()
+    _encode_response_into(out, api_key, api_version, correlation_id, body, unknown_tagged_fields)
+    return out.parts()
+
+
+def _encode_response_into(out: bytearray, api_key: int, api_version: int, correlation_id: int,
+                          body: object, unknown_tagged_fields: dict[int, bytes] | None) -> None:
     spec = api_spec(api_key, api_version)
     if not isinstance(body, spec.response_class):
         raise TypeError(f"{spec.name} response body must be {spec.response_class.__name__}")
-    out = bytearray(4)
     out += _I32.pack(correlation_id)
     if spec.response_header_version(api_version) >= 1:
         _w_tags(out, unknown_tagged_fields or {})
     encode_into(body, api_version, out)
-    return _finish(out)
 
 
 def _frame_view(frame: bytes | bytearray | memoryview, size_prefixed: bool,

@@ -49,6 +49,13 @@ class PeerInfo:
     connection_id: int
 
 
+ReplyBody = bytes | tuple[bytes | memoryview, ...]
+"""A response frame body: bytes, or parts to be written in order (`encode_response_parts`:
+a large value, such as a snapshot chunk, is its own part and is not copied into the frame)."""
+
+_WRITE_ALONE = 64 * 1024
+"""A part at least this large is handed to the transport as it is, not joined with the rest."""
+
 FrameHandler = Callable[[bytes, PeerInfo], "Awaitable[bytes | None] | DeferredReply | bytes | None"]
 """Handles one request frame: returns the response frame body, or None to close the
 connection, either at once, through a `DeferredReply`, or through an awaitable (a coroutine
@@ -88,21 +95,22 @@ class ReadBuffer:
 
 class DeferredReply:
     """What a handler returns to answer later without a future: `set(body)` hands the answer
-    to the connection at once, in the same call (a future's callbacks would wait for the next
-    loop turn). `set(None)` closes the connection, like a handler returning None."""
+    (bytes, or parts: `ReplyBody`) to the connection at once, in the same call (a future's
+    callbacks would wait for the next loop turn). `set(None)` closes the connection, like a
+    handler returning None."""
 
     __slots__ = ("_body", "_callback", "_set")
 
     def __init__(self) -> None:
-        self._callback: Callable[[bytes | None], None] | None = None
+        self._callback: Callable[[ReplyBody | None], None] | None = None
         self._set = False
-        self._body: bytes | None = None
+        self._body: ReplyBody | None = None
 
     def done(self) -> bool:
         """True once answered."""
         return self._set
 
-    def set(self, body: bytes | None) -> None:
+    def set(self, body: ReplyBody | None) -> None:
         """Answer (the first call wins)."""
         if self._set:
             return
@@ -111,7 +119,7 @@ class DeferredReply:
         if self._callback is not None:
             self._callback(body)
 
-    def bind(self, callback: Callable[[bytes | None], None]) -> None:
+    def bind(self, callback: Callable[[ReplyBody | None], None]) -> None:
         """Where the answer goes (called by the listener)."""
         self._callback = callback
         if self._set:
@@ -125,7 +133,7 @@ class _Pending:
 
     def __init__(self) -> None:
         self.done = False
-        self.body: bytes | None = None
+        self.body: ReplyBody | None = None
 
 
 class _FrameServerProtocol(asyncio.Protocol):
@@ -273,7 +281,7 @@ class _FrameServerProtocol(asyncio.Protocol):
         self._reason = f"request handler failed: {type(exc).__name__}: {exc}"
         self._flush()
 
-    def _settle(self, slot: _Pending, body: bytes | None) -> None:
+    def _settle(self, slot: _Pending, body: ReplyBody | None) -> None:
         if self._closing:
             return
         slot.done, slot.body = True, body
@@ -282,26 +290,52 @@ class _FrameServerProtocol(asyncio.Protocol):
 
     def _flush(self) -> None:
         queue = self._queue
-        out: list[bytes] = []
+        out: list[bytes | memoryview] = []
+        parts = False
         while queue and queue[0].done:
             slot = queue.popleft()
-            if slot.body is None:
-                if out and self.transport is not None:
-                    self.transport.write(b"".join(out))
+            body = slot.body
+            if body is None:
+                self._write(out, parts)
                 reason = self._reason or "request could not be decoded"
                 self.listener._bad_input(self.peer, reason)
                 queue.clear()
                 self.close()
                 return
-            out.append(_SIZE.pack(len(slot.body)))
-            out.append(slot.body)
-        if out and self.transport is not None:
-            self.transport.write(b"".join(out))
+            if isinstance(body, tuple):
+                out.append(_SIZE.pack(sum(map(len, body))))
+                out += body
+                parts = True
+            else:
+                out.append(_SIZE.pack(len(body)))
+                out.append(body)
+        self._write(out, parts)
         if self._paused and len(queue) < self.listener._max_in_flight:
             self._paused = False
             self._update_reading()
             if self._buf and not self._write_blocked:
                 self._process_buffer()  # frames read before the pause
+
+    def _write(self, out: list[bytes | memoryview], parts: bool) -> None:
+        """Write the answers in `out`, in order: one joined write, except that with parts
+        among them each large part is written as it is (no copy of a snapshot chunk)."""
+        transport = self.transport
+        if not out or transport is None:
+            return
+        if not parts:
+            transport.write(b"".join(out))
+            return
+        run: list[bytes | memoryview] = []
+        for piece in out:
+            if len(piece) >= _WRITE_ALONE:
+                if run:
+                    transport.write(b"".join(run))
+                    run = []
+                transport.write(piece)
+            else:
+                run.append(piece)
+        if run:
+            transport.write(b"".join(run))
 
     def pause_writing(self) -> None:
         # the peer is not reading its answers: read (and so handle) nothing more from it

@@ -42,8 +42,9 @@ from typing import Any, Protocol
 
 from kraft.protocol import messages as w
 from kraft.protocol.api import ApiKey, api_spec, api_versions_response
+from kraft.protocol.codec import Spliced
 from kraft.protocol.errors import ErrorCode, ProtocolError, UnsupportedVersionError
-from kraft.protocol.framing import decode_request, encode_response
+from kraft.protocol.framing import decode_request, encode_response, encode_response_parts
 from kraft.raft import effects as fx
 from kraft.raft import events as ev
 from kraft.raft import messages as m
@@ -59,7 +60,7 @@ from kraft.records.snapshot_format import iter_snapshot_batches
 from kraft.server.admin import AdminServer, NotLeaderError, OutcomeUnknownError
 from kraft.server.client_protocol import ClientServer
 from kraft.server.config import NodeConfig
-from kraft.server.frames import DeferredReply, FrameListener, PeerInfo
+from kraft.server.frames import DeferredReply, FrameListener, PeerInfo, ReplyBody
 from kraft.server.metrics import Registry
 from kraft.server.translate import (
     TopLevelError,
@@ -107,6 +108,9 @@ _API_OF_REQUEST: dict[type, ApiKey] = {
 
 SNAPSHOT_BATCH_BYTES = 1024 * 1024
 MAX_APPEND_BYTES = 1024 * 1024
+SPLICE_RECORDS_BYTES = 64 * 1024
+"""Records (a snapshot chunk, a fetch's batches) at least this large are written to the
+socket as they were read, not copied into the encoded response."""
 """Client values per batch are cut at this many bytes (the log takes batches up to 8 MiB)."""
 CLIENT_TIMEOUT_S = 15.0
 INLINE_FLUSH_EVERY = 64
@@ -198,11 +202,17 @@ class _FrameAnswer:
             return
         try:
             wire: object
+            body: ReplyBody | None
             if self.api == ApiKey.REMOVE_RAFT_VOTER and isinstance(response, m.VoterChangeResponse):
-                wire = remove_voter_response(response)
+                body = encode_response(self.api, self.version, self.corr,
+                                       remove_voter_response(response))[4:]
+            elif records is not None and len(records) >= SPLICE_RECORDS_BYTES:
+                # the records (a snapshot chunk, a fetch's batches) go out as they were read
+                wire = response_to_wire(response, self.version, Spliced(records))
+                body = encode_response_parts(self.api, self.version, self.corr, wire)
             else:
                 wire = response_to_wire(response, self.version, records)
-            body: bytes | None = encode_response(self.api, self.version, self.corr, wire)[4:]
+                body = encode_response(self.api, self.version, self.corr, wire)[4:]
         except Exception as exc:  # the listener closes the connection
             log.error("event=response_not_encoded api=%s version=%d error=%r", self.api.name,
                       self.version, str(exc))

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from kraft.protocol import messages as w
+from kraft.protocol.codec import Spliced
 from kraft.protocol.errors import ErrorCode, ProtocolError
 from kraft.protocol.uuid import Uuid
 from kraft.raft import messages as m
@@ -198,8 +199,11 @@ def _node_endpoints(cls: Any, leader_id: int, endpoints: tuple[m.Endpoint, ...])
     return [cls(node_id=leader_id, host=e.host, port=e.port)]
 
 
-def response_to_wire(resp: m.Response, version: int, records: bytes | None = None) -> object:
-    """Translate a core response into the wire body (records/snapshot bytes attached)."""
+def response_to_wire(resp: m.Response, version: int,
+                     records: bytes | Spliced | None = None) -> object:
+    """Translate a core response into the wire body (records/snapshot bytes attached; a
+    `Spliced` value is kept as it is for `encode_response_parts`)."""
+    attached: Any = records if records is not None else b""  # the wire field: bytes-like
     if isinstance(resp, m.VoteResponse):
         V = w.VoteResponseData
         return V(
@@ -235,7 +239,7 @@ def response_to_wire(resp: m.Response, version: int, records: bytes | None = Non
             current_leader=F.LeaderIdAndEpoch(resp.leader_id, resp.leader_epoch) if f12
             else F.LeaderIdAndEpoch(),
             snapshot_id=F.SnapshotId(snap.offset, snap.epoch) if snap and f12 else F.SnapshotId(),
-            records=records if records is not None else b"",
+            records=attached,
         )
         endpoints: list[Any] = []
         if version >= 17 and resp.leader_id >= 0 and resp.leader_endpoints:
@@ -255,7 +259,7 @@ def response_to_wire(resp: m.Response, version: int, records: bytes | None = Non
             snapshot_id=S.SnapshotId(resp.snapshot_id.offset, resp.snapshot_id.epoch),
             current_leader=S.LeaderIdAndEpoch(resp.leader_id, resp.leader_epoch),
             size=resp.size, position=resp.position,
-            unaligned_records=records if records is not None else b"",
+            unaligned_records=attached,
         )
         return S(
             topics=[S.TopicSnapshot(METADATA_TOPIC, [part_s])],

@@ -9,7 +9,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from kraft.server.frames import ConnectionClosedError, FrameConnection, FrameListener, PeerInfo
+from kraft.server.frames import (
+    ConnectionClosedError,
+    DeferredReply,
+    FrameConnection,
+    FrameListener,
+    PeerInfo,
+)
 
 
 async def _handler(body: bytes, peer: PeerInfo) -> bytes | None:
@@ -231,6 +237,42 @@ async def test_large_answers_arrive_whole_and_in_order_with_small_ones() -> None
         assert [bytes(g) for g in got if not isinstance(g, BaseException)] == [
             big, b"re:a", big, b"re:b"]
         assert await conn.request(b"big", 10) == big  # the awaitable form returns bytes
+        conn.close()
+    finally:
+        await lst.stop()
+
+
+async def test_answers_given_as_parts_arrive_as_one_frame_each_in_order() -> None:
+    """A body of parts (`ReplyBody`: a snapshot chunk left uncopied between the encoded bytes
+    around it) reaches the peer as one frame, byte for byte, in request order among answers
+    given as bytes, answered at once or later."""
+    chunk = bytes(range(256)) * (2 * 4096 + 3)  # ~2 MiB: written as a part of its own
+    deferred: dict[bytes, DeferredReply] = {}
+
+    def handler(body: bytes, peer: PeerInfo) -> bytes | DeferredReply:
+        if body.startswith(b"later"):
+            reply = deferred[body] = DeferredReply()
+            return reply
+        if body == b"parts":
+            reply = DeferredReply()
+            reply.set((b"head:", memoryview(chunk)[1:], b":tail"))
+            return reply
+        return b"re:" + body
+
+    lst = FrameListener("127.0.0.1", 0, handler)
+    await lst.start()
+    try:
+        conn = FrameConnection("127.0.0.1", lst.port)
+        await conn.open(2)
+        calls = [asyncio.ensure_future(conn.request(b, 10))
+                 for b in (b"later1", b"parts", b"a", b"later2", b"b")]
+        while len(deferred) < 2:
+            await asyncio.sleep(0.01)
+        deferred[b"later2"].set((b"small", b" parts"))
+        deferred[b"later1"].set((b"x" * 100_000, memoryview(chunk), b"y"))
+        got = [bytes(g) for g in await asyncio.gather(*calls)]
+        assert got == [b"x" * 100_000 + chunk + b"y", b"head:" + chunk[1:] + b":tail", b"re:a",
+                       b"small parts", b"re:b"]
         conn.close()
     finally:
         await lst.stop()

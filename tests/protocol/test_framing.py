@@ -16,7 +16,7 @@ from kraft.protocol.api import (
     api_spec,
     api_versions_response,
 )
-from kraft.protocol.codec import encode
+from kraft.protocol.codec import PartsBuffer, Spliced, encode, encode_into
 from kraft.protocol.errors import (
     ErrorCode,
     FrameTooLargeError,
@@ -32,7 +32,9 @@ from kraft.protocol.framing import (
     decode_response,
     encode_request,
     encode_response,
+    encode_response_parts,
 )
+from kraft.protocol.uuid import Uuid
 
 
 def test_request_header_v1_golden() -> None:
@@ -190,3 +192,56 @@ def test_api_spec_lookup() -> None:
     assert api_spec(52).name == "Vote"
     with pytest.raises(UnsupportedVersionError):
         api_spec(3)
+
+
+def _fetch_response(records: object, version: int) -> m.FetchResponseData:
+    F = m.FetchResponseData
+    flexible = version >= 12
+    part = F.PartitionData(partition_index=0, high_watermark=77, log_start_offset=3,
+                           current_leader=F.LeaderIdAndEpoch(2, 9) if flexible
+                           else F.LeaderIdAndEpoch(),  # tagged: after the records
+                           records=records)
+    topic = F.FetchableTopicResponse(topic="__cluster_metadata" if version <= 12 else "",
+                                     topic_id=Uuid.METADATA_TOPIC_ID if version >= 13
+                                     else Uuid.ZERO, partitions=[part])
+    return F(responses=[topic])
+
+
+def _snapshot_response(chunk: object, version: int = 1) -> m.FetchSnapshotResponseData:
+    S = m.FetchSnapshotResponseData
+    part = S.PartitionSnapshot(index=0, snapshot_id=S.SnapshotId(915, 4),
+                               current_leader=S.LeaderIdAndEpoch(2, 9),  # tagged: after the chunk
+                               size=1 << 30, position=8 << 20, unaligned_records=chunk)
+    return S(topics=[S.TopicSnapshot("__cluster_metadata", [part])])
+
+
+@pytest.mark.parametrize(("api", "version", "build"), [
+    (ApiKey.FETCH, 4, _fetch_response),  # not flexible: int32-length bytes
+    (ApiKey.FETCH, 12, _fetch_response),  # flexible: compact bytes, tagged fields after
+    (ApiKey.FETCH, 17, _fetch_response),
+    (ApiKey.FETCH_SNAPSHOT, 0, _snapshot_response),
+    (ApiKey.FETCH_SNAPSHOT, 1, _snapshot_response),
+])
+def test_response_parts_are_the_frame_with_the_spliced_value_uncopied(api, version, build) -> None:
+    """`encode_response_parts` gives, joined, exactly the frame body `encode_response` writes
+    (so every other reader of the frame sees the same bytes), and the spliced value itself is
+    one of the parts: the very object, not a copy."""
+    data = bytes(range(256)) * 1031  # 263,936 bytes: a length varint of three bytes
+    for value in (data, memoryview(data)[5:]):
+        plain = encode_response(api, version, 4242, build(bytes(value), version))
+        parts = encode_response_parts(api, version, 4242, build(Spliced(value), version))
+        assert b"".join(parts) == plain[4:]
+        assert any(p is value for p in parts)
+        assert sum(len(p) for p in parts) == len(plain) - 4
+        header, body = decode_response(api, version, b"".join(parts))
+        assert header.correlation_id == 4242
+        assert encode_response(api, version, 4242, body) == plain  # it reads back as sent
+
+
+def test_a_spliced_value_encoded_into_a_plain_buffer_is_copied_in_place() -> None:
+    """Spliced only changes where the bytes go when the target keeps parts."""
+    data = b"x" * 70_000
+    assert encode(_snapshot_response(Spliced(data)), 1) == encode(_snapshot_response(data), 1)
+    out = PartsBuffer()
+    encode_into(_snapshot_response(b"small"), 1, out)  # nothing spliced: one part
+    assert out.parts() == (encode(_snapshot_response(b"small"), 1),)
