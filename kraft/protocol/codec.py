@@ -284,10 +284,11 @@ class PartsBuffer(bytearray):
         super().__init__(initial)
         self.splices: list[tuple[int, bytes | memoryview]] = []
 
-    def parts(self, start: int = 0) -> tuple[bytes | memoryview, ...]:
-        """The encoding from byte `start` on, as parts (small copies of the buffer's
-        pieces; the spliced values uncopied)."""
+    def parts(self) -> tuple[bytes | memoryview, ...]:
+        """The whole encoding as parts (copies of the buffer's pieces between the spliced
+        values, and the values themselves, uncopied)."""
         out: list[bytes | memoryview] = []
+        start = 0
         for pos, data in self.splices:
             if pos > start:
                 out.append(bytes(self[start:pos]))
