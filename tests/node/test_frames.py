@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import struct
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -13,6 +15,7 @@ from kraft.server.frames import (
     ConnectionClosedError,
     DeferredReply,
     FrameConnection,
+    FrameHandler,
     FrameListener,
     PeerInfo,
 )
@@ -42,6 +45,21 @@ async def _connect(lst: FrameListener) -> FrameConnection:
     conn = FrameConnection("127.0.0.1", lst.port)
     await conn.open(2)
     return conn
+
+
+@contextlib.asynccontextmanager
+async def _serving(handler: FrameHandler, **options: Any) -> AsyncIterator[FrameConnection]:
+    """A listener with `handler` and one open connection to it; both closed afterwards."""
+    lst = FrameListener("127.0.0.1", 0, handler, **options)
+    await lst.start()
+    try:
+        conn = await _connect(lst)
+        try:
+            yield conn
+        finally:
+            conn.close()
+    finally:
+        await lst.stop()
 
 
 async def test_pipelined_requests_are_answered_in_request_order(listener: FrameListener) -> None:
@@ -130,11 +148,7 @@ async def test_immediate_and_future_answers_mix_in_request_order() -> None:
             return fut
         return b"now:" + body
 
-    lst = FrameListener("127.0.0.1", 0, handler)
-    await lst.start()
-    try:
-        conn = FrameConnection("127.0.0.1", lst.port)
-        await conn.open(2)
+    async with _serving(handler) as conn:
         calls = [asyncio.ensure_future(conn.request(b, 5)) for b in (b"later1", b"a", b"later2", b"b")]
         while len(later) < 2:
             await asyncio.sleep(0.01)
@@ -143,9 +157,6 @@ async def test_immediate_and_future_answers_mix_in_request_order() -> None:
         assert not any(c.done() for c in calls)  # all wait for the head of the line
         later[b"later1"].set_result(b"done1")
         assert await asyncio.gather(*calls) == [b"done1", b"now:a", b"done2", b"now:b"]
-        conn.close()
-    finally:
-        await lst.stop()
 
 
 async def test_reading_pauses_at_max_in_flight_and_resumes() -> None:
@@ -158,11 +169,7 @@ async def test_reading_pauses_at_max_in_flight_and_resumes() -> None:
         pending.append(fut)
         return fut
 
-    lst = FrameListener("127.0.0.1", 0, handler, max_in_flight=4)
-    await lst.start()
-    try:
-        conn = FrameConnection("127.0.0.1", lst.port)
-        await conn.open(2)
+    async with _serving(handler, max_in_flight=4) as conn:
         calls = [asyncio.ensure_future(conn.request(str(i).encode(), 5)) for i in range(10)]
         await asyncio.sleep(0.2)
         seen = len(pending)
@@ -174,9 +181,6 @@ async def test_reading_pauses_at_max_in_flight_and_resumes() -> None:
             await asyncio.sleep(0.02)
         assert len(pending) == 10
         assert [c.result() for c in calls] == [b"ok"] * 10
-        conn.close()
-    finally:
-        await lst.stop()
 
 
 async def test_a_peer_that_does_not_read_its_answers_is_not_served_further() -> None:
@@ -218,11 +222,7 @@ async def test_large_answers_arrive_whole_and_in_order_with_small_ones() -> None
     def handler(body: bytes, peer: PeerInfo) -> bytes:
         return big if body == b"big" else b"re:" + body
 
-    lst = FrameListener("127.0.0.1", 0, handler)
-    await lst.start()
-    try:
-        conn = FrameConnection("127.0.0.1", lst.port)
-        await conn.open(2)
+    async with _serving(handler) as conn:
         got: list[bytes | memoryview | BaseException] = []
         done = asyncio.get_running_loop().create_future()
 
@@ -237,9 +237,6 @@ async def test_large_answers_arrive_whole_and_in_order_with_small_ones() -> None
         assert [bytes(g) for g in got if not isinstance(g, BaseException)] == [
             big, b"re:a", big, b"re:b"]
         assert await conn.request(b"big", 10) == big  # the awaitable form returns bytes
-        conn.close()
-    finally:
-        await lst.stop()
 
 
 async def test_answers_given_as_parts_arrive_as_one_frame_each_in_order() -> None:
@@ -259,11 +256,7 @@ async def test_answers_given_as_parts_arrive_as_one_frame_each_in_order() -> Non
             return reply
         return b"re:" + body
 
-    lst = FrameListener("127.0.0.1", 0, handler)
-    await lst.start()
-    try:
-        conn = FrameConnection("127.0.0.1", lst.port)
-        await conn.open(2)
+    async with _serving(handler) as conn:
         calls = [asyncio.ensure_future(conn.request(b, 10))
                  for b in (b"later1", b"parts", b"a", b"later2", b"b")]
         while len(deferred) < 2:
@@ -273,6 +266,3 @@ async def test_answers_given_as_parts_arrive_as_one_frame_each_in_order() -> Non
         got = [bytes(g) for g in await asyncio.gather(*calls)]
         assert got == [b"x" * 100_000 + chunk + b"y", b"head:" + chunk[1:] + b":tail", b"re:a",
                        b"small parts", b"re:b"]
-        conn.close()
-    finally:
-        await lst.stop()
