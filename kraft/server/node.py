@@ -12,8 +12,13 @@ them without blocking.
 Events reach the core through one queue and one task (`_core_loop`), so the core sees them one
 at a time. Effects are executed in list order, as `kraft.raft.effects` requires:
 `PersistQuorumState` is awaited (durable) before anything after it; log writes go to the page
-cache at once and are fsynced by the flusher; `Committed(hw)` applies committed batches to the
-state machine right away, so a following `CreateSnapshot` sees exactly the state at `hw`.
+cache at once and are fsynced by the flusher. `Committed(hw)` raises the apply target; the core
+loop applies up to it in steps of APPLY_CHUNK records once the events that arrived with it are
+handled (and an inline fsync done): a follower fetches the next batch, and a leader appends and
+sends it, before applying the one just committed, so replication and applying overlap. Before
+`CreateSnapshot` (and `AdvanceLogStart`) the state machine is brought exactly to that offset,
+and before any effect that changes leadership or replaces the state (a state change, a
+truncation, a snapshot installed, the quorum state written), everything committed is applied.
 
 Writes from clients are grouped into one `Append` (one batch, at most 1 MiB of values): at
 once when none of this leader's batches waits for commit, otherwise until the oldest commits or
@@ -38,7 +43,7 @@ import time
 from collections.abc import Callable, Sequence
 from itertools import repeat
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from kraft.protocol import messages as w
 from kraft.protocol.api import ApiKey, api_spec, api_versions_response
@@ -108,14 +113,31 @@ _API_OF_REQUEST: dict[type, ApiKey] = {
 
 SNAPSHOT_BATCH_BYTES = 1024 * 1024
 MAX_APPEND_BYTES = 1024 * 1024
+"""Client values per batch are cut at this many bytes (the log takes batches up to 8 MiB)."""
 SPLICE_RECORDS_BYTES = 64 * 1024
 """Records (a snapshot chunk, a fetch's batches) at least this large are written to the
 socket as they were read, not copied into the encoded response."""
-"""Client values per batch are cut at this many bytes (the log takes batches up to 8 MiB)."""
+APPLY_CHUNK = 8192
+"""Committed records applied in one step of the core loop; the loop handles what arrived
+meanwhile (fetches, acknowledgements, new writes) between two steps."""
+APPLY_EVERY = 16
+"""Events the core loop handles at most while committed records wait to be applied."""
 CLIENT_TIMEOUT_S = 15.0
 INLINE_FLUSH_EVERY = 64
 """Inline flush mode: fsync after at most this many events handled since an append, even
 while more keep queueing (a busy leader's own durable offset still moves)."""
+
+
+_APPLY_LATER_OK: Final = frozenset({
+    fx.SendRequest, fx.SendResponse, fx.SendFetchResponse, fx.SendFetchSnapshotResponse,
+    fx.AppendRecords, fx.AppendControl, fx.AppendFetched, fx.Committed, fx.AppendAccepted,
+    fx.AppendCommitted, fx.CreateSnapshot, fx.AdvanceLogStart, fx.DeleteSnapshot,
+    fx.WriteSnapshotChunk, fx.SendApiVersions,
+})
+"""Effects the core loop executes while committed records still wait to be applied (a
+snapshot is taken, and the log's start moved, only after applying exactly up to their
+offset); before any other (a state change, a truncation, a snapshot installed, the quorum
+state written) every committed record is applied first."""
 
 
 def now_ms() -> int:
@@ -238,6 +260,13 @@ class KraftNode:
         self._events: collections.deque[ev.Event | tuple[str, Any]] = collections.deque()
         self._flush_due = 0
         """Events handled since an append that the inline flush has not covered yet (0: none)."""
+        self._apply_target = 0
+        """The highest high watermark the core reported (`Committed`): the core loop applies up
+        to it in steps of APPLY_CHUNK records, after the replication work queued before it."""
+        self._apply_waited = 0
+        """Events handled since a step of applying while records waited to be applied."""
+        self._decoded: tuple[int, int, Sequence[bytes | None]] | None = None
+        """(base offset, epoch, values) of a batch applied in part: the rest needs no decoding."""
         self._wake: asyncio.Future[None] | None = None
         self._inbound: dict[int, asyncio.Future[tuple[m.Response, bytes | None]] | _FrameAnswer] = {}
         self._inbound_ids = 0
@@ -438,12 +467,22 @@ class KraftNode:
             await self._execute(first)
             loop = asyncio.get_running_loop()
             events = self._events
+            sm = self.sm
             while True:
                 if self._flush_due and (not events or self._flush_due > INLINE_FLUSH_EVERY):
                     # Inline group commit: the events that arrived together (a client write
                     # and the followers' fetches) are all handled and answered first, then one
                     # fsync covers every append among them.
                     self._flush_inline()
+                if self._apply_target > sm.applied_offset and (
+                        not events or self._apply_waited >= APPLY_EVERY):
+                    # Applying comes after replication: the fetches, acknowledgements and
+                    # appends that arrived are handled (and fsynced) first, so the next batch
+                    # replicates while this one is applied. One step, then whatever the
+                    # transports delivered meanwhile.
+                    self._apply_step()
+                    await asyncio.sleep(0)
+                    continue
                 if not events:
                     deadline = core.next_deadline()
                     delay = None if deadline is None else (deadline - now_ms()) / 1000
@@ -478,6 +517,8 @@ class KraftNode:
                 await self._execute(effects)
                 if self._flush_due:
                     self._flush_due += 1
+                if self._apply_target > sm.applied_offset:
+                    self._apply_waited += 1
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
@@ -504,6 +545,11 @@ class KraftNode:
         appended = False
         for e in effects:
             t = type(e)
+            if t not in _APPLY_LATER_OK and self._apply_target > self.sm.applied_offset:
+                # leadership, the log's start, a snapshot, a truncation: all committed records
+                # are applied before it (a writer whose record committed gets its result, not
+                # "outcome unknown"; nothing below the log's start is left unapplied)
+                self._apply_to(self._apply_target)
             if t is fx.SendRequest:
                 assert isinstance(e, fx.SendRequest)
                 if not self._send_on_open_connection(e):
@@ -553,7 +599,9 @@ class KraftNode:
                     None, md.quorum_state_store.write, data)
             elif t is fx.Committed:
                 assert isinstance(e, fx.Committed)
-                self._apply_to(e.high_watermark)
+                if e.high_watermark > self._apply_target:
+                    self._apply_target = e.high_watermark  # applied by the core loop
+                    self._m_hw.set(e.high_watermark)
             elif t is fx.AppendAccepted:
                 assert isinstance(e, fx.AppendAccepted)
                 futures = self._appends.pop(e.append_id, [])
@@ -571,12 +619,14 @@ class KraftNode:
                 assert isinstance(e, fx.AppendCommitted)
                 self._append_done(e.append_id)
                 if e.error_code != ErrorCode.NONE:
+                    self._apply_to(self._apply_target)
                     self._fail_unapplied(f"leader changed before commit ({e.error_code.name})")
             elif t is fx.CreateSnapshot:
                 assert isinstance(e, fx.CreateSnapshot)
                 self._create_snapshot(e)
             elif t is fx.AdvanceLogStart:
                 assert isinstance(e, fx.AdvanceLogStart)
+                self._apply_to(e.offset)  # nothing below the log's start is left unapplied
                 md.log.advance_log_start_offset(e.offset)
             elif t is fx.DeleteSnapshot:
                 assert isinstance(e, fx.DeleteSnapshot)
@@ -654,7 +704,19 @@ class KraftNode:
 
     # ------------------------------------------------------------------ apply
 
+    def _apply_step(self) -> None:
+        """Apply the next APPLY_CHUNK committed records and send the answers that completes."""
+        self._apply_waited = 0
+        before = self.sm.applied_offset
+        self._apply_to(min(self._apply_target, before + APPLY_CHUNK))
+        if self.sm.applied_offset == before:
+            self._apply_target = before  # nothing can be applied (logged); the next Committed retries
+        if self.client_server is not None:
+            self.client_server.flush()
+
     def _apply_to(self, hw: int) -> None:
+        """Apply the committed records below `hw` not applied yet (a batch may be applied in
+        parts: the records from the applied offset to `hw`)."""
         md = self.md
         assert md is not None
         start = self.sm.applied_offset
@@ -665,30 +727,36 @@ class KraftNode:
                       start, md.log.log_start_offset)
             return
         for batch in md.log.batches(start):
-            if batch.base_offset >= hw:
+            base = batch.base_offset
+            if base >= hw:
                 break
             end = min(batch.next_offset, hw)
             self._last_applied_ts = batch.max_timestamp
             if batch.is_control:
                 self.sm.skip_to(end)
                 continue
-            own = self._own_batches.get(batch.base_offset) if self._own_batches else None
-            if (own is not None and own[0] == batch.partition_leader_epoch
-                    and len(own[1]) == batch.next_offset - batch.base_offset):
+            epoch = batch.partition_leader_epoch
+            whole = end == batch.next_offset
+            own = self._own_batches.get(base) if self._own_batches else None
+            values: Sequence[bytes | None]
+            if own is not None and own[0] == epoch and len(own[1]) == batch.next_offset - base:
                 # the batch this leader built (one epoch, one base offset: the same batch)
-                values: Sequence[bytes | None] = own[1]
-                if end == batch.next_offset:
-                    del self._own_batches[batch.base_offset]
-                else:
-                    values = values[:end - batch.base_offset]
+                values = own[1]
+                if whole:
+                    del self._own_batches[base]
             else:
-                values = batch.values()
-                if end < batch.next_offset:
-                    values = values[:end - batch.base_offset]
-                if None in values:
-                    values = [v if v is not None else b"" for v in values]
-            committed = CommittedBatch(batch.base_offset, batch.partition_leader_epoch,
-                                       tuple(values))  # type: ignore[arg-type]
+                decoded = self._decoded
+                if decoded is not None and decoded[0] == base and decoded[1] == epoch:
+                    values = decoded[2]  # the rest of a batch applied in part
+                else:
+                    values = batch.values()
+                    if None in values:
+                        values = [v if v is not None else b"" for v in values]
+                self._decoded = None if whole else (base, epoch, values)
+            first = max(start, base)
+            if first > base or not whole:
+                values = values[first - base:end - base]
+            committed = CommittedBatch(first, epoch, tuple(values))  # type: ignore[arg-type]
             waiting = self._waiting
             if not waiting and self._apply_quietly is not None:
                 # nobody waits on this node (a follower, the replay at start-up): no results
@@ -697,8 +765,7 @@ class KraftNode:
                 results = self.sm.apply(committed)
                 # only a leader (or a deposed one) has writers waiting
                 pop = waiting.pop
-                epoch = batch.partition_leader_epoch
-                for offset, result in enumerate(results, start=batch.base_offset):
+                for offset, result in enumerate(results, start=first):
                     waiter = pop(offset, None)
                     if waiter is None:
                         continue
@@ -709,9 +776,8 @@ class KraftNode:
                         fut.set_result((offset, result))
                     else:
                         fut.set_exception(OutcomeUnknownError("write replaced by another leader"))
-            if end < batch.next_offset:
+            if not whole:
                 break
-        self._m_hw.set(hw)
         self._m_applied.set(self.sm.applied_offset)
 
     def _fail_waiters_from(self, offset: int, why: str) -> None:
@@ -766,6 +832,7 @@ class KraftNode:
         """Capture the state now (it must be exactly at the snapshot's end offset) and write
         the file on an executor thread; `SnapshotCreated` follows."""
         sid = e.snapshot_id
+        self._apply_to(sid.offset)  # committed records may wait to be applied (core loop)
         if self.sm.applied_offset != sid.offset:
             log.error("event=snapshot_skipped replica=%d snapshot=%s applied=%d",
                       self.config.node_id, sid, self.sm.applied_offset)

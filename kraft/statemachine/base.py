@@ -3,10 +3,12 @@
 The runtime (`kraft.server.node`) owns the log and the consensus core. It calls a state machine
 in exactly three ways, never concurrently with each other:
 
-1. `apply(batch)` for every committed data batch, in log order, each exactly once per
-   incarnation of the state (control batches are not passed; their offsets are still skipped
-   over). It returns one result per record value; the runtime hands each result to the client
-   that proposed that record, if that client is still waiting on this node.
+1. `apply(batch)` for the committed records of every data batch, in log order, each record
+   exactly once per incarnation of the state (control batches are not passed; their offsets
+   are still skipped over). A large batch may come in consecutive parts, each a
+   `CommittedBatch` whose `base_offset` is the offset of its first record. It returns one
+   result per record value; the runtime hands each result to the client that proposed that
+   record, if that client is still waiting on this node.
 2. `snapshot_values()` when the consensus core asks for a snapshot at the offset the state
    machine has applied up to (`applied_offset`). The values it yields are written as data
    records of the snapshot file (KIP-630 layout: header, data batches, footer) by the runtime.
