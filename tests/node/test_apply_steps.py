@@ -85,6 +85,13 @@ def _configs(base: Path) -> list[dict[str, str]]:
     } for i, p in enumerate(ports)]
 
 
+async def _started(configs: list[dict[str, str]], sms: list[Recorder]) -> list[KraftNode]:
+    nodes = [KraftNode(build_config(props, {}), sm) for props, sm in zip(configs, sms, strict=True)]
+    for n in nodes:
+        await n.start()
+    return nodes
+
+
 async def _leader(nodes: list[KraftNode]) -> KraftNode:
     for _ in range(1000):
         for n in nodes:
@@ -109,9 +116,7 @@ async def test_committed_batches_are_applied_in_steps_each_record_once(
     for props in configs:
         format_storage(props, cluster_id, out=io.StringIO())
     sms = [Recorder() for _ in configs]
-    nodes = [KraftNode(build_config(props, {}), sm) for props, sm in zip(configs, sms, strict=True)]
-    for n in nodes:
-        await n.start()
+    nodes = await _started(configs, sms)
     try:
         leader = await _leader(nodes)
         lsm = sms[nodes.index(leader)]
@@ -153,9 +158,7 @@ async def test_committed_batches_are_applied_in_steps_each_record_once(
 
     # each node restarts from its snapshot and log alone to the same state
     again = [Recorder() for _ in configs]
-    nodes = [KraftNode(build_config(props, {}), sm) for props, sm in zip(configs, again, strict=True)]
-    for n in nodes:
-        await n.start()
+    nodes = await _started(configs, again)
     try:
         leader = await _leader(nodes)
         offset, total = await leader.propose(struct.pack(">q", 0))
