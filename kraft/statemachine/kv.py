@@ -155,6 +155,9 @@ class PutCommands(Sequence[bytes]):
 
 
 _PUT_HEAD = bytes([FORMAT_VERSION, OP_PUT])
+_PUT_FIXED = struct.Struct(">2sI")  # format version and op, key length
+_U32 = struct.Struct(">I")
+_PUT_MIN = _PUT_FIXED.size + _U32.size  # an empty key and an empty value
 _ALREADY_APPLIED = KVResult(ok=False, error="already applied")
 
 
@@ -202,12 +205,17 @@ class KVStore:
     def _apply(self, batch: CommittedBatch, answer: Callable[[object], None] | None) -> None:
         """Apply `batch`, handing each record's `KVResult` to `answer` (None: build none).
 
-        A well-formed PUT (the bulk of any log) is decoded inline; every other command, and
-        any PUT that is not exactly well-formed, goes through `decode_command`, which also
-        names what is wrong.
+        A well-formed PUT (the bulk of any log) is decoded inline, its head and lengths with
+        one struct call each, and its result built as the tuple it is (`KVResult(...)` goes
+        through a Python-level `__new__`); every other command, and any PUT that is not
+        exactly well-formed, goes through `decode_command`, which also names what is wrong.
         """
         data = self._data
         get = data.get
+        put_head = _PUT_HEAD
+        head = _PUT_FIXED.unpack_from
+        u32 = _U32.unpack_from
+        make = tuple.__new__
         offset = batch.base_offset
         skip = self._applied - offset
         for value in batch.values:
@@ -217,22 +225,21 @@ class KVStore:
                 if answer is not None:
                     answer(_ALREADY_APPLIED)
                 continue
-            if type(value) is bytes and value[:2] == _PUT_HEAD:
-                kend = 6 + int.from_bytes(value[2:6], "big")
-                vstart = kend + 4
-                vlen = int.from_bytes(value[kend:vstart], "big")
-                if kend <= MAX_KEY_BYTES + 6 and vlen == len(value) - vstart:
+            n = len(value) if type(value) is bytes else 0
+            if n >= _PUT_MIN:
+                op, klen = head(value)
+                kend = klen + 6
+                if (op == put_head and klen <= MAX_KEY_BYTES and klen <= n - _PUT_MIN
+                        and u32(value, kend)[0] == n - kend - 4):
                     try:
                         key = value[6:kend].decode()
                     except UnicodeDecodeError:
-                        result = self._apply_one(value)
+                        pass
+                    else:
                         if answer is not None:
-                            answer(result)
+                            answer(make(KVResult, (True, get(key), None)))
+                        data[key] = value[kend + 4:]
                         continue
-                    if answer is not None:
-                        answer(KVResult(True, get(key)))
-                    data[key] = value[vstart:]
-                    continue
             result = self._apply_one(value)
             if answer is not None:
                 answer(result)
