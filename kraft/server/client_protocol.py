@@ -58,6 +58,8 @@ def encode_response(request_id: int, status: int, offset: int = -1, leader_id: i
 _PUT_CMD = struct.Struct(">BBI")  # the KV command's format version, op and key length
 _U32 = struct.Struct(">I")
 _FRAME_HEAD = struct.Struct(">IIBH")  # length, id, op, key length
+_PACK_ANSWER = RESPONSE_HEAD.pack
+_ANSWER_LENGTH = RESPONSE_HEAD.size - 4  # an answer without payload
 
 
 class _WriteReply:
@@ -78,11 +80,13 @@ class _WriteReply:
 
     def set_result(self, result: object, /) -> None:
         self._done = True
-        offset, outcome = cast(tuple[int, object], result)
+        pair: tuple[int, object] = result  # type: ignore[assignment]  # not cast(): per write
+        offset, outcome = pair
         status = OK
         if self._op == OP_DELETE and isinstance(outcome, KVResult) and not outcome.ok:
             status = NOT_FOUND
-        self._conn._reply(encode_response(self._rid, status, offset))
+        # encode_response(rid, status, offset), packed here: this runs for every write
+        self._conn._reply(_PACK_ANSWER(_ANSWER_LENGTH, self._rid, status, offset, -1))
 
     def set_exception(self, exc: BaseException, /) -> None:
         self._done = True
@@ -135,10 +139,15 @@ class ClientProtocol(asyncio.Protocol):
 
         The writes among them go to the node together, once the frames are parsed (one
         leadership check and one linger decision for all of them): nothing runs on the loop
-        between two frames of one chunk, so they reach the log in the same order either way."""
+        between two frames of one chunk, so they reach the log in the same order either way.
+        A frame's length and head are read with one struct call, and keys and values are
+        sliced from bytes (a buffered bytearray is copied once, whole, rather than per slice)."""
+        if type(view) is not bytes:
+            view = bytes(view)
         pos = 0
         n = len(view)
         head = _FRAME_HEAD.unpack_from
+        head_size = _FRAME_HEAD.size
         put_head = _PUT_CMD.pack
         u32 = _U32.pack
         writes: list[tuple[bytes, Completion]] = []
@@ -146,7 +155,10 @@ class ClientProtocol(asyncio.Protocol):
             if self._in_flight >= MAX_IN_FLIGHT or self._write_blocked:
                 self._pause_reading()
                 break
-            length = int.from_bytes(view[pos:pos + 4], "big")
+            if n - pos >= head_size:
+                length, request_id, op, klen = head(view, pos)
+            else:  # not a whole frame, unless its length is already wrong
+                length, request_id, op, klen = int.from_bytes(view[pos:pos + 4], "big"), 0, 0, 0
             if length > MAX_FRAME or length < REQUEST_HEAD.size:
                 log.warning("event=bad_client_frame length=%d", length)
                 self._submit(writes)  # the whole frames before it were taken
@@ -156,15 +168,14 @@ class ClientProtocol(asyncio.Protocol):
             end = pos + 4 + length
             if end > n:
                 break
-            _, request_id, op, klen = head(view, pos)
-            kstart = pos + 4 + REQUEST_HEAD.size
+            kstart = pos + head_size
             kend = kstart + klen
             pos = end
             self._in_flight += 1  # every request gets exactly one `_reply`
             if kend > end:
                 self._reply(encode_response(request_id, ERROR, payload=b"key overruns the frame"))
                 continue
-            key = bytes(view[kstart:kend])
+            key = view[kstart:kend]
             if not key.isascii():
                 try:
                     key.decode()

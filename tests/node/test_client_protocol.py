@@ -126,6 +126,11 @@ def test_bad_frames_get_error_answers_and_split_frames_still_work(
         got = {rid: (status, payload) for rid, status, _, _, payload in _answers(sock, 2)}
         assert got[4] == (OK, b"split-value")
         assert got[5] == (ERROR, b"unknown op 9")
+    with socket.create_connection((host, port), timeout=30) as sock:
+        # a length too short for any request head, arriving with fewer bytes than a head:
+        # refused at once (the node closes the connection), not waited on for more bytes
+        sock.sendall(struct.pack(">I", 2) + b"ab")
+        assert sock.recv(64) == b""
 
 
 def test_callback_api_answers_every_write_and_names_the_leader(
