@@ -32,6 +32,7 @@ committed anything this leader has not applied, so the local state answers the r
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import concurrent.futures
 import contextlib
@@ -41,7 +42,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from itertools import repeat
+from itertools import accumulate, repeat
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -571,7 +572,7 @@ class KraftNode:
                 self._answer(e.correlation_id, e.response, self._snapshot_chunk(e))
             elif t is fx.AppendRecords:
                 assert isinstance(e, fx.AppendRecords)
-                values = tuple(v if isinstance(v, bytes) else bytes(v) for v in e.values)  # type: ignore[call-overload]
+                values = tuple(map(bytes, e.values))  # type: ignore[arg-type]  # bytes(v) is v
                 md.log.append(build_batch(e.base_offset, e.epoch, values, e.timestamp_ms))
                 self._own_batches[e.base_offset] = (e.epoch, values)
                 appended = True
@@ -1168,24 +1169,24 @@ class KraftNode:
 
     def _submit_pending(self) -> None:
         self._linger_handle = None
-        count, size = 0, 0
-        for value, _ in self._pending_values:
-            if count and size + len(value) > MAX_APPEND_BYTES:
-                break
-            count += 1
-            size += len(value)
-        pending, self._pending_values = self._pending_values[:count], self._pending_values[count:]
         self._barrier = None
-        if self._pending_values:  # the rest goes in the next batch, right after this one
-            self._linger_handle = asyncio.get_running_loop().call_soon(self._submit_pending)
+        pending = self._pending_values
         if not pending:
             return
+        values, futures = zip(*pending)  # per value in C: this runs for every write
+        ends = list(accumulate(map(len, values)))
+        count = max(1, bisect.bisect_right(ends, MAX_APPEND_BYTES))  # one value at least
+        if count < len(pending):  # the rest goes in the next batch, right after this one
+            self._pending_values = pending[count:]
+            values, futures = values[:count], futures[:count]
+            self._linger_handle = asyncio.get_running_loop().call_soon(self._submit_pending)
+        else:
+            self._pending_values = []
         self._append_ids += 1
         append_id = self._append_ids
-        self._appends[append_id] = [f for _, f in pending]
+        self._appends[append_id] = list(futures)
         self._uncommitted_appends.add(append_id)
-        values = tuple(v for v, _ in pending)
-        self._enqueue(ev.Append(append_id, values, sum(len(v) for v in values)))
+        self._enqueue(ev.Append(append_id, values, ends[count - 1]))
 
     async def kv_put(self, key: str, value: bytes) -> int:
         """Replicate PUT key=value."""

@@ -1,0 +1,57 @@
+"""How a leader groups the writes that arrive together into batches (`KraftNode._submit_pending`):
+in order, at most MAX_APPEND_BYTES of values per batch, a larger value alone in its own."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from pathlib import Path
+
+import kraft.server.node as node_module
+from kraft.protocol.uuid import Uuid
+from kraft.raft.state import Role
+from kraft.server.config import build_config
+from kraft.server.local import free_port
+from kraft.server.node import KraftNode
+from kraft.statemachine.kv import KVStore, encode_put
+from kraft.storage.format import format_storage
+
+
+async def test_writes_arriving_together_are_cut_into_batches_of_at_most_the_limit(
+        tmp_path: Path) -> None:
+    port = free_port("127.0.0.1")
+    props = {
+        "node.id": "1", "process.roles": "controller",
+        "listeners": f"CONTROLLER://127.0.0.1:{port}", "controller.listener.names": "CONTROLLER",
+        "controller.quorum.voters": f"1@127.0.0.1:{port}", "metadata.log.dir": str(tmp_path),
+    }
+    format_storage(props, str(Uuid.random()), out=io.StringIO())
+    node = KraftNode(build_config(props, {}), KVStore())
+    await node.start()
+    try:
+        for _ in range(1000):
+            if node.core is not None and node.core.role == Role.LEADER and node.core.high_watermark:
+                break
+            await asyncio.sleep(0.01)
+        limit = node_module.MAX_APPEND_BYTES
+        # sizes of the encoded values: seven of ~0.3 limit, one larger than the limit, then
+        # small ones; all proposed in one loop turn, so they are pending together
+        sizes = [limit * 3 // 10] * 7 + [limit + 1000] + [100] * 50
+        values = [encode_put(f"k{i}", b"x" * (size - 16)) for i, size in enumerate(sizes)]
+        results = await asyncio.gather(*(node.propose(v) for v in values))
+        offsets = [offset for offset, _ in results]
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(values)
+
+        assert node.md is not None
+        batches = [b for b in node.md.log.batches(offsets[0]) if not b.is_control]
+        got = [v for b in batches for v in b.values()]
+        assert got == values  # every value, once, in the order proposed
+        per_batch = [[len(v or b"") for v in b.values()] for b in batches]
+        for sizes_in_batch in per_batch:
+            assert len(sizes_in_batch) == 1 or sum(sizes_in_batch) <= limit, per_batch
+        # cut greedily: three of ~0.3 limit fit, a fourth does not; the large value alone
+        assert [len(s) for s in per_batch[:4]] == [3, 3, 1, 1], per_batch
+        assert per_batch[3] == [len(values[7])]
+        assert sum(len(s) for s in per_batch[4:]) == 50
+    finally:
+        await node.stop()
