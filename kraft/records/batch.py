@@ -485,6 +485,7 @@ def _plain_values(data: bytes | memoryview, count: int) -> list[bytes] | None:
     pos = 0
     out: list[bytes] = []
     append = out.append
+    copy = type(data) is not bytes  # a slice of bytes already is bytes; of a view, it is not
     try:
         for _ in range(count):
             b = data[pos]
@@ -531,7 +532,7 @@ def _plain_values(data: bytes | memoryview, count: int) -> list[bytes] | None:
             vend = p + vlen
             if vlen < 0 or vend + 1 != rec_end or data[vend] != 0:
                 return None  # a null value, headers, or lengths that disagree
-            append(bytes(data[p:vend]))  # no copy when `data` is bytes (the slice already is)
+            append(bytes(data[p:vend]) if copy else data[p:vend])  # type: ignore[arg-type]
             pos = rec_end
     except (IndexError, TruncatedInputError, MalformedInputError):
         return None

@@ -31,6 +31,14 @@ def test_plain_values_take_the_fast_path_and_other_shapes_do_not() -> None:
     large = [b"b" * 1_000_000, b"c" * 20_000, b"d"]  # lengths of three and four varint bytes
     body = bytes(RecordBatch.parse(build_batch(0, 1, large, 0)).raw[BATCH_HEADER_SIZE:])
     assert batch_mod._plain_values(body, 3) == large
+    # values are bytes whether sliced from bytes or from a view of the caller's buffer (a
+    # memoryview compares equal to its bytes, so the types are checked); a body of 1 MiB or
+    # more is read through a view
+    for data, count in ((body, 3), (memoryview(body), 3), (plain, 300), (memoryview(plain), 300)):
+        got = batch_mod._plain_values(data, count)
+        assert got is not None and {type(v) for v in got} == {bytes}
+    huge = RecordBatch.parse(build_batch(0, 1, [b"e" * (1 << 20), b"f"], 0))
+    assert [type(v) for v in huge.values()] == [bytes, bytes]
     for rec in (Record(0, 0, b"k", b"v", ()), Record(0, 0, None, None, ()),
                 Record(0, 0, None, b"v", (("h", b"x"),))):
         body = bytes(RecordBatch.parse(build_batch(0, 1, [rec], 0)).raw[BATCH_HEADER_SIZE:])
