@@ -29,9 +29,10 @@ from kraft.server.client_protocol import (
     OP_GET,
     OP_GET_STALE,
     OP_PUT,
+    REQUEST_FRAME_HEAD,
+    REQUEST_HEAD,
     RESPONSE_HEAD,
     UNKNOWN_OUTCOME,
-    encode_request,
 )
 from kraft.server.frames import ReadBuffer
 
@@ -53,6 +54,8 @@ class OutcomeUnknown(ClientError):
     """The write may or may not have been applied (leader change, connection lost)."""
 
 
+_PACK_REQUEST = REQUEST_FRAME_HEAD.pack
+_REQUEST_SIZE = REQUEST_HEAD.size  # the head after the length
 _Answer = tuple[int, int, bytes]  # status, offset, payload
 
 
@@ -165,30 +168,31 @@ class KraftClient:
             else:
                 waiter(UNKNOWN_OUTCOME, -1, str(exc).encode())
 
-    def _queue(self, op: int, key: str, value: bytes, waiter: asyncio.Future[_Answer] | Callback) -> None:
-        if self._transport is None:
-            raise ClientError("not connected")
-        self._next_id = rid = (self._next_id + 1) & 0xFFFFFFFF
-        self._pending[rid] = waiter
-        self._out.append(encode_request(rid, op, key, value))
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            assert self._loop is not None
-            self._loop.call_soon(self._flush)
-
     def _call(self, op: int, key: str, value: bytes = b"") -> asyncio.Future[_Answer]:
         if self._loop is None:
             raise ClientError("not connected")
         fut: asyncio.Future[_Answer] = self._loop.create_future()
-        self._queue(op, key, value, fut)
+        self.send(op, key, value, fut)
         return fut
 
-    def send(self, op: int, key: str, value: bytes, callback: Callback) -> None:
+    def send(self, op: int, key: str, value: bytes,
+             callback: Callback | asyncio.Future[_Answer]) -> None:
         """Queue one request and return at once; `callback(status, offset, payload)` runs on
         the event loop when its answer arrives (a producer-style API for callers that keep
         many writes in flight without a coroutine each). For NOT_LEADER, `offset` carries the
-        leader id; a lost connection answers UNKNOWN_OUTCOME."""
-        self._queue(op, key, value, callback)
+        leader id; a lost connection answers UNKNOWN_OUTCOME. A future of this loop may stand
+        in for the callback: it gets (status, offset, payload), or the matching ClientError."""
+        if self._transport is None:
+            raise ClientError("not connected")
+        self._next_id = rid = (self._next_id + 1) & 0xFFFFFFFF
+        self._pending[rid] = callback
+        k = key.encode()  # encode_request(rid, op, key, value), inline: this runs per write
+        self._out.append(_PACK_REQUEST(_REQUEST_SIZE + len(k) + len(value), rid, op, len(k))
+                         + k + value)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            assert self._loop is not None
+            self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False

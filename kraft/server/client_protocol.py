@@ -44,7 +44,7 @@ MAX_IN_FLIGHT = 16384
 def encode_request(request_id: int, op: int, key: str, value: bytes = b"") -> bytes:
     """One request frame (the length and the head packed in one call: this runs per write)."""
     k = key.encode()
-    return _FRAME_HEAD.pack(REQUEST_HEAD.size + len(k) + len(value), request_id, op,
+    return REQUEST_FRAME_HEAD.pack(REQUEST_HEAD.size + len(k) + len(value), request_id, op,
                             len(k)) + k + value
 
 
@@ -57,7 +57,7 @@ def encode_response(request_id: int, status: int, offset: int = -1, leader_id: i
 
 _PUT_CMD = struct.Struct(">BBI")  # the KV command's format version, op and key length
 _U32 = struct.Struct(">I")
-_FRAME_HEAD = struct.Struct(">IIBH")  # length, id, op, key length
+REQUEST_FRAME_HEAD = struct.Struct(">IIBH")  # length, id, op, key length: a request's first bytes
 _PACK_ANSWER = RESPONSE_HEAD.pack
 _ANSWER_LENGTH = RESPONSE_HEAD.size - 4  # an answer without payload
 
@@ -146,8 +146,8 @@ class ClientProtocol(asyncio.Protocol):
             view = bytes(view)
         pos = 0
         n = len(view)
-        head = _FRAME_HEAD.unpack_from
-        head_size = _FRAME_HEAD.size
+        head = REQUEST_FRAME_HEAD.unpack_from
+        head_size = REQUEST_FRAME_HEAD.size
         put_head = _PUT_CMD.pack
         u32 = _U32.pack
         writes: list[tuple[bytes, Completion]] = []
