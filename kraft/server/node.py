@@ -20,13 +20,14 @@ sends it, before applying the one just committed, so replication and applying ov
 and before any effect that changes leadership or replaces the state (a state change, a
 truncation, a snapshot installed, the quorum state written), everything committed is applied.
 
-Writes from clients are grouped into one `Append` (one batch, at most 1 MiB of values): at
-once when none of this leader's batches waits for commit, otherwise until the oldest commits or
-`controller.quorum.append.linger.ms` passes (group commit under load, no linger for a lone
-client). Each value's future is keyed by its offset and epoch; the apply step resolves it
-with the state machine's result. Reads are linearizable through a read barrier: a no-op record
-appended in the current epoch; once it is committed and applied, no other leader can have
-committed anything this leader has not applied, so the local state answers the read.
+Writes from clients are grouped into one `Append` (one batch, at most 1 MiB of values and 16,384
+of them): at once when none of this leader's batches waits for commit, otherwise until the
+oldest commits or `controller.quorum.append.linger.ms` passes (group commit under load, no
+linger for a lone client). Each value's future is keyed by its offset and epoch; the apply
+step resolves it with the state machine's result. Reads are linearizable through a read
+barrier: a no-op record appended in the current epoch; once it is committed and applied, no
+other leader can have committed anything this leader has not applied, so the local state
+answers the read.
 """
 
 from __future__ import annotations
@@ -115,6 +116,9 @@ _API_OF_REQUEST: dict[type, ApiKey] = {
 SNAPSHOT_BATCH_BYTES = 1024 * 1024
 MAX_APPEND_BYTES = 1024 * 1024
 """Client values per batch are cut at this many bytes (the log takes batches up to 8 MiB)."""
+MAX_APPEND_VALUES = 16384
+"""...and at this many values (tiny values: a batch's cut then looks at no more pending writes
+than this, however many wait)."""
 SPLICE_RECORDS_BYTES = 64 * 1024
 """Records (a snapshot chunk, a fetch's batches) at least this large are written to the
 socket as they were read, not copied into the encoded response."""
@@ -572,7 +576,7 @@ class KraftNode:
                 self._answer(e.correlation_id, e.response, self._snapshot_chunk(e))
             elif t is fx.AppendRecords:
                 assert isinstance(e, fx.AppendRecords)
-                values = tuple(map(bytes, e.values))  # type: ignore[arg-type]  # bytes(v) is v
+                values = tuple(map(bytes, e.values))  # type: ignore[arg-type]  # bytes: no copy
                 md.log.append(build_batch(e.base_offset, e.epoch, values, e.timestamp_ms))
                 self._own_batches[e.base_offset] = (e.epoch, values)
                 appended = True
@@ -1173,7 +1177,8 @@ class KraftNode:
         pending = self._pending_values
         if not pending:
             return
-        values, futures = zip(*pending)  # per value in C: this runs for every write
+        head = pending if len(pending) <= MAX_APPEND_VALUES else pending[:MAX_APPEND_VALUES]
+        values, futures = zip(*head)  # per value in C: this runs for every write
         ends = list(accumulate(map(len, values)))
         count = max(1, bisect.bisect_right(ends, MAX_APPEND_BYTES))  # one value at least
         if count < len(pending):  # the rest goes in the next batch, right after this one
