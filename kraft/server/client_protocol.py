@@ -45,7 +45,7 @@ def encode_request(request_id: int, op: int, key: str, value: bytes = b"") -> by
     """One request frame (the length and the head packed in one call: this runs per write)."""
     k = key.encode()
     return REQUEST_FRAME_HEAD.pack(REQUEST_HEAD.size + len(k) + len(value), request_id, op,
-                            len(k)) + k + value
+                                   len(k)) + k + value
 
 
 def encode_response(request_id: int, status: int, offset: int = -1, leader_id: int = -1,
