@@ -37,6 +37,33 @@ def test_frames_have_the_documented_layout() -> None:
     assert answer[4:8] == b"\x00\x00\x00\x07" and answer[-1:] == b"x"
 
 
+def test_the_client_writes_exactly_the_documented_frames() -> None:
+    """`KraftClient.send` packs its frames inline (per write, no call to `encode_request`):
+    the bytes it writes are `encode_request`'s, ids counting from 1."""
+
+    class Transport:
+        def __init__(self) -> None:
+            self.written: list[bytes] = []
+
+        def write(self, data: bytes) -> None:
+            self.written.append(data)
+
+    async def scenario() -> None:
+        client = KraftClient("127.0.0.1", 1)
+        transport = Transport()
+        client._loop = asyncio.get_running_loop()
+        client._transport = transport  # type: ignore[assignment]
+        requests = [(OP_PUT, "k", b"vv"), (OP_GET, "ключ", b""), (OP_DELETE, "", b""),
+                    (OP_PUT, "x" * 300, b"\x00" * 70000)]
+        for op, key, value in requests:
+            client.send(op, key, value, lambda *_: None)
+        await asyncio.sleep(0)  # the flush runs on the next loop turn
+        assert transport.written == [b"".join(
+            encode_request(rid, op, key, value) for rid, (op, key, value) in enumerate(requests, 1))]
+
+    asyncio.run(scenario())
+
+
 def _ready_quorum(clusters: Callable[..., LocalCluster]) -> tuple[LocalCluster, int, int]:
     """A started 3-voter quorum with every node ready: (cluster, leader id, a follower id)."""
     cluster = clusters(3)
