@@ -67,6 +67,12 @@ from kraft.records.snapshot_format import iter_snapshot_batches
 from kraft.server.admin import AdminServer, NotLeaderError, OutcomeUnknownError
 from kraft.server.client_protocol import ClientServer
 from kraft.server.config import NodeConfig
+from kraft.server.fetch_fast import (
+    decode_fetch_request,
+    decode_fetch_response,
+    encode_fetch_request,
+    encode_fetch_response,
+)
 from kraft.server.frames import DeferredReply, FrameListener, PeerInfo, ReplyBody
 from kraft.server.metrics import Registry
 from kraft.server.translate import (
@@ -228,28 +234,56 @@ class _FrameAnswer:
         if self.future.done():
             return
         try:
-            wire: object
-            body: ReplyBody | None
-            if self.api == ApiKey.REMOVE_RAFT_VOTER and isinstance(response, m.VoterChangeResponse):
-                body = encode_response(self.api, self.version, self.corr,
-                                       remove_voter_response(response))[4:]
-            elif records is not None and len(records) >= SPLICE_RECORDS_BYTES:
-                # the records (a snapshot chunk, a fetch's batches) go out as they were read
-                wire = response_to_wire(response, self.version, Spliced(records))
-                body = encode_response_parts(self.api, self.version, self.corr, wire)
-            else:
-                wire = response_to_wire(response, self.version, records)
-                body = encode_response(self.api, self.version, self.corr, wire)[4:]
+            body: ReplyBody | None = None
+            if self.api is ApiKey.FETCH and type(response) is m.FetchResponse and (
+                    records is None or len(records) < SPLICE_RECORDS_BYTES):
+                # a follower's fetch: straight from the core's answer to the frame
+                body = encode_fetch_response(self.version, self.corr, response, records)
+            if body is None:
+                body = self._general(response, records)
         except Exception as exc:  # the listener closes the connection
             log.error("event=response_not_encoded api=%s version=%d error=%r", self.api.name,
                       self.version, str(exc))
             body = None
         self.future.set(body)
 
+    def _general(self, response: m.Response, records: bytes | None) -> ReplyBody:
+        """The answer's frame body through the wire dataclasses and the generated codecs."""
+        wire: object
+        if self.api == ApiKey.REMOVE_RAFT_VOTER and isinstance(response, m.VoterChangeResponse):
+            return encode_response(self.api, self.version, self.corr,
+                                   remove_voter_response(response))[4:]
+        if records is not None and len(records) >= SPLICE_RECORDS_BYTES:
+            # the records (a snapshot chunk, a fetch's batches) go out as they were read
+            wire = response_to_wire(response, self.version, Spliced(records))
+            return encode_response_parts(self.api, self.version, self.corr, wire)
+        wire = response_to_wire(response, self.version, records)
+        return encode_response(self.api, self.version, self.corr, wire)[4:]
+
     def timed_out(self) -> None:
         if not self.future.done():
             body = api_spec(self.api).response_class(error_code=int(ErrorCode.REQUEST_TIMED_OUT))
             self.future.set(encode_response(self.api, self.version, self.corr, body)[4:])
+
+
+class _FetchCodec:
+    """The direct codecs of `kraft.server.fetch_fast` for one outbound FetchRequest (the
+    `FastCodec` of `KafkaConnection.send`): the answer decodes to a core FetchResponse."""
+
+    __slots__ = ("cluster_id", "listener", "request")
+
+    def __init__(self, request: m.FetchRequest, cluster_id: str, listener: str) -> None:
+        self.request = request
+        self.cluster_id = cluster_id
+        self.listener = listener
+
+    def encode(self, version: int, correlation_id: int, client_id: str | None) -> bytes | None:
+        return encode_fetch_request(self.request, self.cluster_id, version, correlation_id,
+                                    client_id)
+
+    def decode(self, version: int, correlation_id: int, frame: bytes | memoryview
+               ) -> m.FetchResponse | None:
+        return decode_fetch_response(frame, version, correlation_id, self.listener)
 
 
 class KraftNode:
@@ -258,6 +292,7 @@ class KraftNode:
     def __init__(self, config: NodeConfig, state_machine: StateMachine | None = None,
                  seed: int | None = None) -> None:
         self.config = config
+        self._listener_name = config.controller_listener.name
         self.sm: StateMachine = state_machine if state_machine is not None else KVStore()
         self._apply_quietly: Callable[[CommittedBatch], None] | None = getattr(
             self.sm, "apply_quietly", None)
@@ -950,8 +985,11 @@ class KraftNode:
 
         def answered(_version: int, data: Any, error: BaseException | None) -> None:
             if error is None:
+                if type(data) is m.FetchResponse:  # decoded by _FetchCodec
+                    self._response_received(e, data)
+                    return
                 try:
-                    resp = response_to_core(data, self.config.controller_listener.name)
+                    resp = response_to_core(data, self._listener_name)
                 except (ProtocolError, UnsupportedVersionError) as exc:
                     error = exc
                 else:
@@ -961,8 +999,10 @@ class KraftNode:
                       self.config.node_id, e.destination, api.name, str(error))
             self._enqueue(ev.RequestFailed(e.destination, e.correlation_id, False))
 
+        fast = _FetchCodec(request, cluster_id, self._listener_name) \
+            if type(request) is m.FetchRequest else None
         try:
-            conn.send(api, body, timeout, answered)
+            conn.send(api, body, timeout, answered, fast)
         except (ProtocolError, ValueError) as exc:  # the request could not be encoded
             log.warning("event=request_not_sent replica=%d destination=%d api=%s error=%r",
                         self.config.node_id, e.destination, api.name, str(exc))
@@ -1049,6 +1089,10 @@ class KraftNode:
         """One request frame of the Kafka listener: answered at once (ApiVersions,
         DescribeCluster, rejections) or through a future the core's answer completes (no
         task per request)."""
+        if frame[:2] == b"\x00\x01":  # Fetch: a follower's, in the steady state
+            fetch = decode_fetch_request(frame, self.cluster_id)
+            if fetch is not None:
+                return self._defer(ApiKey.FETCH, fetch[0], fetch[1], fetch[2])
         try:
             header, data = decode_request(frame)
         except UnsupportedVersionError as exc:
@@ -1074,13 +1118,17 @@ class KraftNode:
                      api_spec(api).name, exc.code.name, str(exc))
             err_body = api_spec(api).response_class(error_code=int(exc.code))
             return encode_response(api, version, corr, err_body)[4:]
+        return self._defer(ApiKey(api), version, corr, request)
+
+    def _defer(self, api: ApiKey, version: int, corr: int, request: m.Request) -> DeferredReply:
+        """Hand a decoded request to the core; its answer completes the returned reply."""
         timeout = 60.0
         if isinstance(request, m.AddRaftVoterRequest):
             timeout = max(timeout, request.timeout_ms / 1000 + 5)
         loop = asyncio.get_running_loop()
         self._inbound_ids += 1
         key = self._inbound_ids
-        answer = _FrameAnswer(ApiKey(api), version, corr, DeferredReply(),
+        answer = _FrameAnswer(api, version, corr, DeferredReply(),
                               loop.call_later(timeout, self._frame_timed_out, key))
         self._inbound[key] = answer
         self._enqueue(ev.RequestReceived(_source_of(request), key, request))

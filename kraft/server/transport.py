@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from kraft.protocol import messages as w
 from kraft.protocol.api import ApiKey, api_spec, api_versions_response
@@ -75,6 +75,16 @@ class PeerVersions:
             raise RequestError(f"no common version of {ours.name}: ours {ours.min_version}-"
                                f"{ours.max_version}, theirs {theirs[0]}-{theirs[1]}")
         return hi
+
+
+class FastCodec(Protocol):
+    """A request's own encoder and its answer's decoder (see `KafkaConnection.send`)."""
+
+    def encode(self, version: int, correlation_id: int, client_id: str | None) -> bytes | None:
+        """The request frame without its size prefix, or None for the general path."""
+
+    def decode(self, version: int, correlation_id: int, frame: bytes | memoryview) -> Any:
+        """The decoded answer, or None for the general path."""
 
 
 class KafkaConnection:
@@ -147,17 +157,38 @@ class KafkaConnection:
         return v, await self._raw_call(api_key, v, built, timeout_s)
 
     def send(self, api_key: ApiKey, body: Callable[[int], object], timeout_s: float,
-             callback: Callable[[int, Any, BaseException | None], None]) -> None:
+             callback: Callable[[int, Any, BaseException | None], None],
+             fast: FastCodec | None = None) -> None:
         """`call` without a task: `callback(version, response, None)` on success, or
         `callback(version, None, error)`; an undecodable answer or a wrong correlation id
-        closes the connection (as `call` does)."""
+        closes the connection (as `call` does).
+
+        With `fast`, the request frame is `fast.encode(version, correlation id, client id)`
+        and the answer is `fast.decode(version, correlation id, frame)`, whatever that returns
+        (the caller knows its type), or the ProtocolError it raises as the error; either
+        returning None falls back to `body` and the general decoder."""
         v = self.versions.pick(api_key)
-        frame, corr = self._frame(api_key, v, body(v))
+        frame: bytes | None = None
+        if fast is not None:
+            self._corr += 1
+            corr = self._corr
+            frame = fast.encode(v, corr, self.client_id)
+        if frame is None:
+            frame, corr = self._frame(api_key, v, body(v))
 
         def answered(raw: bytes | memoryview | BaseException) -> None:
             if isinstance(raw, BaseException):
                 callback(v, None, raw)
                 return
+            if fast is not None:
+                try:
+                    decoded = fast.decode(v, corr, raw)
+                except ProtocolError as exc:  # e.g. a corrupt batch: this fetch fails
+                    callback(v, None, exc)
+                    return
+                if decoded is not None:
+                    callback(v, decoded, None)
+                    return
             try:
                 data = self._decode(api_key, v, corr, raw)
             except RequestError as exc:
