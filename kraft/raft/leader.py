@@ -127,10 +127,10 @@ class LeaderState:
     def voter_offsets(self, voters: VoterSet, own_persisted_end: int) -> list[int]:
         """Each voter's durable end offset (the leader's own persisted end for itself)."""
         out: list[int] = []
+        own = self.node_key
         for v in voters.voters:
-            if v.key == self.node_key or (
-                v.id == self.node_key.id and v.key.directory_id is None
-            ):
+            # the leader itself: same id, and the same directory id unless the set has none
+            if v.id == own.id and (v.key.directory_id is None or v.key == own):
                 out.append(own_persisted_end)
             else:
                 p = self.voter_progress(v)

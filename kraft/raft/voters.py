@@ -37,10 +37,12 @@ class VoterSet:
 
     voters: tuple[VoterNode, ...]
     _by_id: dict[int, VoterNode] = field(init=False, repr=False, compare=False, hash=False)
+    _ids: frozenset[int] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         # Looked up on every fetch and timer: index the (small, immutable) set once.
         object.__setattr__(self, "_by_id", {n.id: n for n in self.voters})
+        object.__setattr__(self, "_ids", frozenset(self._by_id))
 
     @staticmethod
     def of(nodes: list[VoterNode] | tuple[VoterNode, ...]) -> VoterSet:
@@ -53,7 +55,7 @@ class VoterSet:
 
     def ids(self) -> frozenset[int]:
         """The voters' node ids."""
-        return frozenset(n.id for n in self.voters)
+        return self._ids
 
     def get(self, node_id: int) -> VoterNode | None:
         """The voter with this node id, if any."""

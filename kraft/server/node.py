@@ -959,7 +959,7 @@ class KraftNode:
             endpoints = node.endpoints if node is not None else ()
         if not endpoints:
             return None
-        name = self.config.controller_listener.name
+        name = self._listener_name
         chosen = next((e for e in endpoints if e.name == name), endpoints[0])
         return (chosen.host, chosen.port)
 
@@ -1031,7 +1031,7 @@ class KraftNode:
 
         try:
             _, data = await self.network.request(e.destination, address, api, body, timeout)
-            resp = response_to_core(data, self.config.controller_listener.name)
+            resp = response_to_core(data, self._listener_name)
         except (RequestError, ProtocolError, UnsupportedVersionError) as exc:
             log.debug("event=request_failed replica=%d destination=%d api=%s error=%r",
                       self.config.node_id, e.destination, api.name, str(exc))
@@ -1351,7 +1351,7 @@ class KraftNode:
             _, data = await self.network.request(
                 leader, address, ApiKey.DESCRIBE_QUORUM,
                 lambda v: request_to_wire(m.DescribeQuorumRequest(), self.cluster_id, v), 10)
-            resp = response_to_core(data, self.config.controller_listener.name)
+            resp = response_to_core(data, self._listener_name)
         assert isinstance(resp, m.DescribeQuorumResponse)
         return describe_quorum_json(resp)
 
