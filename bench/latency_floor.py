@@ -1,0 +1,153 @@
+"""The floor of a sequential commit on this machine for this runtime: the same hops and fsyncs
+as a kraft-quorum write, with no work in between.
+
+Four processes on 127.0.0.1, each on uvloop: a client sends a 108-byte write to a "leader",
+which appends it to a file, forwards it to two "followers" and fdatasyncs; each follower
+appends, fdatasyncs and acknowledges; the leader answers the client at the first
+acknowledgement. That is a write's path through `kraft run` (client -> leader -> follower ->
+leader -> client, three fsyncs on one disk) without any protocol, raft or state machine work.
+
+    .venv/bin/python -m bench.latency_floor [--writes N] [--no-leader-fsync]
+
+Prints p50/p90/p99 in ms over N sequential writes (the first 200 dropped as warm-up). Every
+process stops by itself: the client after N writes (bounded by a 60 s deadline), the servers
+when the client is done (they are killed in a `finally`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+BASE_PORT = 47300
+WRITE = 108
+HEAD = struct.Struct(">q")
+
+
+async def _connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    for _ in range(200):
+        try:
+            return await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
+
+
+async def _leader(directory: str, fsync: bool) -> None:
+    fd = os.open(os.path.join(directory, "leader.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    followers = [await _connect(BASE_PORT + i) for i in (1, 2)]
+    pending: dict[int, asyncio.StreamWriter] = {}
+
+    async def acks(reader: asyncio.StreamReader) -> None:
+        while True:
+            head = await reader.readexactly(HEAD.size)
+            client = pending.pop(HEAD.unpack(head)[0], None)
+            if client is not None:  # the first acknowledgement commits
+                client.write(head)
+
+    readers = [asyncio.ensure_future(acks(reader)) for reader, _ in followers]  # noqa: F841
+
+    async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                write = await reader.readexactly(WRITE)
+            except asyncio.IncompleteReadError:
+                return
+            pending[HEAD.unpack_from(write)[0]] = writer
+            os.write(fd, write)
+            for _, follower in followers:
+                follower.write(write)
+            if fsync:
+                os.fdatasync(fd)
+
+    await asyncio.start_server(client, "127.0.0.1", BASE_PORT)
+    await asyncio.sleep(120)
+
+
+async def _follower(directory: str, index: int) -> None:
+    fd = os.open(os.path.join(directory, f"follower{index}.log"),
+                 os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+
+    async def leader(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                write = await reader.readexactly(WRITE)
+            except asyncio.IncompleteReadError:
+                return
+            os.write(fd, write)
+            os.fdatasync(fd)
+            writer.write(write[:HEAD.size])
+
+    await asyncio.start_server(leader, "127.0.0.1", BASE_PORT + index)
+    await asyncio.sleep(120)
+
+
+async def _client(writes: int) -> list[float]:
+    reader, writer = await _connect(BASE_PORT)
+    value = b"v" * (WRITE - HEAD.size)
+    out: list[float] = []
+    deadline = time.monotonic() + 60
+    for n in range(writes):
+        if time.monotonic() > deadline:
+            break
+        started = time.perf_counter()
+        writer.write(HEAD.pack(n) + value)
+        await reader.readexactly(HEAD.size)
+        out.append(time.perf_counter() - started)
+    writer.close()
+    return out
+
+
+def _run(coro: object) -> object:
+    try:
+        import uvloop
+
+        return uvloop.run(coro)  # type: ignore[arg-type]
+    except ImportError:
+        return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--writes", type=int, default=4000)
+    ap.add_argument("--no-leader-fsync", action="store_true",
+                    help="the leader does not fsync (shows what the shared journal costs)")
+    ap.add_argument("--role", help=argparse.SUPPRESS)
+    ap.add_argument("--dir", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.writes < 300:
+        ap.error("--writes must be at least 300 (the first 200 are warm-up)")
+    if args.role == "leader":
+        _run(_leader(args.dir, not args.no_leader_fsync))
+        return
+    if args.role in ("1", "2"):
+        _run(_follower(args.dir, int(args.role)))
+        return
+    with tempfile.TemporaryDirectory(prefix="latency-floor-", dir=os.environ.get("TMPDIR")) as d:
+        me = [sys.executable, "-m", "bench.latency_floor", "--dir", d]
+        servers = [subprocess.Popen([*me, "--role", r]) for r in ("1", "2")]
+        try:
+            time.sleep(0.5)
+            servers.append(subprocess.Popen(
+                [*me, "--role", "leader", *(["--no-leader-fsync"] if args.no_leader_fsync else [])]))
+            times = sorted(_run(_client(args.writes))[200:])  # type: ignore[index]
+        finally:
+            for p in servers:
+                p.kill()
+                p.wait()
+
+    def q(p: float) -> float:
+        return 1000 * times[min(len(times) - 1, int(p * len(times)))]
+
+    print(f"latency floor ({'no leader fsync' if args.no_leader_fsync else 'leader fsync'}): "
+          f"p50 {q(0.5):.3f} ms, p90 {q(0.9):.3f} ms, p99 {q(0.99):.3f} ms over {len(times)} writes")
+
+
+if __name__ == "__main__":
+    main()
