@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import struct
 
-from kraft.protocol.errors import ErrorCode
+from kraft.protocol.errors import ErrorCode, ProtocolError
+from kraft.protocol.primitives import decode_uvarint as _read_uv
+from kraft.protocol.primitives import encode_uvarint as _uv
 from kraft.protocol.uuid import Uuid
 from kraft.raft import messages as m
 from kraft.server.translate import FETCH_HW_NOT_PROVIDED, parse_fetched_batches
@@ -49,37 +51,6 @@ _LEADER = struct.Struct(">iiB")  # CurrentLeader: LeaderId, LeaderEpoch, no tags
 _SNAPSHOT = struct.Struct(">qiB")  # SnapshotId: EndOffset, Epoch, no tags
 _NO_HW = FETCH_HW_NOT_PROVIDED
 _ZERO_DIR = Uuid.ZERO
-
-
-def _uv(n: int) -> bytes:
-    """An unsigned varint."""
-    if n < 0x80:
-        return bytes((n,))
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _read_uv(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """An unsigned varint at `pos` (at most 5 bytes) -> (value, next position); IndexError
-    when cut short, ValueError when longer than an int32's."""
-    b = buf[pos]
-    if b < 0x80:
-        return b, pos + 1
-    value = b & 0x7F
-    shift = 7
-    while True:
-        pos += 1
-        b = buf[pos]
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos + 1
-        shift += 7
-        if shift > 28:
-            raise ValueError("varint too long")
 
 
 # ---------------------------------------------------------------- FetchRequest (follower -> leader)
@@ -207,7 +178,7 @@ def decode_fetch_request(frame: bytes | memoryview, cluster_id: str
             pos += size
         if pos != end or (cid is not None and cid != cluster_id):
             return None
-    except (IndexError, ValueError, struct.error, UnicodeDecodeError):
+    except (IndexError, ValueError, struct.error, UnicodeDecodeError, ProtocolError):
         return None
     return version, corr, m.FetchRequest(
         replica_id=replica_id, replica_directory_id=directory,
@@ -353,7 +324,7 @@ def decode_fetch_response(frame: bytes | memoryview, version: int, correlation_i
             endpoints = tuple(found)
         if pos != end:
             return None
-    except (IndexError, ValueError, struct.error, UnicodeDecodeError):
+    except (IndexError, ValueError, struct.error, UnicodeDecodeError, ProtocolError):
         return None
     try:
         code = ErrorCode(error)
