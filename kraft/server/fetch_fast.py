@@ -20,6 +20,7 @@ paths agree byte for byte (encoders) and field for field (decoders).
 from __future__ import annotations
 
 import struct
+from functools import lru_cache
 
 from kraft.protocol.errors import ErrorCode, ProtocolError
 from kraft.protocol.primitives import decode_uvarint as _read_uv
@@ -50,10 +51,18 @@ _EPOCH_END = struct.Struct(">iqB")  # DivergingEpoch: Epoch, EndOffset, no tags
 _LEADER = struct.Struct(">iiB")  # CurrentLeader: LeaderId, LeaderEpoch, no tags
 _SNAPSHOT = struct.Struct(">qiB")  # SnapshotId: EndOffset, Epoch, no tags
 _NO_HW = FETCH_HW_NOT_PROVIDED
-_ZERO_DIR = Uuid.ZERO
 
 
 # ---------------------------------------------------------------- FetchRequest (follower -> leader)
+
+
+@lru_cache(maxsize=8)
+def _cluster_id_tag(cluster_id: str) -> bytes:
+    """Tagged field 0 of a FetchRequest: the ClusterId as a compact string (the same for
+    every fetch of a node)."""
+    cid = cluster_id.encode()
+    value = _uv(len(cid) + 1) + cid
+    return b"\x00" + _uv(len(value)) + value
 
 
 def encode_fetch_request(req: m.FetchRequest, cluster_id: str, version: int, correlation_id: int,
@@ -78,24 +87,25 @@ def encode_fetch_request(req: m.FetchRequest, cluster_id: str, version: int, cor
     out += _REQ_PART.pack(0, req.current_leader_epoch, req.fetch_offset, req.last_fetched_epoch,
                           -1, 0)
     directory = req.replica_directory_id
+    if directory is not None and directory.is_zero():
+        directory = None
     hw = req.high_watermark if version >= 18 and req.high_watermark is not None else _NO_HW
-    tags = (directory is not None and not directory.is_zero()) + (hw != _NO_HW)
-    out.append(tags)
-    if directory is not None and not directory.is_zero():
+    out.append((directory is not None) + (hw != _NO_HW))
+    if directory is not None:
         out += b"\x00\x10"
         out += directory.bytes
     if hw != _NO_HW:
         out += b"\x01\x08"
         out += _I64.pack(hw)
     out += b"\x00\x01\x01"  # topic tagged fields, no forgotten topics, empty rack id
-    cid = cluster_id.encode()
-    value = _uv(len(cid) + 1) + cid  # ClusterId: a compact string
-    tagged = [b"\x00" + _uv(len(value)) + value]
-    if req.replica_id != -1:
-        tagged.append(b"\x01\x0d" + _REPLICA_STATE.pack(req.replica_id, -1, 0))
-    out.append(len(tagged))
-    for t in tagged:
-        out += t
+    if req.replica_id == -1:
+        out += b"\x01"
+        out += _cluster_id_tag(cluster_id)
+    else:
+        out += b"\x02"
+        out += _cluster_id_tag(cluster_id)
+        out += b"\x01\x0d"
+        out += _REPLICA_STATE.pack(req.replica_id, -1, 0)
     return bytes(out)
 
 

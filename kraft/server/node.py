@@ -1092,7 +1092,7 @@ class KraftNode:
         if frame[:2] == b"\x00\x01":  # Fetch: a follower's, in the steady state
             fetch = decode_fetch_request(frame, self.cluster_id)
             if fetch is not None:
-                return self._defer(ApiKey.FETCH, fetch[0], fetch[1], fetch[2])
+                return self._defer(ApiKey.FETCH, *fetch)
         try:
             header, data = decode_request(frame)
         except UnsupportedVersionError as exc:
