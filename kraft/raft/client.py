@@ -255,7 +255,7 @@ class RaftCore:
             pass
         elif t is RequestFailed:
             assert isinstance(event, RequestFailed)
-            self._on_request_failed(event.correlation_id, event.unreachable)
+            self._on_request_failed(event.correlation_id, event.unreachable, event.disconnected)
         elif t is SnapshotRequested:
             assert isinstance(event, SnapshotRequested)
             self._maybe_snapshot(force=True, at=event.end_offset)
@@ -742,19 +742,25 @@ class RaftCore:
         s.fetched_since_check.clear()
         s.check_quorum_deadline = self._now + int(CHECK_QUORUM_FACTOR * self.config.fetch_timeout_ms)
 
-    def _on_request_failed(self, corr: int, unreachable: bool = False) -> None:
+    def _on_request_failed(
+        self, corr: int, unreachable: bool = False, disconnected: bool = False
+    ) -> None:
         f = self._inflight.pop(corr, None)
         if corr == self._fetch_corr:
             self._fetch_corr = None
             self._fetch_backoff_until = self._now + self.config.retry_backoff_ms
             s = self.state
-            if (
-                unreachable
-                and f is not None
-                and isinstance(s, FollowerState)
-                and f.destination == s.leader_id
-            ):
-                self._leader_unreachable(s)
+            if f is not None and isinstance(s, FollowerState) and f.destination == s.leader_id:
+                if unreachable:
+                    self._leader_unreachable(s)
+                elif disconnected:
+                    # The leader's end of the connection went away with our fetch parked there
+                    # (a killed leader's kernel closes it at once). Whether the leader is gone
+                    # is for the next connection attempt to tell, but this replica no longer
+                    # hears from it: it grants pre-votes until a fetch succeeds again, so a
+                    # survivor that learns first that the leader refuses connections is not
+                    # refused by this one in the instant before it learns it too.
+                    s.disconnected = True
         if corr == self._admin_corr:
             self._admin_corr = None
             s = self.state
@@ -951,7 +957,7 @@ class RaftCore:
                 granted = up_to_date
             elif isinstance(s, FollowerState):
                 # A follower that hears from a live leader protects it (KIP-996).
-                granted = up_to_date and not s.has_fetched
+                granted = up_to_date and (not s.has_fetched or s.disconnected)
             if (
                 isinstance(s, ProspectiveState)
                 and not granted
@@ -1579,6 +1585,7 @@ class RaftCore:
             return
         s.fetch_deadline = self._now + self.config.fetch_timeout_ms
         s.has_fetched = True
+        s.disconnected = False
         s.leader_gone_at = None
         if resp.diverging_epoch is not None:
             # Nothing of our log is known to match the leader's yet (the truncation may stop
@@ -1672,6 +1679,7 @@ class RaftCore:
             return
         s.fetch_deadline = self._now + self.config.fetch_timeout_ms
         s.has_fetched = True
+        s.disconnected = False
         self._out.append(WriteSnapshotChunk(d.snapshot_id, d.position, data))
         d.position += n
         if d.position >= resp.size:

@@ -38,11 +38,17 @@ class RequestFailed:
     `unreachable`: the destination actively refused the connection (ECONNREFUSED, or reset
     while connecting): nothing listens at its address, its process is gone. A follower whose
     leader is unreachable starts a pre-vote without waiting for the fetch timeout.
+
+    `disconnected`: an established connection closed while the request was in flight (the
+    destination closed it, or its process died and the kernel did). A follower whose fetch to
+    its leader fails so no longer protects that leader from pre-votes until a fetch succeeds
+    again; it does not start a pre-vote of its own for it.
     """
 
     destination: int
     correlation_id: int
     unreachable: bool = False
+    disconnected: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,6 +112,9 @@ class FollowerState:
     voted: ReplicaKey | None
     fetch_deadline: int
     has_fetched: bool = False
+    disconnected: bool = False
+    """The connection to the leader broke with a fetch in flight: pre-votes are granted (the
+    leader is not protected) until a fetch succeeds again."""
     leader_gone_at: int | None = None
     """Set when the leader refused a connection (its process is gone): the time to start a
     pre-vote without waiting for the fetch timeout."""

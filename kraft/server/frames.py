@@ -40,6 +40,11 @@ class ConnectionClosedError(ConnectionError):
     """The connection closed (or was closed) before a response arrived."""
 
 
+class PeerClosedError(ConnectionClosedError):
+    """The other end closed or reset the connection while requests were in flight (its process
+    may have died: the kernel closes a killed process's sockets at once)."""
+
+
 @dataclass(frozen=True, slots=True)
 class PeerInfo:
     """Where a connection comes from (for logs)."""
@@ -437,7 +442,8 @@ class _FrameClientProtocol(asyncio.Protocol):
         self._buf = ReadBuffer()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.conn._fail(exc or ConnectionClosedError("connection closed by the peer"))
+        self.conn._fail(PeerClosedError(
+            "connection closed by the peer" + (f": {exc}" if exc is not None else "")))
 
     def data_received(self, data: bytes) -> None:
         view = self._buf.feed(data)
@@ -509,9 +515,10 @@ class FrameConnection:
             self._transport.close()
             self._transport = None
         waiters, self._waiters = self._waiters, collections.deque()
+        kind = PeerClosedError if isinstance(exc, PeerClosedError) else ConnectionClosedError
         for waiter in waiters:
             waiter.timer.cancel()
-            waiter.callback(ConnectionClosedError(f"{self.host}:{self.port}: {exc}"))
+            waiter.callback(kind(f"{self.host}:{self.port}: {exc}"))
 
     def _timed_out(self, waiter: _Waiter, timeout_s: float) -> None:
         exc = TimeoutError(f"request timed out after {timeout_s:.3f}s")

@@ -73,7 +73,7 @@ from kraft.server.fetch_fast import (
     encode_fetch_request,
     encode_fetch_response,
 )
-from kraft.server.frames import DeferredReply, FrameListener, PeerInfo, ReplyBody
+from kraft.server.frames import DeferredReply, FrameListener, PeerClosedError, PeerInfo, ReplyBody
 from kraft.server.metrics import Registry
 from kraft.server.translate import (
     TopLevelError,
@@ -997,7 +997,8 @@ class KraftNode:
                     return
             log.debug("event=request_failed replica=%d destination=%d api=%s error=%r",
                       self.config.node_id, e.destination, api.name, str(error))
-            self._enqueue(ev.RequestFailed(e.destination, e.correlation_id, False))
+            self._enqueue(ev.RequestFailed(e.destination, e.correlation_id, False,
+                                           isinstance(error, PeerClosedError)))
 
         fast = _FetchCodec(request, cluster_id, self._listener_name) \
             if type(request) is m.FetchRequest else None
@@ -1036,7 +1037,9 @@ class KraftNode:
             log.debug("event=request_failed replica=%d destination=%d api=%s error=%r",
                       self.config.node_id, e.destination, api.name, str(exc))
             unreachable = isinstance(exc, RequestError) and exc.unreachable
-            self._enqueue(ev.RequestFailed(e.destination, e.correlation_id, unreachable))
+            disconnected = isinstance(exc, RequestError) and exc.disconnected
+            self._enqueue(ev.RequestFailed(e.destination, e.correlation_id, unreachable,
+                                           disconnected))
             return
         self._response_received(e, resp)
 

@@ -30,7 +30,7 @@ from kraft.protocol.framing import (
     encode_request,
     encode_response,
 )
-from kraft.server.frames import ConnectionClosedError, FrameConnection
+from kraft.server.frames import ConnectionClosedError, FrameConnection, PeerClosedError
 
 log = logging.getLogger("kraft.server.transport")
 
@@ -42,12 +42,15 @@ class RequestError(Exception):
     """A request could not be completed (no connection, timeout, undecodable answer).
 
     `unreachable`: the destination refused the connection (nothing listens there: its process
-    is gone), as opposed to a timeout or a broken established connection.
+    is gone), as opposed to a timeout or a broken established connection. `disconnected`: the
+    destination closed or reset an established connection with the request in flight.
     """
 
-    def __init__(self, message: str, unreachable: bool = False) -> None:
+    def __init__(self, message: str, unreachable: bool = False,
+                 disconnected: bool = False) -> None:
         super().__init__(message)
         self.unreachable = unreachable
+        self.disconnected = disconnected
 
 
 def unsupported_version_frame(correlation_id: int) -> bytes:
@@ -231,7 +234,9 @@ class PeerNetwork:
     Each destination is bound to an address; when the address given for a destination changes
     (a voter moved), the old connection is dropped. Failures back off exponentially before the
     next connection attempt; requests made during the backoff wait for it (within their own
-    timeout) instead of hammering a dead peer.
+    timeout) instead of hammering a dead peer, except when the last attempt was refused: then
+    they fail at once as unreachable (nothing listened a moment ago), and the caller's own
+    retry backoff paces them.
     """
 
     def __init__(self, client_id: str) -> None:
@@ -249,15 +254,16 @@ class PeerNetwork:
             return peer.conn
         if peer.connecting is not None:
             return await asyncio.wait_for(asyncio.shield(peer.connecting), timeout_s)
+        wait = peer.next_attempt - time.monotonic()
+        if wait > 0 and (peer.refused or wait >= timeout_s):
+            # Not an attempt: the backoff and what the last attempt found stay as they are.
+            raise RequestError(f"node {dest} at {address[0]}:{address[1]} is in reconnect "
+                               f"backoff", unreachable=peer.refused)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[KafkaConnection] = loop.create_future()
         peer.connecting = fut
         try:
-            wait = peer.next_attempt - time.monotonic()
             if wait > 0:
-                if wait >= timeout_s:
-                    raise RequestError(f"node {dest} at {address[0]}:{address[1]} is in "
-                                       f"reconnect backoff", unreachable=peer.refused)
                 await asyncio.sleep(wait)
             conn = KafkaConnection(address[0], address[1], self.client_id)
             await conn.open(timeout_s)
@@ -292,7 +298,7 @@ class PeerNetwork:
             return await conn.call(api_key, body, remaining)
         except (ConnectionClosedError, OSError, TimeoutError) as exc:
             raise RequestError(f"{api_key.name} to node {dest} failed: {type(exc).__name__}: "
-                               f"{exc}") from None
+                               f"{exc}", disconnected=isinstance(exc, PeerClosedError)) from None
 
     def ready(self, dest: int, address: tuple[str, int]) -> KafkaConnection | None:
         """The open connection to `dest` at `address`, if there is one (no waiting)."""

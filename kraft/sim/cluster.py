@@ -51,6 +51,7 @@ from kraft.raft.events import (
     Append,
     Event,
     Persisted,
+    RequestFailed,
     RequestReceived,
     ResponseReceived,
     Shutdown,
@@ -86,6 +87,9 @@ LISTENER = "CONTROLLER"
 
 # event-queue item kinds
 _DELIVER, _TICK, _FLUSH, _LOCAL, _FAULT, _CLIENT, _HEAL, _ADMIN = range(8)
+FAILURE_JITTER_MS = 5
+"""A refused connection or a closed one reaches the sender 1..5 ms later (its timers and the
+other replicas' do not line up to the millisecond, as they do not in real processes)."""
 # How many immediate re-ticks at one instant are work, not a busy loop.
 BUSY_TIMER_RETICKS = 3
 
@@ -108,6 +112,12 @@ class SimParams:
     """controller.quorum.auto.join.enable; None = on for dynamic quorums."""
     delete_log_after_snapshot: bool | None = None
     """Move the log start up to each snapshot; None picks by seed (mostly yes)."""
+    connections: bool | None = None
+    """Model what TCP tells a real runtime: a request to a crashed replica is refused
+    (`RequestFailed(unreachable=True)`), and a crash fails the requests in flight to it
+    (`RequestFailed(disconnected=True)`, the kernel closing the dead process's sockets), each
+    unless a partition cuts the path. Off, a crashed replica is as silent as a partitioned one.
+    None picks by seed (on for four seeds in five)."""
 
 
 @dataclass(slots=True)
@@ -147,6 +157,8 @@ class SimNode:
     immediate: list[Event] = field(default_factory=list)
     acked_end: int = 0
     """Largest FetchOffset this disk sent (an acknowledgement that the log below is durable)."""
+    outstanding: dict[int, int] = field(default_factory=dict)
+    """Requests sent and not answered yet (correlation id -> node), with `connections`."""
 
 
 def _endpoint(node_id: int) -> Endpoint:
@@ -174,6 +186,9 @@ class Simulation:
         self.elections = 0
         self.dynamic = seed % 3 != 0 if self.params.dynamic is None else self.params.dynamic
         self.mode = "dynamic" if self.dynamic else "static"
+        self.connections = (
+            seed % 5 != 0 if self.params.connections is None else self.params.connections
+        )
         self.blocked: set[tuple[int, int]] = set()
         self.loss = 0.0
         self.dup = 0.01
@@ -274,6 +289,7 @@ class Simulation:
         n.flush_pending = False
         n.partials.clear()
         n.immediate.clear()
+        n.outstanding.clear()
         self._trace(n.node_id, "start", f"incarnation={n.incarnation} log_end={state.log_end_offset}")
         self._execute(n, n.core.start())
         self._arm(n)
@@ -374,6 +390,8 @@ class Simulation:
             n = self.nodes[node_id]
             if n.core is None or (kind == _LOCAL and inc != n.incarnation):
                 return
+            if n.outstanding and isinstance(payload, ResponseReceived | RequestFailed):
+                n.outstanding.pop(payload.correlation_id, None)
             self._deliver(n, payload)  # type: ignore[arg-type]
         elif kind == _TICK:
             n = self.nodes[node_id]
@@ -439,6 +457,36 @@ class Simulation:
             delay = self.rng.randint(1, self.params.max_delay_ms)
             self._push(self.now + delay, _DELIVER, dst, event)
 
+    def _connect(self, n: SimNode, dst: int, e: SendRequest) -> bool:
+        """With `connections`: False when `dst` has crashed and refuses (the failure is on its
+        way back to `n`); else True, and the request counts as outstanding."""
+        target = self.nodes.get(dst)
+        if target is None:
+            return True
+        cut = (n.node_id, dst) in self.blocked or (dst, n.node_id) in self.blocked
+        if target.core is None and not cut:
+            self._count("refused")
+            self._push(self.now + self.rng.randint(1, FAILURE_JITTER_MS), _LOCAL, n.node_id,
+                       RequestFailed(e.destination, e.correlation_id, unreachable=True),
+                       n.incarnation)
+            return False
+        if len(n.outstanding) >= 256:  # lost requests are never answered: forget the oldest
+            del n.outstanding[next(iter(n.outstanding))]
+        n.outstanding[e.correlation_id] = dst
+        return True
+
+    def _disconnect(self, dead: SimNode) -> None:
+        """The kernel closed a crashed replica's connections: what was in flight to it fails."""
+        for n in self.nodes.values():
+            if n.core is None or n is dead or (dead.node_id, n.node_id) in self.blocked:
+                continue
+            lost = [c for c, d in n.outstanding.items() if d == dead.node_id]
+            for corr in lost:
+                del n.outstanding[corr]
+                self._count("disconnects")
+                self._push(self.now + self.rng.randint(1, FAILURE_JITTER_MS), _LOCAL, n.node_id,
+                           RequestFailed(dead.node_id, corr, disconnected=True), n.incarnation)
+
     def _bootstrap_target(self, dest: int, endpoints: tuple[Endpoint, ...]) -> int:
         if dest >= 0:
             return dest
@@ -463,7 +511,8 @@ class Simulation:
                 if self.trace is not None:
                     self._trace(nid, f"-> n{dst} {type(e.request).__name__}",
                                 f"#{e.correlation_id} {_brief(e.request, named=False)}")
-                self._send(nid, dst, RequestReceived(nid, e.correlation_id, e.request))
+                if not self.connections or self._connect(n, dst, e):
+                    self._send(nid, dst, RequestReceived(nid, e.correlation_id, e.request))
             elif t is SendResponse:
                 assert isinstance(e, SendResponse)
                 if self.trace is not None:
@@ -698,7 +747,10 @@ class Simulation:
         n.disk.crash()
         n.partials.clear()
         n.immediate.clear()
+        n.outstanding.clear()
         n.incarnation += 1
+        if self.connections:
+            self._disconnect(n)
         # What this replica acknowledged (FetchOffset) was fsynced first: a crash may not lose
         # any committed record below it.
         self.inv.check_durable_after_crash(n.node_id, n.disk.end_offset, n.acked_end)

@@ -112,3 +112,64 @@ def test_granted_prevote_from_a_voter_that_still_names_the_dead_leader_counts() 
     to1 = next(r for r in h.sent(VoteRequest) if r.request.pre_vote and r.destination == 1)
     h.respond(to1, VoteResponse(ErrorCode.NONE, 2, 3, True))
     assert h.role is Role.CANDIDATE and h.epoch == 4
+
+
+def fetched_follower(node_id: int = 3, leader: int = 2) -> CoreHarness:
+    h = CoreHarness.follower(node_id=node_id, leader_id=leader, epoch=3)
+    h.advance(1)
+    h.fetch_response(h.sent(FetchRequest)[-1])
+    assert isinstance(h.core.state, FollowerState) and h.core.state.has_fetched
+    return h
+
+
+def prevote_from(h: CoreHarness, candidate: int) -> VoteResponse:
+    h.request(candidate, VoteRequest(3, candidate, dir_id(candidate), h.core.key.id,
+                                     dir_id(h.core.key.id), 0, 0, pre_vote=True))
+    return h.responses(VoteResponse)[-1]
+
+
+def test_a_fetch_cut_off_by_the_leader_closing_the_connection_ends_the_protection() -> None:
+    h = fetched_follower()
+    assert not prevote_from(h, 1).vote_granted  # it hears from its leader
+    h.advance(1)
+    h.handle(RequestFailed(2, h.sent(FetchRequest)[-1].correlation_id, disconnected=True))
+    assert prevote_from(h, 1).vote_granted
+    # No pre-vote of its own for a closed connection: the fetch timeout still decides that.
+    h.advance(h.core.config.fetch_timeout_ms // 2)
+    assert h.role is Role.FOLLOWER and h.epoch == 3
+
+
+def test_a_successful_fetch_after_the_disconnect_protects_the_leader_again() -> None:
+    h = fetched_follower()
+    h.advance(1)
+    h.handle(RequestFailed(2, h.sent(FetchRequest)[-1].correlation_id, disconnected=True))
+    h.advance(h.core.config.retry_backoff_ms)
+    h.fetch_response(h.sent(FetchRequest)[-1])  # reconnected: the leader is alive
+    assert not prevote_from(h, 1).vote_granted
+
+
+def test_a_timed_out_fetch_keeps_the_protection() -> None:
+    h = fetched_follower()
+    h.advance(1)
+    h.handle(RequestFailed(2, h.sent(FetchRequest)[-1].correlation_id))
+    assert not prevote_from(h, 1).vote_granted
+
+
+def test_survivors_of_a_killed_leader_elect_at_once_whoever_learns_of_the_refusal_first() -> None:
+    # Leader 2 is killed: both fetches parked there fail with the closed connection. Node 1
+    # (rank 0) then finds the port refusing and asks node 3 before node 3's own reconnect
+    # attempt has failed: node 3 grants, because its fetch was cut off.
+    n1, n3 = fetched_follower(node_id=1), fetched_follower(node_id=3)
+    for h in (n1, n3):
+        h.advance(1)
+        h.handle(RequestFailed(2, h.sent(FetchRequest)[-1].correlation_id, disconnected=True))
+    n1.advance(n1.core.config.retry_backoff_ms)
+    n1.handle(RequestFailed(2, n1.sent(FetchRequest)[-1].correlation_id, unreachable=True))
+    n1.advance(0)
+    assert n1.role is Role.PROSPECTIVE
+    to3 = next(r for r in n1.sent(VoteRequest) if r.request.pre_vote and r.destination == 3)
+    n3.request(1, to3.request)
+    answer = n3.responses(VoteResponse)[-1]
+    assert answer.vote_granted and answer.leader_id == 2
+    n1.respond(to3, answer)
+    assert n1.role is Role.CANDIDATE and n1.epoch == 4
