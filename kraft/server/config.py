@@ -128,12 +128,17 @@ class NodeConfig(BaseModel):
     """host:port of the binary pipelined KV client protocol (`kraft.server.client_protocol`)."""
     http_peers: dict[int, str] = Field(default={}, alias="http.peers")
     fsync: bool = Field(default=True, alias="kraft.log.fsync")
-    flush_mode: Literal["inline", "thread"] = Field(default="inline", alias="kraft.log.flush.mode")
+    flush_mode: Literal["auto", "inline", "thread"] = Field(default="auto",
+                                                            alias="kraft.log.flush.mode")
     """`inline` (as Kafka's raft thread does): the event loop fsyncs the log once the events
     queued together were all handled (a client write and the followers' fetches: every answer
     is already on its way), so one fsync covers every append among them; `thread`: a flusher thread
     fsyncs while the loop goes on (no loop stall on a slow disk, but every flush costs thread
-    hand-offs and GIL switches)."""
+    hand-offs and GIL switches); `auto` (the default): a leader's append of at most
+    `EARLY_FLUSH_MAX_RECORDS` records (a write made alone: its latency is what counts) is
+    fsynced by the flusher thread from the moment it is written, so the fsync overlaps the
+    answers to the followers' parked fetches instead of waiting for them; bigger appends (a
+    loaded leader) and a follower's appends are flushed `inline`."""
     event_loop: Literal["auto", "asyncio", "uvloop"] = Field(default="auto", alias="kraft.event.loop")
     """`auto`: uvloop when it is installed (less CPU per request), else asyncio's loop."""
 

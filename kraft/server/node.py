@@ -137,6 +137,9 @@ CLIENT_TIMEOUT_S = 15.0
 INLINE_FLUSH_EVERY = 64
 """Inline flush mode: fsync after at most this many events handled since an append, even
 while more keep queueing (a busy leader's own durable offset still moves)."""
+EARLY_FLUSH_MAX_RECORDS = 16
+"""`kraft.log.flush.mode=auto`: a leader's append of at most this many records is fsynced by
+the flusher thread as soon as it is written (see `_execute`)."""
 
 
 _APPLY_LATER_OK: Final = frozenset({
@@ -182,6 +185,8 @@ class _Flusher:
         self.generation = 0
         self._thread = threading.Thread(target=self._run, name="kraft-flusher", daemon=True)
         self.flushes = 0
+        """Flushes done, on this thread or inline (`inline` of them on the loop)."""
+        self.inline = 0
 
     def start(self) -> None:
         """Start the thread."""
@@ -583,6 +588,7 @@ class KraftNode:
         md = self.md
         assert md is not None and self._flusher is not None
         appended = False
+        early_flush = self.config.fsync and self.config.flush_mode == "auto"
         for e in effects:
             t = type(e)
             if t not in _APPLY_LATER_OK and self._apply_target > self.sm.applied_offset:
@@ -614,7 +620,14 @@ class KraftNode:
                 values = tuple(map(bytes, e.values))  # type: ignore[arg-type]  # bytes: no copy
                 md.log.append(build_batch(e.base_offset, e.epoch, values, e.timestamp_ms))
                 self._own_batches[e.base_offset] = (e.epoch, values)
-                appended = True
+                if early_flush and len(values) <= EARLY_FLUSH_MAX_RECORDS and not self._flush_due:
+                    # A small write: its fsync starts now, on the flusher thread, and runs
+                    # while the answers to the followers' parked fetches are written (each
+                    # socket write wakes a follower, which often runs on this CPU first). The
+                    # leader's own durable offset is half of the majority that commits it.
+                    self._flusher.request()
+                else:
+                    appended = True
             elif t is fx.AppendControl:
                 assert isinstance(e, fx.AppendControl)
                 md.log.append(build_control_batch(e.base_offset, e.epoch, e.timestamp_ms,
@@ -705,7 +718,7 @@ class KraftNode:
             # acknowledgement, at no measurable cost to the writer) and before an inline fsync.
             self.client_server.flush()
         if appended:
-            if self.config.fsync and self.config.flush_mode == "inline":
+            if self.config.fsync and self.config.flush_mode != "thread":
                 self._flush_due = self._flush_due or 1  # see _core_loop
             elif self.config.fsync:
                 self._flusher.request()
@@ -726,6 +739,7 @@ class KraftNode:
             self._push(("flushed", (-1, -1)))
         else:
             self._flusher.flushes += 1
+            self._flusher.inline += 1
             self._push(("flushed", (self._flusher.generation, durable)))
 
     def _epoch(self) -> int:

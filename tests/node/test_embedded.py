@@ -9,6 +9,8 @@ import struct
 from collections.abc import Iterable
 from pathlib import Path
 
+import pytest
+
 from kraft.protocol.uuid import Uuid
 from kraft.raft.state import Role
 from kraft.server.config import build_config
@@ -97,6 +99,46 @@ async def test_custom_state_machine_commits_snapshots_and_recovers(tmp_path: Pat
         assert again.loaded_from is not None and again.loaded_from > 0
         _, total = await node.propose(struct.pack(">q", -50))
         assert total == 5000 and again.total == 5000
+    finally:
+        await node.stop()
+
+
+@pytest.mark.parametrize("mode", ["auto", "inline", "thread"])
+async def test_every_flush_mode_commits_only_what_it_fsynced(tmp_path: Path, mode: str) -> None:
+    """A single voter commits a record only once its own fsync reported it. `auto` fsyncs a
+    write made alone on the flusher thread from the moment it is appended and a big batch
+    inline; `inline` and `thread` use one place for every flush."""
+    props = dict(_config(tmp_path, fsync=True), **{"kraft.log.flush.mode": mode})
+    format_storage(props, str(Uuid.random()), out=io.StringIO())
+    sm = Counter()
+    node = KraftNode(build_config(props, {}), sm)
+    await node.start()
+    try:
+        await _leader(node)
+        assert node.md is not None and node._flusher is not None
+        for i in range(1, 21):  # one at a time: batches of one record
+            offset, total = await node.propose(struct.pack(">q", i))
+            assert total == i * (i + 1) // 2
+            assert node.md.log.durable_end_offset > offset  # committed => fsynced
+        await asyncio.gather(*(node.propose(struct.pack(">q", 1)) for _ in range(300)))
+        assert sm.total == 210 + 300
+        flushes, inline = node._flusher.flushes, node._flusher.inline
+        assert flushes > 0
+        if mode == "inline":
+            assert inline == flushes
+        elif mode == "thread":
+            assert inline == 0
+        else:  # the writes made alone on the thread, the burst's big batches inline
+            assert 0 < inline < flushes
+    finally:
+        await node.stop()
+    again = Counter()
+    node = KraftNode(build_config(props, {}), again)
+    await node.start()
+    try:
+        await _leader(node)
+        _, total = await node.propose(struct.pack(">q", 0))
+        assert total == 510
     finally:
         await node.stop()
 
