@@ -587,7 +587,8 @@ class KraftNode:
     async def _execute(self, effects: list[fx.Effect]) -> None:
         md = self.md
         assert md is not None and self._flusher is not None
-        appended = False
+        appended = False  # the log grew
+        flush_later = False  # and something appended waits for the flush after the effects
         early_flush = self.config.fsync and self.config.flush_mode == "auto"
         for e in effects:
             t = type(e)
@@ -627,16 +628,17 @@ class KraftNode:
                     # leader's own durable offset is half of the majority that commits it.
                     self._flusher.request()
                 else:
-                    appended = True
+                    flush_later = True
+                appended = True
             elif t is fx.AppendControl:
                 assert isinstance(e, fx.AppendControl)
                 md.log.append(build_control_batch(e.base_offset, e.epoch, e.timestamp_ms,
                                                   list(e.control_records)))  # type: ignore[arg-type]
-                appended = True
+                appended = flush_later = True
             elif t is fx.AppendFetched:
                 assert isinstance(e, fx.AppendFetched)
                 md.log.append(b"".join(bytes(b.payload) for b in e.batches))  # type: ignore[call-overload]
-                appended = True
+                appended = flush_later = True
             elif t is fx.TruncateTo:
                 assert isinstance(e, fx.TruncateTo)
                 self._flusher.generation += 1
@@ -717,7 +719,7 @@ class KraftNode:
             # watermark first: a reader of a follower sees a write sooner after its
             # acknowledgement, at no measurable cost to the writer) and before an inline fsync.
             self.client_server.flush()
-        if appended:
+        if flush_later:
             if self.config.fsync and self.config.flush_mode != "thread":
                 self._flush_due = self._flush_due or 1  # see _core_loop
             elif self.config.fsync:
@@ -726,6 +728,7 @@ class KraftNode:
                 # kraft.log.fsync=false (tests, benchmarks only): page cache counts as durable
                 self._push(("flushed", (self._flusher.generation,
                                                     md.log.log_end_offset)))
+        if appended:
             self._m_leo.set(md.log.log_end_offset)
 
     def _flush_inline(self) -> None:

@@ -120,6 +120,7 @@ async def test_every_flush_mode_commits_only_what_it_fsynced(tmp_path: Path, mod
             offset, total = await node.propose(struct.pack(">q", i))
             assert total == i * (i + 1) // 2
             assert node.md.log.durable_end_offset > offset  # committed => fsynced
+            assert node._m_leo.read() == node.md.log.log_end_offset  # the metric follows
         await asyncio.gather(*(node.propose(struct.pack(">q", 1)) for _ in range(300)))
         assert sm.total == 210 + 300
         flushes, inline = node._flusher.flushes, node._flusher.inline
