@@ -303,7 +303,11 @@ class RaftCore:
         elif isinstance(s, ProspectiveState | ResignedState):
             times.append(s.election_deadline)
         elif isinstance(s, CandidateState):
-            times.append(s.backoff_until if s.backoff_until is not None else s.election_deadline)
+            if s.backoff_until is not None:
+                times.append(s.backoff_until)
+            else:
+                times.append(s.election_deadline)
+                times.extend(s.vote_retry.values())
         elif isinstance(s, FollowerState):
             if polling:  # an install outstanding stops the fetch timeout (see _expire_timers)
                 times.append(s.fetch_deadline)
@@ -655,8 +659,7 @@ class RaftCore:
         now = self._now
         if self._inflight:
             for corr in [c for c, f in self._inflight.items() if f.deadline <= now]:
-                del self._inflight[corr]
-                self._on_request_failed(corr)
+                self._on_request_failed(corr)  # removes it from `_inflight`
         s = self.state
         if isinstance(s, UnattachedState):
             if self._is_voter():
@@ -675,6 +678,8 @@ class RaftCore:
                     self._to_prospective()
             elif s.election_deadline <= now:
                 self._candidate_backoff(s)
+            elif s.vote_retry:
+                self._retry_votes(s)
         elif isinstance(s, FollowerState):
             # While the runtime installs a downloaded snapshot this replica sends no fetch by
             # design: the leader's silence then says nothing, so the fetch timeout waits for
@@ -746,6 +751,8 @@ class RaftCore:
         self, corr: int, unreachable: bool = False, disconnected: bool = False
     ) -> None:
         f = self._inflight.pop(corr, None)
+        if f is not None and isinstance(f.request, VoteRequest):
+            self._vote_unanswered(f.request)
         if corr == self._fetch_corr:
             self._fetch_corr = None
             self._fetch_backoff_until = self._now + self.config.retry_backoff_ms
@@ -766,6 +773,41 @@ class RaftCore:
             s = self.state
             if isinstance(s, FollowerState):
                 s.next_admin_at = self._now + self.config.retry_backoff_ms * 10
+
+    def _vote_unanswered(self, req: VoteRequest) -> None:
+        """A vote request got no answer (the connection was refused or cut, or it timed out).
+        Like Kafka's candidates, ask that voter again after `retry_backoff_ms` for as long as
+        this round lasts: a voter that was restarting, or that this replica could briefly not
+        reach, still counts in this epoch instead of the next one (an election timeout later).
+
+        Pre-vote requests are not asked again. Granting a pre-vote records nothing, so two
+        prospective replicas can win each other's pre-votes and then split the real vote; the
+        survivors of a dead leader avoid that by starting one `election_timeout / 10` apart
+        (`_leader_unreachable`), and a pre-vote retried into a voter the moment it comes back
+        (itself prospective by then) undoes that spacing. A real vote is recorded, so asking
+        again can only win a vote that was not cast yet."""
+        s = self.state
+        if req.pre_vote or not isinstance(s, CandidateState):
+            return
+        if req.replica_epoch != s.epoch or s.backoff_until is not None:
+            return
+        if req.voter_id not in s.granted and req.voter_id not in s.rejected:
+            s.vote_retry[req.voter_id] = self._now + self.config.retry_backoff_ms
+
+    def _retry_votes(self, s: CandidateState) -> None:
+        """Send the vote requests whose retry is due (see `_vote_unanswered`)."""
+        due = [v for v, at in s.vote_retry.items() if at <= self._now]
+        if not due:
+            return
+        voters = self._voters()
+        for vid in due:
+            del s.vote_retry[vid]
+            if vid in s.granted or vid in s.rejected or any(
+                isinstance(f.request, VoteRequest) and f.request.voter_id == vid
+                for f in self._inflight.values()
+            ):
+                continue
+            self._request_votes(voters, s.epoch, pre_vote=False, only=vid)
 
     def _leader_unreachable(self, s: FollowerState) -> None:
         """The leader refused a connection: its process is gone. Stop protecting it from

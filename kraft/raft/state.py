@@ -85,6 +85,8 @@ class CandidateState:
     granted: set[int] = field(default_factory=set)
     rejected: set[int] = field(default_factory=set)
     backoff_until: int | None = None
+    vote_retry: dict[int, int] = field(default_factory=dict)
+    """Voters whose vote request failed (no answer): when to ask them again."""
 
     @property
     def leader_id(self) -> int:
