@@ -797,17 +797,9 @@ class RaftCore:
     def _retry_votes(self, s: CandidateState) -> None:
         """Send the vote requests whose retry is due (see `_vote_unanswered`)."""
         due = [v for v, at in s.vote_retry.items() if at <= self._now]
-        if not due:
-            return
-        voters = self._voters()
         for vid in due:
             del s.vote_retry[vid]
-            if vid in s.granted or vid in s.rejected or any(
-                isinstance(f.request, VoteRequest) and f.request.voter_id == vid
-                for f in self._inflight.values()
-            ):
-                continue
-            self._request_votes(voters, s.epoch, pre_vote=False, only=vid)
+            self._request_votes(self._voters(), s.epoch, pre_vote=False, only=vid)
 
     def _leader_unreachable(self, s: FollowerState) -> None:
         """The leader refused a connection: its process is gone. Stop protecting it from

@@ -77,8 +77,8 @@ def test_no_retry_for_a_voter_that_answered_or_after_the_round_ended() -> None:
     h.handle(RequestFailed(3, to3.correlation_id, unreachable=True))  # a stale failure report
     h.handle(RequestFailed(2, to2.correlation_id, unreachable=True))
     assert isinstance(h.core.state, CandidateState) and set(h.core.state.vote_retry) == {2}
-    # The round is lost before the retry is due (voter 2 refuses in the meantime by another
-    # path: here, a higher epoch's vote request arrives and this replica grants it).
+    # The round ends before the retry is due: voter 2 asks for its own vote in a higher epoch
+    # and this replica grants it.
     h.request(2, VoteRequest(2, 2, dir_id(2), 1, dir_id(1), 0, 1))
     assert h.epoch == 2 and h.role is Role.UNATTACHED
     h.advance(h.config.retry_backoff_ms)
@@ -93,6 +93,7 @@ def test_a_failure_from_an_earlier_round_schedules_nothing_in_a_later_one() -> N
         if h.role is Role.PROSPECTIVE:
             break
     assert isinstance(h.core.state, ProspectiveState) and h.epoch == 1
+
     def epoch1_votes() -> int:
         return sum(r.request.replica_epoch == 1 for r in votes_to(h, 3, pre=False))
 
