@@ -789,9 +789,8 @@ class RaftCore:
         s = self.state
         if req.pre_vote or not isinstance(s, CandidateState):
             return
-        if req.replica_epoch != s.epoch or s.backoff_until is not None:
-            return
-        if req.voter_id not in s.granted and req.voter_id not in s.rejected:
+        if req.replica_epoch == s.epoch and s.backoff_until is None:
+            # one request per voter is in flight, and a failed one is never answered
             s.vote_retry[req.voter_id] = self._now + self.config.retry_backoff_ms
 
     def _retry_votes(self, s: CandidateState) -> None:

@@ -74,7 +74,7 @@ def test_no_retry_for_a_voter_that_answered_or_after_the_round_ended() -> None:
     to2 = votes_to(h, 2, pre=False)[-1]
     to3 = votes_to(h, 3, pre=False)[-1]
     h.respond(to3, VoteResponse(ErrorCode.NONE, -1, 1, False))  # voter 3 said no
-    h.handle(RequestFailed(3, to3.correlation_id, unreachable=True))  # a stale failure report
+    h.handle(RequestFailed(3, to3.correlation_id, unreachable=True))  # late: already answered
     h.handle(RequestFailed(2, to2.correlation_id, unreachable=True))
     assert isinstance(h.core.state, CandidateState) and set(h.core.state.vote_retry) == {2}
     # The round ends before the retry is due: voter 2 asks for its own vote in a higher epoch
