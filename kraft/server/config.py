@@ -139,6 +139,12 @@ class NodeConfig(BaseModel):
     fsynced by the flusher thread from the moment it is written, so the fsync overlaps the
     answers to the followers' parked fetches instead of waiting for them; bigger appends (a
     loaded leader) and a follower's appends are flushed `inline`."""
+    flush_kernel: bool = Field(default=True, alias="kraft.log.flush.kernel")
+    """Where Linux native AIO allows it (`kraft.storage.aio`), the fsyncs that `auto` and
+    `thread` give the flusher thread are started by the kernel from the event loop instead: the
+    sync begins at once rather than when the thread gets the GIL. Flushes that must also
+    persist a new segment file or the leader-epoch checkpoint still run inline. false: always the
+    flusher thread."""
     event_loop: Literal["auto", "asyncio", "uvloop"] = Field(default="auto", alias="kraft.event.loop")
     """`auto`: uvloop when it is installed (less CPU per request), else asyncio's loop."""
 

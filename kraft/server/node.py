@@ -98,6 +98,7 @@ from kraft.statemachine.kv import (
     encode_delete,
     encode_put,
 )
+from kraft.storage.aio import KernelSync
 from kraft.storage.errors import OffsetOutOfRangeError, StorageError
 from kraft.storage.layout import SnapshotId
 from kraft.storage.loader import MetadataDir, open_metadata_dir
@@ -185,8 +186,10 @@ class _Flusher:
         self.generation = 0
         self._thread = threading.Thread(target=self._run, name="kraft-flusher", daemon=True)
         self.flushes = 0
-        """Flushes done, on this thread or inline (`inline` of them on the loop)."""
+        """Flushes done, on this thread, inline or by the kernel (`inline` of them on the loop,
+        `kernel` of them started by `kraft.storage.aio`)."""
         self.inline = 0
+        self.kernel = 0
 
     def start(self) -> None:
         """Start the thread."""
@@ -348,6 +351,10 @@ class KraftNode:
         self.client_server: ClientServer | None = None
         self.network = PeerNetwork(f"raft-client-{config.node_id}")
         self._flusher: _Flusher | None = None
+        self._kernel: KernelSync | None = None
+        # a flush was asked for while the kernel's was in flight (generation at its start)
+        self._kernel_again = False
+        self._kernel_generation = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._core_task: asyncio.Task[None] | None = None
 
@@ -407,6 +414,13 @@ class KraftNode:
         self.core = RaftCore(raft_cfg, log_state, self._rng, now_ms())
         self._flusher = _Flusher(md.log.flush, self._flushed_from_thread)
         self._flusher.start()
+        if cfg.fsync and cfg.flush_mode != "inline" and cfg.flush_kernel:
+            self._kernel = KernelSync.open()
+            if self._kernel is not None:
+                md.log.use_kernel_sync(self._kernel)
+                self._loop.add_reader(self._kernel.fileno(), self._kernel_flushed)
+        log.info("event=flusher replica=%d mode=%s engine=%s", cfg.node_id, cfg.flush_mode,
+                 "kernel" if self._kernel is not None else "thread")
         bound = cfg.controller_listener
         self.listener = FrameListener(bound.host, bound.port, self._on_frame, name=bound.name)
         await self.listener.start()
@@ -488,9 +502,13 @@ class KraftNode:
             self._flusher.stop()
         for writer in self._downloads.values():
             writer.abort()
+        if self._kernel is not None and self._loop is not None:
+            self._loop.remove_reader(self._kernel.fileno())
         if self.md is not None:
             with contextlib.suppress(Exception):
                 self.md.close()
+        if self._kernel is not None:
+            self._kernel.close()
         self._stopped.set()
         log.info("event=node_stopped replica=%d", self.config.node_id)
 
@@ -499,6 +517,43 @@ class KraftNode:
     def _flushed_from_thread(self, generation: int, durable: int) -> None:
         assert self._loop is not None
         self._loop.call_soon_threadsafe(self._push, ("flushed", (generation, durable)))
+
+    def _request_flush(self) -> None:
+        """Have what was appended so far fsynced while the loop goes on: by the kernel when it
+        can (`kraft.log.flush.kernel`), else by the flusher thread; a `flushed` event reports."""
+        assert self.md is not None and self._flusher is not None
+        if self._kernel is None:
+            self._flusher.request()
+            return
+        log_ = self.md.log
+        if log_.flush_in_flight:
+            self._kernel_again = True  # started again when this one is done
+            return
+        self._kernel_again = False
+        if log_.start_flush():
+            self._kernel_generation = self._flusher.generation
+        else:  # nothing the kernel can take alone (a new segment, a new epoch): on the loop
+            self._flush_due = self._flush_due or 1
+
+    def _kernel_flushed(self) -> None:
+        """The kernel's eventfd is readable: report a finished flush, start the next one."""
+        assert self.md is not None
+        try:
+            durable = self.md.log.finish_flush()
+        except StorageError:
+            self._push(("flushed", (-1, -1)))  # fail-stop, as a failed fsync on the thread
+            return
+        if durable is not None:
+            assert self._flusher is not None
+            self._flusher.flushes += 1
+            self._flusher.kernel += 1
+            self._push(("flushed", (self._kernel_generation, durable)))
+        if self._kernel_again and not self.md.log.flush_in_flight:
+            self._request_flush()
+            if self._flush_due:  # left to an inline flush: the core loop may be asleep
+                wake = self._wake
+                if wake is not None and not wake.done():
+                    wake.set_result(None)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -553,7 +608,7 @@ class KraftNode:
                         if generation < 0:
                             raise StorageError("the log could not be fsynced; stopping")
                         if generation != self._flusher.generation:
-                            self._flusher.request()  # stale: a truncation happened meanwhile
+                            self._request_flush()  # stale: a truncation happened meanwhile
                             continue
                         item = ev.Persisted(durable)
                     else:  # pragma: no cover
@@ -626,7 +681,7 @@ class KraftNode:
                     # while the answers to the followers' parked fetches are written (each
                     # socket write wakes a follower, which often runs on this CPU first). The
                     # leader's own durable offset is half of the majority that commits it.
-                    self._flusher.request()
+                    self._request_flush()
                 else:
                     flush_later = True
                 appended = True
@@ -723,19 +778,29 @@ class KraftNode:
             if self.config.fsync and self.config.flush_mode != "thread":
                 self._flush_due = self._flush_due or 1  # see _core_loop
             elif self.config.fsync:
-                self._flusher.request()
+                self._request_flush()
             else:
                 # kraft.log.fsync=false (tests, benchmarks only): page cache counts as durable
                 self._push(("flushed", (self._flusher.generation,
                                                     md.log.log_end_offset)))
         if appended:
             self._m_leo.set(md.log.log_end_offset)
+        if self._kernel is not None:
+            # A truncation, a log-start advance or a snapshot install above waited for the
+            # kernel's flush and consumed its completion: report it here, and start the flush
+            # asked for meanwhile now.
+            settled = md.log.take_settled()
+            if settled is not None:
+                self._push(("flushed", (self._flusher.generation, settled)))
+            if self._kernel_again and not md.log.flush_in_flight:
+                self._request_flush()
 
     def _flush_inline(self) -> None:
         """fsync the log on the loop thread (`kraft.log.flush.mode=inline`) and report it."""
         md = self.md
         assert md is not None and self._flusher is not None
         self._flush_due = 0
+        self._kernel_again = False  # this flush covers everything appended so far
         try:
             durable = md.log.flush()
         except StorageError:

@@ -19,6 +19,10 @@ Thread-safety contract
 * Truncations, log-start advances and `close` wait for an in-progress flush (they take the
   flush lock) and fsync what they changed before returning, so a reported durable offset is
   never silently undone by a crash; they lower `durable_end_offset` to the new end.
+* With a `KernelSync` attached (`use_kernel_sync`), the owner may instead start a flush that
+  the kernel carries out (`start_flush`) and publish it when the kernel reports it done
+  (`finish_flush`); every flush then happens on the owner thread, one at a time. `flush`,
+  truncations, log-start advances and `close` first wait for a kernel flush in flight.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from kraft.records.batch import (
     RecordBatch,
     batch_header,
 )
+from kraft.storage.aio import KernelSync
 from kraft.storage.durability import fsync_dir, sync_data
 from kraft.storage.epoch_cache import (
     EpochEntry,
@@ -204,6 +209,10 @@ class SegmentedLog:
         self._epochs_written: tuple[EpochEntry, ...] = epoch_cache.entries
         self._closed = False
         self._failed: BaseException | None = None
+        self._kernel: KernelSync | None = None
+        # The kernel flush in flight: the end offset and position it makes durable.
+        self._async: tuple[int, tuple[int, int]] | None = None
+        self._settled = False  # a kernel flush was finished by waiting, see take_settled
         # Positions of the most recently appended batches of the active segment (owner thread):
         # reads near the log end (fetches, apply) find their batch without scanning the file.
         self._tail_seg = -1
@@ -563,6 +572,7 @@ class SegmentedLog:
         directory when segments were created. An fsync failure marks the log failed: every
         later call raises, as the page cache can no longer be trusted.
         """
+        self._settle_flush()
         with self._flush_lock:
             self._check_usable()
             with self._lock:
@@ -590,8 +600,98 @@ class SegmentedLog:
                     self._durable = target
                     self._durable_at = target_at
                 durable = self._durable
+            self._settled = False  # the caller reports this flush, which covers the settled one
             self._schedule_checkpoint()
             return durable
+
+    # ------------------------------------------------------------------ kernel flush
+
+    def use_kernel_sync(self, kernel: KernelSync | None) -> None:
+        """Let `start_flush` hand fsyncs to `kernel` (owner thread; None: stop doing so)."""
+        self._settle_flush()
+        self._kernel = kernel
+
+    @property
+    def flush_in_flight(self) -> bool:
+        """A flush started by `start_flush` is not finished yet."""
+        return self._async is not None
+
+    def start_flush(self) -> bool:
+        """Owner thread: have the kernel fdatasync what was appended so far, and return at once.
+
+        True when started; `finish_flush` publishes it once the kernel's eventfd is readable.
+        False when it cannot start this way (no kernel sync attached, one already in flight,
+        nothing to sync, a new segment file or a changed leader-epoch checkpoint to persist as
+        well, or the kernel refused the request): the caller uses `flush` then.
+        """
+        kernel = self._kernel
+        if kernel is None or self._async is not None:
+            return False
+        self._check_usable()
+        with self._lock:
+            if (self._dir_dirty or len(self._unsynced) != 1
+                    or self._epochs.entries != self._epochs_written):
+                return False
+            (seg,) = self._unsynced.values()
+            try:
+                kernel.submit(seg.fd, seg.base_offset)
+            except OSError as exc:
+                log.warning("event=kernel_flush_refused dir=%s error=%r", self.directory,
+                            str(exc))
+                return False
+            self._unsynced.clear()
+            self._async = (self.log_end_offset,
+                           (self._segments[-1].base_offset, self._segments[-1].size))
+        return True
+
+    def finish_flush(self) -> int | None:
+        """Owner thread, when the kernel's eventfd is readable: the durable end offset if the
+        flush in flight is done (None: not yet, or none in flight). Raises StorageError, and
+        fails the log, when the kernel's fdatasync failed."""
+        kernel = self._kernel
+        if kernel is None:
+            return None
+        done = kernel.reap()
+        if self._async is None or not done:
+            return None
+        return self._flush_done(done[-1][1])
+
+    def _settle_flush(self) -> None:
+        """Wait for a kernel flush in flight and publish it (owner thread)."""
+        if self._async is None or self._kernel is None:
+            return
+        done: list[tuple[int, int]] = []
+        while not done:
+            done = self._kernel.wait()
+        self._flush_done(done[-1][1])
+        self._settled = True
+
+    def take_settled(self) -> int | None:
+        """Owner thread: the durable end offset if a kernel flush was completed by waiting for
+        it (in a truncation, a log-start advance or a snapshot install) since the last call or
+        the last `flush`; its completion will not come from `finish_flush`, so the caller
+        reports this instead. None otherwise."""
+        if not self._settled:
+            return None
+        self._settled = False
+        return self.durable_end_offset
+
+    def _flush_done(self, result: int) -> int:
+        assert self._async is not None
+        target, target_at = self._async
+        self._async = None
+        if result < 0:
+            exc = OSError(-result, os.strerror(-result))
+            self._failed = exc
+            log.error("event=flush_failed dir=%s error=%r", self.directory, str(exc))
+            raise StorageError(f"fsync failed in {self.directory}: {exc}")
+        with self._lock:
+            if target > self._durable:
+                self._durable = target
+                self._durable_at = target_at
+            durable = self._durable
+        self._schedule_checkpoint()
+        return durable
 
     # ------------------------------------------------------------------ recovery point
 
@@ -777,6 +877,7 @@ class SegmentedLog:
         below the log start offset; a no-op at or above the end.
         """
         self._forget_tail()
+        self._settle_flush()
         with self._flush_lock, self._ckpt_lock:
             with self._lock:
                 self._check_usable()
@@ -832,6 +933,7 @@ class SegmentedLog:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the empty log at `offset` (after a snapshot load)."""
         self._forget_tail()
+        self._settle_flush()
         with self._flush_lock, self._ckpt_lock:
             with self._lock:
                 self._check_usable()
@@ -864,6 +966,7 @@ class SegmentedLog:
         deleted. Raises OffsetOutOfRangeError when `offset` is above the log end offset.
         """
         self._forget_tail()
+        self._settle_flush()
         with self._flush_lock, self._ckpt_lock:
             with self._lock:
                 self._check_usable()

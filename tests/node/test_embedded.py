@@ -17,6 +17,7 @@ from kraft.server.config import build_config
 from kraft.server.local import free_port
 from kraft.server.node import KraftNode
 from kraft.statemachine.base import CommittedBatch, StateMachine
+from kraft.storage import aio
 from kraft.storage.format import format_storage
 
 
@@ -103,12 +104,19 @@ async def test_custom_state_machine_commits_snapshots_and_recovers(tmp_path: Pat
         await node.stop()
 
 
-@pytest.mark.parametrize("mode", ["auto", "inline", "thread"])
-async def test_every_flush_mode_commits_only_what_it_fsynced(tmp_path: Path, mode: str) -> None:
+@pytest.mark.parametrize(("mode", "kernel"), [("auto", True), ("auto", False),
+                                             ("inline", True), ("thread", True),
+                                             ("thread", False)])
+async def test_every_flush_mode_commits_only_what_it_fsynced(tmp_path: Path, mode: str,
+                                                             kernel: bool) -> None:
     """A single voter commits a record only once its own fsync reported it. `auto` fsyncs a
-    write made alone on the flusher thread from the moment it is appended and a big batch
-    inline; `inline` and `thread` use one place for every flush."""
-    props = dict(_config(tmp_path, fsync=True), **{"kraft.log.flush.mode": mode})
+    write made alone from the moment it is appended (started by the kernel, or on the flusher
+    thread) and a big batch inline; `inline` and `thread` use one place for every flush (the
+    kernel's flush leaves a new epoch's checkpoint to an inline one)."""
+    if kernel and not aio.available():
+        pytest.skip("native AIO fsync is not available here")
+    props = dict(_config(tmp_path, fsync=True), **{"kraft.log.flush.mode": mode,
+                                                   "kraft.log.flush.kernel": str(kernel).lower()})
     format_storage(props, str(Uuid.random()), out=io.StringIO())
     sm = Counter()
     node = KraftNode(build_config(props, {}), sm)
@@ -124,13 +132,18 @@ async def test_every_flush_mode_commits_only_what_it_fsynced(tmp_path: Path, mod
         await asyncio.gather(*(node.propose(struct.pack(">q", 1)) for _ in range(300)))
         assert sm.total == 210 + 300
         flushes, inline = node._flusher.flushes, node._flusher.inline
+        by_kernel = node._flusher.kernel
         assert flushes > 0
+        assert (node._kernel is not None) == (kernel and mode != "inline")
         if mode == "inline":
             assert inline == flushes
-        elif mode == "thread":
+        elif mode == "thread" and not kernel:
             assert inline == 0
-        else:  # the writes made alone on the thread, the burst's big batches inline
+        elif mode == "thread":  # inline only where a new epoch's checkpoint is written too
+            assert 0 < inline < 5 and by_kernel == flushes - inline
+        else:  # the writes made alone started at once, the burst's big batches inline
             assert 0 < inline < flushes
+            assert by_kernel > 0 if kernel else by_kernel == 0
     finally:
         await node.stop()
     again = Counter()
@@ -212,5 +225,44 @@ async def test_binary_client_that_does_not_read_stops_being_served(tmp_path: Pat
                 got += 1
         assert served[0] == total
         sock.close()
+    finally:
+        await node.stop()
+
+
+async def test_kernel_flushes_across_segment_rolls(tmp_path: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """Every flush asked of the kernel (`thread` mode) while segments roll under concurrent
+    writes: a flush that must also persist a new segment file falls back to an inline one, even
+    when it is asked for from the kernel's completion with the core loop asleep, and every
+    write commits durably."""
+    if not aio.available():
+        pytest.skip("native AIO fsync is not available here")
+    props = dict(_config(tmp_path, fsync=True), **{"kraft.log.flush.mode": "thread",
+                                                   "metadata.log.segment.bytes": "2048"})
+    format_storage(props, str(Uuid.random()), out=io.StringIO())
+    sm = Counter()
+    node = KraftNode(build_config(props, {}), sm)
+    caplog.set_level("INFO", logger="kraft.storage.log")
+    await node.start()
+    try:
+        await _leader(node)
+        assert node.md is not None and node._flusher is not None and node._kernel is not None
+        for round_ in range(40):
+            await asyncio.gather(*(node.propose(struct.pack(">q", 1)) for _ in range(10)))
+            _, total = await node.propose(struct.pack(">q", 1))
+            assert total == 11 * (round_ + 1)
+            assert node.md.log.durable_end_offset == node.md.log.log_end_offset
+        rolls = sum("event=segment_rolled" in r.getMessage() for r in caplog.records)
+        assert rolls >= 4
+        assert node._flusher.kernel > 0 and node._flusher.inline >= rolls
+    finally:
+        await node.stop()
+    again = Counter()
+    node = KraftNode(build_config(props, {}), again)
+    await node.start()
+    try:
+        await _leader(node)
+        _, total = await node.propose(struct.pack(">q", 0))
+        assert total == 440
     finally:
         await node.stop()
