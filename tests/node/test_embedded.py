@@ -238,6 +238,7 @@ async def test_kernel_flushes_across_segment_rolls(tmp_path: Path,
     if not aio.available():
         pytest.skip("native AIO fsync is not available here")
     props = dict(_config(tmp_path, fsync=True), **{"kraft.log.flush.mode": "thread",
+                                                   "kraft.log.flush.kernel": "true",
                                                    "metadata.log.segment.bytes": "2048"})
     format_storage(props, str(Uuid.random()), out=io.StringIO())
     sm = Counter()
