@@ -592,17 +592,26 @@ class SegmentedLog:
                     write_epoch_checkpoint(checkpoint_path(self.directory), epochs)
                     self._epochs_written = epochs
             except OSError as exc:
-                self._failed = exc
-                log.error("event=flush_failed dir=%s error=%r", self.directory, str(exc))
-                raise StorageError(f"fsync failed in {self.directory}: {exc}") from exc
-            with self._lock:
-                if target > self._durable:
-                    self._durable = target
-                    self._durable_at = target_at
-                durable = self._durable
+                raise self._flush_failed(exc) from exc
             self._settled = False  # the caller reports this flush, which covers the settled one
-            self._schedule_checkpoint()
-            return durable
+            return self._publish_durable(target, target_at)
+
+    def _flush_failed(self, exc: OSError) -> StorageError:
+        """Fail the log after a failed fsync; the error for the caller to raise."""
+        self._failed = exc
+        log.error("event=flush_failed dir=%s error=%r", self.directory, str(exc))
+        return StorageError(f"fsync failed in {self.directory}: {exc}")
+
+    def _publish_durable(self, target: int, target_at: tuple[int, int]) -> int:
+        """A flush that started when the log ended at `target` is done: raise the durable end
+        (never lower it: a later flush may have published more) and return it."""
+        with self._lock:
+            if target > self._durable:
+                self._durable = target
+                self._durable_at = target_at
+            durable = self._durable
+        self._schedule_checkpoint()
+        return durable
 
     # ------------------------------------------------------------------ kernel flush
 
@@ -681,17 +690,8 @@ class SegmentedLog:
         target, target_at = self._async
         self._async = None
         if result < 0:
-            exc = OSError(-result, os.strerror(-result))
-            self._failed = exc
-            log.error("event=flush_failed dir=%s error=%r", self.directory, str(exc))
-            raise StorageError(f"fsync failed in {self.directory}: {exc}")
-        with self._lock:
-            if target > self._durable:
-                self._durable = target
-                self._durable_at = target_at
-            durable = self._durable
-        self._schedule_checkpoint()
-        return durable
+            raise self._flush_failed(OSError(-result, os.strerror(-result)))
+        return self._publish_durable(target, target_at)
 
     # ------------------------------------------------------------------ recovery point
 
