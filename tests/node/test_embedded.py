@@ -66,6 +66,18 @@ def _config(base: Path, fsync: bool) -> dict[str, str]:
     }
 
 
+async def _total_after_restart(props: dict[str, str]) -> object:
+    """Start a node on the same directory and return the counter's total (a write of 0)."""
+    node = KraftNode(build_config(props, {}), Counter())
+    await node.start()
+    try:
+        await _leader(node)
+        _, total = await node.propose(struct.pack(">q", 0))
+        return total
+    finally:
+        await node.stop()
+
+
 async def _leader(node: KraftNode) -> None:
     for _ in range(600):
         if node.core is not None and node.core.role == Role.LEADER and node.core.high_watermark:
@@ -146,15 +158,7 @@ async def test_every_flush_mode_commits_only_what_it_fsynced(tmp_path: Path, mod
             assert by_kernel > 0 if kernel else by_kernel == 0
     finally:
         await node.stop()
-    again = Counter()
-    node = KraftNode(build_config(props, {}), again)
-    await node.start()
-    try:
-        await _leader(node)
-        _, total = await node.propose(struct.pack(">q", 0))
-        assert total == 510
-    finally:
-        await node.stop()
+    assert await _total_after_restart(props) == 510
 
 
 async def test_fsync_off_still_commits(tmp_path: Path) -> None:
@@ -258,12 +262,4 @@ async def test_kernel_flushes_across_segment_rolls(tmp_path: Path,
         assert node._flusher.kernel > 0 and node._flusher.inline >= rolls
     finally:
         await node.stop()
-    again = Counter()
-    node = KraftNode(build_config(props, {}), again)
-    await node.start()
-    try:
-        await _leader(node)
-        _, total = await node.propose(struct.pack(">q", 0))
-        assert total == 440
-    finally:
-        await node.stop()
+    assert await _total_after_restart(props) == 440
