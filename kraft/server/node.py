@@ -352,7 +352,8 @@ class KraftNode:
         self.network = PeerNetwork(f"raft-client-{config.node_id}")
         self._flusher: _Flusher | None = None
         self._kernel: KernelSync | None = None
-        # a flush was asked for while the kernel's was in flight (generation at its start)
+        # a flush was asked for while the kernel's was in flight; the flusher generation when
+        # the kernel's flush in flight started
         self._kernel_again = False
         self._kernel_generation = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -551,9 +552,7 @@ class KraftNode:
         if self._kernel_again and not self.md.log.flush_in_flight:
             self._request_flush()
             if self._flush_due:  # left to an inline flush: the core loop may be asleep
-                wake = self._wake
-                if wake is not None and not wake.done():
-                    wake.set_result(None)
+                self._wake_core()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -630,6 +629,9 @@ class KraftNode:
 
     def _push(self, item: ev.Event | tuple[str, Any]) -> None:
         self._events.append(item)
+        self._wake_core()
+
+    def _wake_core(self) -> None:
         wake = self._wake
         if wake is not None and not wake.done():
             wake.set_result(None)

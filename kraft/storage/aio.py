@@ -89,7 +89,8 @@ class KernelSync:
                  efd: int) -> None:
         self._libc = libc
         # every argument as a C long: syscall(2) reads its variadic arguments as longs
-        self._setup, self._destroy, self._getevents, self._submit = map(ctypes.c_long, calls)
+        # (io_setup was called by `open`)
+        _, self._destroy, self._getevents, self._submit = map(ctypes.c_long, calls)
         self._ctx = ctypes.c_ulong(ctx)
         self._efd = efd
         self._iocbs = [_IOCB() for _ in range(MAX_IN_FLIGHT)]
