@@ -139,15 +139,17 @@ class NodeConfig(BaseModel):
     fsynced by the flusher thread from the moment it is written, so the fsync overlaps the
     answers to the followers' parked fetches instead of waiting for them; bigger appends (a
     loaded leader) and a follower's appends are flushed `inline`."""
-    flush_kernel: bool = Field(default=False, alias="kraft.log.flush.kernel")
-    """true: where Linux native AIO allows it (`kraft.storage.aio`), the fsyncs that `auto` and
-    `thread` give the flusher thread are started by the kernel from the event loop instead: the
-    sync begins at once rather than when the thread gets the GIL (sequential writes ~0.1 ms
-    faster), but a process holding an AIO context takes ~30 ms longer to die after kill -9 (the
-    kernel tears the context down after an RCU grace period, before it closes the sockets), so
-    followers notice a killed leader that much later. Flushes that must also persist a new
-    segment file or the leader-epoch checkpoint still run inline. false (the default): the
-    flusher thread."""
+    flush_kernel: Literal["auto", "uring", "aio", "off"] = Field(
+        default="auto", alias="kraft.log.flush.kernel")
+    """Who starts the fsyncs that `auto` and `thread` give the flusher thread. `auto` (the
+    default, also `true`): the kernel through io_uring where the kernel and the seccomp profile
+    allow it (`kraft.storage.uring`), else the thread; `uring`: the same, with a warning when it
+    is not available; `aio`: the kernel through Linux native AIO (`kraft.storage.aio`; a process
+    holding an AIO context takes ~30 ms longer to die after kill -9, so followers notice a
+    killed leader that much later); `off` (also `false`): the flusher thread. Started by the
+    kernel from the event loop, the sync begins at once rather than when the thread gets the
+    GIL (sequential writes ~0.1 ms faster, docs/performance.md sections 16-17). Flushes that
+    must also persist a new segment file or the leader-epoch checkpoint still run inline."""
     event_loop: Literal["auto", "asyncio", "uvloop"] = Field(default="auto", alias="kraft.event.loop")
     """`auto`: uvloop when it is installed (less CPU per request), else asyncio's loop."""
 
@@ -234,6 +236,16 @@ class NodeConfig(BaseModel):
             if low not in ("true", "false"):
                 raise ValueError(f"expected true or false, got {value!r}")
             return low == "true"
+        return value
+
+    @field_validator("flush_kernel", mode="before")
+    @classmethod
+    def _parse_engine(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            return "auto" if value else "off"
+        if isinstance(value, str):
+            low = value.strip().lower()
+            return {"true": "auto", "false": "off"}.get(low, low)
         return value
 
     @model_validator(mode="after")

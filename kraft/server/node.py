@@ -98,13 +98,13 @@ from kraft.statemachine.kv import (
     encode_delete,
     encode_put,
 )
-from kraft.storage.aio import KernelSync
 from kraft.storage.errors import OffsetOutOfRangeError, StorageError
 from kraft.storage.layout import SnapshotId
 from kraft.storage.loader import MetadataDir, open_metadata_dir
 from kraft.storage.quorum_state import QuorumStateData as StoredQuorumState
 from kraft.storage.snapshot_load import SnapshotStream
 from kraft.storage.snapshots import SnapshotChunkReader, SnapshotWriter, iter_snapshot_values
+from kraft.storage.sync_engine import SyncEngine, open_engine
 
 log = logging.getLogger("kraft.server.node")
 
@@ -187,7 +187,7 @@ class _Flusher:
         self._thread = threading.Thread(target=self._run, name="kraft-flusher", daemon=True)
         self.flushes = 0
         """Flushes done, on this thread, inline or by the kernel (`inline` of them on the loop,
-        `kernel` of them started by `kraft.storage.aio`)."""
+        `kernel` of them started by the kernel, `kraft.storage.sync_engine`)."""
         self.inline = 0
         self.kernel = 0
 
@@ -351,7 +351,7 @@ class KraftNode:
         self.client_server: ClientServer | None = None
         self.network = PeerNetwork(f"raft-client-{config.node_id}")
         self._flusher: _Flusher | None = None
-        self._kernel: KernelSync | None = None
+        self._kernel: SyncEngine | None = None
         # a flush was asked for while the kernel's was in flight; the flusher generation when
         # the kernel's flush in flight started
         self._kernel_again = False
@@ -415,13 +415,14 @@ class KraftNode:
         self.core = RaftCore(raft_cfg, log_state, self._rng, now_ms())
         self._flusher = _Flusher(md.log.flush, self._flushed_from_thread)
         self._flusher.start()
-        if cfg.fsync and cfg.flush_mode != "inline" and cfg.flush_kernel:
-            self._kernel = KernelSync.open()
+        engine = "thread"
+        if cfg.fsync and cfg.flush_mode != "inline":
+            self._kernel, engine = open_engine(cfg.flush_kernel)
             if self._kernel is not None:
                 md.log.use_kernel_sync(self._kernel)
                 self._loop.add_reader(self._kernel.fileno(), self._kernel_flushed)
         log.info("event=flusher replica=%d mode=%s engine=%s", cfg.node_id, cfg.flush_mode,
-                 "kernel" if self._kernel is not None else "thread")
+                 engine)
         bound = cfg.controller_listener
         self.listener = FrameListener(bound.host, bound.port, self._on_frame, name=bound.name)
         await self.listener.start()

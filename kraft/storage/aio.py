@@ -99,6 +99,8 @@ class KernelSync:
         self._one = (ctypes.POINTER(_IOCB) * 1)()
         self._events = (_Event * MAX_IN_FLIGHT)()
         self._zero = _Timespec(0, 0)
+        self.capacity = MAX_IN_FLIGHT
+        """Requests that may be in flight at once."""
         self.closed = False
 
     @classmethod

@@ -19,10 +19,11 @@ Thread-safety contract
 * Truncations, log-start advances and `close` wait for an in-progress flush (they take the
   flush lock) and fsync what they changed before returning, so a reported durable offset is
   never silently undone by a crash; they lower `durable_end_offset` to the new end.
-* With a `KernelSync` attached (`use_kernel_sync`), the owner may instead start a flush that
-  the kernel carries out (`start_flush`) and publish it when the kernel reports it done
-  (`finish_flush`); every flush then happens on the owner thread, one at a time. `flush`,
-  truncations, log-start advances and `close` first wait for a kernel flush in flight.
+* With a kernel sync engine attached (`use_kernel_sync`; io_uring or native AIO, see
+  `kraft.storage.sync_engine`), the owner may instead start a flush that the kernel carries
+  out (`start_flush`) and publish it when the kernel reports it done (`finish_flush`); every
+  flush then happens on the owner thread, one at a time. `flush`, truncations, log-start
+  advances and `close` first wait for a kernel flush in flight.
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ from kraft.records.batch import (
     RecordBatch,
     batch_header,
 )
-from kraft.storage.aio import KernelSync
 from kraft.storage.durability import fsync_dir, sync_data
 from kraft.storage.epoch_cache import (
     EpochEntry,
@@ -75,6 +75,7 @@ from kraft.storage.recovery_point import (
     recovery_checkpoint_path,
     write_recovery_checkpoint,
 )
+from kraft.storage.sync_engine import SyncEngine
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +210,7 @@ class SegmentedLog:
         self._epochs_written: tuple[EpochEntry, ...] = epoch_cache.entries
         self._closed = False
         self._failed: BaseException | None = None
-        self._kernel: KernelSync | None = None
+        self._kernel: SyncEngine | None = None
         # The kernel flush in flight: the end offset and position it makes durable.
         self._async: tuple[int, tuple[int, int]] | None = None
         self._settled = False  # a kernel flush was finished by waiting, see take_settled
@@ -615,7 +616,7 @@ class SegmentedLog:
 
     # ------------------------------------------------------------------ kernel flush
 
-    def use_kernel_sync(self, kernel: KernelSync | None) -> None:
+    def use_kernel_sync(self, kernel: SyncEngine | None) -> None:
         """Let `start_flush` hand fsyncs to `kernel` (owner thread; None: stop doing so)."""
         self._settle_flush()
         self._kernel = kernel

@@ -53,12 +53,23 @@ def test_environment_overrides_win_and_are_named_in_errors() -> None:
         ("controller.quorum.election.timeout.ms", "0", "controller.quorum.election.timeout.ms"),
         ("controller.quorum.auto.join.enable", "yes", "controller.quorum.auto.join.enable"),
         ("http.listener", "nowhere", "http.listener"),
+        ("kraft.log.flush.kernel", "maybe", "kraft.log.flush.kernel"),
         ("some.unknown.key", "1", "some.unknown.key"),
     ],
 )
 def test_invalid_or_unknown_keys_are_errors_naming_the_key(key: str, value: str, named: str) -> None:
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
         build_config({**BASE, key: value})
+
+
+@pytest.mark.parametrize(("value", "engine"), [(None, "auto"), ("true", "auto"), ("FALSE", "off"),
+                                              ("uring", "uring"), (" AIO ", "aio"),
+                                              ("off", "off")])
+def test_the_flush_engine_choice(value: str | None, engine: str) -> None:
+    """`kraft.log.flush.kernel`: io_uring where available by default; true and false (its
+    values before it named an engine) mean `auto` and `off`."""
+    props = dict(BASE) if value is None else {**BASE, "kraft.log.flush.kernel": value}
+    assert build_config(props).flush_kernel == engine
 
 
 def test_missing_quorum_and_listener_mismatch_are_errors() -> None:

@@ -17,7 +17,7 @@ from kraft.server.config import build_config
 from kraft.server.local import free_port
 from kraft.server.node import KraftNode
 from kraft.statemachine.base import CommittedBatch, StateMachine
-from kraft.storage import aio
+from kraft.storage import aio, uring
 from kraft.storage.format import format_storage
 
 
@@ -116,19 +116,23 @@ async def test_custom_state_machine_commits_snapshots_and_recovers(tmp_path: Pat
         await node.stop()
 
 
-@pytest.mark.parametrize(("mode", "kernel"), [("auto", True), ("auto", False),
-                                             ("inline", True), ("thread", True),
-                                             ("thread", False)])
+_ENGINE_AVAILABLE = {"uring": uring.available(), "aio": aio.available(), "off": True}
+
+
+@pytest.mark.parametrize(("mode", "engine"), [("auto", "uring"), ("auto", "aio"), ("auto", "off"),
+                                              ("inline", "uring"), ("thread", "uring"),
+                                              ("thread", "aio"), ("thread", "off")])
 async def test_every_flush_mode_commits_only_what_it_fsynced(tmp_path: Path, mode: str,
-                                                             kernel: bool) -> None:
+                                                             engine: str) -> None:
     """A single voter commits a record only once its own fsync reported it. `auto` fsyncs a
-    write made alone from the moment it is appended (started by the kernel, or on the flusher
-    thread) and a big batch inline; `inline` and `thread` use one place for every flush (the
-    kernel's flush leaves a new epoch's checkpoint to an inline one)."""
-    if kernel and not aio.available():
-        pytest.skip("native AIO fsync is not available here")
+    write made alone from the moment it is appended (started by the kernel through io_uring or
+    native AIO, or on the flusher thread) and a big batch inline; `inline` and `thread` use one
+    place for every flush (the kernel's flush leaves a new epoch's checkpoint to an inline one)."""
+    if not _ENGINE_AVAILABLE[engine]:
+        pytest.skip(f"{engine} fsync is not available here")
+    kernel = engine != "off"
     props = dict(_config(tmp_path, fsync=True), **{"kraft.log.flush.mode": mode,
-                                                   "kraft.log.flush.kernel": str(kernel).lower()})
+                                                   "kraft.log.flush.kernel": engine})
     format_storage(props, str(Uuid.random()), out=io.StringIO())
     sm = Counter()
     node = KraftNode(build_config(props, {}), sm)
@@ -147,6 +151,8 @@ async def test_every_flush_mode_commits_only_what_it_fsynced(tmp_path: Path, mod
         by_kernel = node._flusher.kernel
         assert flushes > 0
         assert (node._kernel is not None) == (kernel and mode != "inline")
+        if node._kernel is not None:
+            assert type(node._kernel).__module__ == f"kraft.storage.{engine}"
         if mode == "inline":
             assert inline == flushes
         elif mode == "thread" and not kernel:
@@ -233,16 +239,17 @@ async def test_binary_client_that_does_not_read_stops_being_served(tmp_path: Pat
         await node.stop()
 
 
-async def test_kernel_flushes_across_segment_rolls(tmp_path: Path,
+@pytest.mark.parametrize("engine", ["uring", "aio"])
+async def test_kernel_flushes_across_segment_rolls(tmp_path: Path, engine: str,
                                                    caplog: pytest.LogCaptureFixture) -> None:
     """Every flush asked of the kernel (`thread` mode) while segments roll under concurrent
     writes: a flush that must also persist a new segment file falls back to an inline one, even
     when it is asked for from the kernel's completion with the core loop asleep, and every
     write commits durably."""
-    if not aio.available():
-        pytest.skip("native AIO fsync is not available here")
+    if not _ENGINE_AVAILABLE[engine]:
+        pytest.skip(f"{engine} fsync is not available here")
     props = dict(_config(tmp_path, fsync=True), **{"kraft.log.flush.mode": "thread",
-                                                   "kraft.log.flush.kernel": "true",
+                                                   "kraft.log.flush.kernel": engine,
                                                    "metadata.log.segment.bytes": "2048"})
     format_storage(props, str(Uuid.random()), out=io.StringIO())
     sm = Counter()

@@ -1,34 +1,52 @@
-"""fsyncs started by the kernel (`kraft.storage.aio`) and the log's use of them: a durable end
-offset is published only once the kernel reports the fdatasync done, and every operation that
-needs the files settled waits for it."""
+"""fsyncs started by the kernel (`kraft.storage.uring`: io_uring; `kraft.storage.aio`: native
+AIO) and the log's use of them: a durable end offset is published only once the kernel reports
+the fdatasync done, and every operation that needs the files settled waits for it."""
 
 from __future__ import annotations
 
 import errno
 import os
 import select
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from kraft.storage import aio
+from kraft.storage import aio, uring
 from kraft.storage.aio import KernelSync
 from kraft.storage.errors import StorageError
 from kraft.storage.log import SegmentedLog
+from kraft.storage.sync_engine import SyncEngine, open_engine
+from kraft.storage.uring import UringSync
 
 Batches = Callable[..., list[bytes]]
 
-pytestmark = pytest.mark.skipif(not aio.available(), reason="native AIO fsync is not available")
+_ENGINES = {"uring": (UringSync, uring.available()), "aio": (KernelSync, aio.available())}
+
+
+@pytest.fixture(params=sorted(_ENGINES))
+def engine_kind(request: pytest.FixtureRequest) -> str:
+    kind: str = request.param
+    if not _ENGINES[kind][1]:
+        pytest.skip(f"{kind} fsync is not available here")
+    return kind
+
+
+@pytest.fixture
+def engine(engine_kind: str) -> Iterator[KernelSync | UringSync]:
+    opened = _ENGINES[engine_kind][0].open()
+    assert opened is not None
+    yield opened
+    opened.close()
 
 
 def _readable(fd: int, timeout: float = 5.0) -> bool:
     return bool(select.select([fd], [], [], timeout)[0])
 
 
-def test_submit_signals_the_eventfd_and_reaps_the_result(tmp_path: Path) -> None:
-    ks = KernelSync.open()
-    assert ks is not None
+def test_submit_signals_the_eventfd_and_reaps_the_result(tmp_path: Path,
+                                                        engine: SyncEngine) -> None:
+    ks = engine
     fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o644)
     try:
         assert ks.reap() == [] and ks.wait() == []  # nothing in flight: nothing to wait for
@@ -40,6 +58,11 @@ def test_submit_signals_the_eventfd_and_reaps_the_result(tmp_path: Path) -> None
         assert ks.in_flight == 0
         ks.submit(fd, 42)
         assert ks.wait() == [(42, 0)]  # blocking wait, same result
+        for token in range(3 * ks.capacity):  # the queues wrap around
+            os.write(fd, b"y")
+            ks.submit(fd, token)
+            assert ks.wait() == [(token, 0)]
+        assert ks.in_flight == 0 and ks.reap() == []
     finally:
         ks.close()
         os.close(fd)
@@ -48,54 +71,74 @@ def test_submit_signals_the_eventfd_and_reaps_the_result(tmp_path: Path) -> None
         ks.submit(fd, 1)
 
 
-def test_refused_requests_leave_nothing_in_flight(tmp_path: Path) -> None:
-    ks = KernelSync.open()
-    assert ks is not None
-    r, w = os.pipe()  # a pipe has no fsync: the kernel refuses the request at submit
+def test_requests_that_cannot_sync_leave_nothing_in_flight(tmp_path: Path, engine_kind: str,
+                                                           engine: SyncEngine) -> None:
+    """A descriptor without an fsync, or no open file at all: native AIO refuses the request at
+    submit (nothing started), io_uring takes it and completes it with the error; either way
+    nothing stays in flight, and a full engine refuses one more request."""
+    ks = engine
+    r, w = os.pipe()  # a pipe has no fsync
     try:
-        with pytest.raises(OSError) as refused:
-            ks.submit(r, 1)
-        assert refused.value.errno == errno.EINVAL
-        with pytest.raises(OSError) as bad:
-            ks.submit(987_654, 2)  # not an open file
-        assert bad.value.errno == errno.EBADF
-        assert ks.in_flight == 0
+        for fd, err in ((r, errno.EINVAL), (987_654, errno.EBADF)):  # the latter: not open
+            if engine_kind == "aio":
+                with pytest.raises(OSError) as refused:
+                    ks.submit(fd, 1)
+                assert refused.value.errno == err
+            else:
+                ks.submit(fd, 1)
+                assert ks.wait() == [(1, -err)]
+            assert ks.in_flight == 0
         fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            for token in range(aio.MAX_IN_FLIGHT):  # every slot came back
+            for token in range(ks.capacity):  # every slot is free again
                 ks.submit(fd, token)
             with pytest.raises(OSError) as full:
                 ks.submit(fd, 99)
             assert full.value.errno == errno.EAGAIN
             reaped: list[tuple[int, int]] = []
-            while len(reaped) < aio.MAX_IN_FLIGHT:
+            while len(reaped) < ks.capacity:
                 reaped += ks.wait()
-            assert sorted(reaped) == [(t, 0) for t in range(aio.MAX_IN_FLIGHT)]
+            assert sorted(reaped) == [(t, 0) for t in range(ks.capacity)]
         finally:
             os.close(fd)
     finally:
-        ks.close()
         os.close(r)
         os.close(w)
+    ks.close()
+    assert ks.closed
+    with pytest.raises(OSError, match="closed"):
+        ks.submit(r, 1)
 
 
-def _kernel_log(tmp_path: Path, **kw: int) -> tuple[SegmentedLog, KernelSync]:
+def test_the_engine_choice(engine_kind: str) -> None:
+    """`auto` and `uring` open io_uring where it works here, `aio` native AIO; `off` none."""
+    assert open_engine("off") == (None, "thread")
+    engine, name = open_engine(engine_kind)  # type: ignore[arg-type]
+    assert engine is not None and name == engine_kind
+    assert isinstance(engine, _ENGINES[engine_kind][0])
+    engine.close()
+    if engine_kind == "uring":
+        auto, name = open_engine("auto")
+        assert isinstance(auto, UringSync) and name == "uring"
+        auto.close()
+
+
+def _kernel_log(tmp_path: Path, ks: SyncEngine, **kw: int) -> tuple[SegmentedLog, SyncEngine]:
     log = SegmentedLog.open(tmp_path, **kw)
-    ks = KernelSync.open()
-    assert ks is not None
     log.use_kernel_sync(ks)
     return log, ks
 
 
-def _finish(log: SegmentedLog, ks: KernelSync) -> int:
+def _finish(log: SegmentedLog, ks: SyncEngine) -> int:
     assert _readable(ks.fileno())
     durable = log.finish_flush()
     assert durable is not None
     return durable
 
 
-def test_durable_only_once_the_kernel_reports(tmp_path: Path, batches: Batches) -> None:
-    log, ks = _kernel_log(tmp_path)
+def test_durable_only_once_the_kernel_reports(tmp_path: Path, batches: Batches,
+                                              engine: SyncEngine) -> None:
+    log, ks = _kernel_log(tmp_path, engine)
     try:
         assert not log.start_flush()  # nothing appended: nothing to sync
         first = batches(0, 3)
@@ -118,8 +161,9 @@ def test_durable_only_once_the_kernel_reports(tmp_path: Path, batches: Batches) 
         ks.close()
 
 
-def test_flush_truncate_and_close_wait_for_the_kernel(tmp_path: Path, batches: Batches) -> None:
-    log, ks = _kernel_log(tmp_path)
+def test_flush_truncate_and_close_wait_for_the_kernel(tmp_path: Path, batches: Batches,
+                                                      engine: SyncEngine) -> None:
+    log, ks = _kernel_log(tmp_path, engine)
     try:
         for b in batches(0, 5):
             log.append(b)
@@ -147,8 +191,9 @@ def test_flush_truncate_and_close_wait_for_the_kernel(tmp_path: Path, batches: B
     reopened.close()
 
 
-def test_new_segments_and_epochs_take_the_full_flush(tmp_path: Path, batches: Batches) -> None:
-    log, ks = _kernel_log(tmp_path, segment_bytes=1000)
+def test_new_segments_and_epochs_take_the_full_flush(tmp_path: Path, batches: Batches,
+                                                     engine: SyncEngine) -> None:
+    log, ks = _kernel_log(tmp_path, engine, segment_bytes=1000)
     try:
         first = batches(0, 3)
         log.append(first[0])
@@ -175,8 +220,9 @@ def test_new_segments_and_epochs_take_the_full_flush(tmp_path: Path, batches: Ba
 
 
 def test_a_failed_kernel_fsync_poisons_the_log(tmp_path: Path, batches: Batches,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    log, ks = _kernel_log(tmp_path)
+                                               monkeypatch: pytest.MonkeyPatch,
+                                               engine: SyncEngine) -> None:
+    log, ks = _kernel_log(tmp_path, engine)
     try:
         log.append(batches(0, 1)[0])
         log.flush()

@@ -1,0 +1,245 @@
+"""fdatasync started by the kernel through io_uring (`IORING_OP_FSYNC`), no thread of ours.
+
+The same job as `kraft.storage.aio` (a leader's fsync starting the moment a write is in the
+page cache, while its event loop goes on answering the followers) without native AIO's cost at
+exit: a process holding an AIO context has its sockets closed only after the kernel tore the
+context down (an RCU grace period, ~30 ms), where an io_uring instance is a file, released
+with the process's other files (measured in docs/performance.md, section 17).
+
+One ring of a few entries, set up with `io_uring_setup`; its submission and completion queues
+are shared memory (`mmap`), written and read here with `struct`; `io_uring_enter` submits; the
+completions are signalled on an eventfd registered with the ring, which the event loop
+watches. The fsync itself runs on a kernel worker of the ring. The three system calls go
+through `libc.syscall` (ctypes releases the GIL around them); no library is needed.
+`UringSync.open()` returns None where this is unavailable (another OS or architecture, a kernel
+before 5.6 or with io_uring disabled, a seccomp profile that forbids `io_uring_setup`, as
+container runtimes' default profiles do); callers then use a flusher thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import logging
+import mmap
+import os
+import platform
+import struct
+import sys
+
+log = logging.getLogger(__name__)
+
+_SETUP, _ENTER, _REGISTER = 425, 426, 427  # the same numbers on x86_64 and aarch64
+_MACHINES = ("x86_64", "aarch64")
+IORING_OP_FSYNC = 3
+IORING_FSYNC_DATASYNC = 1
+IORING_REGISTER_EVENTFD = 4
+IORING_FEAT_SINGLE_MMAP = 1
+IORING_OFF_SQ_RING = 0
+IORING_OFF_CQ_RING = 0x8000000
+IORING_OFF_SQES = 0x10000000
+ENTRIES = 8
+"""Submission queue entries (one per segment file synced by one flush); the kernel makes the
+completion queue twice as long."""
+
+_SQE = struct.Struct("<BBHiQQIIQHHiQQ")  # struct io_uring_sqe, 64 bytes
+_CQE = struct.Struct("<QiI")  # struct io_uring_cqe, 16 bytes
+_U32 = struct.Struct("<I")
+# struct io_uring_params: 10 u32 (sq_entries .. resv[3]), then io_sqring_offsets (8 u32 and a
+# u64) and io_cqring_offsets (8 u32 and a u64): 120 bytes
+_PARAMS = struct.Struct("<10I8IQ8IQ")
+
+
+class UringSync:
+    """One io_uring and its eventfd; owned by one thread (the event loop).
+
+    `submit(fd, token)` starts an fdatasync of `fd`; when `fileno()` becomes readable,
+    `reap()` returns `(token, result)` pairs, result 0 or a negative errno as the kernel's
+    fdatasync returned it. `wait()` blocks until at least one request completes.
+    """
+
+    def __init__(self, libc: ctypes.CDLL, ring_fd: int, efd: int, params: tuple[int, ...],
+                 maps: list[mmap.mmap]) -> None:
+        self._libc = libc
+        self._ring_fd = ring_fd
+        self._efd = efd
+        self._maps = maps
+        sq_entries, cq_entries = params[0], params[1]
+        sq_off = params[10:19]  # head, tail, ring_mask, ring_entries, flags, dropped, array
+        cq_off = params[19:28]  # head, tail, ring_mask, ring_entries, overflow, cqes
+        self._sq = maps[0]
+        self._cq = maps[1] if len(maps) == 3 else maps[0]
+        self._sqes = maps[-1]
+        self._sq_tail_at = sq_off[1]
+        self._sq_mask = _U32.unpack_from(self._sq, sq_off[2])[0]
+        self._sq_array_at = sq_off[6]
+        self._sq_tail = _U32.unpack_from(self._sq, self._sq_tail_at)[0]
+        self._cq_head_at = cq_off[0]
+        self._cq_tail_at = cq_off[1]
+        self._cq_mask = _U32.unpack_from(self._cq, cq_off[2])[0]
+        self._cqes_at = cq_off[5]
+        self._cq_head = _U32.unpack_from(self._cq, self._cq_head_at)[0]
+        self.capacity = min(sq_entries, cq_entries)
+        """Requests that may be in flight at once."""
+        self._token_of: dict[int, int] = {}
+        self._next_id = 0
+        self.closed = False
+
+    @classmethod
+    def open(cls) -> UringSync | None:
+        """A new ring, or None where io_uring fsync is not available here."""
+        if not sys.platform.startswith("linux") or platform.machine() not in _MACHINES \
+                or sys.byteorder != "little" or not hasattr(os, "eventfd"):
+            return None
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.syscall.restype = ctypes.c_long
+        except (OSError, AttributeError):
+            return None
+        params = ctypes.create_string_buffer(_PARAMS.size)
+        fd = libc.syscall(ctypes.c_long(_SETUP), ctypes.c_long(ENTRIES), params)
+        if fd < 0:
+            log.info("event=uring_sync_unavailable reason=%r", os.strerror(ctypes.get_errno()))
+            return None
+        maps: list[mmap.mmap] = []
+        efd = -1
+        try:
+            p = _PARAMS.unpack(params.raw)
+            sq_entries, cq_entries, features = p[0], p[1], p[5]
+            sq_size = p[10 + 6] + sq_entries * 4  # the index array ends the submission ring
+            cq_size = p[19 + 5] + cq_entries * _CQE.size  # the entries end the completion ring
+            prot, flags = mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | mmap.MAP_POPULATE
+            if features & IORING_FEAT_SINGLE_MMAP:
+                maps.append(mmap.mmap(fd, max(sq_size, cq_size), flags, prot,
+                                      offset=IORING_OFF_SQ_RING))
+            else:
+                maps.append(mmap.mmap(fd, sq_size, flags, prot, offset=IORING_OFF_SQ_RING))
+                maps.append(mmap.mmap(fd, cq_size, flags, prot, offset=IORING_OFF_CQ_RING))
+            maps.append(mmap.mmap(fd, sq_entries * _SQE.size, flags, prot,
+                                  offset=IORING_OFF_SQES))
+            efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            arg = ctypes.c_int32(efd)
+            if libc.syscall(ctypes.c_long(_REGISTER), ctypes.c_long(fd),
+                            ctypes.c_long(IORING_REGISTER_EVENTFD), ctypes.byref(arg),
+                            ctypes.c_long(1)) != 0:
+                raise OSError(ctypes.get_errno(), "io_uring_register(EVENTFD)")
+        except (OSError, ValueError) as exc:
+            log.info("event=uring_sync_unavailable reason=%r", str(exc))
+            for m in maps:
+                m.close()
+            if efd >= 0:
+                os.close(efd)
+            os.close(fd)
+            return None
+        os.set_inheritable(fd, False)
+        return cls(libc, fd, efd, p, maps)
+
+    def fileno(self) -> int:
+        """The eventfd that becomes readable when a request completes."""
+        return self._efd
+
+    @property
+    def in_flight(self) -> int:
+        """Requests submitted and not yet reaped."""
+        return len(self._token_of)
+
+    def submit(self, fd: int, token: int) -> None:
+        """Start an fdatasync of `fd`. Raises OSError when the kernel refuses the request
+        (nothing was started then: the caller syncs another way)."""
+        if self.closed:
+            raise OSError(errno.EBADF, "io_uring sync ring is closed")
+        if len(self._token_of) >= self.capacity:
+            raise OSError(errno.EAGAIN, f"{self.capacity} syncs already in flight")
+        self._next_id += 1
+        rid = self._next_id
+        tail = self._sq_tail
+        idx = tail & self._sq_mask
+        # opcode, flags, ioprio, fd, off, addr, len, fsync_flags, user_data, buf_index,
+        # personality, file_index, addr3, pad: the whole file, data only
+        _SQE.pack_into(self._sqes, idx * _SQE.size, IORING_OP_FSYNC, 0, 0, fd, 0, 0, 0,
+                       IORING_FSYNC_DATASYNC, rid, 0, 0, 0, 0, 0)
+        _U32.pack_into(self._sq, self._sq_array_at + idx * 4, idx)
+        # The entry is written before the tail moves; the kernel reads the tail only inside
+        # our io_uring_enter below, on this thread (no polling thread), so program order holds.
+        self._sq_tail = (tail + 1) & 0xFFFFFFFF
+        _U32.pack_into(self._sq, self._sq_tail_at, self._sq_tail)
+        while True:
+            n = self._libc.syscall(_ENTER_NR, ctypes.c_long(self._ring_fd), _ONE, _ZERO,
+                                   _ZERO, None, _ZERO)
+            if n == 1:
+                break
+            err = ctypes.get_errno() if n < 0 else errno.EAGAIN
+            if err == errno.EINTR:
+                continue
+            # not consumed: take the entry back (the kernel's head did not pass it)
+            self._sq_tail = tail
+            _U32.pack_into(self._sq, self._sq_tail_at, tail)
+            raise OSError(err, f"io_uring_enter of fdatasync(fd {fd}): {os.strerror(err)}")
+        self._token_of[rid] = token
+
+    def reap(self) -> list[tuple[int, int]]:
+        """The requests completed so far, without blocking: `(token, result)` pairs."""
+        with contextlib.suppress(BlockingIOError):
+            os.eventfd_read(self._efd)  # clear the readiness; the queue tells what finished
+        return self._collect()
+
+    def wait(self) -> list[tuple[int, int]]:
+        """Block until at least one request completes (none in flight: returns [])."""
+        while self._token_of:
+            done = self.reap()
+            if done:
+                return done
+            n = self._libc.syscall(_ENTER_NR, ctypes.c_long(self._ring_fd), _ZERO, _ONE,
+                                   _GETEVENTS, None, _ZERO)
+            if n < 0:
+                err = ctypes.get_errno()
+                if err != errno.EINTR:
+                    raise OSError(err, f"io_uring_enter (wait): {os.strerror(err)}")
+        return []
+
+    def _collect(self) -> list[tuple[int, int]]:
+        done = []
+        cq = self._cq
+        head = self._cq_head
+        # The kernel writes an entry before it moves the tail (a release store); the tail is
+        # read after the eventfd said so (a system call), or inside `wait` after one.
+        tail = _U32.unpack_from(cq, self._cq_tail_at)[0]
+        while head != tail:
+            rid, res, _flags = _CQE.unpack_from(
+                cq, self._cqes_at + (head & self._cq_mask) * _CQE.size)
+            head = (head + 1) & 0xFFFFFFFF
+            token = self._token_of.pop(rid, None)
+            if token is not None:
+                done.append((token, res))
+        if head != self._cq_head:
+            self._cq_head = head
+            _U32.pack_into(cq, self._cq_head_at, head)
+        return done
+
+    def close(self) -> None:
+        """Wait for what is in flight, then release the ring and the eventfd."""
+        if self.closed:
+            return
+        while self._token_of:
+            self.wait()
+        self.closed = True
+        for m in self._maps:
+            m.close()
+        os.close(self._ring_fd)
+        os.close(self._efd)
+
+
+_ENTER_NR = ctypes.c_long(_ENTER)
+_ONE = ctypes.c_long(1)
+_ZERO = ctypes.c_long(0)
+_GETEVENTS = ctypes.c_long(1)  # IORING_ENTER_GETEVENTS
+
+
+def available() -> bool:
+    """True when `UringSync.open()` works on this machine (opens and closes a ring)."""
+    ring = UringSync.open()
+    if ring is None:
+        return False
+    ring.close()
+    return True
