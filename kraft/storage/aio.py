@@ -11,7 +11,9 @@ that the event loop watches, and `io_getevents` reaps its result.
 The cost: a process holding an AIO context dies ~30 ms later after kill -9 (measured here:
 2.5 ms from SIGKILL to the peer's EOF without a context, 31-34 ms with an idle one): the kernel
 tears the context down, after an RCU grace period, before it closes the process's sockets, so
-peers notice the death that much later. Hence `kraft.log.flush.kernel` is off by default.
+peers notice the death that much later. Hence this engine is used only when asked for
+(`kraft.log.flush.kernel=aio`); the default is io_uring (`kraft.storage.uring`), which has no
+such cost.
 
 No library is needed: the three system calls go through `libc.syscall` (ctypes releases the
 GIL around them). `KernelSync.open()` returns None where this is unavailable (another OS or
