@@ -25,6 +25,8 @@ class SyncEngine(Protocol):
     """What `SegmentedLog.use_kernel_sync` needs of an engine (owned by one thread)."""
 
     closed: bool
+    capacity: int
+    """Requests that may be in flight at once."""
 
     def fileno(self) -> int:
         """An eventfd that becomes readable when a request completes."""
