@@ -161,6 +161,29 @@ def test_durable_only_once_the_kernel_reports(tmp_path: Path, batches: Batches,
         ks.close()
 
 
+def test_a_refused_kernel_flush_leaves_the_sync_to_flush(tmp_path: Path, batches: Batches,
+                                                         engine: SyncEngine,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """The engine refuses the request (here: it was closed): `start_flush` declines and logs it,
+    nothing is marked durable or in flight, and `flush` syncs the same appends."""
+    log, ks = _kernel_log(tmp_path, engine)
+    try:
+        log.append(batches(0, 1)[0])
+        assert log.flush() == 2
+        log.append(batches(2, 2)[0])
+        ks.close()
+        with caplog.at_level("WARNING", logger="kraft.storage.log"):
+            assert not log.start_flush()
+        assert any("event=kernel_flush_refused" in r.getMessage() for r in caplog.records)
+        assert not log.flush_in_flight and log.durable_end_offset == 2
+        assert log.flush() == 4
+    finally:
+        log.close()
+    reopened = SegmentedLog.open(tmp_path)
+    assert reopened.log_end_offset == 4
+    reopened.close()
+
+
 def test_flush_truncate_and_close_wait_for_the_kernel(tmp_path: Path, batches: Batches,
                                                       engine: SyncEngine) -> None:
     log, ks = _kernel_log(tmp_path, engine)
