@@ -23,13 +23,14 @@ then use a flusher thread.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
 import logging
 import os
 import platform
 import sys
+
+from kraft.storage.sync_engine import SyncEngine
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +80,10 @@ class _Timespec(ctypes.Structure):
     _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
 
 
-class KernelSync:
-    """One AIO context and its eventfd; owned by one thread (the event loop).
+class KernelSync(SyncEngine):
+    """One AIO context and its eventfd (`SyncEngine`)."""
 
-    `submit(fd, token)` starts an fdatasync of `fd`; when `fileno()` becomes readable,
-    `reap()` returns `(token, result)` pairs, result 0 or a negative errno as the kernel's
-    fdatasync returned it. `wait()` blocks until at least one request completes.
-    """
+    what = "native AIO context"
 
     def __init__(self, libc: ctypes.CDLL, calls: tuple[int, int, int, int], ctx: int,
                  efd: int) -> None:
@@ -93,17 +91,13 @@ class KernelSync:
         # every argument as a C long: syscall(2) reads its variadic arguments as longs
         # (io_setup was called by `open`)
         _, self._destroy, self._getevents, self._submit = map(ctypes.c_long, calls)
+        super().__init__(efd, MAX_IN_FLIGHT)
         self._ctx = ctypes.c_ulong(ctx)
-        self._efd = efd
         self._iocbs = [_IOCB() for _ in range(MAX_IN_FLIGHT)]
         self._free = list(range(MAX_IN_FLIGHT))
-        self._token_of: dict[int, int] = {}
         self._one = (ctypes.POINTER(_IOCB) * 1)()
         self._events = (_Event * MAX_IN_FLIGHT)()
         self._zero = _Timespec(0, 0)
-        self.capacity = MAX_IN_FLIGHT
-        """Requests that may be in flight at once."""
-        self.closed = False
 
     @classmethod
     def open(cls) -> KernelSync | None:
@@ -125,22 +119,8 @@ class KernelSync:
         efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         return cls(libc, calls, ctx.value, efd)
 
-    def fileno(self) -> int:
-        """The eventfd that becomes readable when a request completes."""
-        return self._efd
-
-    @property
-    def in_flight(self) -> int:
-        """Requests submitted and not yet reaped."""
-        return len(self._token_of)
-
     def submit(self, fd: int, token: int) -> None:
-        """Start an fdatasync of `fd`. Raises OSError when the kernel refuses the request
-        (nothing was started then: the caller syncs another way)."""
-        if self.closed:
-            raise OSError(errno.EBADF, "kernel sync context is closed")
-        if not self._free:
-            raise OSError(errno.EAGAIN, f"{MAX_IN_FLIGHT} syncs already in flight")
+        self._admit()
         slot = self._free.pop()
         cb = self._iocbs[slot]
         ctypes.memset(ctypes.byref(cb), 0, ctypes.sizeof(cb))
@@ -157,18 +137,15 @@ class KernelSync:
         self._token_of[slot] = token
 
     def reap(self) -> list[tuple[int, int]]:
-        """The requests completed so far, without blocking: `(token, result)` pairs."""
         return self._collect(0, self._zero)
 
     def wait(self) -> list[tuple[int, int]]:
-        """Block until at least one request completes (none in flight: returns [])."""
         if not self._token_of:
             return []
         return self._collect(1, None)
 
     def _collect(self, min_nr: int, timeout: _Timespec | None) -> list[tuple[int, int]]:
-        with contextlib.suppress(BlockingIOError):
-            os.eventfd_read(self._efd)  # clear the readiness; the events tell what finished
+        self._clear_readiness()
         if not self._token_of:
             return []
         while True:
@@ -189,21 +166,8 @@ class KernelSync:
             done.append((token, int(ev.res)))
         return done
 
-    def close(self) -> None:
-        """Wait for what is in flight, then release the context and the eventfd."""
-        if self.closed:
-            return
-        while self._token_of:
-            self.wait()
-        self.closed = True
+    def _release(self) -> None:
         self._libc.syscall(self._destroy, self._ctx)
-        os.close(self._efd)
 
 
-def available() -> bool:
-    """True when `KernelSync.open()` works on this machine (opens and closes a context)."""
-    ks = KernelSync.open()
-    if ks is None:
-        return False
-    ks.close()
-    return True
+available = KernelSync.available

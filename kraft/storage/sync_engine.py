@@ -1,5 +1,6 @@
 """The engines that start a log's fdatasync from the owner thread and signal its completion on
-an eventfd (`SegmentedLog.start_flush` / `finish_flush`), and the choice between them.
+an eventfd (`SegmentedLog.start_flush` / `finish_flush`), what they share, and the choice
+between them.
 
 * `uring` (`kraft.storage.uring`): io_uring. The default where the kernel and the seccomp
   profile allow it.
@@ -10,54 +11,104 @@ an eventfd (`SegmentedLog.start_flush` / `finish_flush`), and the choice between
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
-from typing import Literal, Protocol
-
-from kraft.storage.aio import KernelSync
-from kraft.storage.uring import UringSync
+import os
+from typing import Literal, Self
 
 log = logging.getLogger(__name__)
 
 Choice = Literal["auto", "uring", "aio", "off"]
 
 
-class SyncEngine(Protocol):
-    """What `SegmentedLog.use_kernel_sync` needs of an engine (owned by one thread)."""
+class SyncEngine:
+    """One engine, owned by one thread (the event loop): `submit(fd, token)` starts an
+    fdatasync of `fd`; when `fileno()` becomes readable, `reap()` returns `(token, result)`
+    pairs, result 0 or a negative errno as the kernel's fdatasync returned it; `wait()` blocks
+    until at least one request completes. An engine provides `open`, `submit`, `reap`, `wait`
+    and `_release`."""
 
-    closed: bool
-    capacity: int
-    """Requests that may be in flight at once."""
+    what = "sync engine"
+    """What the engine holds, for errors ("io_uring ring")."""
+
+    def __init__(self, efd: int, capacity: int) -> None:
+        self._efd = efd
+        self.capacity = capacity
+        """Requests that may be in flight at once."""
+        self._token_of: dict[int, int] = {}  # request id -> the caller's token
+        self.closed = False
+
+    @classmethod
+    def open(cls) -> Self | None:
+        """A new engine, or None where it is not available here."""
+        raise NotImplementedError
+
+    @classmethod
+    def available(cls) -> bool:
+        """True when `open()` works on this machine (opens and closes one)."""
+        engine = cls.open()
+        if engine is None:
+            return False
+        engine.close()
+        return True
 
     def fileno(self) -> int:
-        """An eventfd that becomes readable when a request completes."""
-        ...
+        """The eventfd that becomes readable when a request completes."""
+        return self._efd
 
     @property
     def in_flight(self) -> int:
         """Requests submitted and not yet reaped."""
-        ...
+        return len(self._token_of)
 
     def submit(self, fd: int, token: int) -> None:
-        """Start an fdatasync of `fd` (OSError: refused, nothing started)."""
-        ...
+        """Start an fdatasync of `fd`. Raises OSError when the kernel refuses the request
+        (nothing was started then: the caller syncs another way)."""
+        raise NotImplementedError
 
     def reap(self) -> list[tuple[int, int]]:
-        """`(token, result)` of the requests completed so far, without blocking."""
-        ...
+        """The requests completed so far, without blocking: `(token, result)` pairs."""
+        raise NotImplementedError
 
     def wait(self) -> list[tuple[int, int]]:
-        """Block until at least one request completes (none in flight: [])."""
-        ...
+        """Block until at least one request completes (none in flight: returns [])."""
+        raise NotImplementedError
+
+    def _admit(self) -> None:
+        """Raise OSError unless one more request may be submitted."""
+        if self.closed:
+            raise OSError(errno.EBADF, f"{self.what} is closed")
+        if len(self._token_of) >= self.capacity:
+            raise OSError(errno.EAGAIN, f"{self.capacity} syncs already in flight")
+
+    def _clear_readiness(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.eventfd_read(self._efd)  # the engine's own queue tells what finished
 
     def close(self) -> None:
-        """Wait for what is in flight, then release the engine."""
-        ...
+        """Wait for what is in flight, then release the engine and the eventfd."""
+        if self.closed:
+            return
+        while self._token_of:
+            self.wait()
+        self.closed = True
+        self._release()
+        os.close(self._efd)
+
+    def _release(self) -> None:
+        raise NotImplementedError
 
 
 def open_engine(choice: Choice) -> tuple[SyncEngine | None, str]:
     """The engine `choice` names (`auto`: io_uring if it opens here), with its name; (None,
     "thread") when the choice is `off` or the engine cannot be opened here (logged)."""
+    # the engines' modules build on SyncEngine above
+    from kraft.storage.aio import KernelSync
+    from kraft.storage.uring import UringSync
+
     engine: SyncEngine | None = None
+    name = "thread"
     if choice in ("auto", "uring"):
         engine = UringSync.open()
         name = "uring"

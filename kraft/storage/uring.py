@@ -18,7 +18,6 @@ container runtimes' default profiles do); callers then use a flusher thread.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
 import logging
@@ -27,6 +26,8 @@ import os
 import platform
 import struct
 import sys
+
+from kraft.storage.sync_engine import SyncEngine
 
 log = logging.getLogger(__name__)
 
@@ -51,21 +52,18 @@ _U32 = struct.Struct("<I")
 _PARAMS = struct.Struct("<10I8IQ8IQ")
 
 
-class UringSync:
-    """One io_uring and its eventfd; owned by one thread (the event loop).
+class UringSync(SyncEngine):
+    """One io_uring and its eventfd (`SyncEngine`)."""
 
-    `submit(fd, token)` starts an fdatasync of `fd`; when `fileno()` becomes readable,
-    `reap()` returns `(token, result)` pairs, result 0 or a negative errno as the kernel's
-    fdatasync returned it. `wait()` blocks until at least one request completes.
-    """
+    what = "io_uring ring"
 
     def __init__(self, libc: ctypes.CDLL, ring_fd: int, efd: int, params: tuple[int, ...],
                  maps: list[mmap.mmap]) -> None:
+        sq_entries, cq_entries = params[0], params[1]
+        super().__init__(efd, min(sq_entries, cq_entries))
         self._libc = libc
         self._ring_fd = ring_fd
-        self._efd = efd
         self._maps = maps
-        sq_entries, cq_entries = params[0], params[1]
         sq_off = params[10:19]  # head, tail, ring_mask, ring_entries, flags, dropped, array
         cq_off = params[19:28]  # head, tail, ring_mask, ring_entries, overflow, cqes
         self._sq = maps[0]
@@ -80,11 +78,7 @@ class UringSync:
         self._cq_mask = _U32.unpack_from(self._cq, cq_off[2])[0]
         self._cqes_at = cq_off[5]
         self._cq_head = _U32.unpack_from(self._cq, self._cq_head_at)[0]
-        self.capacity = min(sq_entries, cq_entries)
-        """Requests that may be in flight at once."""
-        self._token_of: dict[int, int] = {}
         self._next_id = 0
-        self.closed = False
 
     @classmethod
     def open(cls) -> UringSync | None:
@@ -135,22 +129,8 @@ class UringSync:
         os.set_inheritable(fd, False)
         return cls(libc, fd, efd, p, maps)
 
-    def fileno(self) -> int:
-        """The eventfd that becomes readable when a request completes."""
-        return self._efd
-
-    @property
-    def in_flight(self) -> int:
-        """Requests submitted and not yet reaped."""
-        return len(self._token_of)
-
     def submit(self, fd: int, token: int) -> None:
-        """Start an fdatasync of `fd`. Raises OSError when the kernel refuses the request
-        (nothing was started then: the caller syncs another way)."""
-        if self.closed:
-            raise OSError(errno.EBADF, "io_uring sync ring is closed")
-        if len(self._token_of) >= self.capacity:
-            raise OSError(errno.EAGAIN, f"{self.capacity} syncs already in flight")
+        self._admit()
         self._next_id += 1
         rid = self._next_id
         tail = self._sq_tail
@@ -179,13 +159,10 @@ class UringSync:
         self._token_of[rid] = token
 
     def reap(self) -> list[tuple[int, int]]:
-        """The requests completed so far, without blocking: `(token, result)` pairs."""
-        with contextlib.suppress(BlockingIOError):
-            os.eventfd_read(self._efd)  # clear the readiness; the queue tells what finished
+        self._clear_readiness()
         return self._collect()
 
     def wait(self) -> list[tuple[int, int]]:
-        """Block until at least one request completes (none in flight: returns [])."""
         while self._token_of:
             done = self.reap()
             if done:
@@ -217,17 +194,10 @@ class UringSync:
             _U32.pack_into(cq, self._cq_head_at, head)
         return done
 
-    def close(self) -> None:
-        """Wait for what is in flight, then release the ring and the eventfd."""
-        if self.closed:
-            return
-        while self._token_of:
-            self.wait()
-        self.closed = True
+    def _release(self) -> None:
         for m in self._maps:
             m.close()
         os.close(self._ring_fd)
-        os.close(self._efd)
 
 
 _ENTER_NR = ctypes.c_long(_ENTER)
@@ -236,10 +206,4 @@ _ZERO = ctypes.c_long(0)
 _GETEVENTS = ctypes.c_long(1)  # IORING_ENTER_GETEVENTS
 
 
-def available() -> bool:
-    """True when `UringSync.open()` works on this machine (opens and closes a ring)."""
-    ring = UringSync.open()
-    if ring is None:
-        return False
-    ring.close()
-    return True
+available = UringSync.available
