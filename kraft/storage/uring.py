@@ -12,7 +12,7 @@ completions are signalled on an eventfd registered with the ring, which the even
 watches. The fsync itself runs on a kernel worker of the ring. The three system calls go
 through `libc.syscall` (ctypes releases the GIL around them); no library is needed.
 `UringSync.open()` returns None where this is unavailable (another OS or architecture, a kernel
-before 5.6 or with io_uring disabled, a seccomp profile that forbids `io_uring_setup`, as
+before 5.2 or with io_uring disabled, a seccomp profile that forbids `io_uring_setup`, as some
 container runtimes' default profiles do); callers then use a flusher thread.
 """
 
@@ -63,6 +63,7 @@ class UringSync(SyncEngine):
         super().__init__(efd, min(sq_entries, cq_entries))
         self._libc = libc
         self._ring_fd = ring_fd
+        self._ring = ctypes.c_long(ring_fd)  # syscall(2)'s variadic arguments are longs
         self._maps = maps
         sq_off = params[10:19]  # head, tail, ring_mask, ring_entries, flags, dropped, array
         cq_off = params[19:28]  # head, tail, ring_mask, ring_entries, overflow, cqes
@@ -126,8 +127,7 @@ class UringSync(SyncEngine):
                 os.close(efd)
             os.close(fd)
             return None
-        os.set_inheritable(fd, False)
-        return cls(libc, fd, efd, p, maps)
+        return cls(libc, fd, efd, p, maps)  # the kernel made fd close-on-exec
 
     def submit(self, fd: int, token: int) -> None:
         self._admit()
@@ -145,7 +145,7 @@ class UringSync(SyncEngine):
         self._sq_tail = (tail + 1) & 0xFFFFFFFF
         _U32.pack_into(self._sq, self._sq_tail_at, self._sq_tail)
         while True:
-            n = self._libc.syscall(_ENTER_NR, ctypes.c_long(self._ring_fd), _ONE, _ZERO,
+            n = self._libc.syscall(_ENTER_NR, self._ring, _ONE, _ZERO,
                                    _ZERO, None, _ZERO)
             if n == 1:
                 break
@@ -167,7 +167,7 @@ class UringSync(SyncEngine):
             done = self.reap()
             if done:
                 return done
-            n = self._libc.syscall(_ENTER_NR, ctypes.c_long(self._ring_fd), _ZERO, _ONE,
+            n = self._libc.syscall(_ENTER_NR, self._ring, _ZERO, _ONE,
                                    _GETEVENTS, None, _ZERO)
             if n < 0:
                 err = ctypes.get_errno()
