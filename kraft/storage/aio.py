@@ -28,7 +28,6 @@ import errno
 import logging
 import os
 import platform
-import sys
 
 from kraft.storage.sync_engine import SyncEngine
 
@@ -102,15 +101,10 @@ class KernelSync(SyncEngine):
     @classmethod
     def open(cls) -> KernelSync | None:
         """A new context, or None where native AIO fsync is not available here."""
-        calls = _SYSCALLS.get(platform.machine())
-        if not sys.platform.startswith("linux") or calls is None or sys.byteorder != "little" \
-                or not hasattr(os, "eventfd"):
+        libc = cls._libc_here(_SYSCALLS)
+        if libc is None:
             return None
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.syscall.restype = ctypes.c_long
-        except (OSError, AttributeError):
-            return None
+        calls = _SYSCALLS[platform.machine()]
         ctx = ctypes.c_ulong(0)
         if libc.syscall(ctypes.c_long(calls[0]), _MAX, ctypes.byref(ctx)) != 0:
             log.info("event=kernel_sync_unavailable reason=%r",

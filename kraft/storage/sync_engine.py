@@ -12,9 +12,13 @@ between them.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import logging
 import os
+import platform
+import sys
+from collections.abc import Container
 from typing import Literal, Self
 
 log = logging.getLogger(__name__)
@@ -43,6 +47,20 @@ class SyncEngine:
     def open(cls) -> Self | None:
         """A new engine, or None where it is not available here."""
         raise NotImplementedError
+
+    @staticmethod
+    def _libc_here(machines: Container[str]) -> ctypes.CDLL | None:
+        """The C library, its `syscall` returning a long, on little-endian Linux on one of
+        `machines` with `os.eventfd`; None elsewhere (no engine can open there)."""
+        if not sys.platform.startswith("linux") or platform.machine() not in machines \
+                or sys.byteorder != "little" or not hasattr(os, "eventfd"):
+            return None
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.syscall.restype = ctypes.c_long
+        except (OSError, AttributeError):
+            return None
+        return libc
 
     @classmethod
     def available(cls) -> bool:

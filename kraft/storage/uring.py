@@ -23,9 +23,7 @@ import errno
 import logging
 import mmap
 import os
-import platform
 import struct
-import sys
 
 from kraft.storage.sync_engine import SyncEngine
 
@@ -84,13 +82,8 @@ class UringSync(SyncEngine):
     @classmethod
     def open(cls) -> UringSync | None:
         """A new ring, or None where io_uring fsync is not available here."""
-        if not sys.platform.startswith("linux") or platform.machine() not in _MACHINES \
-                or sys.byteorder != "little" or not hasattr(os, "eventfd"):
-            return None
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.syscall.restype = ctypes.c_long
-        except (OSError, AttributeError):
+        libc = cls._libc_here(_MACHINES)
+        if libc is None:
             return None
         params = ctypes.create_string_buffer(_PARAMS.size)
         fd = libc.syscall(ctypes.c_long(_SETUP), ctypes.c_long(ENTRIES), params)

@@ -129,6 +129,14 @@ def _kernel_log(tmp_path: Path, ks: SyncEngine, **kw: int) -> tuple[SegmentedLog
     return log, ks
 
 
+def _end_after_reopening(directory: Path) -> int:
+    reopened = SegmentedLog.open(directory)
+    try:
+        return reopened.log_end_offset
+    finally:
+        reopened.close()
+
+
 def _finish(log: SegmentedLog, ks: SyncEngine) -> int:
     assert _readable(ks.fileno())
     durable = log.finish_flush()
@@ -179,9 +187,7 @@ def test_a_refused_kernel_flush_leaves_the_sync_to_flush(tmp_path: Path, batches
         assert log.flush() == 4
     finally:
         log.close()
-    reopened = SegmentedLog.open(tmp_path)
-    assert reopened.log_end_offset == 4
-    reopened.close()
+    assert _end_after_reopening(tmp_path) == 4
 
 
 def test_flush_truncate_and_close_wait_for_the_kernel(tmp_path: Path, batches: Batches,
@@ -209,9 +215,7 @@ def test_flush_truncate_and_close_wait_for_the_kernel(tmp_path: Path, batches: B
     finally:
         log.close()  # waits for it as well
         ks.close()
-    reopened = SegmentedLog.open(tmp_path)
-    assert reopened.log_end_offset == 14
-    reopened.close()
+    assert _end_after_reopening(tmp_path) == 14
 
 
 def test_new_segments_and_epochs_take_the_full_flush(tmp_path: Path, batches: Batches,
