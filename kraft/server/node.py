@@ -217,10 +217,11 @@ class _Flusher:
             self._report(generation, durable)
 
     def stop(self) -> None:
-        """Stop the thread (after the flush in progress, if any)."""
+        """Stop the thread (after the flush in progress, if any), if it was started."""
         self._stop = True
         self._wanted.set()
-        self._thread.join(timeout=10)
+        if self._thread.ident is not None:
+            self._thread.join(timeout=10)
 
 
 class _FrameAnswer:
@@ -414,13 +415,14 @@ class KraftNode:
         self._static_addresses = {v.node_id: (v.host, v.port) for v in cfg.quorum_voters}
         self.core = RaftCore(raft_cfg, log_state, self._rng, now_ms())
         self._flusher = _Flusher(md.log.flush, self._flushed_from_thread)
-        self._flusher.start()
         engine = "thread"
         if cfg.fsync and cfg.flush_mode != "inline":
             self._kernel, engine = open_engine(cfg.flush_kernel)
             if self._kernel is not None:
                 md.log.use_kernel_sync(self._kernel)
                 self._loop.add_reader(self._kernel.fileno(), self._kernel_flushed)
+        if self._kernel is None:  # with an engine every flush is the kernel's or inline
+            self._flusher.start()
         log.info("event=flusher replica=%d mode=%s engine=%s", cfg.node_id, cfg.flush_mode,
                  engine)
         bound = cfg.controller_listener

@@ -29,6 +29,7 @@ Thread-safety contract
 from __future__ import annotations
 
 import bisect
+import errno
 import logging
 import mmap
 import os
@@ -670,9 +671,10 @@ class SegmentedLog:
         """Wait for a kernel flush in flight and publish it (owner thread)."""
         if self._async is None or self._kernel is None:
             return
-        done: list[tuple[int, int]] = []
-        while not done:
-            done = self._kernel.wait()
+        done = self._kernel.wait()  # blocks until one completes; [] if the engine has none
+        if not done:  # closed under the log: nothing will say whether the sync happened
+            self._async = None
+            raise self._flush_failed(OSError(errno.EIO, "the kernel flush in flight was lost"))
         self._flush_done(done[-1][1])
         self._settled = True
 

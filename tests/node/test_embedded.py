@@ -153,6 +153,8 @@ async def test_every_flush_mode_commits_only_what_it_fsynced(tmp_path: Path, mod
         assert (node._kernel is not None) == (kernel and mode != "inline")
         if node._kernel is not None:
             assert type(node._kernel).__module__ == f"kraft.storage.{engine}"
+        # the flusher thread runs only where no engine takes the flushes
+        assert (node._flusher._thread.ident is None) == (node._kernel is not None)
         if mode == "inline":
             assert inline == flushes
         elif mode == "thread" and not kernel:

@@ -190,6 +190,27 @@ def test_a_refused_kernel_flush_leaves_the_sync_to_flush(tmp_path: Path, batches
     assert _end_after_reopening(tmp_path) == 4
 
 
+def test_a_kernel_flush_lost_with_its_engine_fails_the_log(tmp_path: Path, batches: Batches,
+                                                           engine: SyncEngine) -> None:
+    """The engine closed under a flush in flight (its completion consumed by the close): the
+    log cannot tell whether the sync happened, so the next operation that settles it fails the
+    log rather than wait for a completion that will not come."""
+    log, ks = _kernel_log(tmp_path, engine)
+    try:
+        log.append(batches(0, 1)[0])
+        log.flush()
+        log.append(batches(2, 1)[0])
+        assert log.start_flush()
+        ks.close()
+        with pytest.raises(StorageError, match="lost"):
+            log.flush()
+        assert log.durable_end_offset == 2
+        with pytest.raises(StorageError, match="failed earlier"):
+            log.append(batches(4, 1)[0])
+    finally:
+        log.close()
+
+
 def test_flush_truncate_and_close_wait_for_the_kernel(tmp_path: Path, batches: Batches,
                                                       engine: SyncEngine) -> None:
     log, ks = _kernel_log(tmp_path, engine)
