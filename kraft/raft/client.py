@@ -686,7 +686,9 @@ class RaftCore:
             # the install and restarts when it ends (a long install must not turn a follower
             # of a live leader into a candidate, or an observer into one that lost its leader).
             if self._installing is None and s.fetch_deadline <= now:
-                stagger = self._survivor_rank(s) * self._survivor_step() if s.has_fetched else 0
+                refused = s.refused_prevote_at
+                stagger = self._survivor_rank(s) * self._survivor_step() if s.has_fetched and (
+                    refused is None or now - refused >= self.config.election_timeout_ms) else 0
                 if self._is_voter() and stagger > 0:
                     # The leader went silent for every follower at once, so their fetch
                     # timeouts expire together; if they all started a pre-vote together each
@@ -694,6 +696,7 @@ class RaftCore:
                     # protecting the leader now (grant pre-votes) and start our own one
                     # `election_timeout / 10` later per rank.
                     s.has_fetched = False
+                    s.waiting_turn = True
                     s.fetch_deadline = now + stagger
                 elif self._is_voter():
                     self._to_prospective()
@@ -809,7 +812,7 @@ class RaftCore:
         s.has_fetched = False
         if not self._is_voter() or s.leader_gone_at is not None:
             return
-        delay = self._survivor_rank(s) * self._survivor_step()
+        delay = 0 if s.refused_shorter_log else self._survivor_rank(s) * self._survivor_step()
         s.leader_gone_at = self._now + delay
         logger.info(
             "raft leader unreachable node=%s leader=%s epoch=%s pre-vote in %sms",
@@ -823,6 +826,12 @@ class RaftCore:
 
     def _survivor_step(self) -> int:
         return max(1, self.config.election_timeout_ms // 10)
+
+    def _refusal_decides(self, asker: int) -> bool:
+        """Whether this replica refusing `asker` loses it the round when the leader is gone:
+        the other voters, the asker included, are short of a majority (3 or 4 voters)."""
+        ids = self._voters().ids()
+        return asker in ids and len(ids) - 2 < len(ids) // 2 + 1
 
     def _poll(self) -> None:
         if self._installing is not None:
@@ -991,6 +1000,23 @@ class RaftCore:
             elif isinstance(s, FollowerState):
                 # A follower that hears from a live leader protects it (KIP-996).
                 granted = up_to_date and (not s.has_fetched or s.disconnected)
+                if not granted and self._is_voter() and self._refusal_decides(req.replica_id):
+                    # The asker cannot win without this replica. One whose fetch timed out
+                    # waits in Prospective for its election timeout without asking again (it
+                    # retains the silent leader that this answer names), so if this one's
+                    # fetch times out within that time nobody goes first: no turn to wait.
+                    s.refused_prevote_at = self._now
+                    if not up_to_date:
+                        # Refused for its shorter log: this replica is the one that can win.
+                        # It does not wait its turn after a refused connection either, and
+                        # ends a turn it is waiting. (A refused asker whose log is not shorter
+                        # and which asks again once a refusal sent it back to a dead leader
+                        # is granted then: going at once would make two candidates.)
+                        s.refused_shorter_log = True
+                        if s.leader_gone_at is not None:
+                            s.leader_gone_at = min(s.leader_gone_at, self._now)
+                        if s.waiting_turn:
+                            s.fetch_deadline = min(s.fetch_deadline, self._now)
             if (
                 isinstance(s, ProspectiveState)
                 and not granted
@@ -1620,6 +1646,8 @@ class RaftCore:
         s.has_fetched = True
         s.disconnected = False
         s.leader_gone_at = None
+        s.waiting_turn = s.refused_shorter_log = False
+        s.refused_prevote_at = None
         if resp.diverging_epoch is not None:
             # Nothing of our log is known to match the leader's yet (the truncation may stop
             # short of the divergence when we lack the epoch it names): the high watermark in
@@ -1713,6 +1741,8 @@ class RaftCore:
         s.fetch_deadline = self._now + self.config.fetch_timeout_ms
         s.has_fetched = True
         s.disconnected = False
+        s.waiting_turn = s.refused_shorter_log = False
+        s.refused_prevote_at = None
         self._out.append(WriteSnapshotChunk(d.snapshot_id, d.position, data))
         d.position += n
         if d.position >= resp.size:

@@ -120,6 +120,17 @@ class FollowerState:
     leader_gone_at: int | None = None
     """Set when the leader refused a connection (its process is gone): the time to start a
     pre-vote without waiting for the fetch timeout."""
+    waiting_turn: bool = False
+    """The fetch timed out and this replica waits its turn among the survivors before its
+    pre-vote (`fetch_deadline` is when)."""
+    refused_prevote_at: int | None = None
+    """When this replica refused a pre-vote that could not win without its grant once the
+    leader is gone (3 or 4 voters): that replica is not going ahead of this one, so a fetch
+    timeout within an election timeout of it skips the turn among the survivors. Cleared by a
+    successful fetch."""
+    refused_shorter_log: bool = False
+    """The same, refused because the asker's log is shorter than this replica's: it skips
+    its turn after a refused connection as well, and ends a turn already being waited."""
     download: SnapshotDownload | None = None
     update_voter_done: bool = False
     next_admin_at: int = 0
