@@ -50,8 +50,18 @@ async def _cli(args: list[str], timeout: float = 90) -> subprocess.CompletedProc
         await asyncio.sleep(0.3)
 
 
-async def _voters(cluster: LocalCluster, ids: list[int]) -> dict[int, str | None]:
-    _, resp = await describe_quorum(_bootstrap(cluster, ids))
+async def _voters(cluster: LocalCluster, ids: list[int], timeout: float = 30) -> dict[int, str | None]:
+    """The voter set from the leader, asked again while leadership moves (a removed leader
+    resigns once the removal commits: it may still be named for a moment)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            _, resp = await describe_quorum(_bootstrap(cluster, ids))
+            break
+        except QuorumAdminError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.3)
     return {r.replica_id: str(r.replica_directory_id) if r.replica_directory_id else None
             for r in resp.current_voters}
 
