@@ -190,6 +190,16 @@ def survivors_of_a_refused_leader(n3_ahead: bool) -> tuple[CoreHarness, CoreHarn
     return n1, n3
 
 
+def n3_wins_the_prevote_of(n1: CoreHarness, n3: CoreHarness) -> None:
+    """Node 3, Prospective, asks node 1 for its pre-vote, is granted, and is a candidate."""
+    to1 = next(r for r in n3.sent(VoteRequest) if r.request.pre_vote and r.destination == 1)
+    n1.request(3, to1.request)
+    answer = n1.responses(VoteResponse)[-1]
+    assert answer.vote_granted
+    n3.respond(to1, answer)
+    assert n3.role is Role.CANDIDATE and n3.epoch == 4
+
+
 def test_a_survivor_that_refuses_a_shorter_log_starts_its_own_prevote_at_once() -> None:
     # Node 1 ranks first and asks at once, but its log is behind: node 3 refuses it. Node 3
     # then does not wait out its turn (election_timeout / 10): it is the one that can win.
@@ -205,12 +215,7 @@ def test_a_survivor_that_refuses_a_shorter_log_starts_its_own_prevote_at_once() 
     # Node 1, sent back to following the dead leader by the refusal, grants it: node 3 is
     # a candidate without having waited for its turn.
     n1.respond(to3, n3.responses(VoteResponse)[-1])
-    to1 = next(r for r in n3.sent(VoteRequest) if r.request.pre_vote and r.destination == 1)
-    n1.request(3, to1.request)
-    answer = n1.responses(VoteResponse)[-1]
-    assert answer.vote_granted
-    n3.respond(to1, answer)
-    assert n3.role is Role.CANDIDATE and n3.epoch == 4
+    n3_wins_the_prevote_of(n1, n3)
 
 
 def test_a_survivor_that_grants_the_first_one_keeps_its_turn() -> None:
@@ -307,12 +312,7 @@ def test_a_survivor_that_refused_while_still_fetching_skips_its_turn_at_the_fetc
     assert n1.role is Role.PROSPECTIVE  # it keeps the silent leader and does not ask again
     n3.advance(5)
     assert n3.role is Role.PROSPECTIVE and n3.epoch == 3
-    to1 = next(r for r in n3.sent(VoteRequest) if r.request.pre_vote and r.destination == 1)
-    n1.request(3, to1.request)
-    granted = n1.responses(VoteResponse)[-1]
-    assert granted.vote_granted
-    n3.respond(to1, granted)
-    assert n3.role is Role.CANDIDATE and n3.epoch == 4
+    n3_wins_the_prevote_of(n1, n3)
 
 
 def test_a_survivor_that_refused_while_still_fetching_keeps_its_turn_after_a_refusal() -> None:

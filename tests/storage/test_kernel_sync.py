@@ -129,6 +129,14 @@ def _kernel_log(tmp_path: Path, ks: SyncEngine, **kw: int) -> tuple[SegmentedLog
     return log, ks
 
 
+def _start_second_flush(log: SegmentedLog, batches: Batches) -> None:
+    """One batch flushed, a second appended and its flush handed to the kernel."""
+    log.append(batches(0, 1)[0])
+    log.flush()
+    log.append(batches(2, 1)[0])
+    assert log.start_flush()
+
+
 def _end_after_reopening(directory: Path) -> int:
     reopened = SegmentedLog.open(directory)
     try:
@@ -197,10 +205,7 @@ def test_a_kernel_flush_lost_with_its_engine_fails_the_log(tmp_path: Path, batch
     log rather than wait for a completion that will not come."""
     log, ks = _kernel_log(tmp_path, engine)
     try:
-        log.append(batches(0, 1)[0])
-        log.flush()
-        log.append(batches(2, 1)[0])
-        assert log.start_flush()
+        _start_second_flush(log, batches)
         ks.close()
         with pytest.raises(StorageError, match="lost"):
             log.flush()
@@ -272,10 +277,7 @@ def test_a_failed_kernel_fsync_poisons_the_log(tmp_path: Path, batches: Batches,
                                                engine: SyncEngine) -> None:
     log, ks = _kernel_log(tmp_path, engine)
     try:
-        log.append(batches(0, 1)[0])
-        log.flush()
-        log.append(batches(2, 1)[0])
-        assert log.start_flush()
+        _start_second_flush(log, batches)
         assert _readable(ks.fileno())
         real = ks.reap()  # the kernel's own result, then the one a failing disk gives
         assert [result for _, result in real] == [0]
