@@ -1,0 +1,152 @@
+"""The KRaft control records against kio, an implementation generated from Kafka's own message
+definitions (LeaderChangeMessage v0 and v1, SnapshotHeaderRecord, SnapshotFooterRecord,
+KRaftVersionRecord, VotersRecord).
+
+For random records of each type: kio reads our value bytes to the same fields, its encoding
+of them is ours byte for byte, and we decode its bytes to the record we started from.
+"""
+
+from __future__ import annotations
+
+import io
+import uuid as std_uuid
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kraft.protocol.uuid import Uuid
+from kraft.records.control import (
+    ControlRecord,
+    Endpoint,
+    KRaftVersionFeature,
+    KRaftVersionRecord,
+    LeaderChangeMessage,
+    LeaderChangeVoter,
+    SnapshotFooterRecord,
+    SnapshotHeaderRecord,
+    Voter,
+    VotersRecord,
+    control_record_type,
+    decode_control_value,
+    encode_control_value,
+)
+
+kio_serial = pytest.importorskip("kio.serial")
+from kio.schema.k_raft_version_record.v0 import data as kio_kraft_version  # noqa: E402
+from kio.schema.leader_change_message.v0 import data as kio_leader_change_v0  # noqa: E402
+from kio.schema.leader_change_message.v1 import data as kio_leader_change_v1  # noqa: E402
+from kio.schema.snapshot_footer_record.v0 import data as kio_footer  # noqa: E402
+from kio.schema.snapshot_header_record.v0 import data as kio_header  # noqa: E402
+from kio.schema.voters_record.v0 import data as kio_voters  # noqa: E402
+
+I16 = st.integers(-(2**15), 2**15 - 1)
+I32 = st.integers(-(2**31), 2**31 - 1)
+I64 = st.integers(-(2**63), 2**63 - 1)
+UUIDS = st.one_of(st.just(Uuid.ZERO), st.binary(min_size=16, max_size=16).map(Uuid))
+DIRECTORY_IDS = st.one_of(st.none(), st.binary(min_size=16, max_size=16).map(Uuid)).map(
+    lambda u: None if u is None or u.is_zero() else u)
+"""A LeaderChangeMessage voter's directory id: None stands for none (the zero uuid)."""
+TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
+
+
+def _kio_uuid(u: Uuid | None) -> std_uuid.UUID | None:
+    return None if u is None or u == Uuid.ZERO else std_uuid.UUID(bytes=u.bytes)
+
+
+leader_change_v0 = st.builds(
+    lambda leader, voters, granting: LeaderChangeMessage(
+        leader, tuple(LeaderChangeVoter(v) for v in voters),
+        tuple(LeaderChangeVoter(v) for v in granting), version=0),
+    I32, st.lists(I32, max_size=4), st.lists(I32, max_size=4))
+
+leader_change_v1 = st.builds(
+    lambda leader, voters, granting: LeaderChangeMessage(
+        leader, tuple(LeaderChangeVoter(v, d) for v, d in voters),
+        tuple(LeaderChangeVoter(v, d) for v, d in granting), version=1),
+    I32, st.lists(st.tuples(I32, DIRECTORY_IDS), max_size=4),
+    st.lists(st.tuples(I32, DIRECTORY_IDS), max_size=4))
+
+voters_records = st.builds(
+    lambda voters: VotersRecord(tuple(voters)),
+    st.lists(st.builds(
+        lambda vid, dir_id, eps, lo, hi: Voter(
+            vid, dir_id, tuple(Endpoint(n, h, p) for n, h, p in eps),
+            KRaftVersionFeature(lo, hi)),
+        I32, UUIDS, st.lists(st.tuples(TEXT, TEXT, st.integers(0, 0xFFFF)), max_size=3),
+        I16, I16), max_size=4))
+
+RECORDS = st.one_of(
+    leader_change_v0,
+    leader_change_v1,
+    st.builds(lambda ts: SnapshotHeaderRecord(ts), I64),
+    st.just(SnapshotFooterRecord()),
+    st.builds(lambda level: KRaftVersionRecord(level), I16),
+    voters_records,
+)
+
+
+def _lc_voters(module: Any, voters: tuple[LeaderChangeVoter, ...], v1: bool) -> Any:
+    if v1:
+        return tuple(module.Voter(voter_id=v.voter_id,
+                                  voter_directory_id=_kio_uuid(v.voter_directory_id))
+                     for v in voters)
+    return tuple(module.Voter(voter_id=v.voter_id) for v in voters)
+
+
+def as_kio(record: ControlRecord) -> Any:
+    """`record` as kio's entity of the same message and schema version."""
+    if isinstance(record, LeaderChangeMessage):
+        v1 = record.version >= 1
+        module = kio_leader_change_v1 if v1 else kio_leader_change_v0
+        return module.LeaderChangeMessage(
+            version=record.version, leader_id=record.leader_id,
+            voters=_lc_voters(module, record.voters, v1),
+            granting_voters=_lc_voters(module, record.granting_voters, v1))
+    if isinstance(record, SnapshotHeaderRecord):
+        return kio_header.SnapshotHeaderRecord(
+            version=record.version, last_contained_log_timestamp=record.last_contained_log_timestamp)
+    if isinstance(record, SnapshotFooterRecord):
+        return kio_footer.SnapshotFooterRecord(version=record.version)
+    if isinstance(record, KRaftVersionRecord):
+        return kio_kraft_version.KRaftVersionRecord(
+            version=record.version, k_raft_version=record.kraft_version)
+    assert isinstance(record, VotersRecord)
+    return kio_voters.VotersRecord(version=record.version, voters=tuple(
+        kio_voters.Voter(
+            voter_id=v.voter_id, voter_directory_id=_kio_uuid(v.voter_directory_id),
+            endpoints=tuple(kio_voters.Endpoint(name=e.name, host=e.host, port=e.port)
+                            for e in v.endpoints),
+            k_raft_version_feature=kio_voters.KRaftVersionFeature(
+                min_supported_version=v.kraft_version_feature.min_supported_version,
+                max_supported_version=v.kraft_version_feature.max_supported_version))
+        for v in record.voters))
+
+
+@settings(max_examples=300, deadline=None)
+@given(RECORDS)
+def test_control_record_values_equal_kio(record: ControlRecord) -> None:
+    theirs = as_kio(record)
+    ours = encode_control_value(record)
+    value, size = kio_serial.entity_reader(type(theirs))(ours, 0)
+    assert size == len(ours)
+    assert value == theirs
+    out = io.BytesIO()
+    kio_serial.entity_writer(type(theirs))(out, theirs)
+    assert out.getvalue() == ours
+    assert decode_control_value(control_record_type(record), out.getvalue()) == record
+
+
+@pytest.mark.parametrize(("record", "kio_class"), [
+    (LeaderChangeMessage(1), kio_leader_change_v0.LeaderChangeMessage),
+    (SnapshotHeaderRecord(0), kio_header.SnapshotHeaderRecord),
+    (SnapshotFooterRecord(), kio_footer.SnapshotFooterRecord),
+    (KRaftVersionRecord(1), kio_kraft_version.KRaftVersionRecord),
+    (VotersRecord(()), kio_voters.VotersRecord),
+])
+def test_control_messages_are_kio_data_entities(record: ControlRecord, kio_class: type) -> None:
+    """Each control record type is the message kio generated from Kafka's definition of it:
+    its class is a flexible data entity (no api key), with our fields in our order."""
+    assert kio_class.__flexible__
+    assert type(as_kio(record)) is kio_class
