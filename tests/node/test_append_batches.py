@@ -1,18 +1,23 @@
 """How a leader groups the writes that arrive together into batches (`KraftNode._submit_pending`):
 in order, at most MAX_APPEND_BYTES of values and MAX_APPEND_VALUES values per batch, a value
-larger than the byte limit alone in its own."""
+larger than the byte limit alone in its own; and a lone write reaching the core before the
+fetches queued with it."""
 
 from __future__ import annotations
 
 import asyncio
 import io
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import kraft.server.node as node_module
 from kraft.protocol.uuid import Uuid
+from kraft.raft import events as ev
+from kraft.raft import messages as m
 from kraft.raft.state import Role
+from kraft.records.batch import iter_batches
 from kraft.server.config import build_config
 from kraft.server.local import free_port
 from kraft.server.node import KraftNode
@@ -82,3 +87,49 @@ async def test_tiny_writes_are_cut_at_the_value_limit(
         assert max(counts) == 20 and counts[:3] == [20, 20, 20], counts
     finally:
         await node.stop()
+
+
+def _spy_on_core(node: KraftNode) -> list[str]:
+    """The names of the events the core handles from now on, in order (a request by its
+    request's type)."""
+    core = node.core
+    assert core is not None
+    handled: list[str] = []
+    handle = core.handle
+
+    def recording(item: ev.Event, now: int) -> list[Any]:
+        handled.append(type(item.request).__name__ if isinstance(item, ev.RequestReceived)
+                       else type(item).__name__)
+        return handle(item, now)
+
+    core.handle = recording  # type: ignore[method-assign]
+    return handled
+
+
+def _observer_fetch(node: KraftNode) -> m.FetchRequest:
+    """An observer's (replica 7) fetch from the leader's log end: parked until records come."""
+    assert node.core is not None and node.md is not None
+    epoch = node.core.epoch
+    return m.FetchRequest(7, Uuid.random(), epoch, node.md.log.log_end_offset, epoch,
+                          max_wait_ms=5000)
+
+
+async def test_a_lone_write_is_handled_before_the_fetches_queued_with_it(tmp_path: Path) -> None:
+    """One client writing one value at a time: its batch reaches the core ahead of the fetches
+    that arrived in the same loop turn (followers refetching after the previous write), so the
+    leader appends first and answers those fetches with the records."""
+    node = await _leader(tmp_path)
+    try:
+        handled = _spy_on_core(node)
+        fetch = asyncio.ensure_future(node.core_request(7, _observer_fetch(node)))
+        await asyncio.sleep(0)  # the fetch is queued, and the core loop is due to run
+        write = node.submit(encode_put("k", b"v"))  # before it does
+        response, records = await asyncio.wait_for(fetch, 10)
+        offset, _ = await asyncio.wait_for(write, 10)
+        assert [h for h in handled if h in ("Append", "FetchRequest")][:2] == \
+            ["Append", "FetchRequest"], handled
+        assert isinstance(response, m.FetchResponse) and records  # answered with the write
+        assert any(b.base_offset <= offset <= b.last_offset for b in iter_batches(records))
+    finally:
+        await node.stop()
+
