@@ -23,7 +23,8 @@ truncation, a snapshot installed, the quorum state written), everything committe
 Writes from clients are grouped into one `Append` (one batch, at most 1 MiB of values and 16,384
 of them): at once when none of this leader's batches waits for commit, otherwise until the
 oldest commits or `controller.quorum.append.linger.ms` passes (group commit under load, no
-linger for a lone client). Each value's future is keyed by its offset and epoch; the apply
+linger for a lone client, whose batch the core also handles before the events queued with
+it). Each value's future is keyed by its offset and epoch; the apply
 step resolves it with the state machine's result. Reads are linearizable through a read
 barrier: a no-op record appended in the current epoch; once it is committed and applied, no
 other leader can have committed anything this leader has not applied, so the local state
