@@ -22,7 +22,6 @@ import dataclasses
 import datetime
 import importlib
 import io
-import re
 import types
 import typing
 import uuid as std_uuid
@@ -40,7 +39,7 @@ from kraft.protocol.framing import (
     encode_request,
     encode_response,
 )
-from kraft.protocol.schema import MESSAGES, FieldSpec, MessageSpec
+from kraft.protocol.schema import MESSAGES, FieldSpec, MessageSpec, snake_case
 from tests.protocol.schema_strategies import message_class, message_strategy
 
 kio_serial = pytest.importorskip("kio.serial")
@@ -52,23 +51,15 @@ IDS = [f"{spec.name}-v{v}" for spec, v in PAIRS]
 _KIND = (("Request", "request"), ("Response", "response"))
 
 
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
-
-
 def kio_class(spec: MessageSpec, version: int) -> type:
     """kio's class for `spec` at `version`."""
     for suffix, kind in _KIND:
         if spec.name.endswith(suffix):
             module = importlib.import_module(
-                f"kio.schema.{_snake(spec.name[: -len(suffix)])}.v{version}.{kind}")
+                f"kio.schema.{snake_case(spec.name[: -len(suffix)])}.v{version}.{kind}")
             cls: type = getattr(module, spec.name)
             return cls
     raise AssertionError(f"{spec.name} is neither a request nor a response")
-
-
-def _kio_fields(cls: type) -> list[dataclasses.Field[Any]]:
-    return [f for f in dataclasses.fields(cls) if not f.name.startswith("__")]
 
 
 _KIO_TYPES = {"error_code": "int16", "timedelta_i32": "int32", "timedelta_i64": "int64",
@@ -110,7 +101,7 @@ def _entity(field: dataclasses.Field[Any]) -> type:
 def _compare(cls: type, fields: tuple[FieldSpec, ...], version: int,
              where: str) -> None:
     ours = _present(fields, version)
-    theirs = _kio_fields(cls)
+    theirs = dataclasses.fields(cls)
     assert [fs.attr for fs in ours] == [_our_name(f) for f in theirs], where
     for fs, f in zip(ours, theirs):
         w = f"{where}.{fs.name}"
@@ -167,7 +158,7 @@ def _to_kio_scalar(kio_type: str, value: Any) -> Any:
 def _to_kio(cls: type, obj: Any, fields: tuple[FieldSpec, ...], version: int) -> Any:
     """Our message as kio's entity of class `cls`."""
     kw: dict[str, Any] = {}
-    for fs, f in zip(_present(fields, version), _kio_fields(cls)):
+    for fs, f in zip(_present(fields, version), dataclasses.fields(cls)):
         val = getattr(obj, fs.attr)
         if val is None:
             kw[f.name] = None
@@ -197,7 +188,7 @@ def _within_kio(kio_type: str, v: int) -> int:
 def _kio_holdable(cls: type, obj: Any, fields: tuple[FieldSpec, ...], version: int) -> Any:
     """`obj` with every value kio cannot hold replaced by one it can (`_within_kio`)."""
     changes: dict[str, Any] = {}
-    for fs, f in zip(_present(fields, version), _kio_fields(cls)):
+    for fs, f in zip(_present(fields, version), dataclasses.fields(cls)):
         val = getattr(obj, fs.attr)
         if val is None:
             continue

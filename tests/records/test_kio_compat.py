@@ -137,16 +137,3 @@ def test_control_record_values_equal_kio(record: ControlRecord) -> None:
     assert out.getvalue() == ours
     assert decode_control_value(control_record_type(record), out.getvalue()) == record
 
-
-@pytest.mark.parametrize(("record", "kio_class"), [
-    (LeaderChangeMessage(1), kio_leader_change_v0.LeaderChangeMessage),
-    (SnapshotHeaderRecord(0), kio_header.SnapshotHeaderRecord),
-    (SnapshotFooterRecord(), kio_footer.SnapshotFooterRecord),
-    (KRaftVersionRecord(1), kio_kraft_version.KRaftVersionRecord),
-    (VotersRecord(()), kio_voters.VotersRecord),
-])
-def test_control_messages_are_kio_data_entities(record: ControlRecord, kio_class: type) -> None:
-    """Each control record type is the message kio generated from Kafka's definition of it:
-    its class is a flexible data entity (no api key), with our fields in our order."""
-    assert kio_class.__flexible__
-    assert type(as_kio(record)) is kio_class
