@@ -25,6 +25,8 @@ import io
 import types
 import typing
 import uuid as std_uuid
+from collections.abc import Callable
+from dataclasses import Field
 from typing import Any
 
 import pytest
@@ -155,25 +157,37 @@ def _to_kio_scalar(kio_type: str, value: Any) -> Any:
     return value
 
 
-def _to_kio(cls: type, obj: Any, fields: tuple[FieldSpec, ...], version: int) -> Any:
-    """Our message as kio's entity of class `cls`."""
-    kw: dict[str, Any] = {}
+def _convert(cls: type, obj: Any, fields: tuple[FieldSpec, ...], version: int,
+             scalar: Callable[[str, Any], Any],
+             build: Callable[[type, Any, dict[tuple[FieldSpec, Field], Any]], Any]) -> Any:
+    """Walk our message `obj` beside kio's class `cls`: each non-null scalar through
+    `scalar(kio type, value)`, each struct the same way; `build(cls, obj, values)` makes the
+    result from the values by (our field, kio's field)."""
+    values: dict[tuple[FieldSpec, Field], Any] = {}
     for fs, f in zip(_present(fields, version), dataclasses.fields(cls)):
         val = getattr(obj, fs.attr)
-        if val is None:
-            kw[f.name] = None
-        elif fs.is_struct:
-            sub = _entity(f)
-            kw[f.name] = tuple(_to_kio(sub, x, fs.fields, version) for x in val) \
-                if fs.is_array else _to_kio(sub, val, fs.fields, version)
-        elif fs.is_array:
-            kw[f.name] = tuple(_to_kio_scalar(_kio_type(f), x) for x in val)
-        else:
-            kw[f.name] = _to_kio_scalar(_kio_type(f), val)
-    return cls(**kw)
+        if val is not None:
+            items = val if fs.is_array else [val]
+            if fs.is_struct:
+                done = [_convert(_entity(f), x, fs.fields, version, scalar, build) for x in items]
+            else:
+                done = [scalar(_kio_type(f), x) for x in items]
+            val = done if fs.is_array else done[0]
+        values[(fs, f)] = val
+    return build(cls, obj, values)
 
 
-def _within_kio(kio_type: str, v: int) -> int:
+def _kio_entity(cls: type, _obj: Any, values: dict[tuple[FieldSpec, Field], Any]) -> Any:
+    return cls(**{f.name: tuple(v) if fs.is_array and v is not None else v
+                  for (fs, f), v in values.items()})
+
+
+def _to_kio(cls: type, obj: Any, fields: tuple[FieldSpec, ...], version: int) -> Any:
+    """Our message as kio's entity of class `cls`."""
+    return _convert(cls, obj, fields, version, _to_kio_scalar, _kio_entity)
+
+
+def _within_kio(kio_type: str, v: Any) -> Any:
     """`v`, or a value kio can hold in its place: an error code of its enum, a duration or a
     timestamp within `datetime`'s range (on the wire each is any int of its width)."""
     if kio_type == "error_code" and v not in _ERROR_CODES:
@@ -187,22 +201,9 @@ def _within_kio(kio_type: str, v: int) -> int:
 
 def _kio_holdable(cls: type, obj: Any, fields: tuple[FieldSpec, ...], version: int) -> Any:
     """`obj` with every value kio cannot hold replaced by one it can (`_within_kio`)."""
-    changes: dict[str, Any] = {}
-    for fs, f in zip(_present(fields, version), dataclasses.fields(cls)):
-        val = getattr(obj, fs.attr)
-        if val is None:
-            continue
-        new: Any = val
-        if fs.is_struct:
-            sub = _entity(f)
-            new = [_kio_holdable(sub, x, fs.fields, version) for x in val] if fs.is_array \
-                else _kio_holdable(sub, val, fs.fields, version)
-        elif _kio_type(f) in _KIO_TYPES:
-            new = [_within_kio(_kio_type(f), x) for x in val] if fs.is_array \
-                else _within_kio(_kio_type(f), val)
-        if new != val:
-            changes[fs.attr] = new
-    return dataclasses.replace(obj, **changes) if changes else obj
+    return _convert(cls, obj, fields, version, _within_kio,
+                    lambda _cls, o, values: dataclasses.replace(
+                        o, **{fs.attr: v for (fs, _f), v in values.items()}))
 
 
 def _messages(spec: MessageSpec, version: int, kcls: type) -> st.SearchStrategy[Any]:
