@@ -1177,6 +1177,7 @@ class RaftCore:
         if resp.diverging_epoch is not None or resp.snapshot_id is not None:
             self._out.append(SendFetchResponse(src, corr, resp, None, req.max_bytes))
             return
+        hw_before = s.high_watermark
         key = ReplicaKey(req.replica_id, req.replica_directory_id)
         if req.replica_id >= 0:
             p = s.progress_for(key)
@@ -1198,7 +1199,12 @@ class RaftCore:
         if read is None and req.max_wait_ms > 0 and not follower_hw_behind:
             s.parked.append(ParkedFetch(src, corr, req, self._now + req.max_wait_ms))
             return
-        self._answer_fetch(src, corr, req)
+        if hw != hw_before:
+            # this fetch moved the high watermark: the answer carries the new one (what is
+            # read is unchanged: the log's end and start do not move while the core runs)
+            resp = FetchResponse(ErrorCode.NONE, s.leader_id, s.epoch,
+                                 hw if hw is not None else -1, self.log.start_offset)
+        self._out.append(SendFetchResponse(src, corr, resp, read, req.max_bytes))
 
     def _fetch_answer(self, s: LeaderState, req: FetchRequest) -> tuple[FetchResponse, int | None]:
         """Decide what a valid Fetch gets: a snapshot id, a diverging epoch, or records."""

@@ -49,6 +49,10 @@ class ReplicaProgress:
         self.last_fetch_ms = now_ms
 
 
+_SELF = ReplicaProgress(ReplicaKey(-1))
+"""Stands for the leader itself among `LeaderState._rows` (its own offset is its persisted end)."""
+
+
 @dataclass(slots=True)
 class ParkedFetch:
     """A Fetch held back (long poll) until data, a high-watermark move or `deadline`."""
@@ -102,6 +106,8 @@ class LeaderState:
     pending_change: PendingChange | None = None
     resign_when_committed: int | None = None
     voted: ReplicaKey | None = None
+    _rows_of: tuple[VoterSet, tuple[ReplicaProgress | None, ...]] | None = field(
+        default=None, repr=False, compare=False)
 
     @property
     def leader_id(self) -> int:
@@ -114,7 +120,9 @@ class LeaderState:
         if p is None:
             p = ReplicaProgress(key)
             self.progress[key] = p
-        self.latest_key_by_id[key.id] = key
+        if self.latest_key_by_id.get(key.id) is not p.key:
+            self.latest_key_by_id[key.id] = p.key
+            self._rows_of = None  # a voter's row may now be another one
         return p
 
     def voter_progress(self, voter: VoterNode) -> ReplicaProgress | None:
@@ -126,18 +134,30 @@ class LeaderState:
 
     def voter_offsets(self, voters: VoterSet, own_persisted_end: int) -> list[int]:
         """Each voter's durable end offset (the leader's own persisted end for itself)."""
-        out: list[int] = []
-        own = self.node_key
-        for v in voters.voters:
-            # the leader itself: same id, and the same directory id unless the set has none
-            if v.id == own.id and (v.key.directory_id is None or v.key == own):
-                out.append(own_persisted_end)
-            else:
-                p = self.voter_progress(v)
-                out.append(p.end_offset if p is not None else -1)
-        return out
+        rows = self._rows(voters)
+        return [own_persisted_end if p is _SELF else p.end_offset if p is not None else -1
+                for p in rows]
 
     def compute_high_watermark(self, voters: VoterSet, own_persisted_end: int) -> int | None:
         """The new high watermark under `voters` (unchanged if it may not move)."""
         majority = majority_offset(self.voter_offsets(voters, own_persisted_end))
         return next_high_watermark(self.high_watermark, majority, self.epoch_start_offset)
+
+    def _rows(self, voters: VoterSet) -> tuple[ReplicaProgress | None, ...]:
+        """The progress row of each voter of `voters`, in order (`_SELF` for the leader, None
+        for a voter not heard from). Rows are updated in place, so the tuple is kept until
+        the voters set or a voter's row changes (the high watermark is computed on every
+        acknowledgement)."""
+        rows = self._rows_of
+        if rows is not None and rows[0] is voters:
+            return rows[1]
+        own = self.node_key
+        out: list[ReplicaProgress | None] = []
+        for v in voters.voters:
+            # the leader itself: same id, and the same directory id unless the set has none
+            if v.id == own.id and (v.key.directory_id is None or v.key == own):
+                out.append(_SELF)
+            else:
+                out.append(self.voter_progress(v))
+        self._rows_of = (voters, tuple(out))
+        return self._rows_of[1]

@@ -158,3 +158,42 @@ def test_fetch_directory_id_distinguishes_replicas() -> None:
     # node 2 with a new disk (another directory id) is an observer, not voter 2
     h.fetch_from(2, h.log_end, h.epoch, max_wait_ms=0, directory_id=dir_id(2, generation=1))
     assert hw(h) is None
+
+
+def test_hw_follows_the_row_of_a_static_voters_latest_directory() -> None:
+    """A static voters set (no directory ids) matches a voter by id: the row the leader counts
+    is the one of the directory that fetched last. The leader keeps each voter's row between
+    acknowledgements; a voter fetching from another directory (a replaced disk) must switch
+    it, or the old directory's offset would keep counting."""
+    h = CoreHarness.leader(voters=(1, 2, 3), dynamic=False)
+    start = h.log_end
+    h.handle(Append(1, ("a", "b", "c")))
+    h.persist()
+    end = h.log_end
+    h.fetch_from(2, end, h.epoch, max_wait_ms=0, directory_id=dir_id(2, generation=0))
+    assert hw(h) == end  # leader + node 2 (its first directory)
+    h.handle(Append(2, ("d",)))
+    h.persist()
+    # node 2's disk was replaced: its new directory starts empty, then reaches `end + 1`
+    h.fetch_from(2, start, h.epoch, max_wait_ms=0, directory_id=dir_id(2, generation=1))
+    h.fetch_from(2, end + 1, h.epoch, max_wait_ms=0, directory_id=dir_id(2, generation=1))
+    assert hw(h) == end + 1
+    # ... and the old directory's row no longer counts once the new one is the latest
+    h.handle(Append(3, ("e",)))
+    h.persist()
+    h.fetch_from(2, end + 1, h.epoch, max_wait_ms=0, directory_id=dir_id(2, generation=1))
+    h.fetch_from(3, start, h.epoch, max_wait_ms=0)
+    assert hw(h) == end + 1
+
+
+def test_the_fetch_that_moves_the_high_watermark_carries_the_new_one() -> None:
+    h = leader_with_hw()
+    h.handle(Append(1, ("a",)))
+    h.persist()
+    end = h.log_end
+    before = hw(h)
+    assert before is not None and before < end
+    h.fetch_from(2, end, h.epoch, high_watermark=before, correlation_id=9)
+    assert hw(h) == end
+    r = [x for x in h.fetch_responses() if x.correlation_id == 9]
+    assert len(r) == 1 and r[0].response.high_watermark == end and r[0].read_offset is None
