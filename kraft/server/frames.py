@@ -24,6 +24,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import math
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -427,11 +428,12 @@ _LARGE_FRAME = 1 << 20
 class _Waiter:
     """A request of a `FrameConnection` waiting for its response."""
 
-    __slots__ = ("callback", "timer")
+    __slots__ = ("callback", "deadline", "timeout_s")
 
-    def __init__(self, callback: FrameCallback) -> None:
+    def __init__(self, callback: FrameCallback, deadline: float, timeout_s: float) -> None:
         self.callback = callback
-        self.timer: asyncio.TimerHandle
+        self.deadline = deadline
+        self.timeout_s = timeout_s
 
 
 class _FrameClientProtocol(asyncio.Protocol):
@@ -488,6 +490,11 @@ class FrameConnection:
         self._max_frame = max_frame_bytes
         self._transport: asyncio.Transport | None = None
         self._waiters: collections.deque[_Waiter] = collections.deque()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
+        """When `_timer` fires: at or before the earliest deadline in flight (inf: not armed).
+        One timer per connection instead of one per request; it is re-armed only when a request
+        with an earlier deadline is sent or when it fires."""
         self.closed = False
 
     async def open(self, timeout_s: float) -> None:
@@ -505,20 +512,38 @@ class FrameConnection:
             self._fail(ConnectionClosedError("response without a request"))
             return False
         waiter = self._waiters.popleft()
-        waiter.timer.cancel()
         waiter.callback(body)
         return not self.closed
 
     def _fail(self, exc: BaseException) -> None:
         self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer, self._timer_at = None, math.inf
         if self._transport is not None:
             self._transport.close()
             self._transport = None
         waiters, self._waiters = self._waiters, collections.deque()
         kind = PeerClosedError if isinstance(exc, PeerClosedError) else ConnectionClosedError
         for waiter in waiters:
-            waiter.timer.cancel()
             waiter.callback(kind(f"{self.host}:{self.port}: {exc}"))
+
+    def _arm(self, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = asyncio.get_running_loop().call_at(at, self._check_deadlines)
+
+    def _check_deadlines(self) -> None:
+        self._timer, self._timer_at = None, math.inf
+        if self.closed or not self._waiters:
+            return
+        now = asyncio.get_running_loop().time()
+        for waiter in self._waiters:
+            if waiter.deadline <= now:
+                self._timed_out(waiter, waiter.timeout_s)
+                return
+        self._arm(min(w.deadline for w in self._waiters))
 
     def _timed_out(self, waiter: _Waiter, timeout_s: float) -> None:
         exc = TimeoutError(f"request timed out after {timeout_s:.3f}s")
@@ -532,10 +557,10 @@ class FrameConnection:
         if self.closed or self._transport is None:
             callback(ConnectionClosedError(f"{self.host}:{self.port}: not connected"))
             return
-        waiter = _Waiter(callback)
-        waiter.timer = asyncio.get_running_loop().call_later(timeout_s, self._timed_out, waiter,
-                                                             timeout_s)
-        self._waiters.append(waiter)
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        self._waiters.append(_Waiter(callback, deadline, timeout_s))
+        if deadline < self._timer_at:
+            self._arm(deadline)
         self._transport.write(_SIZE.pack(len(frame)) + frame)
 
     async def request(self, frame: bytes, timeout_s: float, expect_response: bool = True) -> bytes:

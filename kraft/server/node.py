@@ -40,6 +40,7 @@ import concurrent.futures
 import contextlib
 import gc
 import logging
+import math
 import random
 import threading
 import time
@@ -136,6 +137,9 @@ meanwhile (fetches, acknowledgements, new writes) between two steps."""
 APPLY_EVERY = 16
 """Events the core loop handles at most while committed records wait to be applied."""
 CLIENT_TIMEOUT_S = 15.0
+FRAME_ANSWER_TIMEOUT_S = 60.0
+"""A request frame the core has not answered by then gets REQUEST_TIMED_OUT (AddRaftVoter:
+its own TimeoutMs plus 5 s when longer)."""
 INLINE_FLUSH_EVERY = 64
 """Inline flush mode: fsync after at most this many events handled since an append, even
 while more keep queueing (a busy leader's own durable offset still moves)."""
@@ -229,18 +233,18 @@ class _FrameAnswer:
     """A Kafka request frame waiting for the core's answer: encodes it into the frame body
     the listener writes back (or a REQUEST_TIMED_OUT answer when the core never answers)."""
 
-    __slots__ = ("api", "corr", "future", "timer", "version")
+    __slots__ = ("api", "corr", "deadline", "future", "version")
 
     def __init__(self, api: ApiKey, version: int, corr: int, future: DeferredReply,
-                 timer: asyncio.TimerHandle) -> None:
+                 deadline: float) -> None:
         self.api = api
         self.version = version
         self.corr = corr
         self.future = future
-        self.timer = timer
+        self.deadline = deadline
+        """Loop time after which it is answered REQUEST_TIMED_OUT (`KraftNode._sweep_inbound`)."""
 
     def finish(self, response: m.Response, records: bytes | None) -> None:
-        self.timer.cancel()
         if self.future.done():
             return
         try:
@@ -323,6 +327,9 @@ class KraftNode:
         self._wake: asyncio.Future[None] | None = None
         self._inbound: dict[int, asyncio.Future[tuple[m.Response, bytes | None]] | _FrameAnswer] = {}
         self._inbound_ids = 0
+        self._sweep: asyncio.TimerHandle | None = None
+        self._sweep_at = math.inf
+        """When `_sweep` fires (inf: not armed)."""
         self._append_ids = 0
         self._appends: dict[int, list[Completion]] = {}
         # offset -> (the epoch it was appended in, the writer's completion)
@@ -507,6 +514,9 @@ class KraftNode:
         if self.client_server is not None:
             await self.client_server.stop()
         self.network.close()
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep, self._sweep_at = None, math.inf
         for task in list(self._tasks):
             task.cancel()
         if self._flusher is not None:
@@ -1170,10 +1180,29 @@ class KraftNode:
         elif isinstance(waiter, asyncio.Future) and not waiter.done():
             waiter.set_result((response, records))
 
-    def _frame_timed_out(self, corr: int) -> None:
-        waiter = self._inbound.pop(corr, None)
-        if type(waiter) is _FrameAnswer:
+    def _sweep_inbound(self) -> None:
+        """Answer REQUEST_TIMED_OUT to every request frame the core left unanswered past its
+        deadline, and arm the next sweep at the earliest deadline left. One timer for all of
+        them instead of one per request: the core answers almost every request in a loop turn
+        or, for a parked fetch, within its MaxWaitMs."""
+        self._sweep, self._sweep_at = None, math.inf
+        now = asyncio.get_running_loop().time()
+        expired = [k for k, w in self._inbound.items()
+                   if type(w) is _FrameAnswer and w.deadline <= now]
+        for key in expired:
+            waiter = self._inbound.pop(key)
+            assert type(waiter) is _FrameAnswer
             waiter.timed_out()
+        earliest = min((w.deadline for w in self._inbound.values() if type(w) is _FrameAnswer),
+                       default=None)
+        if earliest is not None:
+            self._arm_sweep(earliest)
+
+    def _arm_sweep(self, deadline: float) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+        self._sweep_at = deadline
+        self._sweep = asyncio.get_running_loop().call_at(deadline, self._sweep_inbound)
 
     async def core_request(self, source: int, request: m.Request,
                            timeout_s: float = 60.0) -> tuple[m.Response, bytes | None]:
@@ -1195,7 +1224,8 @@ class KraftNode:
         if frame[:2] == b"\x00\x01":  # Fetch: a follower's, in the steady state
             fetch = decode_fetch_request(frame, self.cluster_id)
             if fetch is not None:
-                return self._defer(ApiKey.FETCH, *fetch)
+                version, corr, req = fetch
+                return self._defer(ApiKey.FETCH, version, corr, req, req.replica_id)
         try:
             header, data = decode_request(frame)
         except UnsupportedVersionError as exc:
@@ -1223,18 +1253,22 @@ class KraftNode:
             return encode_response(api, version, corr, err_body)[4:]
         return self._defer(ApiKey(api), version, corr, request)
 
-    def _defer(self, api: ApiKey, version: int, corr: int, request: m.Request) -> DeferredReply:
+    def _defer(self, api: ApiKey, version: int, corr: int, request: m.Request,
+               source: int | None = None) -> DeferredReply:
         """Hand a decoded request to the core; its answer completes the returned reply."""
-        timeout = 60.0
+        timeout = FRAME_ANSWER_TIMEOUT_S
         if isinstance(request, m.AddRaftVoterRequest):
             timeout = max(timeout, request.timeout_ms / 1000 + 5)
-        loop = asyncio.get_running_loop()
         self._inbound_ids += 1
         key = self._inbound_ids
-        answer = _FrameAnswer(api, version, corr, DeferredReply(),
-                              loop.call_later(timeout, self._frame_timed_out, key))
+        assert self._loop is not None
+        deadline = self._loop.time() + timeout
+        answer = _FrameAnswer(api, version, corr, DeferredReply(), deadline)
         self._inbound[key] = answer
-        self._enqueue(ev.RequestReceived(_source_of(request), key, request))
+        if deadline < self._sweep_at:
+            self._arm_sweep(deadline)
+        self._enqueue(ev.RequestReceived(_source_of(request) if source is None else source, key,
+                                         request))
         return answer.future
 
     def _describe_cluster(self, data: w.DescribeClusterRequestData) -> w.DescribeClusterResponseData:

@@ -136,6 +136,20 @@ async def test_client_timeout_closes_and_fails_everything_in_flight(listener: Fr
     assert conn.closed
 
 
+async def test_a_later_request_times_out_after_the_one_its_timer_was_armed_for_answered(
+        listener: FrameListener) -> None:
+    """A connection keeps one timer, armed for the earliest deadline in flight: when it fires
+    for a request already answered, it is re-armed for the next deadline, which still ends
+    the request that outlives it."""
+    conn = await _connect(listener)
+    assert await conn.request(b"quick", 0.2) == b"re:quick"
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(conn.request(b"sleep3", 0.5), 2.5)
+    assert asyncio.get_running_loop().time() - started >= 0.45  # not the first deadline
+    assert conn.closed
+
+
 async def test_immediate_and_future_answers_mix_in_request_order() -> None:
     """A handler may answer at once (bytes) or later (a plain future, no task): the order on
     the wire is still the request order."""
