@@ -288,7 +288,23 @@ class RaftCore:
         # timers then would ask for a Tick "now" again and again (a busy loop for as long as
         # the install takes). SnapshotInstalled/SnapshotInstallFailed wake the poll instead.
         polling = self._installing is None
-        if isinstance(s, UnattachedState):
+        # the steady states first
+        if isinstance(s, LeaderState):
+            times.append(s.check_quorum_deadline)
+            times.append(s.begin_quorum_resend_at)
+            times.extend(p.deadline for p in s.parked)
+            if s.pending_change is not None:
+                times.append(s.pending_change.deadline)
+        elif isinstance(s, FollowerState):
+            if polling:  # an install outstanding stops the fetch timeout (see _expire_timers)
+                times.append(s.fetch_deadline)
+            if s.leader_gone_at is not None:
+                times.append(s.leader_gone_at)
+            if polling and self._fetch_corr is None and self._fetch_backoff_until > self._now:
+                times.append(self._fetch_backoff_until)
+            if polling and self._admin_corr is None and self._wants_admin(s):
+                times.append(max(self._now, s.next_admin_at))
+        elif isinstance(s, UnattachedState):
             if s.election_deadline is not None:
                 times.append(s.election_deadline)
             elif self._is_voter():
@@ -308,21 +324,6 @@ class RaftCore:
             else:
                 times.append(s.election_deadline)
                 times.extend(s.vote_retry.values())
-        elif isinstance(s, FollowerState):
-            if polling:  # an install outstanding stops the fetch timeout (see _expire_timers)
-                times.append(s.fetch_deadline)
-            if s.leader_gone_at is not None:
-                times.append(s.leader_gone_at)
-            if polling and self._fetch_corr is None and self._fetch_backoff_until > self._now:
-                times.append(self._fetch_backoff_until)
-            if polling and self._admin_corr is None and self._wants_admin(s):
-                times.append(max(self._now, s.next_admin_at))
-        elif isinstance(s, LeaderState):
-            times.append(s.check_quorum_deadline)
-            times.append(s.begin_quorum_resend_at)
-            times.extend(p.deadline for p in s.parked)
-            if s.pending_change is not None:
-                times.append(s.pending_change.deadline)
         return min(times) if times else None
 
     @property
@@ -661,7 +662,9 @@ class RaftCore:
             for corr in [c for c, f in self._inflight.items() if f.deadline <= now]:
                 self._on_request_failed(corr)  # removes it from `_inflight`
         s = self.state
-        if isinstance(s, UnattachedState):
+        if isinstance(s, LeaderState):  # the steady state first
+            self._leader_timers(s)
+        elif isinstance(s, UnattachedState):
             if self._is_voter():
                 if s.election_deadline is None:
                     s.election_deadline = now + self._election_timeout()
@@ -704,14 +707,11 @@ class RaftCore:
                     self._to_unattached(s.epoch, s.voted)
             elif s.leader_gone_at is not None and s.leader_gone_at <= now and self._is_voter():
                 self._to_prospective(leader_gone=True)
-        elif isinstance(s, ResignedState):
-            if s.election_deadline <= now:
-                if self._is_voter():
-                    self._to_prospective()
-                else:
-                    self._to_unattached(s.epoch, s.voted)
-        elif isinstance(s, LeaderState):
-            self._leader_timers(s)
+        elif isinstance(s, ResignedState) and s.election_deadline <= now:
+            if self._is_voter():
+                self._to_prospective()
+            else:
+                self._to_unattached(s.epoch, s.voted)
 
     def _leader_timers(self, s: LeaderState) -> None:
         now = self._now
@@ -742,7 +742,7 @@ class RaftCore:
     def _check_quorum_ok(self, s: LeaderState) -> bool:
         voters = self._voters()
         count = len(s.fetched_since_check & voters.ids())
-        if voters.is_voter(self.key):
+        if self._is_voter():
             count += 1
         return count >= majority_size(len(voters))
 
@@ -1211,6 +1211,9 @@ class RaftCore:
         log = self.log
         hw = s.high_watermark if s.high_watermark is not None else -1
         base = (ErrorCode.NONE, s.leader_id, s.epoch, hw, log.start_offset)
+        if log.inside_latest_epoch(req.fetch_offset, req.last_fetched_epoch):
+            return FetchResponse(*base), (
+                req.fetch_offset if req.fetch_offset < log.end_offset else None)
         latest = log.latest_snapshot()
         if req.fetch_offset == 0 and latest is not None and latest.offset > 0:
             return FetchResponse(*base, snapshot_id=latest), None

@@ -57,6 +57,15 @@ class LogMeta:
             return snap.epoch
         return self._epochs[-1] if self._epochs else 0
 
+    def inside_latest_epoch(self, fetch_offset: int, last_fetched_epoch: int) -> bool:
+        """True when a fetch at `fetch_offset` whose last record is of `last_fetched_epoch`
+        continues the log inside its latest epoch: above the log start, at most at the end,
+        and that epoch the last one cached. Such a fetch needs no snapshot and does not
+        diverge (`end_offset_for_epoch` of the latest epoch is the log end): the leader's
+        steady state, decided without looking at snapshots or searching the epoch cache."""
+        return (self.start_offset < fetch_offset <= self.end_offset and bool(self._epochs)
+                and last_fetched_epoch == self._epochs[-1])
+
     def end_position(self) -> OffsetAndEpoch:
         """(last epoch, end offset): what the vote rule compares."""
         return OffsetAndEpoch(self.last_epoch(), self.end_offset)
