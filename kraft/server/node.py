@@ -165,11 +165,6 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _wake_up(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
 class Completion(Protocol):
     """What waits for one submitted record: an `asyncio.Future`, or any object with the same
     three methods (the binary client protocol answers from `set_result` directly, without a
@@ -325,6 +320,9 @@ class KraftNode:
         self._decoded: tuple[int, int, Sequence[bytes | None]] | None = None
         """(base offset, epoch, values) of a batch applied in part: the rest needs no decoding."""
         self._wake: asyncio.Future[None] | None = None
+        self._core_timer: asyncio.TimerHandle | None = None
+        self._core_timer_at = 0
+        """The core deadline (ms) `_core_timer` wakes the core loop for."""
         self._inbound: dict[int, asyncio.Future[tuple[m.Response, bytes | None]] | _FrameAnswer] = {}
         self._inbound_ids = 0
         self._sweep: asyncio.TimerHandle | None = None
@@ -517,6 +515,9 @@ class KraftNode:
         if self._sweep is not None:
             self._sweep.cancel()
             self._sweep, self._sweep_at = None, math.inf
+        if self._core_timer is not None:
+            self._core_timer.cancel()
+            self._core_timer = None
         for task in list(self._tasks):
             task.cancel()
         if self._flusher is not None:
@@ -609,15 +610,22 @@ class KraftNode:
                     delay = None if deadline is None else (deadline - now_ms()) / 1000
                     if delay is None or delay > 0:
                         # sleep until an event is pushed or the core's next deadline (no task
-                        # per wait: one future, one timer handle)
+                        # per wait: one future). The timer stays armed across sleeps while it
+                        # fires no later than the deadline: the deadlines (a parked fetch's
+                        # MaxWaitMs, the fetch timeout) move forward with every exchange, so
+                        # it is re-armed about once per deadline instead of on every sleep, and
+                        # a wake-up before the current deadline costs one Tick.
+                        if delay is not None and deadline is not None and (
+                                self._core_timer is None or self._core_timer_at > deadline):
+                            if self._core_timer is not None:
+                                self._core_timer.cancel()
+                            self._core_timer_at = deadline
+                            self._core_timer = loop.call_later(delay, self._core_timer_fired)
                         wake = self._wake = loop.create_future()
-                        timer = None if delay is None else loop.call_later(delay, _wake_up, wake)
                         try:
                             await wake
                         finally:
                             self._wake = None
-                            if timer is not None:
-                                timer.cancel()
                     else:
                         await asyncio.sleep(0)
                 if self._submit_now:
@@ -652,6 +660,10 @@ class KraftNode:
                          exc_info=True)
             self._stopped.set()
             raise
+
+    def _core_timer_fired(self) -> None:
+        self._core_timer = None
+        self._wake_core()
 
     def _push(self, item: ev.Event | tuple[str, Any]) -> None:
         self._events.append(item)

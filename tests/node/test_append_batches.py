@@ -25,13 +25,15 @@ from kraft.statemachine.kv import KVStore, encode_put
 from kraft.storage.format import format_storage
 
 
-async def _leader(tmp_path: Path) -> KraftNode:
-    """A single-voter quorum in this process, once it leads with a high watermark."""
+async def _leader(tmp_path: Path, **extra: str) -> KraftNode:
+    """A single-voter quorum in this process, once it leads with a high watermark (`extra`:
+    more properties, by name)."""
     port = free_port("127.0.0.1")
     props = {
         "node.id": "1", "process.roles": "controller",
         "listeners": f"CONTROLLER://127.0.0.1:{port}", "controller.listener.names": "CONTROLLER",
         "controller.quorum.voters": f"1@127.0.0.1:{port}", "metadata.log.dir": str(tmp_path),
+        **extra,
     }
     format_storage(props, str(Uuid.random()), out=io.StringIO())
     node = KraftNode(build_config(props, {}), KVStore())

@@ -22,14 +22,15 @@ from .test_append_batches import _leader
 F = w.FetchRequestData
 
 
-async def _parked_fetch(node: KraftNode, corr: int) -> asyncio.Task[w.FetchResponseData]:
+async def parked_fetch(node: KraftNode, corr: int, max_wait_ms: int = 60_000
+                       ) -> asyncio.Task[w.FetchResponseData]:
     """Send, on a connection of its own, an observer's Fetch at the log's end that already
-    knows the high watermark and may wait a minute: the leader's core parks it."""
+    knows the high watermark and may wait `max_wait_ms`: the leader's core parks it."""
     assert node.core is not None and node.md is not None
     hw = node.core.high_watermark
     assert hw is not None
     fetch = F(cluster_id=node.cluster_id, replica_state=F.ReplicaState(replica_id=7),
-              max_wait_ms=60_000, topics=[F.FetchTopic(
+              max_wait_ms=max_wait_ms, topics=[F.FetchTopic(
                   topic_id=Uuid.METADATA_TOPIC_ID, partitions=[F.FetchPartition(
                       partition=0, current_leader_epoch=node.core.epoch,
                       fetch_offset=node.md.log.log_end_offset,
@@ -57,12 +58,12 @@ async def test_an_unanswered_frame_times_out_and_an_earlier_deadline_rearms_the_
     node = await _leader(tmp_path)  # type: ignore[arg-type]
     try:
         monkeypatch.setattr(node_module, "FRAME_ANSWER_TIMEOUT_S", 30.0)
-        late = await _parked_fetch(node, 1)
+        late = await parked_fetch(node, 1)
         await asyncio.sleep(0.3)
         assert node._sweep_at < float("inf")  # armed for the first frame's deadline
         first_deadline = node._sweep_at
         monkeypatch.setattr(node_module, "FRAME_ANSWER_TIMEOUT_S", 0.4)
-        soon = await _parked_fetch(node, 2)
+        soon = await parked_fetch(node, 2)
         resp = await asyncio.wait_for(soon, 10)
         assert resp.error_code == ErrorCode.REQUEST_TIMED_OUT
         assert not late.done()  # its own deadline is 30 s away
