@@ -325,6 +325,9 @@ class KraftNode:
         """The core deadline (ms) `_core_timer` wakes the core loop for."""
         self._inbound: dict[int, asyncio.Future[tuple[m.Response, bytes | None]] | _FrameAnswer] = {}
         self._inbound_ids = 0
+        self._address_memo: tuple[tuple[m.Endpoint, ...] | None, tuple[str, int] | None] = (
+            None, None)
+        """(endpoints, address) of `_address_of`'s last answer from given endpoints."""
         self._sweep: asyncio.TimerHandle | None = None
         self._sweep_at = math.inf
         """When `_sweep` fires (inf: not armed)."""
@@ -1076,6 +1079,9 @@ class KraftNode:
         # proxy) decides the route to a static voter.
         if dest in self._static_addresses:
             return self._static_addresses[dest]
+        if endpoints and endpoints is self._address_memo[0]:
+            return self._address_memo[1]  # the leader's endpoints of the last fetch, again
+        given = endpoints
         if not endpoints and dest >= 0 and self.core is not None:
             node = self.core.voters().get(dest)
             endpoints = node.endpoints if node is not None else ()
@@ -1083,7 +1089,10 @@ class KraftNode:
             return None
         name = self._listener_name
         chosen = next((e for e in endpoints if e.name == name), endpoints[0])
-        return (chosen.host, chosen.port)
+        address = (chosen.host, chosen.port)
+        if given:
+            self._address_memo = (given, address)
+        return address
 
     def _send_on_open_connection(self, e: fx.SendRequest) -> bool:
         """Send `e` at once when its destination's connection is open (the steady state of

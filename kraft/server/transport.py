@@ -65,9 +65,14 @@ class PeerVersions:
 
     ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
     features: dict[str, tuple[int, int]] = field(default_factory=dict)
+    _picked: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
+    """`pick`'s answers so far (the ranges do not change once announced)."""
 
     def pick(self, api_key: int) -> int:
         """The highest version of `api_key` both sides speak; raises RequestError if none."""
+        known = self._picked.get(api_key)
+        if known is not None:
+            return known  # every request of a connection asks again: a fetch per exchange
         ours = api_spec(api_key)
         theirs = self.ranges.get(int(api_key))
         if theirs is None:
@@ -77,6 +82,7 @@ class PeerVersions:
         if hi < lo:
             raise RequestError(f"no common version of {ours.name}: ours {ours.min_version}-"
                                f"{ours.max_version}, theirs {theirs[0]}-{theirs[1]}")
+        self._picked[api_key] = hi
         return hi
 
 
