@@ -105,19 +105,26 @@ def main(argv: list[str]) -> int:
         return 2
     info = machine()
     results: dict[str, Any] = {}
+    failed: set[str] = set()
     for name in names:
         print(f"== bench {name}", flush=True)
         started = time.perf_counter()
         mod = importlib.import_module(f"bench.bench_{name}")
-        results[name] = mod.run()
-        if not hasattr(mod, "write_markdown"):
+        try:
+            results[name] = mod.run()
+        except Exception as exc:  # the others still run and are written
+            failed.add(name)
+            results[name] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+            print(f"== bench {name} FAILED: {results[name]['error']}", flush=True)
+        if not hasattr(mod, "write_markdown") or name in failed:
             print(json.dumps(results[name], indent=2, default=str), flush=True)
         print(f"== bench {name} took {time.perf_counter() - started:.1f} s", flush=True)
     DOCS.mkdir(exist_ok=True)
     json_path = DOCS / "benchmarks.json"
     previous = json.loads(json_path.read_text()) if json_path.exists() else {}
     merged = dict(previous.get("results", {}))
-    merged.update(results)
+    # a benchmark that failed keeps its previous figures (its error is printed above)
+    merged.update({k: v for k, v in results.items() if k not in failed})
     json_path.write_text(json.dumps({"machine": info, "results": merged}, indent=2, default=str) + "\n")
     md_path = DOCS / "benchmarks.md"
     text = md_path.read_text() if md_path.exists() else "# Benchmarks\n\n"
@@ -129,9 +136,12 @@ def main(argv: list[str]) -> int:
     md_path.write_text(text)
     for name in names:
         mod = importlib.import_module(f"bench.bench_{name}")
-        if hasattr(mod, "write_markdown"):
+        if hasattr(mod, "write_markdown") and name not in failed:
             mod.write_markdown(results[name], md_path)
     print(f"wrote {json_path.relative_to(ROOT)} and {md_path.relative_to(ROOT)}")
+    if failed:
+        print(f"failed: {', '.join(sorted(failed))}")
+        return 1
     return 0
 
 

@@ -122,7 +122,21 @@ def run() -> dict[str, Any]:
     if not (PEERS_VENV / "bin" / "python").exists() or not shutil.which("etcd"):
         raise SystemExit("peers missing: run `bash bench/setup_peers.sh` first")
     WORK.mkdir(parents=True, exist_ok=True)
+    saved = {k: os.environ.get(k) for k in ("BENCH_KRAFT_SRC", "BENCH_KRAFT_COMMIT")}
     frozen = freeze_kraft_source(WORK / "kraft-src")
+    try:
+        return _run(p, quick, frozen)
+    finally:
+        shutil.rmtree(WORK, ignore_errors=True)
+        # the export is gone: the benchmarks that run after this one must not look for it
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _run(p: Params, quick: bool, frozen: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
     m0 = machine_busy()
     res: dict[str, Any] = {"mode": "quick" if quick else "full", "machine": machine_info(),
@@ -145,7 +159,6 @@ def run() -> dict[str, Any]:
     res["machine"]["busy"] = _busy_summary(res)
     res["machine"]["busy"]["whole_run_util_pct"] = round(100.0 * (m1[0] - m0[0]) / max(1, m1[1] - m0[1]), 1)
     res["timings_s"] = dict(timings, total=round(time.monotonic() - started, 1))
-    shutil.rmtree(WORK, ignore_errors=True)
     return res
 
 

@@ -16,8 +16,8 @@ code; repeated runs of the same code agree within about 0.5 %.
 
 `python -m bench.bench_instructions quorum WRITES WORKDIR` is the measured program itself; `run()`
 (what `python -m bench instructions` calls) needs `valgrind` on the PATH. `BENCH_QUICK=1`
-measures 50 writes instead of 500; `BENCH_KRAFT_SRC=DIR` counts the `kraft/` package in DIR
-(an export of another commit) instead of the working tree's.
+measures 50 writes instead of 500. It counts an export of HEAD's `kraft/`, or with
+`BENCH_KRAFT_SRC=DIR` the `kraft/` package in DIR (an export of another commit).
 """
 
 from __future__ import annotations
@@ -78,20 +78,26 @@ async def _quorum(workdir: Path, writes: int) -> int:
             await node.stop(graceful=False)
 
 
-def _count(writes: int) -> int:
-    """User-space instructions of one run of the quorum program with `writes` measured writes."""
-    # `BENCH_KRAFT_SRC`: a directory holding another version's `kraft/` to count instead
-    src = os.environ.get("BENCH_KRAFT_SRC")
+def _export_head(dest: Path) -> str:
+    """Export HEAD's `kraft/` and `pipeline/` to `dest`; returns the short commit id."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD", "kraft", "pipeline"],
+                             capture_output=True, timeout=60, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True, timeout=60)
+    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True, timeout=20).stdout.strip()
+
+
+def _count(writes: int, src: str) -> int:
+    """User-space instructions of one run of the quorum program with `writes` measured writes,
+    importing the `kraft/` package in `src`."""
     env = dict(os.environ)
-    if src:
-        env["PYTHONPATH"] = os.pathsep.join([src, str(ROOT)])
+    env["PYTHONPATH"] = os.pathsep.join([src, str(ROOT)])
     with tempfile.TemporaryDirectory(prefix="kraft-instr-") as tmp:
         out = subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/callgrind.out",
              sys.executable, "-m", "bench.bench_instructions", "quorum", str(writes),
              f"{tmp}/quorum"],
-            cwd=src or ROOT, env=env, capture_output=True, text=True, timeout=1800,
-            check=False)
+            cwd=src, env=env, capture_output=True, text=True, timeout=1800, check=False)
         found = re.search(r"Collected : (\d+)", out.stderr)
         if out.returncode != 0 or found is None:
             raise RuntimeError(f"callgrind run failed (rc={out.returncode}): {out.stderr[-2000:]}")
@@ -106,15 +112,24 @@ def run() -> dict[str, Any]:
     short, long_ = (20, 70) if quick else (100, 600)
     repeats = 1 if quick else 3
     per_write: list[float] = []
-    for r in range(repeats):
-        counts = {}
-        for writes in (short, long_):
-            print(f"instructions: callgrind, pair {r + 1}/{repeats}, {WARM_UP} + {writes} "
-                  "writes ...", file=sys.stderr, flush=True)
-            counts[writes] = _count(writes)
-        per_write.append((counts[long_] - counts[short]) / (long_ - short))
+    with tempfile.TemporaryDirectory(prefix="kraft-instr-src-") as tmp:
+        # `BENCH_KRAFT_SRC`: a directory holding another version's `kraft/` to count; else an
+        # export of HEAD, so that a run counts one committed version
+        src = os.environ.get("BENCH_KRAFT_SRC") or ""
+        source = src
+        if not src:
+            src = tmp
+            source = f"git archive of HEAD {_export_head(Path(tmp))}"
+        for r in range(repeats):
+            counts = {}
+            for writes in (short, long_):
+                print(f"instructions: callgrind, pair {r + 1}/{repeats}, {WARM_UP} + {writes} "
+                      "writes ...", file=sys.stderr, flush=True)
+                counts[writes] = _count(writes, src)
+            per_write.append((counts[long_] - counts[short]) / (long_ - short))
     per_write.sort()
     return {
+        "kraft_source": source,
         # the median pair: one pair in five or so lands 2-3 % off, when the three nodes'
         # exchanges interleave differently on the one event loop
         "instructions_per_write": round(per_write[len(per_write) // 2]),
