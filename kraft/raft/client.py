@@ -1211,27 +1211,26 @@ class RaftCore:
         log = self.log
         hw = s.high_watermark if s.high_watermark is not None else -1
         base = (ErrorCode.NONE, s.leader_id, s.epoch, hw, log.start_offset)
-        if log.inside_latest_epoch(req.fetch_offset, req.last_fetched_epoch):
-            return FetchResponse(*base), (
-                req.fetch_offset if req.fetch_offset < log.end_offset else None)
-        latest = log.latest_snapshot()
-        if req.fetch_offset == 0 and latest is not None and latest.offset > 0:
-            return FetchResponse(*base, snapshot_id=latest), None
-        if not (log.start_offset == 0 and req.fetch_offset == 0):
-            oldest = log.oldest_snapshot()
-            if latest is not None and oldest is not None and (
-                req.fetch_offset < log.start_offset
-                or (
-                    req.fetch_offset == log.start_offset
-                    and oldest.offset == log.start_offset
-                    and req.last_fetched_epoch != oldest.epoch
-                )
-                or req.last_fetched_epoch < oldest.epoch
-            ):
+        if not log.inside_latest_epoch(req.fetch_offset, req.last_fetched_epoch):
+            # not the steady state: the fetcher may need a snapshot or have diverged
+            latest = log.latest_snapshot()
+            if req.fetch_offset == 0 and latest is not None and latest.offset > 0:
                 return FetchResponse(*base, snapshot_id=latest), None
-            end = log.end_offset_for_epoch(req.last_fetched_epoch)
-            if end.epoch != req.last_fetched_epoch or end.offset < req.fetch_offset:
-                return FetchResponse(*base, diverging_epoch=end), None
+            if not (log.start_offset == 0 and req.fetch_offset == 0):
+                oldest = log.oldest_snapshot()
+                if latest is not None and oldest is not None and (
+                    req.fetch_offset < log.start_offset
+                    or (
+                        req.fetch_offset == log.start_offset
+                        and oldest.offset == log.start_offset
+                        and req.last_fetched_epoch != oldest.epoch
+                    )
+                    or req.last_fetched_epoch < oldest.epoch
+                ):
+                    return FetchResponse(*base, snapshot_id=latest), None
+                end = log.end_offset_for_epoch(req.last_fetched_epoch)
+                if end.epoch != req.last_fetched_epoch or end.offset < req.fetch_offset:
+                    return FetchResponse(*base, diverging_epoch=end), None
         read = req.fetch_offset if req.fetch_offset < log.end_offset else None
         return FetchResponse(*base), read
 

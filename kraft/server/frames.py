@@ -425,6 +425,37 @@ _LARGE_FRAME = 1 << 20
 """Answers at least this large are handed over without a copy when they fill the read buffer."""
 
 
+class EarliestDeadline:
+    """One loop timer for many deadlines: armed at the earliest deadline asked for so far and
+    re-armed only for an earlier one, instead of a timer per deadline. When it fires,
+    `callback` looks at what is due and asks again for the earliest deadline left."""
+
+    __slots__ = ("_callback", "_handle", "at")
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self._callback = callback
+        self._handle: asyncio.TimerHandle | None = None
+        self.at = math.inf
+        """Loop time it fires at (inf: not armed)."""
+
+    def ask(self, deadline: float) -> None:
+        """Fire at `deadline` at the latest."""
+        if deadline < self.at:
+            if self._handle is not None:
+                self._handle.cancel()
+            self.at = deadline
+            self._handle = asyncio.get_running_loop().call_at(deadline, self._fire)
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle, self.at = None, math.inf
+
+    def _fire(self) -> None:
+        self._handle, self.at = None, math.inf
+        self._callback()
+
+
 class _Waiter:
     """A request of a `FrameConnection` waiting for its response."""
 
@@ -490,11 +521,8 @@ class FrameConnection:
         self._max_frame = max_frame_bytes
         self._transport: asyncio.Transport | None = None
         self._waiters: collections.deque[_Waiter] = collections.deque()
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = math.inf
-        """When `_timer` fires: at or before the earliest deadline in flight (inf: not armed).
-        One timer per connection instead of one per request; it is re-armed only when a request
-        with an earlier deadline is sent or when it fires."""
+        self._timer = EarliestDeadline(self._check_deadlines)
+        """At or before the earliest deadline in flight: one timer per connection."""
         self.closed = False
 
     async def open(self, timeout_s: float) -> None:
@@ -517,9 +545,7 @@ class FrameConnection:
 
     def _fail(self, exc: BaseException) -> None:
         self.closed = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer, self._timer_at = None, math.inf
+        self._timer.cancel()
         if self._transport is not None:
             self._transport.close()
             self._transport = None
@@ -528,25 +554,18 @@ class FrameConnection:
         for waiter in waiters:
             waiter.callback(kind(f"{self.host}:{self.port}: {exc}"))
 
-    def _arm(self, at: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_at = at
-        self._timer = asyncio.get_running_loop().call_at(at, self._check_deadlines)
-
     def _check_deadlines(self) -> None:
-        self._timer, self._timer_at = None, math.inf
         if self.closed or not self._waiters:
             return
         now = asyncio.get_running_loop().time()
         for waiter in self._waiters:
             if waiter.deadline <= now:
-                self._timed_out(waiter, waiter.timeout_s)
+                self._timed_out(waiter)
                 return
-        self._arm(min(w.deadline for w in self._waiters))
+        self._timer.ask(min(w.deadline for w in self._waiters))
 
-    def _timed_out(self, waiter: _Waiter, timeout_s: float) -> None:
-        exc = TimeoutError(f"request timed out after {timeout_s:.3f}s")
+    def _timed_out(self, waiter: _Waiter) -> None:
+        exc = TimeoutError(f"request timed out after {waiter.timeout_s:.3f}s")
         self._waiters = collections.deque(w for w in self._waiters if w is not waiter)
         self._fail(exc)  # everything else in flight: ConnectionClosedError
         waiter.callback(exc)
@@ -559,8 +578,7 @@ class FrameConnection:
             return
         deadline = asyncio.get_running_loop().time() + timeout_s
         self._waiters.append(_Waiter(callback, deadline, timeout_s))
-        if deadline < self._timer_at:
-            self._arm(deadline)
+        self._timer.ask(deadline)
         self._transport.write(_SIZE.pack(len(frame)) + frame)
 
     async def request(self, frame: bytes, timeout_s: float, expect_response: bool = True) -> bytes:

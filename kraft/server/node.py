@@ -40,7 +40,6 @@ import concurrent.futures
 import contextlib
 import gc
 import logging
-import math
 import random
 import threading
 import time
@@ -75,7 +74,14 @@ from kraft.server.fetch_fast import (
     encode_fetch_request,
     encode_fetch_response,
 )
-from kraft.server.frames import DeferredReply, FrameListener, PeerClosedError, PeerInfo, ReplyBody
+from kraft.server.frames import (
+    DeferredReply,
+    EarliestDeadline,
+    FrameListener,
+    PeerClosedError,
+    PeerInfo,
+    ReplyBody,
+)
 from kraft.server.metrics import Registry
 from kraft.server.translate import (
     TopLevelError,
@@ -328,9 +334,8 @@ class KraftNode:
         self._address_memo: tuple[tuple[m.Endpoint, ...] | None, tuple[str, int] | None] = (
             None, None)
         """(endpoints, address) of `_address_of`'s last answer from given endpoints."""
-        self._sweep: asyncio.TimerHandle | None = None
-        self._sweep_at = math.inf
-        """When `_sweep` fires (inf: not armed)."""
+        self._sweep = EarliestDeadline(self._sweep_inbound)
+        """At the earliest deadline of the request frames waiting for the core."""
         self._append_ids = 0
         self._appends: dict[int, list[Completion]] = {}
         # offset -> (the epoch it was appended in, the writer's completion)
@@ -515,9 +520,7 @@ class KraftNode:
         if self.client_server is not None:
             await self.client_server.stop()
         self.network.close()
-        if self._sweep is not None:
-            self._sweep.cancel()
-            self._sweep, self._sweep_at = None, math.inf
+        self._sweep.cancel()
         if self._core_timer is not None:
             self._core_timer.cancel()
             self._core_timer = None
@@ -1206,7 +1209,6 @@ class KraftNode:
         deadline, and arm the next sweep at the earliest deadline left. One timer for all of
         them instead of one per request: the core answers almost every request in a loop turn
         or, for a parked fetch, within its MaxWaitMs."""
-        self._sweep, self._sweep_at = None, math.inf
         now = asyncio.get_running_loop().time()
         expired = [k for k, w in self._inbound.items()
                    if type(w) is _FrameAnswer and w.deadline <= now]
@@ -1217,13 +1219,7 @@ class KraftNode:
         earliest = min((w.deadline for w in self._inbound.values() if type(w) is _FrameAnswer),
                        default=None)
         if earliest is not None:
-            self._arm_sweep(earliest)
-
-    def _arm_sweep(self, deadline: float) -> None:
-        if self._sweep is not None:
-            self._sweep.cancel()
-        self._sweep_at = deadline
-        self._sweep = asyncio.get_running_loop().call_at(deadline, self._sweep_inbound)
+            self._sweep.ask(earliest)
 
     async def core_request(self, source: int, request: m.Request,
                            timeout_s: float = 60.0) -> tuple[m.Response, bytes | None]:
@@ -1286,8 +1282,7 @@ class KraftNode:
         deadline = self._loop.time() + timeout
         answer = _FrameAnswer(api, version, corr, DeferredReply(), deadline)
         self._inbound[key] = answer
-        if deadline < self._sweep_at:
-            self._arm_sweep(deadline)
+        self._sweep.ask(deadline)
         self._enqueue(ev.RequestReceived(_source_of(request) if source is None else source, key,
                                          request))
         return answer.future
