@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import charts, scenarios
-from bench.peers import PEERS_VENV, ROOT, machine_busy
+from bench.peers import PEERS_VENV, ROOT, export_head, machine_busy
 from bench.scenarios import (
     WORK,
     Params,
@@ -103,12 +103,7 @@ def freeze_kraft_source(dest: Path) -> dict[str, Any]:
         return {"source": "working tree", "uncommitted_changes_in_kraft": bool(dirty)}
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True, timeout=20).stdout.strip()
-    # pipeline/ too: the kraft CLI loads its subcommands as a plugin, so it must match kraft/
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD", "kraft", "pipeline"],
-                             capture_output=True, timeout=60, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True, timeout=60)
+    commit = export_head(dest)
     os.environ["BENCH_KRAFT_SRC"] = str(dest)
     os.environ["BENCH_KRAFT_COMMIT"] = commit
     return {"source": f"git archive of HEAD {commit} (kraft/, pipeline/)", "commit": commit}

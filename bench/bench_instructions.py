@@ -32,6 +32,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench.peers import export_head
+
 ROOT = Path(__file__).resolve().parents[1]
 WARM_UP = 50
 VALUE = b"v" * 100
@@ -78,15 +80,6 @@ async def _quorum(workdir: Path, writes: int) -> int:
             await node.stop(graceful=False)
 
 
-def _export_head(dest: Path) -> str:
-    """Export HEAD's `kraft/` and `pipeline/` to `dest`; returns the short commit id."""
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD", "kraft", "pipeline"],
-                             capture_output=True, timeout=60, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True, timeout=60)
-    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True, timeout=20).stdout.strip()
-
-
 def _count(writes: int, src: str) -> int:
     """User-space instructions of one run of the quorum program with `writes` measured writes,
     importing the `kraft/` package in `src`."""
@@ -119,7 +112,7 @@ def run() -> dict[str, Any]:
         source = src
         if not src:
             src = tmp
-            source = f"git archive of HEAD {_export_head(Path(tmp))}"
+            source = f"git archive of HEAD {export_head(Path(tmp))}"
         for r in range(repeats):
             counts = {}
             for writes in (short, long_):

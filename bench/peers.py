@@ -57,6 +57,16 @@ next node (the same for every system)."""
 _KEYS = tuple(f"k{i:06d}" for i in range(NKEYS))
 
 
+def export_head(dest: Path) -> str:
+    """Export HEAD's `kraft/` and `pipeline/` into `dest` (pipeline/ too: the kraft CLI loads
+    its subcommands as a plugin, so it must match kraft/); returns the short commit id."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD", "kraft", "pipeline"],
+                             capture_output=True, timeout=60, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True, timeout=60)
+    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True, timeout=20).stdout.strip()
+
+
 def key_of(i: int) -> str:
     """The i-th key of the 1000-key workload (made once: every driver calls this per write)."""
     return _KEYS[i % NKEYS]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -54,8 +55,8 @@ async def parked_fetch(node: KraftNode, corr: int, max_wait_ms: int = 60_000
 
 
 async def test_an_unanswered_frame_times_out_and_an_earlier_deadline_rearms_the_sweep(
-        tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
-    node = await _leader(tmp_path)  # type: ignore[arg-type]
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    node = await _leader(tmp_path)
     try:
         monkeypatch.setattr(node_module, "FRAME_ANSWER_TIMEOUT_S", 30.0)
         late = await parked_fetch(node, 1)
