@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kraft.frozen import fast_init
 from kraft.protocol.errors import ErrorCode
 from kraft.protocol.uuid import Uuid
 from kraft.raft.messages import (
@@ -38,6 +39,7 @@ from kraft.raft.messages import (
 from kraft.raft.voters import VoterSet
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PersistQuorumState:
     """Write the quorum-state file (and fsync) before any later send."""
@@ -48,6 +50,7 @@ class PersistQuorumState:
     voted_directory_id: Uuid | None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AppendRecords:
     """Leader: append one data batch of `values` at `base_offset` in `epoch`."""
@@ -58,6 +61,7 @@ class AppendRecords:
     timestamp_ms: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AppendControl:
     """Leader: append one control batch (`kraft.records.control` records)."""
@@ -68,6 +72,7 @@ class AppendControl:
     timestamp_ms: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AppendFetched:
     """Follower: append fetched batches as they are (bytes moved, never re-encoded)."""
@@ -75,6 +80,7 @@ class AppendFetched:
     batches: tuple[FetchedBatch, ...]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TruncateTo:
     """Remove every record at or after `end_offset` (never below the high watermark)."""
@@ -82,6 +88,7 @@ class TruncateTo:
     end_offset: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SendRequest:
     """Send `request` to node `destination`; answer via `ResponseReceived`/`RequestFailed`.
@@ -96,6 +103,7 @@ class SendRequest:
     request: Request
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SendResponse:
     """Answer the request that arrived with (`destination`, `correlation_id`)."""
@@ -105,6 +113,7 @@ class SendResponse:
     response: Response
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SendFetchResponse:
     """Answer a Fetch; if `read_offset` is set, attach log bytes from it, at most `max_bytes`."""
@@ -116,6 +125,7 @@ class SendFetchResponse:
     max_bytes: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SendFetchSnapshotResponse:
     """Answer a FetchSnapshot; on success attach up to `max_bytes` of the snapshot file
@@ -127,6 +137,7 @@ class SendFetchSnapshotResponse:
     max_bytes: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SendApiVersions:
     """Ask node `node_id` (at `endpoints`) for its ApiVersions; answer `ApiVersionsReceived`."""
@@ -135,6 +146,7 @@ class SendApiVersions:
     endpoints: tuple[Endpoint, ...]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Committed:
     """The high watermark moved to `high_watermark`: records below it may be applied."""
@@ -142,6 +154,7 @@ class Committed:
     high_watermark: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AppendAccepted:
     """A client append was written at [base_offset, last_offset] in `epoch`."""
@@ -152,6 +165,7 @@ class AppendAccepted:
     epoch: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AppendRejected:
     """A client append was refused (not the leader, or shutting down)."""
@@ -162,6 +176,7 @@ class AppendRejected:
     leader_epoch: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AppendCommitted:
     """A client append is committed (or lost: `error_code` != NONE when the leader moved on
@@ -171,6 +186,7 @@ class AppendCommitted:
     error_code: ErrorCode
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class CreateSnapshot:
     """Write a snapshot of the state machine at `snapshot_id`; answer `SnapshotCreated`.
@@ -184,6 +200,7 @@ class CreateSnapshot:
     kraft_version: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AdvanceLogStart:
     """Delete log records below `offset` (a snapshot boundary at or below the HW)."""
@@ -191,6 +208,7 @@ class AdvanceLogStart:
     offset: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DeleteSnapshot:
     """Delete the snapshot file `snapshot_id` (older than the log start)."""
@@ -198,6 +216,7 @@ class DeleteSnapshot:
     snapshot_id: OffsetAndEpoch
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class WriteSnapshotChunk:
     """Follower: write `data` at `position` of the partial snapshot `snapshot_id`."""
@@ -207,6 +226,7 @@ class WriteSnapshotChunk:
     data: object
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class InstallSnapshot:
     """Follower: the partial snapshot is complete; validate it, make it the log's start
@@ -216,6 +236,7 @@ class InstallSnapshot:
     snapshot_id: OffsetAndEpoch
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AbortSnapshotDownload:
     """Follower: drop the partial snapshot `snapshot_id`."""
@@ -223,6 +244,7 @@ class AbortSnapshotDownload:
     snapshot_id: OffsetAndEpoch
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class StateChanged:
     """Informational: the replica entered `state` (a `RaftRole` value) in `epoch`."""

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kraft.frozen import fast_init
 from kraft.raft.messages import ApiVersionsResult, OffsetAndEpoch, Request, Response
 from kraft.raft.voters import VoterSet
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Tick:
     """Time advanced; the core fires whatever timers are due at `now_ms`."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RequestReceived:
     """A request arrived from `source` (a node id; admin clients may use -1)."""
@@ -22,6 +25,7 @@ class RequestReceived:
     request: Request
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ResponseReceived:
     """A response arrived for the request the core sent with `correlation_id`."""
@@ -31,6 +35,7 @@ class ResponseReceived:
     response: Response
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RequestFailed:
     """The runtime gave up on a request the core sent (disconnect, timeout, no route).
@@ -51,6 +56,7 @@ class RequestFailed:
     disconnected: bool = False
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Append:
     """A client wants `values` appended as one data batch (leader only).
@@ -64,6 +70,7 @@ class Append:
     size_bytes: int = 0
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Persisted:
     """The log is durable (fsynced) up to `end_offset` (exclusive)."""
@@ -71,6 +78,7 @@ class Persisted:
     end_offset: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SnapshotRequested:
     """The state machine asks for a snapshot: at `end_offset` (<= the high watermark, e.g. the
@@ -79,6 +87,7 @@ class SnapshotRequested:
     end_offset: int | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SnapshotCreated:
     """The runtime finished writing the snapshot asked for by `CreateSnapshot`."""
@@ -87,6 +96,7 @@ class SnapshotCreated:
     size_bytes: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SnapshotInstalled:
     """A downloaded snapshot was validated and installed; the log now starts at its end.
@@ -101,6 +111,7 @@ class SnapshotInstalled:
     kraft_version: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SnapshotInstallFailed:
     """A downloaded snapshot failed validation; the core goes back to fetching the log."""
@@ -109,6 +120,7 @@ class SnapshotInstallFailed:
     reason: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ApiVersionsReceived:
     """Result of an ApiVersions exchange asked for by `SendApiVersions`."""
@@ -117,6 +129,7 @@ class ApiVersionsReceived:
     result: ApiVersionsResult
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Shutdown:
     """Graceful shutdown: a leader resigns (EndQuorumEpoch) before the process stops."""

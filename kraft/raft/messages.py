@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kraft.frozen import fast_init
 from kraft.protocol.errors import ErrorCode
 from kraft.protocol.uuid import Uuid
 from kraft.records.control import Endpoint as Endpoint  # listeners use the record type
@@ -22,6 +23,7 @@ NO_LEADER = -1
 """Leader id meaning "leader unknown" (Kafka's -1)."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ReplicaKey:
     """A replica identity: node id plus metadata directory id (None when unknown/unused)."""
@@ -33,6 +35,7 @@ class ReplicaKey:
         return f"{self.id}:{self.directory_id}" if self.directory_id else str(self.id)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, order=True)
 class OffsetAndEpoch:
     """A log position: an end offset (exclusive) and the epoch of the record before it.
@@ -48,6 +51,7 @@ class OffsetAndEpoch:
         return f"{self.offset}@{self.epoch}"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class KRaftVersionRange:
     """The kraft.version feature range a replica supports."""
@@ -60,6 +64,7 @@ class KRaftVersionRange:
         return self.min_supported <= version <= self.max_supported
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class FetchedBatch:
     """Metadata of one record batch received by a follower, parsed by the runtime.
@@ -80,6 +85,7 @@ class FetchedBatch:
 # ---------------------------------------------------------------- Vote (KIP-595, KIP-996)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class VoteRequest:
     """Vote / PreVote request from a prospective or candidate replica."""
@@ -95,6 +101,7 @@ class VoteRequest:
     cluster_id: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class VoteResponse:
     """Vote answer; `leader_id`/`leader_epoch` tell the sender what the receiver knows."""
@@ -109,6 +116,7 @@ class VoteResponse:
 # ---------------------------------------------------------------- Begin/EndQuorumEpoch
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class BeginQuorumEpochRequest:
     """Sent by a new leader to every voter (and resent to voters that do not fetch)."""
@@ -121,6 +129,7 @@ class BeginQuorumEpochRequest:
     cluster_id: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class BeginQuorumEpochResponse:
     """Answer to BeginQuorumEpoch."""
@@ -130,6 +139,7 @@ class BeginQuorumEpochResponse:
     leader_epoch: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class EndQuorumEpochRequest:
     """Sent by a resigning leader; preferred candidates are ordered best first."""
@@ -141,6 +151,7 @@ class EndQuorumEpochRequest:
     cluster_id: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class EndQuorumEpochResponse:
     """Answer to EndQuorumEpoch."""
@@ -153,6 +164,7 @@ class EndQuorumEpochResponse:
 # ---------------------------------------------------------------- Fetch (KIP-595/320/1166)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class FetchRequest:
     """A follower's or observer's Fetch.
@@ -172,6 +184,7 @@ class FetchRequest:
     cluster_id: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class FetchResponse:
     """Fetch answer.
@@ -195,6 +208,7 @@ class FetchResponse:
 # ---------------------------------------------------------------- FetchSnapshot (KIP-630)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class FetchSnapshotRequest:
     """Pull one chunk of a snapshot, starting at byte `position`."""
@@ -208,6 +222,7 @@ class FetchSnapshotRequest:
     cluster_id: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class FetchSnapshotResponse:
     """A chunk of a snapshot; `unaligned_records` is raw file bytes (attached by the runtime)."""
@@ -225,11 +240,13 @@ class FetchSnapshotResponse:
 # ---------------------------------------------------------------- DescribeQuorum
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DescribeQuorumRequest:
     """Ask the leader for the state of the quorum."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ReplicaDescription:
     """One row of DescribeQuorum: -1 marks an unknown offset or timestamp."""
@@ -241,6 +258,7 @@ class ReplicaDescription:
     last_caught_up_timestamp: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DescribeQuorumResponse:
     """The leader's view of voters and observers."""
@@ -258,6 +276,7 @@ class DescribeQuorumResponse:
 # ---------------------------------------------------------------- voter changes (KIP-853)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AddRaftVoterRequest:
     """Admin request: make an (already caught-up) observer a voter."""
@@ -269,6 +288,7 @@ class AddRaftVoterRequest:
     cluster_id: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RemoveRaftVoterRequest:
     """Admin request: remove a voter (id + directory id)."""
@@ -278,6 +298,7 @@ class RemoveRaftVoterRequest:
     cluster_id: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class VoterChangeResponse:
     """Answer to AddRaftVoter / RemoveRaftVoter."""
@@ -286,6 +307,7 @@ class VoterChangeResponse:
     error_message: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class UpdateRaftVoterRequest:
     """Sent by a voter to the leader to publish its endpoints and kraft.version range."""
@@ -298,6 +320,7 @@ class UpdateRaftVoterRequest:
     cluster_id: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class UpdateRaftVoterResponse:
     """Answer to UpdateRaftVoter, with what the receiver knows of the leader."""
@@ -307,6 +330,7 @@ class UpdateRaftVoterResponse:
     leader_epoch: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class UpdateKRaftVersionRequest:
     """UpdateFeatures for kraft.version (the only feature the consensus core owns)."""
@@ -315,6 +339,7 @@ class UpdateKRaftVersionRequest:
     validate_only: bool = False
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class UpdateKRaftVersionResponse:
     """Answer to an UpdateFeatures(kraft.version) request."""

@@ -39,7 +39,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from kraft.frozen import fast_init
 
+
+@fast_init
 @dataclass(frozen=True, slots=True)
 class CommittedBatch:
     """One committed data batch: its first offset, leader epoch and record values in order."""
