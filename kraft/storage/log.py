@@ -87,6 +87,8 @@ MAX_BATCH_BYTES = 8 * 1024 * 1024
 """Largest batch the metadata log accepts (`max.message.bytes` of KafkaMetadataLog)."""
 TAIL_BATCHES = 256
 """Batch positions of the active segment kept in memory for reads near the log end."""
+RECENT_BYTES = 1024 * 1024
+"""Largest append whose bytes are kept in memory for reads of them (see `SegmentedLog.read`)."""
 DEFAULT_RECOVERY_CHECKPOINT_INTERVAL_S = 1.0
 """How often (at most) the recovery point is checkpointed while flushes advance it (Kafka's
 `log.flush.offset.checkpoint.interval.ms`, 60 s there). A kill -9 re-validates at most about
@@ -221,8 +223,11 @@ class SegmentedLog:
         self._tail_bases: list[int] = []
         self._tail_lasts: list[int] = []
         self._tail_pos: list[int] = []
-
-    # ------------------------------------------------------------------ opening
+        # The bytes of the last append (up to RECENT_BYTES) and the file position they start
+        # at in the active segment `_tail_seg` (owner thread): the fetches that replicate an
+        # append and the apply that follows its commit read exactly those bytes, from memory
+        # instead of the page cache (a pread each).
+        self._recent: tuple[int, bytes] | None = None
 
     @classmethod
     def open(
@@ -534,6 +539,9 @@ class SegmentedLog:
             if self._tail_seg != active.base_offset:
                 self._forget_tail()
                 self._tail_seg = active.base_offset
+            # bytes are immutable: kept without a copy; anything else is copied once
+            self._recent = (start, data if type(data) is bytes else bytes(buf)) \
+                if len(buf) <= RECENT_BYTES else None
             for rel, base, last, _epoch, _ts in metas:
                 self._tail_bases.append(base)
                 self._tail_lasts.append(last)
@@ -546,6 +554,7 @@ class SegmentedLog:
 
     def _forget_tail(self) -> None:
         self._tail_seg = -1
+        self._recent = None
         self._tail_bases.clear()
         self._tail_lasts.clear()
         self._tail_pos.clear()
@@ -819,20 +828,30 @@ class SegmentedLog:
             return b""
         # One pread for up to max_bytes, then cut at the last whole batch; a first batch
         # larger than max_bytes is read whole (at least one batch is returned).
-        chunk = os.pread(seg.fd, min(max_bytes, seg.size - pos), pos)
+        chunk = self._pread(seg, min(max_bytes, seg.size - pos), pos)
         end = 0
         while end + LOG_OVERHEAD <= len(chunk):
             size = int.from_bytes(chunk[end + 8:end + 12], "big", signed=True) + LOG_OVERHEAD
             if end + size > len(chunk):
                 if end == 0:
-                    return os.pread(seg.fd, size, pos)
+                    return self._pread(seg, size, pos)
                 break
             end += size
         if end == 0 and len(chunk) < LOG_OVERHEAD:
-            header = os.pread(seg.fd, LOG_OVERHEAD, pos)
+            header = self._pread(seg, LOG_OVERHEAD, pos)
             size = int.from_bytes(header[8:12], "big", signed=True) + LOG_OVERHEAD
-            return os.pread(seg.fd, size, pos)
+            return self._pread(seg, size, pos)
         return chunk if end == len(chunk) else chunk[:end]
+
+    def _pread(self, seg: Segment, size: int, pos: int) -> bytes:
+        """`size` bytes of `seg` from file position `pos` (fewer at its end): from the last
+        append's bytes when they hold the whole range, else from the file."""
+        recent = self._recent
+        if recent is not None and seg.base_offset == self._tail_seg:
+            at, data = recent
+            if at <= pos and pos + size <= at + len(data):
+                return data if pos == at and size == len(data) else data[pos - at:pos - at + size]
+        return os.pread(seg.fd, size, pos)
 
     def _position_of(self, seg: Segment, offset: int) -> int:
         """File position of the batch containing `offset` (scans from the index entry)."""

@@ -222,3 +222,57 @@ def test_control_batches_and_epochs(tmp_path: Path) -> None:
     assert [b.is_control for b in log.batches()] == [True, False, True]
     assert log.last_epoch == 2
     log.close()
+
+
+def test_reads_of_the_last_append_come_from_memory_and_equal_the_file(
+        tmp_path: Path, batches: Batches, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = SegmentedLog.open(tmp_path, segment_bytes=2000)
+    fill(log, batches, 3)
+    last = batches(log.log_end_offset, 3, records=3)
+    log.append(b"".join(last))  # one append of three batches (offsets 6..14)
+    preads: list[int] = []
+    real_pread = os.pread
+
+    def counting_pread(fd: int, n: int, pos: int) -> bytes:
+        preads.append(pos)
+        return real_pread(fd, n, pos)
+
+    monkeypatch.setattr(os, "pread", counting_pread)
+    # every offset of the last append and every cut of it, from memory ...
+    from_memory = {(o, m): log.read(o, m) for o in range(6, 15) for m in (1, 150, 300, 1 << 20)}
+    assert preads == []
+    assert from_memory[(6, 1 << 20)] == b"".join(last)
+    assert from_memory[(9, 1)] == last[1]  # a whole batch even above max_bytes
+    assert [bytes(b.raw) for b in log.batches(6)] == last
+    assert preads == []
+    # ... is what the file holds
+    log._recent = None
+    for (o, m), got in from_memory.items():
+        assert log.read(o, m) == got, (o, m)
+    assert preads
+    # older batches come from the file
+    preads.clear()
+    fill(log, batches, 1)
+    assert log.read(0, 1 << 20)[:2 * len(last[0])] == os.pread(log.segments[0].fd,
+                                                                2 * len(last[0]), 0)
+    assert preads
+    log.close()
+
+
+def test_a_read_after_truncation_and_a_different_append_sees_the_new_bytes(
+        tmp_path: Path, batches: Batches) -> None:
+    log = SegmentedLog.open(tmp_path, segment_bytes=2000)
+    made = fill(log, batches, 4)
+    assert log.read(6) == made[3]
+    log.truncate_to(6)
+    other = batches(6, 1, epoch=2, records=1, size=7)[0]  # same offset, other bytes
+    log.append(other)
+    assert log.read(6) == other
+    log.truncate_to(6)
+    assert log.read(6) == b""
+    # a roll: the next append starts a new segment at the same file position 0
+    while len(log.segments) < 2:
+        fill(log, batches, 1)
+    for seg in log.segments:  # both start at file position 0, only one is the last append's
+        assert log.read(seg.base_offset, 1 << 20) == os.pread(seg.fd, seg.size, 0)
+    log.close()
