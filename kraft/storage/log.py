@@ -88,7 +88,9 @@ MAX_BATCH_BYTES = 8 * 1024 * 1024
 TAIL_BATCHES = 256
 """Batch positions of the active segment kept in memory for reads near the log end."""
 RECENT_BYTES = 1024 * 1024
-"""Largest append whose bytes are kept in memory for reads of them (see `SegmentedLog.read`)."""
+"""Bytes of the latest appends kept in memory for reads of them (see `SegmentedLog._pread`)."""
+RECENT_APPENDS = 8
+"""At most this many of the latest appends are kept in memory (see `SegmentedLog._pread`)."""
 DEFAULT_RECOVERY_CHECKPOINT_INTERVAL_S = 1.0
 """How often (at most) the recovery point is checkpointed while flushes advance it (Kafka's
 `log.flush.offset.checkpoint.interval.ms`, 60 s there). A kill -9 re-validates at most about
@@ -223,11 +225,14 @@ class SegmentedLog:
         self._tail_bases: list[int] = []
         self._tail_lasts: list[int] = []
         self._tail_pos: list[int] = []
-        # The bytes of the last append (up to RECENT_BYTES) and the file position they start
-        # at in the active segment `_tail_seg` (owner thread): the fetches that replicate an
-        # append and the apply that follows its commit read exactly those bytes, from memory
-        # instead of the page cache (a pread each).
-        self._recent: tuple[int, bytes] | None = None
+        # The bytes of the latest appends to the active segment `_tail_seg` (owner thread),
+        # contiguous, the file position of the first and the size of all: the fetches that
+        # replicate an append and the apply that follows its commit (on a follower often after
+        # the next append) read those bytes, from memory instead of the page cache (a pread
+        # each).
+        self._recent: list[bytes] = []
+        self._recent_at = 0
+        self._recent_size = 0
 
     @classmethod
     def open(
@@ -539,9 +544,7 @@ class SegmentedLog:
             if self._tail_seg != active.base_offset:
                 self._forget_tail()
                 self._tail_seg = active.base_offset
-            # bytes are immutable: kept without a copy; anything else is copied once
-            self._recent = (start, data if type(data) is bytes else bytes(buf)) \
-                if len(buf) <= RECENT_BYTES else None
+            self._keep_recent(start, data if type(data) is bytes else buf)
             for rel, base, last, _epoch, _ts in metas:
                 self._tail_bases.append(base)
                 self._tail_lasts.append(last)
@@ -552,9 +555,28 @@ class SegmentedLog:
                 del self._tail_pos[:-TAIL_BATCHES]
         return expected
 
+    def _keep_recent(self, start: int, data: bytes | memoryview) -> None:
+        recent = self._recent
+        if len(data) > RECENT_BYTES:
+            recent.clear()
+            return
+        if not recent or self._recent_at + self._recent_size != start:
+            recent.clear()
+            self._recent_at = start
+            self._recent_size = 0
+        else:
+            while recent and (len(recent) >= RECENT_APPENDS
+                              or self._recent_size + len(data) > RECENT_BYTES):
+                dropped = recent.pop(0)
+                self._recent_at += len(dropped)
+                self._recent_size -= len(dropped)
+        # bytes are immutable: kept without a copy; anything else is copied once
+        recent.append(data if type(data) is bytes else bytes(data))
+        self._recent_size += len(data)
+
     def _forget_tail(self) -> None:
         self._tail_seg = -1
-        self._recent = None
+        self._recent.clear()
         self._tail_bases.clear()
         self._tail_lasts.clear()
         self._tail_pos.clear()
@@ -847,10 +869,20 @@ class SegmentedLog:
         """`size` bytes of `seg` from file position `pos` (fewer at its end): from the last
         append's bytes when they hold the whole range, else from the file."""
         recent = self._recent
-        if recent is not None and seg.base_offset == self._tail_seg:
-            at, data = recent
-            if at <= pos and pos + size <= at + len(data):
-                return data if pos == at and size == len(data) else data[pos - at:pos - at + size]
+        at = self._recent_at
+        if recent and seg.base_offset == self._tail_seg and at <= pos \
+                and pos + size <= at + self._recent_size:
+            # the appends from the last one back to the one holding `pos`
+            i = len(recent) - 1
+            start = at + self._recent_size - len(recent[-1])
+            while start > pos:
+                i -= 1
+                start -= len(recent[i])
+            data = recent[i]
+            if pos + size <= start + len(data):
+                return data if pos == start and size == len(data) else \
+                    data[pos - start:pos - start + size]
+            return b"".join(recent[i:])[pos - start:pos - start + size]
         return os.pread(seg.fd, size, pos)
 
     def _position_of(self, seg: Segment, offset: int) -> int:

@@ -14,7 +14,7 @@ from kraft.storage import durability
 from kraft.storage.epoch_cache import EpochEntry
 from kraft.storage.errors import InvalidAppendError, OffsetOutOfRangeError, StorageError
 from kraft.storage.index import SegmentIndex
-from kraft.storage.log import SegmentedLog
+from kraft.storage.log import RECENT_APPENDS, SegmentedLog
 
 Batches = Callable[..., list[bytes]]
 
@@ -224,12 +224,12 @@ def test_control_batches_and_epochs(tmp_path: Path) -> None:
     log.close()
 
 
-def test_reads_of_the_last_append_come_from_memory_and_equal_the_file(
+def test_reads_of_the_latest_appends_come_from_memory_and_equal_the_file(
         tmp_path: Path, batches: Batches, monkeypatch: pytest.MonkeyPatch) -> None:
-    log = SegmentedLog.open(tmp_path, segment_bytes=2000)
-    fill(log, batches, 3)
+    log = SegmentedLog.open(tmp_path, segment_bytes=1 << 20)
+    fill(log, batches, RECENT_APPENDS)  # offsets 0..15, one append each
     last = batches(log.log_end_offset, 3, records=3)
-    log.append(b"".join(last))  # one append of three batches (offsets 6..14)
+    log.append(b"".join(last))  # one append of three batches (offsets 16..24)
     preads: list[int] = []
     real_pread = os.pread
 
@@ -238,23 +238,24 @@ def test_reads_of_the_last_append_come_from_memory_and_equal_the_file(
         return real_pread(fd, n, pos)
 
     monkeypatch.setattr(os, "pread", counting_pread)
-    # every offset of the last append and every cut of it, from memory ...
-    from_memory = {(o, m): log.read(o, m) for o in range(6, 15) for m in (1, 150, 300, 1 << 20)}
+    # every offset of the latest RECENT_APPENDS appends and every cut, from memory (reads
+    # that span several appends included) ...
+    from_memory = {(o, m): log.read(o, m)
+                   for o in range(2, 25) for m in (1, 150, 300, 700, 1 << 20)}
     assert preads == []
-    assert from_memory[(6, 1 << 20)] == b"".join(last)
-    assert from_memory[(9, 1)] == last[1]  # a whole batch even above max_bytes
-    assert [bytes(b.raw) for b in log.batches(6)] == last
+    assert from_memory[(16, 1 << 20)] == b"".join(last)
+    assert from_memory[(19, 1)] == last[1]  # a whole batch even above max_bytes
+    assert [bytes(b.raw) for b in log.batches(16)] == last
     assert preads == []
     # ... is what the file holds
-    log._recent = None
+    log._recent.clear()
     for (o, m), got in from_memory.items():
         assert log.read(o, m) == got, (o, m)
     assert preads
-    # older batches come from the file
+    # the oldest append fell out: it comes from the file
     preads.clear()
     fill(log, batches, 1)
-    assert log.read(0, 1 << 20)[:2 * len(last[0])] == os.pread(log.segments[0].fd,
-                                                                2 * len(last[0]), 0)
+    assert log.read(0, 1) == real_pread(log.segments[0].fd, len(log.read(0, 1)), 0)
     assert preads
     log.close()
 
