@@ -102,6 +102,9 @@ class ClientProtocol(asyncio.Protocol):
         self._connections = connections if connections is not None else set()
         self._dirty = dirty if dirty is not None else []
         self.transport: asyncio.Transport | None = None
+        # Kept from connection_made: asyncio.get_running_loop() costs a getpid system call on
+        # every call (Python 3.11 checks for a fork), and `_reply` runs for every request.
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._buf = bytearray()
         self._out: list[bytes] = []
         self._flush_scheduled = False
@@ -112,6 +115,7 @@ class ClientProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self._loop = asyncio.get_running_loop()
         self._connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -277,7 +281,7 @@ class ClientProtocol(asyncio.Protocol):
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._dirty.append(self)  # `ClientServer.flush` may send it sooner
-            asyncio.get_running_loop().call_soon(self._flush)
+            (self._loop or asyncio.get_running_loop()).call_soon(self._flush)
 
     def _flush(self) -> None:
         if not self._flush_scheduled:

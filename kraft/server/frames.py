@@ -524,10 +524,14 @@ class FrameConnection:
         self._timer = EarliestDeadline(self._check_deadlines)
         """At or before the earliest deadline in flight: one timer per connection."""
         self.closed = False
+        # The loop the connection was opened on. Kept: asyncio.get_running_loop() costs a
+        # getpid system call on every call (Python 3.11 checks for a fork), and `send` runs
+        # for every request.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def open(self, timeout_s: float) -> None:
         """Connect within `timeout_s`; raises OSError/TimeoutError."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         transport, _ = await asyncio.wait_for(
             loop.create_connection(lambda: _FrameClientProtocol(self), self.host, self.port),
             timeout_s)
@@ -555,9 +559,9 @@ class FrameConnection:
             waiter.callback(kind(f"{self.host}:{self.port}: {exc}"))
 
     def _check_deadlines(self) -> None:
-        if self.closed or not self._waiters:
+        if self.closed or not self._waiters or self._loop is None:
             return
-        now = asyncio.get_running_loop().time()
+        now = self._loop.time()
         for waiter in self._waiters:
             if waiter.deadline <= now:
                 self._timed_out(waiter)
@@ -573,10 +577,10 @@ class FrameConnection:
     def send(self, frame: bytes, timeout_s: float, callback: FrameCallback) -> None:
         """Send one frame; `callback` gets its response body, or the exception that ended
         it (a timeout closes the connection, failing everything in flight)."""
-        if self.closed or self._transport is None:
+        if self.closed or self._transport is None or self._loop is None:
             callback(ConnectionClosedError(f"{self.host}:{self.port}: not connected"))
             return
-        deadline = asyncio.get_running_loop().time() + timeout_s
+        deadline = self._loop.time() + timeout_s
         self._waiters.append(_Waiter(callback, deadline, timeout_s))
         self._timer.ask(deadline)
         self._transport.write(_SIZE.pack(len(frame)) + frame)

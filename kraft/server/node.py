@@ -1358,7 +1358,7 @@ class KraftNode:
         """
         if self._linger_handle is not None:
             return
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()  # kept: the call costs a getpid
         if not self._uncommitted_appends:
             self._linger_handle = loop.call_soon(self._submit_pending)
             self._submit_now = True
@@ -1371,7 +1371,8 @@ class KraftNode:
         if not self._uncommitted_appends and self._pending_values:
             if self._linger_handle is not None:
                 self._linger_handle.cancel()
-            self._linger_handle = asyncio.get_running_loop().call_soon(self._submit_pending)
+            self._linger_handle = (self._loop or asyncio.get_running_loop()).call_soon(
+                self._submit_pending)
 
     def _submit_pending(self) -> None:
         """Hand the pending writes to the core as one batch (`Append`).
