@@ -272,3 +272,42 @@ async def test_kernel_flushes_across_segment_rolls(tmp_path: Path, engine: str,
     finally:
         await node.stop()
     assert await _total_after_restart(props) == 440
+
+
+@pytest.mark.parametrize("engine", ["uring", "aio"])
+async def test_a_kernel_completion_that_leaves_the_next_flush_to_the_loop_wakes_it(
+        tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel's eventfd can be readable with no completion of its own to report: the flush
+    in flight was finished by waiting for it (a truncation, a log-start advance, a snapshot
+    install). If a flush was asked for meanwhile and the kernel cannot take it (a new segment
+    file, a new epoch to checkpoint), it is left to the core loop, which is asleep: the
+    completion handler wakes it, and the flush runs inline without waiting for a timer."""
+    if not _ENGINE_AVAILABLE[engine]:
+        pytest.skip(f"{engine} fsync is not available here")
+    # the leader's own deadlines a minute away: only the wake-up can start the flush in time
+    props = dict(_config(tmp_path, fsync=True), **{"kraft.log.flush.kernel": engine,
+                                                   "controller.quorum.fetch.timeout.ms": "60000"})
+    format_storage(props, str(Uuid.random()), out=io.StringIO())
+    node = KraftNode(build_config(props, {}), Counter())
+    await node.start()
+    try:
+        await _leader(node)
+        await node.propose(struct.pack(">q", 1))
+        assert node.md is not None and node._flusher is not None and node._kernel is not None
+        for _ in range(500):  # until the core loop sleeps with nothing queued
+            await asyncio.sleep(0.01)
+            if node._wake is not None and not node._events:
+                break
+        assert not node.md.log.flush_in_flight
+        inline = node._flusher.inline
+        monkeypatch.setattr(node.md.log, "start_flush", lambda: False)  # the kernel cannot
+        node._kernel_again = True  # a flush was asked for while one was in flight
+        node._kernel_flushed()  # the eventfd's callback, with nothing completed to report
+        for _ in range(1000):
+            if node._flusher.inline > inline:
+                break
+            await asyncio.sleep(0.01)
+        assert node._flusher.inline == inline + 1
+        assert not node._flush_due
+    finally:
+        await node.stop()
