@@ -41,9 +41,7 @@ def fast_init(cls: type[T]) -> type[T]:
         if not f.init or f.kw_only or f.default_factory is not _MISSING:
             raise TypeError(f"fast_init: {cls.__qualname__}.{f.name} is not a plain field")
         namespace[f"_set_{f.name}"] = vars(cls)[f.name].__set__
-        if f.default is _MISSING:
-            if any("=" in a for a in args):  # pragma: no cover - dataclass refuses it first
-                raise TypeError(f"fast_init: {cls.__qualname__}.{f.name} follows a default")
+        if f.default is _MISSING:  # (dataclass already refused one after a default)
             args.append(f.name)
         else:
             namespace[f"_default_{f.name}"] = f.default

@@ -234,6 +234,8 @@ class SegmentedLog:
         self._recent_at = 0
         self._recent_size = 0
 
+    # ------------------------------------------------------------------ opening
+
     @classmethod
     def open(
         cls,
@@ -556,14 +558,14 @@ class SegmentedLog:
         return expected
 
     def _keep_recent(self, start: int, data: bytes | memoryview) -> None:
+        """Add an append at file position `start` of the active segment to the latest ones."""
         recent = self._recent
         if len(data) > RECENT_BYTES:
-            recent.clear()
+            self._forget_recent()
             return
         if not recent or self._recent_at + self._recent_size != start:
-            recent.clear()
+            self._forget_recent()
             self._recent_at = start
-            self._recent_size = 0
         else:
             while recent and (len(recent) >= RECENT_APPENDS
                               or self._recent_size + len(data) > RECENT_BYTES):
@@ -574,9 +576,13 @@ class SegmentedLog:
         recent.append(data if type(data) is bytes else bytes(data))
         self._recent_size += len(data)
 
+    def _forget_recent(self) -> None:
+        self._recent.clear()
+        self._recent_size = 0
+
     def _forget_tail(self) -> None:
         self._tail_seg = -1
-        self._recent.clear()
+        self._forget_recent()
         self._tail_bases.clear()
         self._tail_lasts.clear()
         self._tail_pos.clear()
@@ -866,8 +872,8 @@ class SegmentedLog:
         return chunk if end == len(chunk) else chunk[:end]
 
     def _pread(self, seg: Segment, size: int, pos: int) -> bytes:
-        """`size` bytes of `seg` from file position `pos` (fewer at its end): from the last
-        append's bytes when they hold the whole range, else from the file."""
+        """`size` bytes of `seg` from file position `pos` (fewer at its end): from the latest
+        appends' bytes when they hold the whole range, else from the file."""
         recent = self._recent
         at = self._recent_at
         if recent and seg.base_offset == self._tail_seg and at <= pos \
