@@ -4,7 +4,7 @@ The messages, events and effects of the core are frozen, slotted dataclasses (im
 values). The `__init__` that `dataclasses` generates for a frozen class stores each field
 through `object.__setattr__(self, name, value)`: a call that looks the name up on the type
 again for every field, which made a frozen instance cost about five times an unfrozen one
-(1.03 us against 0.22 us for ten fields on Python 3.11). A quorum builds about 75 of them per
+(1.03 us against 0.22 us for ten fields on Python 3.11). A quorum builds about 56 of them per
 write, most on the replication path, so `fast_init` gives such a class an `__init__` that
 stores each field through its slot descriptor's setter instead (0.60 us for ten fields): the
 same signature, defaults and result, and the instance is just as frozen afterwards (its
