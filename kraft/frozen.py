@@ -14,11 +14,19 @@ same signature, defaults and result, and the instance is just as frozen afterwar
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 _MISSING = dataclasses.MISSING
+
+
+def slot_setter(cls: type[T], name: str) -> Callable[[T, object], None]:
+    """The setter of the slot `name` of `cls`: stores a field of a frozen, slotted instance
+    without the frozen `__setattr__` (for building one, never for changing one)."""
+    setter: Callable[[T, object], None] = vars(cls)[name].__set__
+    return setter
 
 
 def fast_init(cls: type[T]) -> type[T]:
@@ -40,7 +48,7 @@ def fast_init(cls: type[T]) -> type[T]:
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]  # checked above
         if not f.init or f.kw_only or f.default_factory is not _MISSING:
             raise TypeError(f"fast_init: {cls.__qualname__}.{f.name} is not a plain field")
-        namespace[f"_set_{f.name}"] = vars(cls)[f.name].__set__
+        namespace[f"_set_{f.name}"] = slot_setter(cls, f.name)
         if f.default is _MISSING:  # (dataclass already refused one after a default)
             args.append(f.name)
         else:

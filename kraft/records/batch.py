@@ -33,6 +33,7 @@ from typing import Final
 
 import crc32c as _crc32c_mod
 
+from kraft.frozen import slot_setter
 from kraft.protocol.errors import (
     CorruptRecordError,
     MalformedInputError,
@@ -539,17 +540,11 @@ def _plain_values(data: bytes | memoryview, count: int) -> list[bytes] | None:
     return out if pos == n else None
 
 
-def _slot_setter(name: str) -> Callable[[Record, object], None]:
-    """The slot descriptor's setter of a Record field (bypasses the frozen __setattr__)."""
-    setter: Callable[[Record, object], None] = vars(Record)[name].__set__
-    return setter
-
-
-_SET_OFFSET: Final = _slot_setter("offset")
-_SET_TIMESTAMP: Final = _slot_setter("timestamp")
-_SET_KEY: Final = _slot_setter("key")
-_SET_VALUE: Final = _slot_setter("value")
-_SET_HEADERS: Final = _slot_setter("headers")
+_SET_OFFSET: Final = slot_setter(Record, "offset")
+_SET_TIMESTAMP: Final = slot_setter(Record, "timestamp")
+_SET_KEY: Final = slot_setter(Record, "key")
+_SET_VALUE: Final = slot_setter(Record, "value")
+_SET_HEADERS: Final = slot_setter(Record, "headers")
 
 
 def _iter_records(
