@@ -82,7 +82,7 @@ from kraft.server.frames import (
     PeerInfo,
     ReplyBody,
 )
-from kraft.server.metrics import Registry
+from kraft.server.metrics import DISK_LATENCY_BUCKETS, Registry
 from kraft.server.translate import (
     TopLevelError,
     remove_voter_response,
@@ -388,6 +388,7 @@ class KraftNode:
         cfg = self.config
         self.md = md = open_metadata_dir(cfg.metadata_dir, segment_bytes=cfg.segment_bytes,
                                          expected_node_id=cfg.node_id)
+        md.log.on_flush_time = self._observe_flush
         self.cluster_id = md.meta.cluster_id
         directory_id = md.meta.directory_id
         if directory_id is None:
@@ -1566,6 +1567,17 @@ class KraftNode:
                                            "Time to write a snapshot")
         self._m_snapshot_load = r.histogram("kraft_snapshot_load_seconds",
                                             "Time to load a snapshot into the state machine")
+        # The disk every commit waits for (etcd's wal_fsync_duration, Kafka's
+        # LogFlushRateAndTimeMs): observed on the loop or on the flusher thread, hence the lock.
+        self._m_log_flush = r.histogram(
+            "kraft_log_flush_seconds",
+            "Time to fsync the log, per flush that wrote to disk (a kernel flush: from its "
+            "start until its completion was seen)", DISK_LATENCY_BUCKETS)
+        self._m_log_flush_lock = threading.Lock()
+
+    def _observe_flush(self, seconds: float) -> None:
+        with self._m_log_flush_lock:
+            self._m_log_flush.observe(seconds)
 
     def _leader_stat(self, what: str) -> float:
         core = self.core

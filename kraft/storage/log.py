@@ -35,7 +35,7 @@ import mmap
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -216,8 +216,14 @@ class SegmentedLog:
         self._closed = False
         self._failed: BaseException | None = None
         self._kernel: SyncEngine | None = None
-        # The kernel flush in flight: the end offset and position it makes durable.
-        self._async: tuple[int, tuple[int, int]] | None = None
+        # The kernel flush in flight: the end offset and position it makes durable, and when
+        # it was started (time.perf_counter).
+        self._async: tuple[int, tuple[int, int], float] | None = None
+        self.on_flush_time: Callable[[float], None] | None = None
+        """Called with the seconds each flush that wrote to disk took: the fsyncs of `flush`
+        (on its thread), or a kernel flush from `start_flush` until `finish_flush` or a wait
+        saw it done (owner thread). The node keeps them as a histogram, the measure of the
+        disk that every commit waits for."""
         self._settled = False  # a kernel flush was finished by waiting, see take_settled
         # Positions of the most recently appended batches of the active segment (owner thread):
         # reads near the log end (fetches, apply) find their batch without scanning the file.
@@ -622,6 +628,8 @@ class SegmentedLog:
                 dir_dirty = self._dir_dirty
                 self._dir_dirty = False
                 epochs = self._epochs.entries
+            wrote = bool(to_sync) or dir_dirty or epochs != self._epochs_written
+            started = time.perf_counter()
             try:
                 for seg in to_sync:
                     sync_data(seg.fd)
@@ -632,6 +640,9 @@ class SegmentedLog:
                     self._epochs_written = epochs
             except OSError as exc:
                 raise self._flush_failed(exc) from exc
+            report = self.on_flush_time
+            if report is not None and wrote:
+                report(time.perf_counter() - started)
             self._settled = False  # the caller reports this flush, which covers the settled one
             return self._publish_durable(target, target_at)
 
@@ -689,7 +700,8 @@ class SegmentedLog:
                 return False
             self._unsynced.clear()
             self._async = (self.log_end_offset,
-                           (self._segments[-1].base_offset, self._segments[-1].size))
+                           (self._segments[-1].base_offset, self._segments[-1].size),
+                           time.perf_counter())
         return True
 
     def finish_flush(self) -> int | None:
@@ -727,10 +739,13 @@ class SegmentedLog:
 
     def _flush_done(self, result: int) -> int:
         assert self._async is not None
-        target, target_at = self._async
+        target, target_at, started = self._async
         self._async = None
         if result < 0:
             raise self._flush_failed(OSError(-result, os.strerror(-result)))
+        report = self.on_flush_time
+        if report is not None:
+            report(time.perf_counter() - started)
         return self._publish_durable(target, target_at)
 
     # ------------------------------------------------------------------ recovery point

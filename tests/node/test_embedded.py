@@ -150,6 +150,11 @@ async def test_every_flush_mode_commits_only_what_it_fsynced(tmp_path: Path, mod
         flushes, inline = node._flusher.flushes, node._flusher.inline
         by_kernel = node._flusher.kernel
         assert flushes > 0
+        # every flush that wrote is timed, wherever it ran: the 20 writes made one at a time
+        # each waited for one
+        timed = node._m_log_flush
+        assert 20 <= timed.count <= flushes and timed.sum > 0
+        assert f"kraft_log_flush_seconds_count {timed.count}" in node.render_metrics()
         assert (node._kernel is not None) == (kernel and mode != "inline")
         if node._kernel is not None:
             assert type(node._kernel).__module__ == f"kraft.storage.{engine}"

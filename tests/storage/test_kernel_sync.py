@@ -292,3 +292,27 @@ def test_a_failed_kernel_fsync_poisons_the_log(tmp_path: Path, batches: Batches,
     finally:
         log.close()
         ks.close()
+
+
+def test_a_kernel_flush_reports_its_time_once(tmp_path: Path, batches: Batches,
+                                              engine: SyncEngine) -> None:
+    """A kernel flush is timed from its start until the log saw it done: once when finished
+    on the eventfd's word, once when a truncation settled it (and not again at finish)."""
+    log, ks = _kernel_log(tmp_path, engine)
+    times: list[float] = []
+    log.on_flush_time = times.append
+    try:
+        _start_second_flush(log, batches)
+        assert len(times) == 1  # the first batch's flush, by `flush`
+        assert _finish(log, ks) == 4
+        assert len(times) == 2 and times[1] > 0
+        assert log.finish_flush() is None and len(times) == 2
+        for b in batches(4, 2):
+            log.append(b)
+        assert log.start_flush()
+        assert log.truncate_to(6) == 6  # waits for the flush in flight
+        assert len(times) == 3
+        assert log.finish_flush() is None and len(times) == 3
+    finally:
+        log.close()
+        ks.close()

@@ -277,3 +277,29 @@ def test_a_read_after_truncation_and_a_different_append_sees_the_new_bytes(
     for seg in log.segments:  # both start at file position 0, only one is the last append's
         assert log.read(seg.base_offset, 1 << 20) == os.pread(seg.fd, seg.size, 0)
     log.close()
+
+
+def test_each_flush_that_writes_reports_its_time(tmp_path: Path, batches: Batches) -> None:
+    """`on_flush_time` hears of every flush that wrote to disk (appends, a new segment's
+    directory entry, a changed leader-epoch checkpoint), with its duration, and of no flush
+    that had nothing to write."""
+    times: list[float] = []
+    log = SegmentedLog.open(tmp_path, segment_bytes=1000)
+    log.on_flush_time = times.append
+    try:
+        assert log.flush() == 0
+        assert times == []  # nothing appended: nothing written
+        log.append(batches(0, 1)[0])
+        log.flush()
+        assert len(times) == 1 and times[0] > 0
+        assert log.flush() == 2 and len(times) == 1  # nothing new
+        for b in batches(2, 6):  # rolls into a second segment: a directory entry to sync
+            log.append(b)
+        assert len(log.segments) > 1
+        log.flush()
+        assert len(times) == 2
+        log.on_flush_time = None  # no listener: flushes go on as before
+        log.append(batches(log.log_end_offset, 1)[0])
+        assert log.flush() == log.log_end_offset and len(times) == 2
+    finally:
+        log.close()
