@@ -247,6 +247,13 @@ def render_markdown(res: dict[str, Any]) -> str:
         lat = s.get("latency") or {}
         L.append(f"| {name} | {_f(s.get('ops_per_s'))} | {_f(lat.get('p50_ms'), 3)} | {_f(lat.get('p99_ms'), 3)} "
                  f"| {_f(lat.get('p999_ms'), 3)} | {_cpu(s) or s.get('error', '')} |")
+    for name, s in ((res.get("latency") or {}).get("systems") or {}).items():
+        fl = s.get("log_flush")
+        if fl:
+            parts = [f"{k} ({v['role']}) {_f(v['mean_ms'], 3)} ms over {v['flushes']:,}" for k, v in fl.items()]
+            L.append(f"\n- {name}: each node's log fsyncs in that window and its warm-up "
+                     f"(`kraft_log_flush_seconds`; the leader's timed from its start until seen done), "
+                     f"mean: {'; '.join(parts)}. A write waits for the leader's and one follower's.")
     L += ["", "### 3. Failover", "",
           "| system | fault | trials | p50 ms | p99 ms | max ms | failed trials |",
           "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]

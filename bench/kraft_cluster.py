@@ -29,6 +29,7 @@ import struct
 import subprocess
 import sys
 import time
+import urllib.request
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -343,6 +344,15 @@ def driver_main() -> None:
 
 API_VERSIONS = 18
 FETCH = 1
+
+
+def flush_metric(text: str) -> tuple[int, float] | None:
+    """(count, sum) of `kraft_log_flush_seconds` in a node's Prometheus text; None if absent."""
+    count = re.search(r"^kraft_log_flush_seconds_count (\S+)$", text, re.M)
+    total = re.search(r"^kraft_log_flush_seconds_sum (\S+)$", text, re.M)
+    if count is None or total is None:
+        return None
+    return int(float(count.group(1))), float(total.group(1))
 
 
 def cap_api_versions(frame: bytes, version: int, fetch_max: int) -> bytes:
@@ -676,6 +686,23 @@ class KraftCluster:
     def addr(self, nid: int) -> str:
         """Admin HTTP host:port of a node."""
         return self.lc.nodes[nid].http
+
+    def flush_times(self) -> dict[str, tuple[int, float]]:
+        """`node<id>` -> (log fsyncs so far, their seconds) of each live node, from the
+        `kraft_log_flush_seconds` histogram of its /metrics (a node without it is left out)."""
+        out: dict[str, tuple[int, float]] = {}
+        for nid, n in self.lc.nodes.items():
+            if not n.alive:
+                continue
+            try:
+                with urllib.request.urlopen(f"http://{n.http}/metrics", timeout=5) as r:
+                    text = r.read().decode()
+            except OSError:
+                continue
+            got = flush_metric(text)
+            if got is not None:
+                out[f"node{nid}"] = got
+        return out
 
     # ------------------------------------------------------------------ workloads
 

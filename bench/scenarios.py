@@ -108,6 +108,19 @@ def measured(system: Any, fn: Callable[[], dict[str, Any]],
     return r
 
 
+def flush_window(before: dict[str, tuple[int, float]], after: dict[str, tuple[int, float]],
+                 leader: str) -> dict[str, Any]:
+    """Each node's log fsyncs between two `flush_times` readings: its role, how many, and
+    their mean in ms."""
+    out: dict[str, Any] = {}
+    for label, (count, total) in sorted(after.items()):
+        count0, total0 = before.get(label, (0, 0.0))
+        n = count - count0
+        out[label] = {"role": "leader" if label == leader else "follower", "flushes": n,
+                      "mean_ms": round((total - total0) / n * 1000, 3) if n > 0 else None}
+    return out
+
+
 @contextlib.contextmanager
 def running(system: Any) -> Any:
     """Start a system (a second attempt, with fresh ports, if the first fails) and always stop
@@ -158,7 +171,11 @@ def throughput_and_latency(p: Params) -> tuple[dict[str, Any], dict[str, Any]]:
             s = make()
             with running(s):
                 info = s.info()
+                flushes = s.flush_times() if hasattr(s, "flush_times") else {}
                 lat["systems"][name] = dict(info, **measured(s, lambda: s.seq(p.duration, p.warmup)))
+                if flushes:
+                    lat["systems"][name]["log_flush"] = flush_window(
+                        flushes, s.flush_times(), f"node{s.wait_leader()}")
                 sweep: dict[str, Any] = {}
                 points = p.sweep if name != "kraft-quorum-http" else p.sweep[:3]
                 for n in points:

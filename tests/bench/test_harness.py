@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench import bench_compare
-from bench.kraft_cluster import cap_api_versions, log_event_time
+from bench.kraft_cluster import cap_api_versions, flush_metric, log_event_time
 from bench.peers import (
     cpu_delta,
     parse_machine_stat,
@@ -19,7 +19,7 @@ from bench.peers import (
     summarize_ns,
     summarize_s,
 )
-from bench.scenarios import Target, evaluate_targets
+from bench.scenarios import Target, evaluate_targets, flush_window
 
 
 def test_percentile_nearest_rank() -> None:
@@ -113,8 +113,12 @@ def test_markdown_and_json_render(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         sweep={"16": {"ops_per_s": 1000.0, "latency": {"p99_ms": 3.0}}}, best_inflight=16,
         latency_at_best={"p50_ms": 1.0, "p99_ms": 3.0})
     res["machine"] = {"nproc": 2, "busy": {"windows": 3}}
+    res["latency"]["systems"]["kraft-quorum"]["log_flush"] = {
+        "node1": {"role": "follower", "flushes": 5200, "mean_ms": 0.291},
+        "node2": {"role": "leader", "flushes": 5200, "mean_ms": 0.412}}
     md = bench_compare.render_markdown(res)
     assert md.startswith(bench_compare.BEGIN) and md.endswith(bench_compare.END)
+    assert "node1 (follower) 0.291 ms over 5,200; node2 (leader) 0.412 ms over 5,200" in md
     assert "| throughput | >= 50,000 writes/s | 60,000 writes/s | 1.200 | **met** |" in md
     assert "**not met**" in md  # the snapshot target
     assert (tmp_path / "img" / "bench_throughput.png").exists()
@@ -192,3 +196,28 @@ def test_the_workload_cycles_over_its_keys() -> None:
     keys = [key_of(i) for i in range(2 * NKEYS)]
     assert keys[0] == "k000000" and keys[NKEYS - 1] == f"k{NKEYS - 1:06d}"
     assert keys[:NKEYS] == keys[NKEYS:] and len(set(keys)) == NKEYS
+
+
+def test_flush_times_from_the_node_metric() -> None:
+    """The count and sum are read from the node's own exposition text (its registry's
+    histogram), and a node without the metric gives None."""
+    from kraft.server.metrics import DISK_LATENCY_BUCKETS, Registry
+
+    r = Registry()
+    h = r.histogram("kraft_log_flush_seconds", "fsyncs", DISK_LATENCY_BUCKETS)
+    r.histogram("kraft_commit_latency_seconds", "other")
+    assert flush_metric(r.render()) == (0, 0.0)
+    for seconds in (0.0002, 0.0003, 0.0007):
+        h.observe(seconds)
+    count, total = flush_metric(r.render()) or (0, 0.0)
+    assert count == 3 and total == pytest.approx(0.0012)
+    assert flush_metric("kraft_high_watermark 7\n") is None
+
+
+def test_flush_window_per_node() -> None:
+    before = {"node1": (10, 0.003), "node2": (10, 0.004)}
+    after = {"node1": (110, 0.033), "node2": (10, 0.004), "node3": (50, 0.02)}
+    w = flush_window(before, after, "node1")
+    assert w["node1"] == {"role": "leader", "flushes": 100, "mean_ms": 0.3}
+    assert w["node2"] == {"role": "follower", "flushes": 0, "mean_ms": None}
+    assert w["node3"] == {"role": "follower", "flushes": 50, "mean_ms": 0.4}  # new since
