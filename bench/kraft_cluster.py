@@ -29,7 +29,6 @@ import struct
 import subprocess
 import sys
 import time
-import urllib.request
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -690,16 +689,17 @@ class KraftCluster:
     def flush_times(self) -> dict[str, tuple[int, float]]:
         """`node<id>` -> (log fsyncs so far, their seconds) of each live node, from the
         `kraft_log_flush_seconds` histogram of its /metrics (a node without it is left out)."""
+        from kraft.server.local import http_call
+
         out: dict[str, tuple[int, float]] = {}
         for nid, n in self.lc.nodes.items():
             if not n.alive:
                 continue
             try:
-                with urllib.request.urlopen(f"http://{n.http}/metrics", timeout=5) as r:
-                    text = r.read().decode()
+                r = http_call(n.http, "GET", "/metrics", timeout=5)
             except OSError:
                 continue
-            got = flush_metric(text)
+            got = flush_metric(r.body.decode()) if r.status == 200 else None
             if got is not None:
                 out[f"node{nid}"] = got
         return out
