@@ -628,20 +628,20 @@ class SegmentedLog:
                 dir_dirty = self._dir_dirty
                 self._dir_dirty = False
                 epochs = self._epochs.entries
-            wrote = bool(to_sync) or dir_dirty or epochs != self._epochs_written
+            epochs_changed = epochs != self._epochs_written
             started = time.perf_counter()
             try:
                 for seg in to_sync:
                     sync_data(seg.fd)
                 if dir_dirty:
                     fsync_dir(self.directory)
-                if epochs != self._epochs_written:
+                if epochs_changed:
                     write_epoch_checkpoint(checkpoint_path(self.directory), epochs)
                     self._epochs_written = epochs
             except OSError as exc:
                 raise self._flush_failed(exc) from exc
             report = self.on_flush_time
-            if report is not None and wrote:
+            if report is not None and (to_sync or dir_dirty or epochs_changed):
                 report(time.perf_counter() - started)
             self._settled = False  # the caller reports this flush, which covers the settled one
             return self._publish_durable(target, target_at)
