@@ -430,21 +430,24 @@ class EarliestDeadline:
     re-armed only for an earlier one, instead of a timer per deadline. When it fires,
     `callback` looks at what is due and asks again for the earliest deadline left."""
 
-    __slots__ = ("_callback", "_handle", "at")
+    __slots__ = ("_callback", "_handle", "at", "loop")
 
     def __init__(self, callback: Callable[[], None]) -> None:
         self._callback = callback
         self._handle: asyncio.TimerHandle | None = None
         self.at = math.inf
         """Loop time it fires at (inf: not armed)."""
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The loop to arm on, set by the owner once it knows it (None: the running loop,
+        which costs a getpid system call per lookup on Python 3.11)."""
 
     def ask(self, deadline: float) -> None:
         """Fire at `deadline` at the latest."""
         if deadline < self.at:
+            handle = (self.loop or asyncio.get_running_loop()).call_at(deadline, self._fire)
             if self._handle is not None:
                 self._handle.cancel()
-            self.at = deadline
-            self._handle = asyncio.get_running_loop().call_at(deadline, self._fire)
+            self._handle, self.at = handle, deadline
 
     def cancel(self) -> None:
         if self._handle is not None:
@@ -531,7 +534,7 @@ class FrameConnection:
 
     async def open(self, timeout_s: float) -> None:
         """Connect within `timeout_s`; raises OSError/TimeoutError."""
-        loop = self._loop = asyncio.get_running_loop()
+        loop = self._loop = self._timer.loop = asyncio.get_running_loop()
         transport, _ = await asyncio.wait_for(
             loop.create_connection(lambda: _FrameClientProtocol(self), self.host, self.port),
             timeout_s)

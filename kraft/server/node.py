@@ -384,7 +384,7 @@ class KraftNode:
 
     async def start(self) -> None:
         """Open storage, load the state machine, start listeners and the core."""
-        self._loop = asyncio.get_running_loop()
+        self._loop = self._sweep.loop = asyncio.get_running_loop()
         cfg = self.config
         self.md = md = open_metadata_dir(cfg.metadata_dir, segment_bytes=cfg.segment_bytes,
                                          expected_node_id=cfg.node_id)
@@ -1210,7 +1210,7 @@ class KraftNode:
         deadline, and arm the next sweep at the earliest deadline left. One timer for all of
         them instead of one per request: the core answers almost every request in a loop turn
         or, for a parked fetch, within its MaxWaitMs."""
-        now = asyncio.get_running_loop().time()
+        now = (self._loop or asyncio.get_running_loop()).time()
         expired = [k for k, w in self._inbound.items()
                    if type(w) is _FrameAnswer and w.deadline <= now]
         for key in expired:

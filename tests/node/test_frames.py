@@ -280,3 +280,34 @@ async def test_answers_given_as_parts_arrive_as_one_frame_each_in_order() -> Non
         got = [bytes(g) for g in await asyncio.gather(*calls)]
         assert got == [b"x" * 100_000 + chunk + b"y", b"head:" + chunk[1:] + b":tail", b"re:a",
                        b"small parts", b"re:b"]
+
+
+def test_earliest_deadline_arms_once_for_the_earliest_and_fires_on_the_loop_it_was_given() -> None:
+    """One timer serves many deadlines: a later deadline does not re-arm it, an earlier one
+    does, and it fires once. With its owner's loop set it can be asked from outside that
+    loop's callbacks (no running loop looked up); unset, it needs a running loop."""
+    from kraft.server.frames import EarliestDeadline
+
+    loop = asyncio.new_event_loop()
+    try:
+        fired: list[float] = []
+        timer = EarliestDeadline(lambda: fired.append(loop.time()))
+        with pytest.raises(RuntimeError):
+            timer.ask(loop.time() + 0.05)  # no loop given and none running
+        timer.loop = loop
+        now = loop.time()
+        timer.ask(now + 0.2)
+        assert timer.at == now + 0.2
+        timer.ask(now + 0.5)  # later: the armed timer stays
+        assert timer.at == now + 0.2
+        timer.ask(now + 0.05)  # earlier: re-armed
+        assert timer.at == now + 0.05
+        loop.run_until_complete(asyncio.sleep(0.3))
+        assert len(fired) == 1 and fired[0] >= now + 0.05
+        assert timer.at == float("inf")  # fired: the next ask arms again
+        timer.ask(loop.time() + 0.01)
+        timer.cancel()
+        loop.run_until_complete(asyncio.sleep(0.05))
+        assert len(fired) == 1
+    finally:
+        loop.close()
