@@ -303,7 +303,7 @@ def test_earliest_deadline_arms_once_for_the_earliest_and_fires_on_the_loop_it_w
         timer.ask(now + 0.05)  # earlier: re-armed
         assert timer.at == now + 0.05
         loop.run_until_complete(asyncio.sleep(0.3))
-        assert len(fired) == 1 and fired[0] >= now + 0.05
+        assert len(fired) == 1 and fired[0] >= now + 0.049  # the loop may run a timer 1 clock tick early
         assert timer.at == float("inf")  # fired: the next ask arms again
         timer.ask(loop.time() + 0.01)
         timer.cancel()
