@@ -121,6 +121,29 @@ def flush_window(before: dict[str, tuple[int, float]], after: dict[str, tuple[in
     return out
 
 
+def disk_probe(directory: Path, rounds: int = 500, size: int = 187) -> dict[str, Any]:
+    """The disk alone, just before a sequential window: `rounds` appends of `size` bytes (a
+    100-byte write's record batch), each followed by `fdatasync`, to a scratch file in
+    `directory` (the systems' filesystem; deleted afterwards). On a shared virtual disk the
+    cost of a sync drifts from one minute to the next, and every system's sequential latency
+    with it: this reading says which phase a window ran in."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f".disk-probe-{os.getpid()}"
+    data = b"\0" * size
+    lat: list[int] = []
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_APPEND | os.O_TRUNC, 0o600)
+    try:
+        for _ in range(rounds):
+            t = time.perf_counter_ns()
+            os.write(fd, data)
+            os.fdatasync(fd)
+            lat.append(time.perf_counter_ns() - t)
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    return dict(summarize_ns(lat), bytes=size)
+
+
 @contextlib.contextmanager
 def running(system: Any) -> Any:
     """Start a system (a second attempt, with fresh ports, if the first fails) and always stop
@@ -161,7 +184,9 @@ def throughput_and_latency(p: Params) -> tuple[dict[str, Any], dict[str, Any]]:
                             "params": {"duration_s": p.duration, "warmup_s": p.warmup,
                                        "sweep_inflight": p.sweep, "value_bytes": 100, "keys": 1000},
                             "systems": {}}
-    lat: dict[str, Any] = {"units": {"latency": "ms, one write at a time"},
+    lat: dict[str, Any] = {"units": {"latency": "ms, one write at a time",
+                                     "disk_probe": "ms per append + fdatasync of the disk alone, "
+                                                   "just before the window (`disk_probe`)"},
                            "params": {"duration_s": p.duration, "warmup_s": p.warmup},
                            "systems": {}}
     for name, make in systems():
@@ -172,7 +197,11 @@ def throughput_and_latency(p: Params) -> tuple[dict[str, Any], dict[str, Any]]:
             with running(s):
                 info = s.info()
                 flushes = s.flush_times() if hasattr(s, "flush_times") else {}
-                lat["systems"][name] = dict(info, **measured(s, lambda: s.seq(p.duration, p.warmup)))
+                disk = disk_probe(WORK)
+                print(f"   {name}: disk alone before the sequential window: fdatasync p50 "
+                      f"{disk['p50_ms']} ms p99 {disk['p99_ms']} ms", flush=True)
+                lat["systems"][name] = dict(info, **measured(s, lambda: s.seq(p.duration, p.warmup)),
+                                            disk_probe=disk)
                 if flushes:
                     lat["systems"][name]["log_flush"] = flush_window(
                         flushes, s.flush_times(), f"node{s.wait_leader()}")

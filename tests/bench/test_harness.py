@@ -19,7 +19,7 @@ from bench.peers import (
     summarize_ns,
     summarize_s,
 )
-from bench.scenarios import Target, evaluate_targets, flush_window
+from bench.scenarios import Target, disk_probe, evaluate_targets, flush_window
 
 
 def test_percentile_nearest_rank() -> None:
@@ -116,9 +116,12 @@ def test_markdown_and_json_render(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     res["latency"]["systems"]["kraft-quorum"]["log_flush"] = {
         "node1": {"role": "follower", "flushes": 5200, "mean_ms": 0.291},
         "node2": {"role": "leader", "flushes": 5200, "mean_ms": 0.412}}
+    res["latency"]["systems"]["kraft-quorum"]["disk_probe"] = {"n": 500, "p50_ms": 0.0951,
+                                                               "p99_ms": 0.1312, "bytes": 187}
     md = bench_compare.render_markdown(res)
     assert md.startswith(bench_compare.BEGIN) and md.endswith(bench_compare.END)
     assert "node1 (follower) 0.291 ms over 5,200; node2 (leader) 0.412 ms over 5,200" in md
+    assert "in a scratch file on the same filesystem): kraft-quorum p50 0.095 / p99 0.131 ms." in md
     assert "| throughput | >= 50,000 writes/s | 60,000 writes/s | 1.200 | **met** |" in md
     assert "**not met**" in md  # the snapshot target
     assert (tmp_path / "img" / "bench_throughput.png").exists()
@@ -221,3 +224,13 @@ def test_flush_window_per_node() -> None:
     assert w["node1"] == {"role": "leader", "flushes": 100, "mean_ms": 0.3}
     assert w["node2"] == {"role": "follower", "flushes": 0, "mean_ms": None}
     assert w["node3"] == {"role": "follower", "flushes": 50, "mean_ms": 0.4}  # new since
+
+
+def test_disk_probe_times_real_syncs_and_leaves_nothing(tmp_path: Path) -> None:
+    """Each round is an append and an fdatasync of this filesystem, timed; the scratch file
+    is gone afterwards, and a directory that does not exist yet is made."""
+    where = tmp_path / "not-yet"
+    r = disk_probe(where, rounds=40, size=187)
+    assert r["n"] == 40 and r["bytes"] == 187
+    assert 0 < r["min_ms"] <= r["p50_ms"] <= r["p99_ms"] <= r["max_ms"]
+    assert list(where.iterdir()) == []
