@@ -254,14 +254,16 @@ def render_markdown(res: dict[str, Any]) -> str:
             L.append(f"\n- {name}: each node's log fsyncs in that window and its warm-up "
                      f"(`kraft_log_flush_seconds`; the leader's timed from its start until seen done), "
                      f"mean: {'; '.join(parts)}. A write waits for the leader's and one follower's.")
-    probes = [f"{name} p50 {_f(s['disk_probe'].get('p50_ms'), 3)} / p99 {_f(s['disk_probe'].get('p99_ms'), 3)} ms"
-              for name, s in ((res.get("latency") or {}).get("systems") or {}).items()
-              if isinstance(s.get("disk_probe"), dict)]
-    if probes:
-        L.append("\n- The disk alone just before each system's window (500 appends of 187 bytes, each "
-                 "followed by `fdatasync`, in a scratch file on the same filesystem): "
-                 f"{'; '.join(probes)}. kraft-quorum and etcd fsync every write on this disk, so "
-                 "its phase moves both.")
+    probed = {name: s["disk_probe"] for name, s in ((res.get("latency") or {}).get("systems") or {}).items()
+              if isinstance(s.get("disk_probe"), dict)}
+    if probed:
+        first = next(iter(probed.values()))
+        parts = [f"{name} p50 {_f(d.get('p50_ms'), 3)} / p99 {_f(d.get('p99_ms'), 3)} ms"
+                 for name, d in probed.items()]
+        L.append(f"\n- The disk alone just before each system's window ({first.get('n')} appends of "
+                 f"{first.get('bytes')} bytes, each followed by `fdatasync`, in a scratch file on the "
+                 f"same filesystem): {'; '.join(parts)}. kraft-quorum and etcd fsync every write on "
+                 "this disk, so its phase moves both.")
     L += ["", "### 3. Failover", "",
           "| system | fault | trials | p50 ms | p99 ms | max ms | failed trials |",
           "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]

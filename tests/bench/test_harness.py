@@ -121,7 +121,8 @@ def test_markdown_and_json_render(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     md = bench_compare.render_markdown(res)
     assert md.startswith(bench_compare.BEGIN) and md.endswith(bench_compare.END)
     assert "node1 (follower) 0.291 ms over 5,200; node2 (leader) 0.412 ms over 5,200" in md
-    assert "in a scratch file on the same filesystem): kraft-quorum p50 0.095 / p99 0.131 ms." in md
+    assert ("(500 appends of 187 bytes, each followed by `fdatasync`, in a scratch file on the same "
+            "filesystem): kraft-quorum p50 0.095 / p99 0.131 ms." in md)
     assert "| throughput | >= 50,000 writes/s | 60,000 writes/s | 1.200 | **met** |" in md
     assert "**not met**" in md  # the snapshot target
     assert (tmp_path / "img" / "bench_throughput.png").exists()
