@@ -209,7 +209,8 @@ def decode_response(
 
     For ApiVersions, a body carrying UNSUPPORTED_VERSION, or one that does not parse at the
     requested version, is decoded with the v0 layout (KIP-511: the server answers an
-    ApiVersions version it does not know with a v0 body).
+    ApiVersions version it does not know with a v0 body); an UNSUPPORTED_VERSION body that is
+    not a v0 one is decoded at the requested version.
     """
     spec = api_spec(api_key, api_version)
     buf, pos, end = _frame_view(frame, size_prefixed, "response")
@@ -233,7 +234,12 @@ def decode_response(
     if spec.key == ApiKey.API_VERSIONS and api_version > 0:
         if end - body_pos >= 2 and \
                 struct.unpack_from(">h", buf, body_pos)[0] == ErrorCode.UNSUPPORTED_VERSION:
-            return header, body_at(0)
+            try:
+                return header, body_at(0)
+            except ProtocolError:
+                # a server that knew the version and still answered UNSUPPORTED_VERSION in
+                # its layout (Kafka's client parses the requested version first as well)
+                return header, body_at(api_version)
         try:
             return header, body_at(api_version)
         except ProtocolError:

@@ -92,6 +92,13 @@ def test_api_versions_unsupported_version_falls_back_to_v0_layout() -> None:
     assert [k.api_key for k in decoded.api_keys] == [int(s.key) for s in SERVED_APIS]
 
 
+def test_api_versions_unsupported_version_in_the_requested_layout_still_decodes() -> None:
+    # the error code alone does not make a body v0: a v3 body that carries it parses as v3
+    body = api_versions_response(3, error_code=ErrorCode.UNSUPPORTED_VERSION)
+    frame = encode_response(18, 3, 9, body)
+    assert decode_response(18, 3, frame, size_prefixed=True) == (ResponseHeader(9), body)
+
+
 def test_api_versions_advertises_kraft_version_only_from_v4() -> None:
     v4 = api_versions_response(4)
     assert [(f.name, f.min_version, f.max_version) for f in v4.supported_features] == [
