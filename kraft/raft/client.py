@@ -1199,6 +1199,13 @@ class RaftCore:
         if read is None and req.max_wait_ms > 0 and not follower_hw_behind:
             s.parked.append(ParkedFetch(src, corr, req, self._now + req.max_wait_ms))
             return
+        if read is None and req.max_wait_ms > 0 and s.writes_streaming:
+            # only the new high watermark to tell, while writes stream in: it rides on the
+            # next records (one answer and one refetch fewer per write), or goes alone when
+            # the linger runs out (`_hold_for_records`)
+            s.parked.append(ParkedFetch(src, corr, req, self._now + min(
+                req.max_wait_ms, self.config.hw_linger_ms)))
+            return
         if hw != hw_before:
             # this fetch moved the high watermark: the answer carries the new one (what is
             # read is unchanged: the log's end and start do not move while the core runs)
@@ -1245,6 +1252,9 @@ class RaftCore:
     def _complete_parked(self, s: LeaderState, hw_moved_only: bool) -> None:
         if not s.parked:
             return
+        if hw_moved_only and s.writes_streaming:
+            self._hold_for_records(s)
+            return
         if hw_moved_only:
             done = [p for p in s.parked if p.request.high_watermark is not None]
             s.parked = [p for p in s.parked if p.request.high_watermark is None]
@@ -1252,6 +1262,16 @@ class RaftCore:
             done, s.parked = s.parked, []
         for p in done:
             self._answer_fetch(p.source, p.correlation_id, p.request)
+
+    def _hold_for_records(self, s: LeaderState) -> None:
+        """The high watermark moved while writes stream in: the parked fetches it would
+        complete (KIP-1166) wait up to `hw_linger_ms` more for the next append, whose answer
+        carries the records and the new high watermark together; a fetch the linger outlasts
+        is answered with the high watermark alone when its deadline comes."""
+        due = self._now + self.config.hw_linger_ms
+        for p in s.parked:
+            if p.request.high_watermark is not None and p.deadline > due:
+                p.deadline = due
 
     # ---------------------------------------------------------------- high watermark
 
@@ -1263,6 +1283,7 @@ class RaftCore:
         if new is None or (s.high_watermark is not None and new <= s.high_watermark):
             return
         s.high_watermark = new
+        s.hw_advanced_at = self._now
         self._set_hw(new)
         for append_id in sorted(a for a, last in s.pending_appends.items() if last < new):
             del s.pending_appends[append_id]
@@ -1832,6 +1853,10 @@ class RaftCore:
         self._out.append(AppendRecords(base, s.epoch, ev.values, self._now))
         self._out.append(AppendAccepted(ev.append_id, base, last, s.epoch))
         s.pending_appends[ev.append_id] = last
+        # writes stream in when this one came within the linger of the last commit: the next
+        # commit's high watermark may then wait for the write after it (`_hold_for_records`)
+        linger = self.config.hw_linger_ms
+        s.writes_streaming = linger > 0 and self._now - s.hw_advanced_at <= linger
         self._complete_parked(s, hw_moved_only=False)
 
     def _on_persisted(self, end: int) -> None:

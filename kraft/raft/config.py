@@ -26,7 +26,10 @@ class RaftConfig:
     metadata.log.max.record.bytes.between.snapshots / metadata.log.max.snapshot.interval.ms (0
     disables the time trigger); `delete_log_after_snapshot` moves the log start up to each new
     snapshot (lagging replicas then catch up with FetchSnapshot); `update_voter_period_ms` paces
-    UpdateRaftVoter / auto-join retries (Kafka: 3 x fetch timeout).
+    UpdateRaftVoter / auto-join retries (Kafka: 3 x fetch timeout); `hw_linger_ms` (0: off)
+    lets a leader whose writes stream in (each within that long of the last commit) hold a
+    parked fetch that only a new high watermark would complete (KIP-1166) for up to that long,
+    so the high watermark rides on the next records instead of costing an answer and a refetch.
     """
 
     node_id: int
@@ -47,6 +50,7 @@ class RaftConfig:
     snapshot_interval_ms: int = 3_600_000
     delete_log_after_snapshot: bool = True
     update_voter_period_ms: int = 6000
+    hw_linger_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,6 +106,11 @@ class LeaderState:
     pending_change: PendingChange | None = None
     resign_when_committed: int | None = None
     voted: ReplicaKey | None = None
+    hw_advanced_at: int = -(1 << 62)
+    """When the high watermark last moved (ms)."""
+    writes_streaming: bool = False
+    """The latest append came within `hw_linger_ms` of the high watermark's last move: the
+    next move's answers to parked fetches wait for the next append (`RaftCore._hold_for_records`)."""
     _rows_of: tuple[VoterSet, tuple[ReplicaProgress | None, ...]] | None = field(
         default=None, repr=False, compare=False)
 

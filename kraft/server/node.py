@@ -432,6 +432,7 @@ class KraftNode:
             snapshot_max_bytes_between=cfg.snapshot_max_bytes_between,
             snapshot_interval_ms=cfg.snapshot_interval_ms,
             update_voter_period_ms=3 * cfg.fetch_timeout_ms,
+            hw_linger_ms=cfg.hw_linger_ms,
         )
         self._static_addresses = {v.node_id: (v.host, v.port) for v in cfg.quorum_voters}
         self.core = RaftCore(raft_cfg, log_state, self._rng, now_ms())

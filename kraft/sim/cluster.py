@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 
 from kraft.protocol.errors import ErrorCode
 from kraft.protocol.uuid import Uuid
@@ -118,6 +118,9 @@ class SimParams:
     (`RequestFailed(disconnected=True)`, the kernel closing the dead process's sockets), each
     unless a partition cuts the path. Off, a crashed replica is as silent as a partitioned one.
     None picks by seed (on for four seeds in five)."""
+    hw_linger_ms: int | None = None
+    """The leaders' `hw_linger_ms` (a new high watermark waits for the next records while
+    writes stream in); None picks by seed: 0, 20 or 50 ms."""
 
 
 @dataclass(slots=True)
@@ -188,6 +191,10 @@ class Simulation:
         self.mode = "dynamic" if self.dynamic else "static"
         self.connections = (
             seed % 5 != 0 if self.params.connections is None else self.params.connections
+        )
+        self.hw_linger_ms = (
+            (0, 20, 50)[seed // 5 % 3] if self.params.hw_linger_ms is None
+            else self.params.hw_linger_ms
         )
         self.blocked: set[tuple[int, int]] = set()
         self.loss = 0.0
@@ -274,6 +281,7 @@ class Simulation:
             snapshot_interval_ms=0,
             update_voter_period_ms=2000,
             delete_log_after_snapshot=self.delete_log,
+            hw_linger_ms=self.hw_linger_ms,
         )
 
     def _start_node(self, n: SimNode) -> None:
@@ -885,26 +893,8 @@ class Simulation:
         fresh = SimDisk(self._uuid())
         victim.disk = fresh
         victim.acked_end = 0
-        c = victim.config
-        victim.config = RaftConfig(
-            node_id=c.node_id,
-            directory_id=fresh.directory_id,
-            listeners=c.listeners,
-            static_voters=None,
-            bootstrap_servers=c.bootstrap_servers,
-            election_timeout_ms=c.election_timeout_ms,
-            election_backoff_max_ms=c.election_backoff_max_ms,
-            fetch_timeout_ms=c.fetch_timeout_ms,
-            request_timeout_ms=c.request_timeout_ms,
-            retry_backoff_ms=c.retry_backoff_ms,
-            max_fetch_wait_ms=c.max_fetch_wait_ms,
-            max_fetch_bytes=c.max_fetch_bytes,
-            auto_join=True,
-            snapshot_max_bytes_between=c.snapshot_max_bytes_between,
-            snapshot_interval_ms=c.snapshot_interval_ms,
-            update_voter_period_ms=c.update_voter_period_ms,
-            delete_log_after_snapshot=c.delete_log_after_snapshot,
-        )
+        victim.config = replace(victim.config, directory_id=fresh.directory_id,
+                                static_voters=None, auto_join=True)
         if restart is None:
             restart = self.rng.random() < 0.7
         if restart:

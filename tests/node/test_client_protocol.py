@@ -74,6 +74,29 @@ def _ready_quorum(clusters: Callable[..., LocalCluster]) -> tuple[LocalCluster, 
     return cluster, leader, next(n for n in cluster.nodes if n != leader)
 
 
+def test_sequential_writes_reach_every_follower_with_the_high_watermark_held(
+        clusters: Callable[..., LocalCluster]) -> None:
+    """One write at a time streams (kraft.fetch.hw.linger.ms, default 2): each commit's high
+    watermark rides on the next write's records, and the last one goes alone when the linger
+    runs out. Every follower applies every write, the last included, with no write after it."""
+    cluster, leader, _ = _ready_quorum(clusters)
+    followers = [n for n in cluster.nodes if n != leader]
+
+    async def scenario() -> None:
+        async with KraftClient(*cluster.nodes[leader].client) as c:
+            for i in range(300):
+                await c.put(f"s{i}", b"%d" % i)
+        for nid in followers:
+            async with KraftClient(*cluster.nodes[nid].client) as f:
+                deadline = time.monotonic() + 30
+                while await f.get("s299", stale=True) is None and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+                got = [await f.get(f"s{i}", stale=True) for i in range(300)]
+                assert got == [b"%d" % i for i in range(300)], nid
+
+    asyncio.run(scenario())
+
+
 def test_pipelined_writes_reads_and_redirects(clusters: Callable[..., LocalCluster]) -> None:
     cluster, leader, follower = _ready_quorum(clusters)
 

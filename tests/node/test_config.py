@@ -27,6 +27,8 @@ def test_a_minimal_static_controller_config() -> None:
     assert cfg.controller_listener.port == 9093
     assert cfg.election_timeout_ms == 1000 and cfg.fetch_timeout_ms == 2000
     assert cfg.append_linger_ms == 25 and cfg.auto_join_enable is False
+    assert cfg.hw_linger_ms == 2
+    assert build_config({**BASE, "kraft.fetch.hw.linger.ms": "0"}).hw_linger_ms == 0
     assert str(cfg.metadata_dir) == "/tmp/x"
 
 
@@ -54,6 +56,7 @@ def test_environment_overrides_win_and_are_named_in_errors() -> None:
         ("controller.quorum.auto.join.enable", "yes", "controller.quorum.auto.join.enable"),
         ("http.listener", "nowhere", "http.listener"),
         ("kraft.log.flush.kernel", "maybe", "kraft.log.flush.kernel"),
+        ("kraft.fetch.hw.linger.ms", "-1", "kraft.fetch.hw.linger.ms"),
         ("some.unknown.key", "1", "some.unknown.key"),
     ],
 )

@@ -197,3 +197,105 @@ def test_the_fetch_that_moves_the_high_watermark_carries_the_new_one() -> None:
     assert hw(h) == end
     r = [x for x in h.fetch_responses() if x.correlation_id == 9]
     assert len(r) == 1 and r[0].response.high_watermark == end and r[0].read_offset is None
+
+
+# ---------------------------------------------------------------- hw_linger_ms (streaming writes)
+
+
+def streaming_leader(linger: int = 2) -> tuple[CoreHarness, dict[int, int]]:
+    """A leader of (1, 2, 3) with `hw_linger_ms=linger`, both followers caught up and parked.
+    Returns the harness and each follower's fetch offset."""
+    h = CoreHarness.leader(voters=(1, 2, 3), hw_linger_ms=linger)
+    end = h.log_end
+    h.fetch_from(2, end, h.epoch, max_wait_ms=0, correlation_id=1)
+    assert hw(h) == end
+    h.clear()
+    for f in (2, 3):
+        h.fetch_from(f, end, h.epoch, high_watermark=end, correlation_id=f * 100)
+    assert not h.fetch_responses()
+    return h, {2: end, 3: end}
+
+
+_corr = iter(range(10_000, 1_000_000))
+
+
+def write(h: CoreHarness, offsets: dict[int, int], append_id: int) -> list[SendFetchResponse]:
+    """One write as a sequential client makes it: the append (answering the parked fetches),
+    the leader's fsync, then each follower's acknowledging fetch (sending the high watermark
+    it knows). Returns every fetch answer the write caused."""
+    start = len(h.effects)
+    h.handle(Append(append_id, ("v",)))
+    h.persist()
+    known = hw(h)
+    for f in (2, 3):
+        offsets[f] = h.log_end
+        h.fetch_from(f, offsets[f], h.epoch, high_watermark=known, correlation_id=next(_corr))
+    assert hw(h) == h.log_end
+    return [e for e in h.effects[start:] if isinstance(e, SendFetchResponse)]
+
+
+def test_hw_linger_a_write_after_a_pause_is_not_held() -> None:
+    h, offsets = streaming_leader()
+    h.advance(10)
+    answers = write(h, offsets, 1)
+    # two answers with the records, then both acknowledgements answered at once with the new HW
+    assert len(answers) == 4
+    assert [a.response.high_watermark for a in answers[2:]] == [h.log_end, h.log_end]
+
+
+def test_hw_linger_streaming_writes_carry_the_high_watermark_on_the_next_records() -> None:
+    h, offsets = streaming_leader()
+    h.advance(10)
+    write(h, offsets, 1)  # after a pause: answered at once, the followers fetch again
+    for f in (2, 3):
+        h.fetch_from(f, offsets[f], h.epoch, high_watermark=hw(h), correlation_id=next(_corr))
+    second = write(h, offsets, 2)  # within the linger of the last commit: streaming
+    # the records go out; the acknowledgements that moved the high watermark are held
+    assert [a.read_offset for a in second] == [offsets[2] - 1, offsets[3] - 1]
+    committed = hw(h)
+    third_start = h.log_end
+    third = write(h, offsets, 3)
+    # the next append answers both held fetches: its records and the previous commit together
+    assert [(a.read_offset, a.response.high_watermark) for a in third] == [
+        (third_start, committed), (third_start, committed)]
+    assert all(a.read_offset is not None for a in third)
+
+
+def test_hw_linger_held_answer_goes_alone_when_no_write_follows() -> None:
+    h, offsets = streaming_leader(linger=2)
+    h.advance(10)
+    write(h, offsets, 1)
+    for f in (2, 3):
+        h.fetch_from(f, offsets[f], h.epoch, high_watermark=hw(h), correlation_id=next(_corr))
+    write(h, offsets, 2)
+    h.clear()
+    h.advance(1)
+    assert not h.fetch_responses()
+    h.advance(1)
+    answers = h.fetch_responses()
+    assert len(answers) == 2
+    assert all(a.read_offset is None and a.response.high_watermark == h.log_end for a in answers)
+
+
+def test_hw_linger_never_holds_past_max_wait() -> None:
+    h, offsets = streaming_leader(linger=50)
+    h.advance(100)
+    write(h, offsets, 1)
+    for f in (2, 3):
+        h.fetch_from(f, offsets[f], h.epoch, high_watermark=hw(h), correlation_id=next(_corr))
+    h.handle(Append(2, ("v",)))
+    h.persist()
+    known = hw(h)
+    h.clear()
+    h.fetch_from(2, h.log_end, h.epoch, high_watermark=known, max_wait_ms=5, correlation_id=7)
+    assert not h.fetch_responses()  # held: writes stream in
+    h.advance(5)
+    assert [a.correlation_id for a in h.fetch_responses()] == [7]
+
+
+def test_hw_linger_off_answers_at_once_while_writes_stream() -> None:
+    h, offsets = streaming_leader(linger=0)
+    write(h, offsets, 1)
+    for f in (2, 3):
+        h.fetch_from(f, offsets[f], h.epoch, high_watermark=hw(h), correlation_id=next(_corr))
+    assert len(write(h, offsets, 2)) == 4
