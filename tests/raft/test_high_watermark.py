@@ -234,6 +234,14 @@ def write(h: CoreHarness, offsets: dict[int, int], append_id: int) -> list[SendF
     return [e for e in h.effects[start:] if isinstance(e, SendFetchResponse)]
 
 
+def one_write_then_parked(h: CoreHarness, offsets: dict[int, int], pause_ms: int) -> None:
+    """After `pause_ms` without writes, one write; then both followers fetch again and park."""
+    h.advance(pause_ms)
+    write(h, offsets, 1)
+    for f in (2, 3):
+        h.fetch_from(f, offsets[f], h.epoch, high_watermark=hw(h), correlation_id=next(_corr))
+
+
 def test_hw_linger_a_write_after_a_pause_is_not_held() -> None:
     h, offsets = streaming_leader()
     h.advance(10)
@@ -245,10 +253,7 @@ def test_hw_linger_a_write_after_a_pause_is_not_held() -> None:
 
 def test_hw_linger_streaming_writes_carry_the_high_watermark_on_the_next_records() -> None:
     h, offsets = streaming_leader()
-    h.advance(10)
-    write(h, offsets, 1)  # after a pause: answered at once, the followers fetch again
-    for f in (2, 3):
-        h.fetch_from(f, offsets[f], h.epoch, high_watermark=hw(h), correlation_id=next(_corr))
+    one_write_then_parked(h, offsets, pause_ms=10)  # after a pause: answered at once
     second = write(h, offsets, 2)  # within the linger of the last commit: streaming
     # the records go out; the acknowledgements that moved the high watermark are held
     assert [a.read_offset for a in second] == [offsets[2] - 1, offsets[3] - 1]
@@ -263,10 +268,7 @@ def test_hw_linger_streaming_writes_carry_the_high_watermark_on_the_next_records
 
 def test_hw_linger_held_answer_goes_alone_when_no_write_follows() -> None:
     h, offsets = streaming_leader(linger=2)
-    h.advance(10)
-    write(h, offsets, 1)
-    for f in (2, 3):
-        h.fetch_from(f, offsets[f], h.epoch, high_watermark=hw(h), correlation_id=next(_corr))
+    one_write_then_parked(h, offsets, pause_ms=10)
     write(h, offsets, 2)
     h.clear()
     h.advance(1)
@@ -279,10 +281,7 @@ def test_hw_linger_held_answer_goes_alone_when_no_write_follows() -> None:
 
 def test_hw_linger_never_holds_past_max_wait() -> None:
     h, offsets = streaming_leader(linger=50)
-    h.advance(100)
-    write(h, offsets, 1)
-    for f in (2, 3):
-        h.fetch_from(f, offsets[f], h.epoch, high_watermark=hw(h), correlation_id=next(_corr))
+    one_write_then_parked(h, offsets, pause_ms=100)
     h.handle(Append(2, ("v",)))
     h.persist()
     known = hw(h)
@@ -295,7 +294,5 @@ def test_hw_linger_never_holds_past_max_wait() -> None:
 
 def test_hw_linger_off_answers_at_once_while_writes_stream() -> None:
     h, offsets = streaming_leader(linger=0)
-    write(h, offsets, 1)
-    for f in (2, 3):
-        h.fetch_from(f, offsets[f], h.epoch, high_watermark=hw(h), correlation_id=next(_corr))
+    one_write_then_parked(h, offsets, pause_ms=0)
     assert len(write(h, offsets, 2)) == 4
