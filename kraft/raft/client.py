@@ -1196,15 +1196,15 @@ class RaftCore:
         follower_hw_behind = (
             req.high_watermark is not None and hw is not None and req.high_watermark < hw
         )
-        if read is None and req.max_wait_ms > 0 and not follower_hw_behind:
-            s.parked.append(ParkedFetch(src, corr, req, self._now + req.max_wait_ms))
-            return
-        if read is None and req.max_wait_ms > 0 and s.writes_streaming:
-            # only the new high watermark to tell, while writes stream in: it rides on the
-            # next records (one answer and one refetch fewer per write), or goes alone when
-            # the linger runs out (`_hold_for_records`)
-            s.parked.append(ParkedFetch(src, corr, req, self._now + min(
-                req.max_wait_ms, self.config.hw_linger_ms)))
+        if read is None and req.max_wait_ms > 0 and (
+                not follower_hw_behind or s.writes_streaming):
+            wait = req.max_wait_ms
+            if follower_hw_behind:
+                # only the new high watermark to tell, while writes stream in: it rides on the
+                # next records (one answer and one refetch fewer per write), or goes alone
+                # when the linger runs out (`_hold_for_records`)
+                wait = min(wait, self.config.hw_linger_ms)
+            s.parked.append(ParkedFetch(src, corr, req, self._now + wait))
             return
         if hw != hw_before:
             # this fetch moved the high watermark: the answer carries the new one (what is
@@ -1252,9 +1252,6 @@ class RaftCore:
     def _complete_parked(self, s: LeaderState, hw_moved_only: bool) -> None:
         if not s.parked:
             return
-        if hw_moved_only and s.writes_streaming:
-            self._hold_for_records(s)
-            return
         if hw_moved_only:
             done = [p for p in s.parked if p.request.high_watermark is not None]
             s.parked = [p for p in s.parked if p.request.high_watermark is None]
@@ -1292,7 +1289,10 @@ class RaftCore:
         if pc is not None and pc.record_offset is not None and pc.record_offset < new:
             s.pending_change = None
             self._reply_change(pc, ErrorCode.NONE, None)
-        self._complete_parked(s, hw_moved_only=True)
+        if s.writes_streaming:
+            self._hold_for_records(s)
+        else:
+            self._complete_parked(s, hw_moved_only=True)
         if (
             not self._voters().is_voter(self.key)
             and 0 <= self.voters_history.latest_offset() < new
