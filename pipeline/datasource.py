@@ -44,7 +44,9 @@ error                  string    null, or why this batch could not be read
 A batch that cannot be read becomes one row with `error` set (and whatever header fields
 could be decoded) instead of failing the job: a CRC mismatch or malformed records (the scan
 skips the batch by its length and goes on), a torn batch at the end of a file or an
-impossible header (the rest of the file cannot be framed, so the scan stops there).
+impossible header (the rest of the file cannot be framed, so the scan stops there). Zeros
+from the end of a segment's last batch to the end of the file are not an error: they are the
+space a replica with `kraft.log.preallocate.bytes` keeps ahead of its log, left by a crash.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ from pyspark.sql.types import StructType
 
 from kraft.protocol.errors import ProtocolError
 from kraft.protocol.uuid import Uuid
-from kraft.records.batch import Record, RecordBatch, TailKind, scan_batches
+from kraft.records.batch import Record, RecordBatch, TailKind, scan_batches, zero_tail
 from kraft.records.control import ControlRecordType, decode_control_record, parse_control_key
 
 SCHEMA_DDL = (
@@ -326,6 +328,8 @@ def _scan_buffer(
             pos = tail.position + bad.size_in_bytes
             del bad
             continue
+        if f.source == "log" and zero_tail(view, tail.position):
+            break  # space preallocated after a segment's last batch, left by a crash
         # Torn or unframeable: nothing after this position can be located.
         bad_batch: RecordBatch | None = None
         try:

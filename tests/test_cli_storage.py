@@ -113,6 +113,33 @@ def test_dump_metadata_dir_and_segment(tmp_path: Path, capsys: pytest.CaptureFix
     assert "crc_valid=false" in captured.out and "CRC mismatch" in captured.err
 
 
+def test_dump_takes_zeros_after_a_segments_last_batch_as_preallocated_space(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """What a crash leaves with `kraft.log.preallocate.bytes`: the batches, then zeros. A
+    segment's zeros are no problem; a torn batch before them, or zeros in a snapshot, are."""
+    seg = tmp_path / "00000000000000000000.log"
+    batches = build_batch(0, 1, [b"a"], 5) + build_batch(1, 1, [b"b"], 6)
+    zeros = 8192 - len(batches)  # to the end of the second 4 KiB block
+    seg.write_bytes(batches + bytes(zeros))
+    assert main(["dump", str(seg)]) == 0
+    out = capsys.readouterr().out
+    assert "batch base_offset=1" in out
+    assert f"{zeros} zero bytes from position {len(batches)}: preallocated space" in out
+    seg.write_bytes(batches + bytes(100))  # not to a block's end: a torn tail
+    assert main(["dump", str(seg)]) == 1
+    assert "preallocated" not in capsys.readouterr().out
+    seg.write_bytes(batches + build_batch(2, 1, [b"c"], 7)[:30] + bytes(zeros - 30))
+    assert main(["dump", str(seg)]) == 1
+    captured = capsys.readouterr()  # the cut batch's CRC fails over the zeros after it
+    assert f"position={len(batches)} crc=" in captured.out and "crc_valid=false" in captured.out
+    assert "CRC mismatch" in captured.err
+    snap = tmp_path / "00000000000000000002-0000000001.checkpoint"
+    snap.write_bytes(batches + bytes(zeros))
+    assert main(["dump", str(snap)]) == 1
+    assert "preallocated" not in capsys.readouterr().out
+
+
 def test_python_dash_m_kraft(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "kraft", "random-uuid"], cwd=ROOT, capture_output=True,

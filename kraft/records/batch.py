@@ -969,6 +969,27 @@ class ScanResult:
         return self.batches[-1].next_offset if self.batches else None
 
 
+PREALLOCATION_BLOCK = 4096
+"""A segment with preallocated space ends on a multiple of this (its writes cover whole blocks)."""
+
+
+def zero_tail(buf: bytes | bytearray | memoryview, pos: int) -> bool:
+    """Whether `buf` (a whole segment file) ends in the space a segment keeps ahead of its last
+    batch with `kraft.log.preallocate.bytes`, which a crash leaves behind: only zero bytes
+    from `pos` (at least one) to an end on a multiple of PREALLOCATION_BLOCK. A reader stops
+    there without reporting a torn batch; anything else after the last batch is torn."""
+    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+    end = mv.nbytes
+    if pos >= end or end % PREALLOCATION_BLOCK:
+        return False
+    step = 1 << 20
+    for at in range(pos, end, step):
+        chunk = mv[at:min(at + step, end)].tobytes()
+        if chunk.count(0) != len(chunk):
+            return False
+    return True
+
+
 def scan_batches(
     buf: bytes | bytearray | memoryview,
     *,

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from kraft.protocol.errors import ProtocolError
 from kraft.protocol.uuid import Uuid
-from kraft.records.batch import RecordBatch
+from kraft.records.batch import RecordBatch, zero_tail
 from kraft.records.control import decode_control_record
 from kraft.storage.bootstrap import (
     FEATURE_LEVEL_RECORD_API_KEY,
@@ -83,13 +83,20 @@ def describe_data_value(value: bytes | None) -> str:
     return f"value bytes={len(value)} hex={preview}{'...' if len(value) > 32 else ''}"
 
 
-def dump_batches(data: bytes, source: str, report: DumpReport) -> Iterator[str]:
-    """Lines for every batch of a record-batch file (segment or snapshot)."""
+def dump_batches(data: bytes, source: str, report: DumpReport, *,
+                 zeros_may_follow: bool = False) -> Iterator[str]:
+    """Lines for every batch of a record-batch file (segment or snapshot). With
+    `zeros_may_follow` (a segment), zeros after the last batch are preallocated space
+    (`kraft.log.preallocate.bytes`, left by a crash), not a problem."""
     pos = 0
     while pos < len(data):
         try:
             batch = RecordBatch.parse(data, pos)
         except ProtocolError as exc:
+            if zeros_may_follow and zero_tail(data, pos):
+                yield (f"  {len(data) - pos} zero bytes from position {pos}: preallocated "
+                       "space after the last batch")
+                return
             report.problems.append(f"{source}: {exc}")
             yield f"  ERROR at position {pos}: {exc} ({len(data) - pos} bytes not shown)"
             return
@@ -135,7 +142,7 @@ def dump_file(path: Path, report: DumpReport) -> Iterator[str]:
     name = path.name
     if name.endswith(LOG_SUFFIX):
         yield f"== segment {path} ({path.stat().st_size} bytes)"
-        yield from dump_batches(path.read_bytes(), str(path), report)
+        yield from dump_batches(path.read_bytes(), str(path), report, zeros_may_follow=True)
     elif name.endswith(SNAPSHOT_SUFFIX):
         sid = parse_snapshot_file_name(name)
         label = f"snapshot end_offset={sid.end_offset} epoch={sid.epoch}" if sid else "checkpoint"

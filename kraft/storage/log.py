@@ -24,6 +24,20 @@ Thread-safety contract
   out (`start_flush`) and publish it when the kernel reports it done (`finish_flush`); every
   flush then happens on the owner thread, one at a time. `flush`, truncations, log-start
   advances and `close` first wait for a kernel flush in flight.
+
+Preallocation and write-through appends
+---------------------------------------
+With `preallocate_bytes` > 0 (`kraft.log.preallocate.bytes`, off by default, as Kafka's
+`log.preallocate`), an append made with `write_through=True` (a follower that fsyncs before it
+acknowledges) is written with `O_DIRECT | O_DSYNC`: the 4 KiB blocks holding the new bytes go
+to the device from an aligned buffer, inside space ahead of the segment's end that was
+zero-filled and synced beforehand, so the write needs no size change journalled and no page
+writeback, and it is durable when `append` returns (the next `flush` has nothing left to sync
+for it). The active segment's file is then longer than its batches: the rest is zeros. A roll
+and `close` cut the file back to its batches (fsynced before the next segment exists), a
+truncation cuts it as before, and `open` trims zeros left by a crash like any torn tail
+(logged as `preallocated_tail_trimmed`). Where the filesystem refuses `O_DIRECT` (tmpfs), the
+append falls back to the page cache and the flush.
 """
 
 from __future__ import annotations
@@ -44,6 +58,7 @@ from kraft.records.batch import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
+    PREALLOCATION_BLOCK,
     RecordBatch,
     batch_header,
 )
@@ -91,6 +106,11 @@ RECENT_BYTES = 1024 * 1024
 """Bytes of the latest appends kept in memory for reads of them (see `SegmentedLog._pread`)."""
 RECENT_APPENDS = 8
 """At most this many of the latest appends are kept in memory (see `SegmentedLog._pread`)."""
+DIRECT_BLOCK = PREALLOCATION_BLOCK
+"""Alignment (file position, length and memory) of a write-through append's `O_DIRECT` write;
+preallocated space ends on a multiple of it."""
+DIRECT_MAX_BYTES = 1024 * 1024
+"""Larger write-through appends go through the page cache and the flush instead."""
 DEFAULT_RECOVERY_CHECKPOINT_INTERVAL_S = 1.0
 """How often (at most) the recovery point is checkpointed while flushes advance it (Kafka's
 `log.flush.offset.checkpoint.interval.ms`, 60 s there). A kill -9 re-validates at most about
@@ -171,6 +191,34 @@ class RecoveryReport:
     """Bytes below the recovery point that were not read (their index files were loaded)."""
 
 
+class _DirectWriter:
+    """The active segment's `O_DIRECT | O_DSYNC` descriptor and the aligned copy of its last
+    block (see the module docstring).
+
+    `buf[:used]` holds the file's bytes from position `blk` (a multiple of DIRECT_BLOCK) to
+    the segment's end; everything after `used` is zero, so that a write of whole blocks puts
+    zeros, never stale bytes, after the last batch. `blk` is -1 when the copy is not known
+    (after an append through the page cache): the next write reads the head of its block.
+    `allocated` is how far the file is known to extend.
+    """
+
+    __slots__ = ("allocated", "blk", "buf", "fd", "seg_base", "used", "view")
+
+    def __init__(self, seg_base: int, fd: int, allocated: int) -> None:
+        self.seg_base = seg_base
+        self.fd = fd
+        self.buf = mmap.mmap(-1, DIRECT_MAX_BYTES + 2 * DIRECT_BLOCK)  # page-aligned, zeros
+        self.view = memoryview(self.buf)
+        self.blk = -1
+        self.used = 0
+        self.allocated = allocated
+
+    def close(self) -> None:
+        os.close(self.fd)
+        self.view.release()
+        self.buf.close()
+
+
 class SegmentedLog:
     """The metadata log of one partition directory. Open it with `SegmentedLog.open`.
 
@@ -188,8 +236,18 @@ class SegmentedLog:
         report: RecoveryReport,
         log_start_offset: int | None = None,
         recovery_checkpoint_interval_s: float | None = DEFAULT_RECOVERY_CHECKPOINT_INTERVAL_S,
+        preallocate_bytes: int = 0,
     ) -> None:
+        if preallocate_bytes < 0:
+            raise ValueError(f"preallocate_bytes {preallocate_bytes} is negative")
         self.directory = directory
+        self.preallocate_bytes = (
+            (preallocate_bytes + DIRECT_BLOCK - 1) // DIRECT_BLOCK * DIRECT_BLOCK
+        )
+        """Zero-filled bytes kept ahead of the active segment's end for write-through appends
+        (0: none, and every append goes through the page cache)."""
+        self._direct: _DirectWriter | None = None
+        self._direct_refused = not hasattr(os, "O_DIRECT")
         self.segment_bytes = segment_bytes
         self.index_interval_bytes = index_interval_bytes
         self.recovery = report
@@ -252,6 +310,7 @@ class SegmentedLog:
         initial_offset: int = 0,
         full_scan: bool = False,
         recovery_checkpoint_interval_s: float | None = DEFAULT_RECOVERY_CHECKPOINT_INTERVAL_S,
+        preallocate_bytes: int = 0,
     ) -> SegmentedLog:
         """Open (creating if needed) the log in `directory`, recovering from a crash.
 
@@ -269,6 +328,7 @@ class SegmentedLog:
         `durable_end_offset == log_end_offset`, and a new recovery checkpoint at the log end
         offset is written. `recovery_checkpoint_interval_s` (None: only on open, truncation
         and close) is how often flushes may checkpoint the recovery point afterwards.
+        `preallocate_bytes` turns on write-through appends (see the module docstring).
         """
         if segment_bytes < BATCH_HEADER_SIZE:
             raise ValueError(f"segment_bytes {segment_bytes} is too small")
@@ -351,13 +411,21 @@ class SegmentedLog:
                 continue
             fd = os.open(plan.path, os.O_RDWR)
             if plan.truncate_to is not None:
+                zeros = _only_zeros(fd, plan.truncate_to, plan.file_size)
                 os.ftruncate(fd, plan.truncate_to)
-                log.warning(
-                    "event=torn_tail_truncated file=%s position=%d bytes_dropped=%d "
-                    "last_valid_offset=%d next_offset=%d reason=%r",
-                    plan.path, plan.truncate_to, plan.file_size - plan.truncate_to,
-                    plan.next_offset - 1, plan.next_offset, plan.reason,
-                )
+                if zeros:  # space preallocated for write-through appends, not a torn batch
+                    log.info(
+                        "event=preallocated_tail_trimmed file=%s position=%d bytes_dropped=%d "
+                        "next_offset=%d", plan.path, plan.truncate_to,
+                        plan.file_size - plan.truncate_to, plan.next_offset,
+                    )
+                else:
+                    log.warning(
+                        "event=torn_tail_truncated file=%s position=%d bytes_dropped=%d "
+                        "last_valid_offset=%d next_offset=%d reason=%r",
+                        plan.path, plan.truncate_to, plan.file_size - plan.truncate_to,
+                        plan.next_offset - 1, plan.next_offset, plan.reason,
+                    )
             if i >= first_checked:
                 # Below the recovery point the files were fsynced before it was checkpointed.
                 os.fsync(fd)
@@ -432,6 +500,7 @@ class SegmentedLog:
             d, segments, cache, segment_bytes=segment_bytes,
             index_interval_bytes=index_interval_bytes, report=report, log_start_offset=log_start,
             recovery_checkpoint_interval_s=recovery_checkpoint_interval_s,
+            preallocate_bytes=preallocate_bytes,
         )
         # Everything is fsynced now: the log end is the recovery point (and a clean-shutdown
         # mark from the last close is consumed).
@@ -478,8 +547,12 @@ class SegmentedLog:
 
     # ------------------------------------------------------------------ append
 
-    def append(self, data: bytes | bytearray | memoryview) -> int:
+    def append(self, data: bytes | bytearray | memoryview, *, write_through: bool = False) -> int:
         """Append one or more complete batches; returns the new log end offset. No fsync.
+
+        `write_through`: the caller flushes right after (a follower about to acknowledge).
+        With preallocation on, the bytes are then written `O_DIRECT | O_DSYNC` and are durable
+        when this returns; a failure of that write fails the log, as a failed fsync does.
 
         The first batch must start at `log_end_offset`, each following batch where the
         previous one ended; epochs must not decrease; every CRC must match and no batch may
@@ -525,14 +598,33 @@ class SegmentedLog:
             del batch
         if not metas:
             return self.log_end_offset
+        synced_in = 0.0
         with self._lock:
             active = self._segments[-1]
             if active.size > 0 and active.size + len(buf) > self.segment_bytes:
                 active = self._roll_locked()
             start = active.size
-            written = 0
-            while written < len(buf):
-                written += os.pwrite(active.fd, buf[written:], start + written)
+            writer = None
+            if write_through and self.preallocate_bytes and len(buf) <= DIRECT_MAX_BYTES:
+                writer = self._direct_writer(active)
+            if writer is not None:
+                began = time.perf_counter()
+                try:
+                    self._write_direct(writer, active, buf, start)
+                    synced_in = time.perf_counter() - began
+                except OSError as exc:
+                    if exc.errno != errno.EINVAL:
+                        raise self._flush_failed(exc) from exc
+                    # the device's block size or alignment rules refused the write (nothing
+                    # was written): the page cache from now on
+                    self._refuse_direct(exc)
+                    writer = None
+            if writer is None:
+                written = 0
+                while written < len(buf):
+                    written += os.pwrite(active.fd, buf[written:], start + written)
+                if self._direct is not None:
+                    self._direct.blk = -1  # its copy of the last block is stale now
             for rel, base, last, epoch, max_ts in metas:
                 before_t = active.index.time_entry_count()
                 if active.index.observe(start + rel, last, max_ts):
@@ -548,7 +640,8 @@ class SegmentedLog:
                     active.epochs.append(EpochEntry(epoch, base))
             active.size = start + len(buf)
             active.next_offset = expected
-            self._unsynced[active.base_offset] = active
+            if writer is None:
+                self._unsynced[active.base_offset] = active
             if self._tail_seg != active.base_offset:
                 self._forget_tail()
                 self._tail_seg = active.base_offset
@@ -561,7 +654,99 @@ class SegmentedLog:
                 del self._tail_bases[:-TAIL_BATCHES]
                 del self._tail_lasts[:-TAIL_BATCHES]
                 del self._tail_pos[:-TAIL_BATCHES]
+        if synced_in:
+            report = self.on_flush_time
+            if report is not None:
+                report(synced_in)
         return expected
+
+    # ------------------------------------------------------------------ write-through
+
+    def _direct_writer(self, active: Segment) -> _DirectWriter | None:
+        """The active segment's write-through writer (under _lock); None where the
+        filesystem refuses O_DIRECT (logged once, then the page cache is used)."""
+        writer = self._direct
+        if writer is not None:
+            if writer.seg_base == active.base_offset:
+                return writer
+            self._close_direct()
+        if self._direct_refused:
+            return None
+        try:
+            fd = os.open(active.path, os.O_WRONLY | os.O_DIRECT | os.O_DSYNC)
+        except OSError as exc:
+            self._refuse_direct(exc)
+            return None
+        writer = self._direct = _DirectWriter(active.base_offset, fd, os.fstat(active.fd).st_size)
+        return writer
+
+    def _refuse_direct(self, exc: OSError) -> None:
+        """The filesystem refused a write-through: page cache and flush from now on."""
+        self._direct_refused = True
+        self._close_direct()
+        log.warning(
+            "event=write_through_unavailable dir=%s error=%r: appends go through the page cache "
+            "and the flush", self.directory, str(exc),
+        )
+
+    def _close_direct(self) -> None:
+        writer, self._direct = self._direct, None
+        if writer is not None:
+            writer.close()
+
+    def _write_direct(self, w: _DirectWriter, seg: Segment, data: memoryview, start: int) -> None:
+        """Write `data` at `start` (the segment's end) through `w`, durable on return."""
+        end = start + len(data)
+        if end > w.allocated:
+            self._preallocate(w, seg, end)
+        blk = start - start % DIRECT_BLOCK
+        buf = w.buf
+        if w.blk != blk or w.used != start - blk:
+            head = os.pread(seg.fd, start - blk, blk) if start > blk else b""
+            if len(head) != start - blk:
+                raise OSError(errno.EIO, f"short read of {seg.path} at {blk}")
+            if w.used > len(head):
+                buf[len(head):w.used] = bytes(w.used - len(head))
+            buf[:len(head)] = head
+            w.blk, w.used = blk, len(head)
+        rel = start - blk
+        buf[rel:rel + len(data)] = data
+        size = (rel + len(data) + DIRECT_BLOCK - 1) // DIRECT_BLOCK * DIRECT_BLOCK
+        w.used = rel + len(data)
+        blocks = w.view[:size]
+        try:
+            done = os.pwrite(w.fd, blocks, blk)
+        finally:
+            blocks.release()  # no export of the map may outlive this call
+        if done != size:
+            w.blk = -1
+            raise OSError(errno.EIO, f"short write-through write to {seg.path} at {blk}")
+        last = end - end % DIRECT_BLOCK
+        if last != blk:  # keep the last, partly filled block at the front, zeros after it
+            tail = end - last
+            buf[:tail] = buf[last - blk:end - blk]
+            buf[tail:w.used] = bytes(w.used - tail)
+            w.blk, w.used = last, tail
+
+    def _preallocate(self, w: _DirectWriter, seg: Segment, end: int) -> None:
+        """Zero-fill and sync the file up to `preallocate_bytes` past `end` (under _lock)."""
+        size = os.fstat(seg.fd).st_size
+        target = end + self.preallocate_bytes
+        target += -target % DIRECT_BLOCK
+        if size < target:
+            zeros = bytes(min(target - size, 1 << 20))
+            pos = size
+            while pos < target:
+                pos += os.pwrite(seg.fd, zeros[:target - pos], pos)
+            sync_data(seg.fd)
+            log.debug("event=segment_preallocated file=%s from=%d to=%d", seg.path, size, target)
+        w.allocated = max(size, target)
+
+    def _trim_preallocated(self, seg: Segment) -> None:
+        """Cut a segment's file back to its batches and fsync that (under _lock)."""
+        if os.fstat(seg.fd).st_size > seg.size:
+            os.ftruncate(seg.fd, seg.size)
+            os.fsync(seg.fd)
 
     def _keep_recent(self, start: int, data: bytes | memoryview) -> None:
         """Add an append at file position `start` of the active segment to the latest ones."""
@@ -595,6 +780,13 @@ class SegmentedLog:
 
     def _roll_locked(self) -> Segment:
         old = self._segments[-1]
+        if self._direct is not None or self.preallocate_bytes:
+            self._close_direct()
+            # before the next segment exists: only the last segment may end in zeros
+            try:
+                self._trim_preallocated(old)
+            except OSError as exc:
+                raise self._flush_failed(exc) from exc
         old.close_index_files()
         seg = _create_segment(self.directory, old.next_offset, self.index_interval_bytes)
         seg.open_index_files()
@@ -958,6 +1150,7 @@ class SegmentedLog:
                 self._check_usable()
                 if offset >= self.log_end_offset:
                     return self.log_end_offset
+                self._close_direct()  # the file is cut below: its copy of the tail is stale
                 if offset < self._log_start:
                     raise OffsetOutOfRangeError(
                         f"cannot truncate to {offset}: below log start offset {self._log_start}"
@@ -1012,6 +1205,7 @@ class SegmentedLog:
         with self._flush_lock, self._ckpt_lock:
             with self._lock:
                 self._check_usable()
+                self._close_direct()
                 old_start, old_end = self._log_start, self.log_end_offset
                 for seg in self._segments:
                     self._delete_segment_files(seg)
@@ -1121,9 +1315,19 @@ class SegmentedLog:
         if self._failed is None:
             self.flush()
         with self._flush_lock, self._ckpt_lock:
+            clean = True
+            with self._lock:
+                self._close_direct()
+                if self._failed is None and self.preallocate_bytes:
+                    try:
+                        self._trim_preallocated(self._segments[-1])
+                    except OSError as exc:  # no clean mark: open scans and trims the zeros
+                        clean = False
+                        log.error("event=preallocated_trim_failed dir=%s error=%r",
+                                  self.directory, str(exc))
             if self._failed is None:
                 try:
-                    self._write_checkpoint_locked(clean=True)
+                    self._write_checkpoint_locked(clean=clean)
                 except OSError as exc:
                     log.error("event=recovery_checkpoint_failed dir=%s error=%r",
                               self.directory, str(exc))
@@ -1204,6 +1408,22 @@ def _create_segment(directory: Path, base_offset: int, interval: int) -> Segment
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
     seg = Segment(base_offset, path, fd, 0, base_offset, SegmentIndex(base_offset, interval))
     return seg
+
+
+def _only_zeros(fd: int, start: int, end: int) -> bool:
+    """Whether the file ends in preallocated space: its bytes from `start` to `end` (the file
+    size, a multiple of DIRECT_BLOCK) are all zero (read in 1 MiB pieces)."""
+    if end % DIRECT_BLOCK:
+        return False
+    pos = start
+    while pos < end:
+        chunk = os.pread(fd, min(end - pos, 1 << 20), pos)
+        if not chunk:
+            return True
+        if chunk.count(0) != len(chunk):
+            return False
+        pos += len(chunk)
+    return True
 
 
 def _fsync_paths(*paths: Path) -> None:
