@@ -387,7 +387,8 @@ class KraftNode:
         self._loop = self._sweep.loop = asyncio.get_running_loop()
         cfg = self.config
         self.md = md = open_metadata_dir(cfg.metadata_dir, segment_bytes=cfg.segment_bytes,
-                                         expected_node_id=cfg.node_id)
+                                         expected_node_id=cfg.node_id,
+                                         preallocate_bytes=cfg.preallocate_bytes if cfg.fsync else 0)
         md.log.on_flush_time = self._observe_flush
         self.cluster_id = md.meta.cluster_id
         directory_id = md.meta.directory_id
@@ -740,7 +741,10 @@ class KraftNode:
                 appended = flush_later = True
             elif t is fx.AppendFetched:
                 assert isinstance(e, fx.AppendFetched)
-                md.log.append(b"".join(bytes(b.payload) for b in e.batches))  # type: ignore[call-overload]
+                # fsynced before the next fetch acknowledges it: written through when the log
+                # preallocates (kraft.log.preallocate.bytes), so that flush has nothing left
+                md.log.append(b"".join(bytes(b.payload) for b in e.batches),  # type: ignore[call-overload]
+                              write_through=True)
                 appended = flush_later = True
             elif t is fx.TruncateTo:
                 assert isinstance(e, fx.TruncateTo)

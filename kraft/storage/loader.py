@@ -117,11 +117,13 @@ def open_metadata_dir(
     expected_cluster_id: str | None = None,
     expected_node_id: int | None = None,
     full_scan: bool = False,
+    preallocate_bytes: int = 0,
 ) -> MetadataDir:
     """Open a formatted metadata directory for the runtime.
 
     `full_scan` validates every batch of the log instead of trusting what lies below the
-    recovery point (see `SegmentedLog.open`). Raises NotFormattedError when meta.properties
+    recovery point (see `SegmentedLog.open`); `preallocate_bytes` turns on the log's
+    write-through appends. Raises NotFormattedError when meta.properties
     is missing or disagrees with the expected
     cluster/node id, CorruptLogError for corruption that recovery must not repair, and
     StorageError when another process holds the directory lock.
@@ -146,7 +148,8 @@ def open_metadata_dir(
             write_partition_metadata(pdir)
         snapshots = SnapshotStore(pdir)
         snapshots.recover()
-        mlog = SegmentedLog.open(pdir, segment_bytes=segment_bytes, full_scan=full_scan)
+        mlog = SegmentedLog.open(pdir, segment_bytes=segment_bytes, full_scan=full_scan,
+                                 preallocate_bytes=preallocate_bytes)
         latest = snapshots.latest()
         if mlog.last_epoch < 0 and mlog.log_end_offset > mlog.log_start_offset:
             # Never decide "older than the snapshot" without knowing the log's epoch: that

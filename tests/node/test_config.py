@@ -57,6 +57,9 @@ def test_environment_overrides_win_and_are_named_in_errors() -> None:
         ("http.listener", "nowhere", "http.listener"),
         ("kraft.log.flush.kernel", "maybe", "kraft.log.flush.kernel"),
         ("kraft.fetch.hw.linger.ms", "-1", "kraft.fetch.hw.linger.ms"),
+        ("kraft.log.preallocate.bytes", "-4096", "kraft.log.preallocate.bytes"),
+        ("kraft.log.preallocate.bytes", "4MiB", "kraft.log.preallocate.bytes"),
+        ("kraft.log.preallocate.bytes", str(2 << 30), "kraft.log.preallocate.bytes"),
         ("some.unknown.key", "1", "some.unknown.key"),
     ],
 )
@@ -73,6 +76,14 @@ def test_the_flush_engine_choice(value: str | None, engine: str) -> None:
     values before it named an engine) mean `auto` and `off`."""
     props = dict(BASE) if value is None else {**BASE, "kraft.log.flush.kernel": value}
     assert build_config(props).flush_kernel == engine
+
+
+def test_preallocation_is_off_unless_asked_for() -> None:
+    """`kraft.log.preallocate.bytes`: 0 (segments end at their last batch, as Kafka's
+    `log.preallocate=false`) unless set."""
+    assert build_config(dict(BASE)).preallocate_bytes == 0
+    props = {**BASE, "kraft.log.preallocate.bytes": "4194304"}
+    assert build_config(props).preallocate_bytes == 4 << 20
 
 
 def test_missing_quorum_and_listener_mismatch_are_errors() -> None:

@@ -11,7 +11,9 @@ error.
 
 `KRAFT_NEMESIS_SECONDS` (default 20) sets how long the nemesis runs, `KRAFT_NEMESIS_SEEDS`
 (default "7,8") which seeds and `KRAFT_NEMESIS_VOTERS` (default 3) the quorum's size: a soak
-sets minutes and more seeds.
+sets minutes and more seeds. `KRAFT_NEMESIS_PREALLOCATE` (bytes; unset: off) runs the nodes
+with `kraft.log.preallocate.bytes`, so that followers write through into zero-filled space
+and every crash leaves zeros for recovery to trim.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ SMALL_LOG = {
     "metadata.log.segment.bytes": "32768",
 }
 NEMESIS_PROPERTIES = {**SMALL_LOG, "controller.quorum.auto.join.enable": "true"}
+if os.environ.get("KRAFT_NEMESIS_PREALLOCATE"):  # followers write through (bytes ahead)
+    NEMESIS_PROPERTIES["kraft.log.preallocate.bytes"] = os.environ["KRAFT_NEMESIS_PREALLOCATE"]
 
 
 async def _voters_whole(cluster: LocalCluster, patience: float = 2.0) -> tuple[bool, str]:
@@ -83,8 +87,9 @@ def _tear_tail(metadata_dir: Path, rng: random.Random) -> str:
     data = path.read_bytes()
     pos, last = 0, None
     while pos + 12 <= len(data):
-        end = pos + 12 + int.from_bytes(data[pos + 8:pos + 12], "big")
-        if end > len(data):
+        length = int.from_bytes(data[pos + 8:pos + 12], "big")
+        end = pos + 12 + length
+        if length < 49 or end > len(data):  # the end, or preallocated zeros after it
             break
         last, pos = (pos, end), end
     if last is None:
@@ -100,7 +105,8 @@ def _tear_tail(metadata_dir: Path, rng: random.Random) -> str:
         at = rng.randrange(61, len(batch)) if len(batch) > 61 else len(batch) - 1
         batch[at] ^= 0xFF
         torn, how = bytes(batch), f"whole, byte {at} flipped"
-    with path.open("ab") as f:
+    with path.open("r+b") as f:  # over the zeros a preallocating node keeps, if any
+        f.seek(last[1])
         f.write(torn)
     return f"{path.name} +{how} at offset {next_offset}"
 
