@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import charts, scenarios
+from bench.kraft_cluster import BENCH_PROPERTIES
 from bench.peers import PEERS_VENV, ROOT, export_head, machine_busy
 from bench.scenarios import (
     WORK,
@@ -228,7 +229,11 @@ def render_markdown(res: dict[str, Any]) -> str:
          "during it (CPU of processes outside the benchmark): all in docs/benchmarks.json.",
          "- Nodes run with their defaults unless a scenario says otherwise (kraft-quorum: election "
          "timeout 1 s, fetch timeout 2 s, adaptive append linger capped at 25 ms; etcd: heartbeat 100 ms, election "
-         "1 s).", "", "### Targets", ""]
+         "1 s). One setting of kraft-quorum's is not its default: "
+         + ", ".join(f"`{k}={v}`" for k, v in BENCH_PROPERTIES.items())
+         + " (followers write the records they fetch with `O_DIRECT | O_DSYNC` into "
+         "preallocated segment space; off by default like Kafka's `log.preallocate`; "
+         "docs/performance.md section 27).", "", "### Targets", ""]
     L += targets_table(res.get("targets", []))
     L += ["", "### 1. Throughput (closed loop, acknowledged writes/s)", "",
           "| system | best writes/s | at outstanding | p50 / p99 at best (ms) | sweep: writes/s by outstanding |",

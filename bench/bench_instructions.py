@@ -41,6 +41,7 @@ VALUE = b"v" * 100
 
 async def _quorum(workdir: Path, writes: int) -> int:
     """Three nodes and a sequential client in this process; returns the high watermark."""
+    from bench.kraft_cluster import BENCH_PROPERTIES
     from kraft.server.client import KraftClient
     from kraft.server.config import load_config
     from kraft.server.local import LocalCluster
@@ -49,6 +50,7 @@ async def _quorum(workdir: Path, writes: int) -> int:
     # Generous timeouts: under callgrind everything runs some 50 times slower, and an
     # election in the middle of the measured writes would count its own work.
     lc = LocalCluster(workdir, voters=3, properties={
+        **BENCH_PROPERTIES,  # the path the timed scenarios run
         "controller.quorum.election.timeout.ms": "3000",
         "controller.quorum.fetch.timeout.ms": "40000",
         "controller.quorum.request.timeout.ms": "40000"})

@@ -523,6 +523,13 @@ def log_event_time(log_path: Path, event: str, after: float | None = None) -> fl
     return None
 
 
+BENCH_PROPERTIES = {"kraft.log.preallocate.bytes": str(4 << 20)}
+"""What every benchmark cluster sets on top of the project's defaults (each result records
+its cluster's properties under `config`): followers write what they fetch through, with
+`O_DIRECT | O_DSYNC`, into 4 MiB of zero-filled space ahead of the active segment's end
+(off by default, as Kafka's `log.preallocate`; docs/performance.md section 27)."""
+
+
 class KraftCluster:
     """A 3-voter kraft-quorum on loopback with the benchmark's client driver.
 
@@ -542,7 +549,8 @@ class KraftCluster:
 
             shutil.rmtree(self.workdir)
         self.proxied = proxied
-        self.lc = LocalCluster(self.workdir, voters=voters, static=proxied, properties=properties)
+        self.lc = LocalCluster(self.workdir, voters=voters, static=proxied,
+                               properties={**BENCH_PROPERTIES, **(properties or {})})
         self.driver: DriverProcess | None = None
         self.proxy: DriverProcess | None = None
         self.version = self._version()
