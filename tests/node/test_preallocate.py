@@ -4,7 +4,6 @@ leaves every segment ending at its last batch."""
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Callable
@@ -16,19 +15,9 @@ from kraft.protocol.errors import ProtocolError
 from kraft.records.batch import RecordBatch
 from kraft.server.local import LocalCluster, http_call
 from kraft.storage.layout import partition_dir
+from tests.support.direct_io import o_direct_supported
 
 PREALLOCATE = 64 * 1024
-
-
-def _direct_ok(directory: Path) -> bool:
-    probe = directory / "o_direct_probe"
-    try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o644)
-    except OSError:
-        return False
-    os.close(fd)
-    probe.unlink()
-    return True
 
 
 def _segment(node_dir: Path) -> tuple[int, int, bool]:
@@ -65,7 +54,7 @@ def _flush_count(cluster: LocalCluster, nid: int) -> int:
 def test_followers_write_through_and_a_killed_one_restarts_with_its_zeros_trimmed(
     clusters: Callable[..., LocalCluster], tmp_path: Path,
 ) -> None:
-    if not _direct_ok(tmp_path):
+    if not o_direct_supported(tmp_path):
         pytest.skip("the test directory's filesystem refuses O_DIRECT")
     c = clusters(properties={"kraft.log.preallocate.bytes": str(PREALLOCATE)})
     c.start_all()

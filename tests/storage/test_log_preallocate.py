@@ -14,27 +14,15 @@ import pytest
 
 from kraft.records.batch import build_batch
 from kraft.storage.log import DIRECT_BLOCK, DIRECT_MAX_BYTES, SegmentedLog
+from tests.support.direct_io import o_direct_supported
 
 Batches = Callable[..., list[bytes]]
 PREALLOCATE = 64 * 1024
 
 
-def direct_ok(directory: Path) -> bool:
-    """Whether the filesystem under `directory` takes O_DIRECT (tmpfs does not)."""
-    probe = directory / "o_direct_probe"
-    try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o644)
-    except OSError:
-        return False
-    finally:
-        probe.unlink(missing_ok=True)
-    os.close(fd)
-    return True
-
-
 @pytest.fixture
 def direct_dir(tmp_path: Path) -> Path:
-    if not direct_ok(tmp_path):
+    if not o_direct_supported(tmp_path):
         pytest.skip("the test directory's filesystem refuses O_DIRECT")
     return tmp_path
 
@@ -48,6 +36,21 @@ def opened(directory: Path, **kwargs: int) -> SegmentedLog:
     """A log with no recovery-checkpoint timer: a test drops it without closing, as a crash
     would, and no timer of the dropped one may write a checkpoint behind the next open."""
     return SegmentedLog.open(directory, recovery_checkpoint_interval_s=None, **kwargs)
+
+
+def written_through(directory: Path, made: list[bytes]) -> SegmentedLog:
+    """A preallocating log holding `made`, every batch written through."""
+    log = opened(directory, preallocate_bytes=PREALLOCATE)
+    for b in made:
+        log.append(b, write_through=True)
+    return log
+
+
+def reopened(directory: Path, caplog: pytest.LogCaptureFixture) -> SegmentedLog:
+    """The log opened again (as after a crash when the last one was not closed), its
+    recovery's log lines captured."""
+    with caplog.at_level(logging.INFO, logger="kraft.storage.log"):
+        return opened(directory)
 
 
 def file_bytes(log: SegmentedLog, index: int = -1) -> bytes:
@@ -99,17 +102,13 @@ def test_write_through_appends_read_back_and_leave_only_zeros_after_the_end(
 def test_a_crash_leaves_zeros_that_open_trims_as_preallocated_space(
     direct_dir: Path, batches: Batches, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    log = opened(direct_dir, preallocate_bytes=PREALLOCATE)
     made = batches(0, 30)
-    for b in made:
-        log.append(b, write_through=True)
+    log = written_through(direct_dir, made)
     log.flush()
     end = log.log_end_offset
     size_with_zeros = len(file_bytes(log))
     assert size_with_zeros > len(b"".join(made))
-    # no close: the process died here
-    with caplog.at_level(logging.INFO, logger="kraft.storage.log"):
-        again = opened(direct_dir)
+    again = reopened(direct_dir, caplog)  # no close: the process died here
     assert again.log_end_offset == end
     assert whole_log(again) == b"".join(made)
     assert file_bytes(again) == b"".join(made)
@@ -122,17 +121,12 @@ def test_a_crash_leaves_zeros_that_open_trims_as_preallocated_space(
 def test_a_torn_batch_before_the_zeros_is_still_reported_as_torn(
     direct_dir: Path, batches: Batches, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    log = opened(direct_dir, preallocate_bytes=PREALLOCATE)
     made = batches(0, 5)
-    for b in made:
-        log.append(b, write_through=True)
-    path = log.segments[-1].path
-    good = len(b"".join(made))
+    path = written_through(direct_dir, made).segments[-1].path
     with open(path, "r+b") as f:  # half of a next batch, as a crash in its write leaves it
-        f.seek(good)
+        f.seek(len(b"".join(made)))
         f.write(batches(10, 1)[0][:40])
-    with caplog.at_level(logging.INFO, logger="kraft.storage.log"):
-        again = opened(direct_dir)
+    again = reopened(direct_dir, caplog)
     assert again.log_end_offset == 10
     assert "event=torn_tail_truncated" in caplog.text
     assert "event=preallocated_tail_trimmed" not in caplog.text
@@ -161,10 +155,8 @@ def test_a_roll_cuts_the_old_segment_back_to_its_batches(direct_dir: Path) -> No
 def test_truncation_then_new_appends_never_bring_back_a_removed_batch(
     direct_dir: Path, batches: Batches,
 ) -> None:
-    log = opened(direct_dir, preallocate_bytes=PREALLOCATE)
     old = batches(0, 20, epoch=1)
-    for b in old:
-        log.append(b, write_through=True)
+    log = written_through(direct_dir, old)
     assert log.truncate_to(10) == 10
     new = batches(10, 3, epoch=2, size=7)  # shorter than what was cut
     for b in new:
@@ -254,10 +246,8 @@ def test_a_write_through_the_device_refuses_falls_back_without_losing_the_append
     """EINVAL from the O_DIRECT write itself (a device whose block size the 4 KiB writes do not
     fit: injected, this machine has none): that append and the later ones go through the page
     cache and the flush; the log does not fail."""
-    log = opened(direct_dir, preallocate_bytes=PREALLOCATE)
     made = batches(0, 6)
-    for b in made[:2]:
-        log.append(b, write_through=True)
+    log = written_through(direct_dir, made[:2])
     assert log._direct is not None
     direct_fd = log._direct.fd
     real_pwrite = os.pwrite
