@@ -163,7 +163,8 @@ class NodeConfig(BaseModel):
     writeback to wait for: a sequential write ~0.08 ms faster on this project's test machines,
     docs/performance.md section 27). After a crash the active segment ends in up to this many
     zeros, which the next start trims; a roll and a clean shutdown leave no zeros. Rounded up
-    to 4 KiB; falls back to the page cache where the filesystem refuses `O_DIRECT`."""
+    to 4 KiB; falls back to the page cache where the filesystem refuses `O_DIRECT`; ignored
+    with `kraft.log.fsync=false` (nothing is synced then)."""
     event_loop: Literal["auto", "asyncio", "uvloop"] = Field(default="auto", alias="kraft.event.loop")
     """`auto`: uvloop when it is installed (less CPU per request), else asyncio's loop."""
 

@@ -36,8 +36,8 @@ writeback, and it is durable when `append` returns (the next `flush` has nothing
 for it). The active segment's file is then longer than its batches: the rest is zeros. A roll
 and `close` cut the file back to its batches (fsynced before the next segment exists), a
 truncation cuts it as before, and `open` trims zeros left by a crash like any torn tail
-(logged as `preallocated_tail_trimmed`). Where the filesystem refuses `O_DIRECT` (tmpfs), the
-append falls back to the page cache and the flush.
+(logged as `preallocated_tail_trimmed`). Where the filesystem refuses `O_DIRECT` (tmpfs before
+Linux 6.6, some network filesystems), the append falls back to the page cache and the flush.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ from kraft.records.batch import (
     PREALLOCATION_BLOCK,
     RecordBatch,
     batch_header,
+    zero_tail,
 )
 from kraft.storage.durability import fsync_dir, sync_data
 from kraft.storage.epoch_cache import (
@@ -411,7 +412,7 @@ class SegmentedLog:
                 continue
             fd = os.open(plan.path, os.O_RDWR)
             if plan.truncate_to is not None:
-                zeros = _only_zeros(fd, plan.truncate_to, plan.file_size)
+                zeros = _preallocated_tail(fd, plan.truncate_to, plan.file_size)
                 os.ftruncate(fd, plan.truncate_to)
                 if zeros:  # space preallocated for write-through appends, not a torn batch
                     log.info(
@@ -1410,20 +1411,14 @@ def _create_segment(directory: Path, base_offset: int, interval: int) -> Segment
     return seg
 
 
-def _only_zeros(fd: int, start: int, end: int) -> bool:
-    """Whether the file ends in preallocated space: its bytes from `start` to `end` (the file
-    size, a multiple of DIRECT_BLOCK) are all zero (read in 1 MiB pieces)."""
-    if end % DIRECT_BLOCK:
-        return False
-    pos = start
-    while pos < end:
-        chunk = os.pread(fd, min(end - pos, 1 << 20), pos)
-        if not chunk:
-            return True
-        if chunk.count(0) != len(chunk):
-            return False
-        pos += len(chunk)
-    return True
+def _preallocated_tail(fd: int, start: int, size: int) -> bool:
+    """Whether a file of `size` bytes ends in preallocated space from `start` (`zero_tail`)."""
+    with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mm:
+        view = memoryview(mm)
+        try:
+            return zero_tail(view, start)
+        finally:
+            view.release()
 
 
 def _fsync_paths(*paths: Path) -> None:
