@@ -781,7 +781,7 @@ class SegmentedLog:
 
     def _roll_locked(self) -> Segment:
         old = self._segments[-1]
-        if self._direct is not None or self.preallocate_bytes:
+        if self.preallocate_bytes:  # (a write-through writer exists only then)
             self._close_direct()
             # before the next segment exists: only the last segment may end in zeros
             try:
