@@ -1,0 +1,276 @@
+"""Where a sequential write's time goes inside a running quorum, step by step.
+
+Section 18 of docs/performance.md traced one write by hand; this does it for every write of a
+window. It starts a `KraftCluster` (three `kraft run` processes, fsync on, the benchmark's
+properties) whose nodes load `bench/write_path_hook` (a `sitecustomize` that timestamps the
+functions a write runs through), writes one value at a time for `--seconds`, and lines the
+steps of the leader and the followers up on the machine's monotonic clock:
+
+    .venv/bin/python -m bench.write_path [--seconds 4] [--json FILE] [--property K=V ...]
+
+For each write the leader read from its client, the chain is: the leader's core and append,
+its fsync submitted, the records written to the followers' parked fetches; the follower that
+acknowledges first reading them, decoding, its core, its write (written through with
+preallocation, else the append and the inline fsync), its next fetch sent; the leader reading
+that fetch, its core, the apply and the answer to the client. It prints the median time of
+each step since the leader read the request and the median time since the step before (both
+per write, so the second column is not the difference of the first).
+
+The wrappers cost about a microsecond a call, so the absolute figures are slightly above an
+untraced run's (the client's p50 is printed alongside). The steps are what they are for:
+telling where the time between two steps goes, which end-to-end pairs of runs cannot resolve
+below some 50 us.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import os
+import statistics
+import sys
+import tempfile
+from array import array
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+HOOK = Path(__file__).resolve().parent / "write_path_hook"
+MAX_WRITE_NS = 20_000_000
+"""A chain longer than this (an election, a stall) is not a write's steps: left out."""
+
+Events = list[tuple[str, int]]
+
+
+def names() -> tuple[str, ...]:
+    """The hook's step names by code (loaded from its file: it is not a package module)."""
+    scope: dict[str, Any] = {"__name__": "write_path_hook"}
+    exec(compile((HOOK / "sitecustomize.py").read_text(), str(HOOK / "sitecustomize.py"),
+                 "exec"), scope)
+    return tuple(scope["NAMES"])
+
+
+def load(path: Path, step_names: tuple[str, ...]) -> Events:
+    """(step, ns) of one process, in time order."""
+    raw = array("q")
+    raw.frombytes(path.read_bytes()[: path.stat().st_size // 16 * 16])
+    out = [(step_names[raw[i]], raw[i + 1]) for i in range(0, len(raw), 2)]
+    out.sort(key=lambda e: e[1])
+    return out
+
+
+class _Stream:
+    """One process's steps, searchable by time."""
+
+    def __init__(self, events: Events) -> None:
+        self.events = events
+        self.times = [t for _, t in events]
+
+    def first(self, step: str, after: int, before: int | None = None) -> int | None:
+        """Time of the first `step` strictly after `after` (and before `before`)."""
+        i = bisect.bisect_right(self.times, after)
+        limit = after + MAX_WRITE_NS if before is None else before
+        events = self.events
+        while i < len(events) and events[i][1] < limit:
+            if events[i][0] == step:
+                return events[i][1]
+            i += 1
+        return None
+
+
+# (row label, who, step): the chain of one write, in order. "L" is the leader, "F" the
+# follower that acknowledged first.
+CHAIN: tuple[tuple[str, str, str], ...] = (
+    ("client request read", "L", "client_read"),
+    ("core handles the write", "L", "core"),
+    ("append starts", "L", "append"),
+    ("append done", "L", "appended"),
+    ("fsync submitted", "L", "flush_submitted"),
+    ("records to the first follower", "L", "answer_written"),
+    ("records read", "F", "response_read"),
+    ("fetch response decoded", "F", "decoded"),
+    ("core handles it", "F", "core"),
+    ("write starts", "F", "write"),
+    ("write durable", "F", "written"),
+    ("next fetch sent", "F", "request_sent"),
+    ("acknowledgement read", "L", "request_read"),
+    ("core handles it", "L", "core"),
+    ("apply starts", "L", "apply"),
+    ("client answer written", "L", "client_answer"),
+)
+
+
+def _follower_chain(f: _Stream, records_sent: int) -> dict[str, int] | None:
+    rx = f.first("response_read", records_sent)
+    if rx is None:
+        return None
+    out = {"response_read": rx}
+    for step in ("decoded", "core"):
+        t = f.first(step, out[list(out)[-1]])
+        if t is None:
+            return None
+        out[step] = t
+    write = f.first("write", out["core"])
+    written = f.first("written", write) if write is not None else None
+    if write is None or written is None:  # not written through: the append and its fsync
+        write = f.first("append", out["core"])
+        synced = f.first("synced", write) if write is not None else None
+        if write is None or synced is None:
+            return None
+        written = synced
+    out["write"], out["written"] = write, written
+    sent = f.first("request_sent", written)
+    if sent is None:
+        return None
+    out["request_sent"] = sent
+    return out
+
+
+def chains(leader: Events, followers: list[Events]) -> list[dict[str, Any]]:
+    """Per write the leader read from its client: {row index: ns since the request}, plus the
+    second follower's write duration under "other_write_us"."""
+    lead = _Stream(leader)
+    fols = [_Stream(f) for f in followers]
+    starts = [t for s, t in leader if s == "client_read"]
+    out: list[dict[str, Any]] = []
+    for n, t0 in enumerate(starts):
+        nxt = starts[n + 1] if n + 1 < len(starts) else None
+        at: dict[str, int] = {}
+        prev = t0
+        ok = True
+        for step in ("core", "append", "appended"):
+            t = lead.first(step, prev, nxt)
+            if t is None:
+                ok = False
+                break
+            at[step] = prev = t
+        if not ok:
+            continue
+        submitted = lead.first("flush_submitted", at["appended"], nxt)
+        sent = lead.first("answer_written", at["appended"], nxt)
+        if sent is None:
+            continue
+        fchains = [c for c in (_follower_chain(f, sent) for f in fols) if c is not None]
+        if not fchains:
+            continue
+        fchains.sort(key=lambda c: c["request_sent"])
+        first = fchains[0]
+        ack = lead.first("request_read", first["request_sent"])
+        core = lead.first("core", ack) if ack is not None else None
+        apply = lead.first("apply", core) if core is not None else None
+        answer = lead.first("client_answer", ack) if ack is not None else None
+        if None in (ack, core, apply, answer):
+            continue
+        assert ack is not None and core is not None and apply is not None and answer is not None
+        times = [t0, at["core"], at["append"], at["appended"], submitted, sent,
+                 first["response_read"], first["decoded"], first["core"], first["write"],
+                 first["written"], first["request_sent"], ack, core, apply, answer]
+        if answer - t0 > MAX_WRITE_NS:
+            continue
+        row: dict[str, Any] = {i: (t - t0) / 1000 for i, t in enumerate(times) if t is not None}
+        if len(fchains) > 1:
+            row["other_write_us"] = (fchains[1]["written"] - fchains[1]["write"]) / 1000
+        out.append(row)
+    return out
+
+
+def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per step of CHAIN: median us since the request and since the step before it."""
+    table = []
+    for i, (label, who, step) in enumerate(CHAIN):
+        have = [r for r in rows if i in r]
+        if not have:
+            continue
+        since = [r[i] for r in have]
+        prev = [r[i] - max(v for k, v in r.items() if isinstance(k, int) and k < i)
+                for r in have if i > 0]
+        table.append({"step": label, "where": "leader" if who == "L" else "first follower",
+                      "name": step, "writes": len(have),
+                      "since_request_us": round(statistics.median(since), 1),
+                      "since_previous_us": round(statistics.median(prev), 1) if prev else 0.0})
+    return table
+
+
+def run(seconds: float, properties: dict[str, str]) -> dict[str, Any]:
+    """Run the traced quorum and return the summary (also what `--json` writes)."""
+    from bench.kraft_cluster import KraftCluster
+
+    step_names = names()
+    with tempfile.TemporaryDirectory(prefix="kraft-write-path-") as tmp:
+        trace = Path(tmp) / "steps"
+        trace.mkdir()
+        saved = {k: os.environ.get(k) for k in ("BENCH_WRITE_TRACE", "PYTHONPATH")}
+        os.environ["BENCH_WRITE_TRACE"] = str(trace)
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(HOOK), str(ROOT)])
+        try:
+            cluster = KraftCluster(Path(tmp) / "cluster", properties=properties or None)
+            cluster.start()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        try:
+            leader = cluster.wait_leader()
+            cluster.seq(1.0, 0.0)  # write-in: connections, segments, preallocation
+            pids = {name: pid for name, pid in cluster.pids().items() if name.startswith("node")}
+            result = cluster.seq(seconds, 0.0)
+        finally:
+            cluster.stop()
+        streams = {}
+        for name, pid in pids.items():
+            path = trace / f"steps.{pid}.bin"
+            if not path.exists():
+                raise RuntimeError(f"{name} (pid {pid}) recorded no steps: is the hook loaded?")
+            streams[name] = load(path, step_names)
+    followers = [ev for name, ev in streams.items() if name != f"node{leader}"]
+    rows = [r for r in chains(streams[f"node{leader}"], followers) if r]
+    other = [r["other_write_us"] for r in rows if "other_write_us" in r]
+    return {
+        "seconds": seconds, "properties": properties,
+        "client": {k: result["latency"][k] for k in ("n", "p50_ms", "p99_ms")},
+        "writes_traced": len(rows),
+        "steps": summarize(rows),
+        "second_follower_write_us": round(statistics.median(other), 1) if other else None,
+    }
+
+
+def render(summary: dict[str, Any]) -> str:
+    lines = [f"{summary['writes_traced']} writes traced of {summary['client']['n']} "
+             f"(client p50 {summary['client']['p50_ms']:.3f} ms, p99 "
+             f"{summary['client']['p99_ms']:.3f} ms, with the trace on)",
+             f"{'step':32s} {'where':15s} {'since request':>14s} {'since previous':>15s}  (median us)"]
+    for s in summary["steps"]:
+        lines.append(f"{s['step']:32s} {s['where']:15s} {s['since_request_us']:14.1f} "
+                     f"{s['since_previous_us']:15.1f}")
+    if summary["second_follower_write_us"] is not None:
+        lines.append(f"the other follower's write: {summary['second_follower_write_us']:.1f} us")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.write_path", description=__doc__.split("\n")[0])
+    p.add_argument("--seconds", type=float, default=4.0, help="measured window (default 4)")
+    p.add_argument("--json", type=Path, help="also write the summary to this file")
+    p.add_argument("--property", action="append", default=[], metavar="K=V",
+                   help="a node property on top of the benchmark's (repeatable)")
+    args = p.parse_args(argv)
+    if args.seconds <= 0:
+        p.error(f"--seconds must be positive, got {args.seconds}")
+    props = {}
+    for kv in args.property:
+        key, sep, value = kv.partition("=")
+        if not sep or not key:
+            p.error(f"--property wants K=V, got {kv!r}")
+        props[key] = value
+    summary = run(args.seconds, props)
+    print(render(summary))
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
