@@ -31,9 +31,10 @@ With `preallocate_bytes` > 0 (`kraft.log.preallocate.bytes`, off by default, as 
 `log.preallocate`), an append made with `write_through=True` (a follower that fsyncs before it
 acknowledges) is written with `O_DIRECT | O_DSYNC`: the 4 KiB blocks holding the new bytes go
 to the device from an aligned buffer, inside space ahead of the segment's end that was
-zero-filled and synced beforehand, so the write needs no size change journalled and no page
-writeback, and it is durable when `append` returns (the next `flush` has nothing left to sync
-for it). The active segment's file is then longer than its batches: the rest is zeros. A roll
+zero-filled and synced beforehand, so the write needs no size change made durable (a journal
+commit, or the inode's block where ext4 runs without a journal) and no page writeback, and it
+is durable when `append` returns (the next `flush` has nothing left to sync for it). The
+active segment's file is then longer than its batches: the rest is zeros. A roll
 and `close` cut the file back to its batches (fsynced before the next segment exists), a
 truncation cuts it as before, and `open` trims zeros left by a crash like any torn tail
 (logged as `preallocated_tail_trimmed`). Where the filesystem refuses `O_DIRECT` (tmpfs before
