@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import importlib.util
 import json
 import os
 import statistics
@@ -44,11 +45,13 @@ Events = list[tuple[str, int]]
 
 
 def names() -> tuple[str, ...]:
-    """The hook's step names by code (loaded from its file: it is not a package module)."""
-    scope: dict[str, Any] = {"__name__": "write_path_hook"}
-    exec(compile((HOOK / "sitecustomize.py").read_text(), str(HOOK / "sitecustomize.py"),
-                 "exec"), scope)
-    return tuple(scope["NAMES"])
+    """The hook's step names by code. Its file is loaded under another module name, so it
+    installs nothing here (it does only as `sitecustomize`)."""
+    spec = importlib.util.spec_from_file_location("write_path_hook", HOOK / "sitecustomize.py")
+    assert spec is not None and spec.loader is not None
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    return tuple(hook.NAMES)
 
 
 def load(path: Path, step_names: tuple[str, ...]) -> Events:
