@@ -13,6 +13,7 @@ for a short smoke run of the modules that honour it.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import os
@@ -92,17 +93,32 @@ def render(results: dict[str, Any], info: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The command line: benchmark names and `--quick`; anything else is an error (exit 2)."""
+    have = discover()
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Run the benchmarks (all by default) and write docs/benchmarks.{json,md}.",
+        epilog=f"benchmarks: {', '.join(have)}")
+    p.add_argument("names", nargs="*", metavar="NAME", help="the benchmarks to run (default: all)")
+    p.add_argument("--quick", action="store_true",
+                   help="a short smoke run (BENCH_QUICK=1) of the modules that honour it")
+    args = p.parse_args(argv)
+    unknown = [n for n in args.names if n not in have]
+    if unknown:
+        p.error(f"unknown benchmark(s): {', '.join(unknown)}; have: {', '.join(have)}")
+    return args
+
+
 def main(argv: list[str]) -> int:
     """Run the named benchmarks (all by default) and write docs/benchmarks.{json,md}."""
-    flags = [a for a in argv if a.startswith("--")]
-    argv = [a for a in argv if not a.startswith("--")]
-    if "--quick" in flags:
+    try:
+        args = parse(argv)
+    except SystemExit as exc:  # --help (0) or a bad flag or name (2), already printed
+        return int(exc.code or 0)
+    if args.quick:
         os.environ["BENCH_QUICK"] = "1"
-    names = argv or discover()
-    unknown = [n for n in names if n not in discover()]
-    if unknown:
-        print(f"unknown benchmark(s): {', '.join(unknown)}; have: {', '.join(discover())}")
-        return 2
+    names = args.names or discover()
     info = machine()
     results: dict[str, Any] = {}
     failed: set[str] = set()
