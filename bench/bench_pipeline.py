@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -95,7 +94,12 @@ def run(size_bytes: int | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    import argparse
     import json
 
-    size = int(sys.argv[1]) if len(sys.argv) > 1 else None
+    ap = argparse.ArgumentParser(prog="python -m bench.bench_pipeline",
+                                 description="Both log readers of the pipeline over a fresh log.")
+    ap.add_argument("size_bytes", nargs="?", type=int, default=None,
+                    help="bytes of log to read (default 1 GiB)")
+    size = ap.parse_args().size_bytes
     print(json.dumps(run(size), indent=2))

@@ -116,9 +116,13 @@ def run(log_bytes: int = 1 << 30, fsync_batches: int = 500, group_batches: int =
 
 
 if __name__ == "__main__":
-    import sys
+    import argparse
 
-    size = int(sys.argv[1]) if len(sys.argv) > 1 else 1 << 30
+    ap = argparse.ArgumentParser(prog="python -m bench.bench_storage",
+                                 description="Append, group-commit and recovery figures of the log.")
+    ap.add_argument("log_bytes", nargs="?", type=int, default=1 << 30,
+                    help="bytes of log for the recovery case (default 1 GiB)")
+    size = ap.parse_args().log_bytes
     for case, metrics in run(log_bytes=size).items():
         print(case)
         for name, value in metrics.items():
