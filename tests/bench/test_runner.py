@@ -44,8 +44,8 @@ def test_a_failing_benchmark_keeps_its_previous_figures_and_the_rest_are_written
 @pytest.mark.parametrize("argv, code, said", [
     (["--help"], 0, "usage: python -m bench"),
     (["--qiuck"], 2, "unrecognized arguments: --qiuck"),
-    (["compare", "--seconds", "3"], 2, "unrecognized arguments: --seconds 3"),
-    (["comapre"], 2, "unknown benchmark(s): comapre; have: "),
+    (["zzok", "--seconds", "3"], 2, "unrecognized arguments: --seconds 3"),
+    (["zzok", "zzko"], 2, "unknown benchmark(s): zzko; have: zzok"),
 ])
 def test_help_a_bad_flag_or_an_unknown_name_run_nothing_and_write_nothing(
         argv: list[str], code: int, said: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -54,7 +54,7 @@ def test_help_a_bad_flag_or_an_unknown_name_run_nothing_and_write_nothing(
     mod = _module("zzok", {"rate": 2.0})
     mod.run = lambda: ran.append("zzok") or {"rate": 2.0}  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "bench.bench_zzok", mod)
-    monkeypatch.setattr(runner, "discover", lambda: ["compare", "zzok"])
+    monkeypatch.setattr(runner, "discover", lambda: ["zzok"])
     monkeypatch.setattr(runner, "DOCS", tmp_path)
     monkeypatch.setattr(runner, "ROOT", tmp_path)
     monkeypatch.setenv("BENCH_QUICK", "")  # restored (unset) after the test
