@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,19 @@ def test_properties_file_syntax(tmp_path: Path) -> None:
     cfg = load_config(path, {})
     assert cfg.controller_listener.host == "127.0.0.1"
     assert "controller.quorum.voters" in known_keys()
+
+
+def test_every_setting_docs_tuning_recommends_is_a_key_that_takes_the_value() -> None:
+    """docs/tuning.md's table names settings and, where it gives one, a value: a renamed key or
+    a value the parser refuses would send an operator a config that does not start."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "tuning.md").read_text()
+    rows = [line.split(" | ") for line in doc.splitlines()
+            if line.startswith("| `") and line.count(" | ") >= 2]
+    assert len(rows) >= 5, "the settings table of docs/tuning.md was not found"
+    keys = known_keys()
+    for cells in rows:
+        key = cells[0].removeprefix("| ").strip("`")
+        assert key in keys, f"docs/tuning.md recommends {key!r}, which is not a node setting"
+        value = re.match(r"`([^`]+)`", cells[1])
+        if value is not None:
+            build_config({**BASE, key: value.group(1)})
