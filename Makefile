@@ -1,6 +1,9 @@
 # The README's commands. Every target creates/uses .venv and installs what it needs.
 SHELL := /bin/bash
-PYTHON ?= python3
+# The interpreter .venv/ is made with: PYTHON=/path/to/python3 chooses it; by default the fastest
+# CPython >= 3.11 on this machine (tools/pick_python.py: builds differ by a quarter or more in
+# speed; docs/performance.md section 31). `make clean` and the next target make it again.
+PYTHON ?=
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -12,7 +15,9 @@ export PYTHONDONTWRITEBYTECODE := 1
 .PHONY: run test bench bench-quick soak soak-nodes lint venv clean
 
 $(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(BIN)/python || { \
+	  py="$(PYTHON)"; [ -n "$$py" ] || py=$$(python3 tools/pick_python.py --verbose) || exit 1; \
+	  echo "creating $(VENV) with $$py"; "$$py" -m venv $(VENV) || exit 1; }
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,pipeline,operator]'
 	@touch $(STAMP)
@@ -26,16 +31,19 @@ test: $(STAMP)
 	$(BIN)/pytest -n $(WORKERS) --dist loadgroup -q tests
 
 lint: $(STAMP)
-	$(BIN)/ruff check kraft operator pipeline tests bench
+	$(BIN)/ruff check kraft operator pipeline tests bench tools
 	$(BIN)/mypy kraft
 
 # The peers (etcd from Debian, PySyncObj in .venv-peers/) are installed by the harness itself.
+# PySyncObj runs on the interpreter .venv/ was made with, so both Python systems share it.
+PEERS_PYTHON = $$($(BIN)/python -c 'import sys; print(sys._base_executable)')
+
 bench: $(STAMP)
-	bash bench/setup_peers.sh
+	PYTHON="$(PEERS_PYTHON)" bash bench/setup_peers.sh
 	$(BIN)/python -m bench
 
 bench-quick: $(STAMP)
-	bash bench/setup_peers.sh
+	PYTHON="$(PEERS_PYTHON)" bash bench/setup_peers.sh
 	$(BIN)/python -m bench compare --quick
 
 soak: $(STAMP)

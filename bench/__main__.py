@@ -46,6 +46,7 @@ def machine() -> dict[str, Any]:
         "nproc": os.cpu_count(),
         "memory_gib": round(mem_kib / 1024 / 1024, 1),
         "python": platform.python_version(),
+        "python_executable": os.path.realpath(getattr(sys, "_base_executable", sys.executable)),
         "platform": platform.platform(),
         "commit": commit,
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -14,6 +14,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,10 @@ def machine_info() -> dict[str, Any]:
                          "f'{p}=={m.version(p)}' for p in ('pysyncobj','etcd3','grpcio','protobuf')))"])
     return {"nproc": os.cpu_count(), "memory_gib": round(mem / 1024 / 1024, 1), "cpu": model,
             "kernel": platform.release(), "python": platform.python_version(),
+            # which build: builds of one version differ widely in speed (tools/pick_python.py)
+            "python_executable": os.path.realpath(getattr(sys, "_base_executable", sys.executable)),
+            "peers_python_executable": _cmd([peers_py, "-c", "import os, sys; print(os.path."
+                                             "realpath(sys._base_executable))"]),
             "workdir": str(WORK), "workdir_fs": _cmd(["findmnt", "-no", "FSTYPE,SOURCE", "-T", "/tmp"]),
             "versions": {"etcd": _cmd(["etcd", "--version"]), "peers_venv": pip_versions,
                          "kraft_commit": _cmd(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])}}
@@ -202,7 +207,8 @@ def render_markdown(res: dict[str, Any]) -> str:
     L = [BEGIN, "", "## kraft-quorum vs PySyncObj and etcd (`python -m bench compare`)", "",
          f"Mode **{res.get('mode')}**, one invocation, {res.get('timings_s', {}).get('total')} s. "
          f"Machine: {mi.get('nproc')} cores ({mi.get('cpu')}), {mi.get('memory_gib')} GiB, kernel "
-         f"{mi.get('kernel')}, Python {mi.get('python')}, data on {mi.get('workdir_fs')}. "
+         f"{mi.get('kernel')}, Python {mi.get('python')} (`{mi.get('python_executable')}`; PySyncObj "
+         f"on `{mi.get('peers_python_executable')}`), data on {mi.get('workdir_fs')}. "
          f"Versions: {mi.get('versions', {}).get('etcd')}; {mi.get('versions', {}).get('peers_venv')}; "
          f"kraft-quorum: {(res.get('kraft_source') or {}).get('source', mi.get('versions', {}).get('kraft_commit'))}.", "",
          f"Machine load: {busy.get('windows')} measured windows, {busy.get('windows_not_quiet_before')} "

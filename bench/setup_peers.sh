@@ -11,7 +11,8 @@
 #                                         speaks etcd's native gRPC API, as a Python user would.
 #     (etcd3 0.12.0 ships protoc-3.x generated code, so protobuf must stay below 4.)
 #
-# Usage: bash bench/setup_peers.sh        (from the repository root; PEERS_VENV overrides the path)
+# Usage: bash bench/setup_peers.sh        (from the repository root; PEERS_VENV overrides the path,
+#                                          PYTHON the interpreter, `make bench` passes .venv's)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${PEERS_VENV:-$ROOT/.venv-peers}
@@ -26,6 +27,16 @@ if ! command -v etcd >/dev/null 2>&1 || ! command -v etcdctl >/dev/null 2>&1; th
   DEBIAN_FRONTEND=noninteractive apt-get install -y etcd-server etcd-client
 fi
 
+# A peers venv made with another interpreter than the one asked for is made again: PySyncObj
+# must run on the same build as kraft-quorum (interpreter builds differ widely in speed).
+want_py=$("$PYTHON" -c 'import os, sys; print(os.path.realpath(sys.executable))')
+if [ -x "$VENV/bin/python" ]; then
+  have_py=$("$VENV/bin/python" -c 'import os, sys; print(os.path.realpath(sys._base_executable))')
+  if [ "$have_py" != "$want_py" ]; then
+    echo "peers venv $VENV was made with $have_py, not $want_py: making it again"
+    rm -rf "$VENV"
+  fi
+fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 want="pysyncobj==0.3.17 etcd3==0.12.0 protobuf==3.20.3 grpcio==1.85.1"
 if ! "$VENV/bin/python" - <<'EOF' >/dev/null 2>&1

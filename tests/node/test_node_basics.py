@@ -23,6 +23,7 @@ from kraft.protocol.framing import RequestHeader, decode_response, encode_reques
 from kraft.server.local import LocalCluster, http_call
 from kraft.server.translate import METADATA_TOPIC
 from kraft.storage import open_metadata_dir
+from tests.support.bundles import extract
 
 pytestmark = pytest.mark.xdist_group("node-basics")
 
@@ -308,7 +309,7 @@ def test_admin_export_streams_a_consistent_auditable_bundle(
     r = http_call(quorum.nodes[follower].http, "GET", "/v1/export", timeout=60)
     assert r.status == 200 and r.headers["content-type"] == "application/x-tar"
     with tarfile.open(fileobj=io.BytesIO(r.body)) as tar:
-        tar.extractall(tmp_path, filter="data")
+        extract(tar, tmp_path)
     root = tmp_path / f"node-{follower}"
     manifest = json.loads((root / "bundle-manifest.json").read_text())
     assert manifest["node_id"] == follower

@@ -15,6 +15,7 @@ from kraft_pipeline.synthetic import History, write_replica
 from kraft.records.batch import build_batch, iter_batches
 from kraft.storage.export import ExportError, export_bundle, main
 from kraft.storage.layout import partition_dir
+from tests.support.bundles import extract
 
 
 @pytest.fixture()
@@ -38,7 +39,7 @@ def test_bundle_extracts_to_an_auditable_replica(replica: Path, tmp_path: Path) 
     manifest = export_bundle(replica, bundle)
     assert not (tmp_path / "b.tar.part").exists()
     with tarfile.open(bundle) as tar:
-        tar.extractall(tmp_path / "x", filter="data")
+        extract(tar, tmp_path / "x")
     [rep] = discover_replicas([str(tmp_path / "x")])
     assert (rep.name, rep.node_id) == ("node-1", 1)
     src_files = sorted(p.name for p in partition_dir(replica).iterdir()
@@ -87,7 +88,7 @@ def test_bundles_of_a_quorum_extract_side_by_side(tmp_path: Path) -> None:
     for name, root in s.replicas.items():
         export_bundle(root, tmp_path / f"{name}.tar")
         with tarfile.open(tmp_path / f"{name}.tar") as tar:
-            tar.extractall(extracted, filter="data")
+            extract(tar, extracted)
     found = {r.name: r for r in discover_replicas([str(extracted)])}
     assert sorted(found) == sorted(s.replicas)
     for name, root in s.replicas.items():
@@ -99,3 +100,21 @@ def test_bundles_of_a_quorum_extract_side_by_side(tmp_path: Path) -> None:
                 assert data == original.read_bytes()[: s.truncated_position]
             else:
                 assert data == original.read_bytes()
+
+
+@pytest.mark.parametrize("name", ["../escape.txt", "/abs/escape.txt", "link"])
+def test_the_tests_extraction_refuses_members_outside_the_target(tmp_path: Path, name: str) -> None:
+    """tests.support.bundles.extract: what tarfile's "data" filter refuses, on any 3.11."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        member = tarfile.TarInfo(name)
+        if name == "link":
+            member.type, member.linkname = tarfile.SYMTYPE, "/etc/passwd"
+            tar.addfile(member)
+        else:
+            member.size = 1
+            tar.addfile(member, io.BytesIO(b"x"))
+    data.seek(0)
+    with tarfile.open(fileobj=data) as tar, pytest.raises((ValueError, tarfile.TarError)):
+        extract(tar, tmp_path / "into")
+    assert not (tmp_path / "escape.txt").exists() and not Path("/abs/escape.txt").exists()
