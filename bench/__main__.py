@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.peers import interpreter_path
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 BEGIN = "<!-- BEGIN GENERATED: make bench -->"
@@ -46,7 +48,7 @@ def machine() -> dict[str, Any]:
         "nproc": os.cpu_count(),
         "memory_gib": round(mem_kib / 1024 / 1024, 1),
         "python": platform.python_version(),
-        "python_executable": os.path.realpath(getattr(sys, "_base_executable", sys.executable)),
+        "python_executable": interpreter_path(),
         "platform": platform.platform(),
         "commit": commit,
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -14,14 +14,13 @@ import os
 import platform
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from bench import charts, scenarios
 from bench.kraft_cluster import BENCH_PROPERTIES
-from bench.peers import PEERS_VENV, ROOT, export_head, machine_busy
+from bench.peers import PEERS_VENV, ROOT, export_head, interpreter_path, machine_busy
 from bench.scenarios import (
     WORK,
     Params,
@@ -64,8 +63,7 @@ def machine_info() -> dict[str, Any]:
                          "f'{p}=={m.version(p)}' for p in ('pysyncobj','etcd3','grpcio','protobuf')))"])
     return {"nproc": os.cpu_count(), "memory_gib": round(mem / 1024 / 1024, 1), "cpu": model,
             "kernel": platform.release(), "python": platform.python_version(),
-            # which build: builds of one version differ widely in speed (tools/pick_python.py)
-            "python_executable": os.path.realpath(getattr(sys, "_base_executable", sys.executable)),
+            "python_executable": interpreter_path(),
             "peers_python_executable": _cmd([peers_py, "-c", "import os, sys; print(os.path."
                                              "realpath(sys._base_executable))"]),
             "workdir": str(WORK), "workdir_fs": _cmd(["findmnt", "-no", "FSTYPE,SOURCE", "-T", "/tmp"]),

@@ -57,6 +57,12 @@ next node (the same for every system)."""
 _KEYS = tuple(f"k{i:06d}" for i in range(NKEYS))
 
 
+def interpreter_path() -> str:
+    """The real path of the interpreter behind this process (a venv's base): builds of one
+    Python version differ widely in speed, so a run records which one it used."""
+    return os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+
+
 def export_head(dest: Path) -> str:
     """Export HEAD's `kraft/` and `pipeline/` into `dest` (pipeline/ too: the kraft CLI loads
     its subcommands as a plugin, so it must match kraft/); returns the short commit id."""

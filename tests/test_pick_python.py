@@ -77,6 +77,14 @@ def test_the_command_line_prints_the_choice_and_reports_on_stderr(
     assert "workload 10.7 ms" in err and "workload 6.8 ms" in err and f"chose {fast}" in err
 
 
-def test_the_default_candidates_exist_and_are_executable() -> None:
-    for path in pick_python.default_candidates():
-        assert os.access(path, os.X_OK), path
+def test_the_default_candidates_include_python3_on_path_and_in_usr_bin(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`python3` on PATH comes first (the choice the Makefile made before), then the versioned
+    names; /usr/bin is searched whatever PATH says."""
+    here = Path(fake(tmp_path, "python3", 0.01))
+    Path(fake(tmp_path, "python3.12", 0.01))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    found = pick_python.default_candidates()
+    assert found[:2] == [str(here), str(tmp_path / "python3.12")]
+    usr = [p for p in found if p.startswith("/usr/bin/")]
+    assert usr == [p for p in (f"/usr/bin/{n}" for n in pick_python.NAMES) if os.access(p, os.X_OK)]

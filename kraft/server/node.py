@@ -742,8 +742,9 @@ class KraftNode:
                 appended = flush_later = True
             elif t is fx.AppendFetched:
                 assert isinstance(e, fx.AppendFetched)
-                # fsynced before the next fetch acknowledges it: written through when the log
-                # preallocates (kraft.log.preallocate.bytes), so that flush has nothing left
+                # durable before the next fetch acknowledges it: written through when the log
+                # preallocates (kraft.log.preallocate.bytes), and then reported durable at once
+                # (below) instead of after a flush with nothing to sync
                 md.log.append(b"".join(bytes(b.payload) for b in e.batches),  # type: ignore[call-overload]
                               write_through=True)
                 appended = True
