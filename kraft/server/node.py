@@ -693,7 +693,6 @@ class KraftNode:
         assert md is not None and self._flusher is not None
         appended = False  # the log grew
         flush_later = False  # and something appended waits for the flush after the effects
-        on_disk = -1  # written through with nothing left to flush: durable up to here
         early_flush = self.config.fsync and self.config.flush_mode == "auto"
         for e in effects:
             t = type(e)
@@ -742,17 +741,11 @@ class KraftNode:
                 appended = flush_later = True
             elif t is fx.AppendFetched:
                 assert isinstance(e, fx.AppendFetched)
-                # durable before the next fetch acknowledges it: written through when the log
-                # preallocates (kraft.log.preallocate.bytes), and then reported durable at once
-                # (below) instead of after a flush with nothing to sync
+                # fsynced before the next fetch acknowledges it: written through when the log
+                # preallocates (kraft.log.preallocate.bytes), so that flush has nothing left
                 md.log.append(b"".join(bytes(b.payload) for b in e.batches),  # type: ignore[call-overload]
                               write_through=True)
-                appended = True
-                end = md.log.written_through_end() if self.config.fsync else None
-                if end is None:
-                    flush_later = True
-                else:
-                    on_disk = end
+                appended = flush_later = True
             elif t is fx.TruncateTo:
                 assert isinstance(e, fx.TruncateTo)
                 self._flusher.generation += 1
@@ -828,17 +821,6 @@ class KraftNode:
             elif t is fx.StateChanged:
                 assert isinstance(e, fx.StateChanged)
                 self._on_state_changed(e)
-        if on_disk >= 0 and not flush_later:
-            # The records were written through (kraft.log.preallocate.bytes) and a flush would
-            # find nothing to sync: the core hears they are durable now, so the next fetch,
-            # which acknowledges them, leaves first, and the flush only publishes the end
-            # afterwards (docs/performance.md section 32).
-            assert self.core is not None
-            await self._execute(self.core.handle(ev.Persisted(on_disk), now_ms()))
-            try:
-                md.log.flush()
-            except StorageError:
-                self._push(("flushed", (-1, -1)))  # the core loop stops the node
         if self.client_server is not None:
             # Client answers go out after the followers' (their fetches learn the new high
             # watermark first: a reader of a follower sees a write sooner after its

@@ -840,21 +840,6 @@ class SegmentedLog:
             self._settled = False  # the caller reports this flush, which covers the settled one
             return self._publish_durable(target, target_at)
 
-    def written_through_end(self) -> int | None:
-        """Owner thread: the log end when everything appended so far is already on disk and a
-        `flush` would only publish it (every append written through, no new segment for the
-        directory, the leader-epoch checkpoint current, no flush in flight); None otherwise.
-
-        Takes no lock and makes no system call. A follower whose append was written through
-        reports this end durable at once, so that its next fetch, which acknowledges the
-        records, leaves before any bookkeeping; its `flush` afterwards publishes the end
-        without syncing anything (docs/performance.md section 32)."""
-        if (self._async is not None or self._flush_lock.locked() or self._failed is not None
-                or self._unsynced or self._dir_dirty
-                or self._epochs.entries != self._epochs_written):
-            return None
-        return self.log_end_offset
-
     def _flush_failed(self, exc: OSError) -> StorageError:
         """Fail the log after a failed fsync; the error for the caller to raise."""
         self._failed = exc

@@ -329,36 +329,3 @@ def test_random_appends_truncations_and_crashes_against_a_model(direct_dir: Path
     again = opened(direct_dir, full_scan=True)
     assert whole_log(again) == b"".join(b for _, b in model)
     again.close()
-
-
-def test_written_through_end_only_when_a_flush_would_find_nothing_to_sync(
-    direct_dir: Path, batches: Batches,
-) -> None:
-    """`written_through_end`: the log end right after written-through appends, and the flush
-    after it publishes that end; None while a flush still has work to do (a page-cache append,
-    a new epoch's checkpoint, a new segment's directory entry) or is in flight."""
-    log = opened(direct_dir, preallocate_bytes=PREALLOCATE, segment_bytes=4096)
-    end = log.append(batches(0, 1, size=300)[0], write_through=True)
-    assert log.written_through_end() is None  # epoch 1's checkpoint is not written yet
-    assert log.flush() == end
-    end = log.append(batches(end, 1, size=300)[0], write_through=True)
-    assert log.written_through_end() == end
-    assert log.flush() == end == log.durable_end_offset
-    end = log.append(batches(end, 1, size=300)[0])  # through the page cache
-    assert log.written_through_end() is None
-    assert log.flush() == end
-    end = log.append(batches(end, 1, epoch=2, size=300)[0], write_through=True)
-    assert log.written_through_end() is None
-    assert log.flush() == end
-    segments = len(log.segments)
-    while len(log.segments) == segments:  # written through until the log rolls
-        end = log.append(batches(end, 1, epoch=2, size=300)[0], write_through=True)
-        if len(log.segments) == segments:
-            assert log.written_through_end() == end
-    assert log.written_through_end() is None  # the new segment's directory entry
-    assert log.flush() == end
-    end = log.append(batches(end, 1, epoch=2, size=300)[0], write_through=True)
-    with log._flush_lock:  # a flush running on another thread
-        assert log.written_through_end() is None
-    assert log.written_through_end() == end
-    log.close()
