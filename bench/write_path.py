@@ -16,6 +16,14 @@ that fetch, its core, the apply and the answer to the client. It prints the medi
 each step since the leader read the request and the median time since the step before (both
 per write, so the second column is not the difference of the first).
 
+The leader's end is found backwards from the answer: the apply before it, the core step
+before that (the one that committed) and the fetch that core step handled. The follower
+followed is the one whose acknowledgement went out first of those sent before that fetch
+was read; a write no traced follower's acknowledgement could have committed (a trace cut
+short) is left out. The leader's fsync is in a write's row only when it was submitted before
+the records went out (one submitted later waited for the flush before it). So every row's
+steps are in time order.
+
 The wrappers add a call and a clock read to every step, so the figures are somewhat above an
 untraced run's (the client's p50, taken with the trace on, is printed alongside). The steps
 are what they are for: telling where the time between two steps goes, which end-to-end pairs
@@ -79,6 +87,16 @@ class _Stream:
             if events[i][0] == step:
                 return events[i][1]
             i += 1
+        return None
+
+    def last(self, step: str, after: int, before: int) -> int | None:
+        """Time of the last `step` strictly after `after` and strictly before `before`."""
+        i = bisect.bisect_left(self.times, before) - 1
+        events = self.events
+        while i >= 0 and events[i][1] > after:
+            if events[i][0] == step:
+                return events[i][1]
+            i -= 1
         return None
 
 
@@ -150,30 +168,37 @@ def chains(leader: Events, followers: list[Events]) -> list[dict[str, Any]]:
             at[step] = prev = t
         if not ok:
             continue
-        submitted = lead.first("flush_submitted", at["appended"], nxt)
         sent = lead.first("answer_written", at["appended"], nxt)
         if sent is None:
             continue
+        # the fsync is on the chain only when submitted before the records went out; one
+        # submitted later waited for the flush before it (it is left out of that write's row)
+        submitted = lead.first("flush_submitted", at["appended"], sent)
+        # the leader's side is found backwards from the answer: the apply before it, the core
+        # step that committed, and the acknowledgement that core step handled
+        answer = lead.first("client_answer", sent, nxt)
+        apply = lead.last("apply", sent, answer) if answer is not None else None
+        core = lead.last("core", sent, apply) if apply is not None else None
+        ack = lead.last("request_read", sent, core) if core is not None else None
+        if answer is None or apply is None or core is None or ack is None:
+            continue
+        # the chain follows the follower that sent its acknowledgement first, of those sent
+        # before the one the leader committed on
         fchains = [c for c in (_follower_chain(f, sent) for f in fols) if c is not None]
-        if not fchains:
-            continue
         fchains.sort(key=lambda c: c["request_sent"])
-        first = fchains[0]
-        ack = lead.first("request_read", first["request_sent"])
-        core = lead.first("core", ack) if ack is not None else None
-        apply = lead.first("apply", core) if core is not None else None
-        answer = lead.first("client_answer", ack) if ack is not None else None
-        if None in (ack, core, apply, answer):
+        before_ack = [c for c in fchains if c["request_sent"] < ack]
+        if not before_ack:
             continue
-        assert ack is not None and core is not None and apply is not None and answer is not None
+        first = before_ack[0]
         times = [t0, at["core"], at["append"], at["appended"], submitted, sent,
                  first["response_read"], first["decoded"], first["core"], first["write"],
                  first["written"], first["request_sent"], ack, core, apply, answer]
         if answer - t0 > MAX_WRITE_NS:
             continue
         row: dict[str, Any] = {i: (t - t0) / 1000 for i, t in enumerate(times) if t is not None}
-        if len(fchains) > 1:
-            row["other_write_us"] = (fchains[1]["written"] - fchains[1]["write"]) / 1000
+        others = [c for c in fchains if c is not first]
+        if others:
+            row["other_write_us"] = (others[0]["written"] - others[0]["write"]) / 1000
         out.append(row)
     return out
 
