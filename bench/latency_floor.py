@@ -7,7 +7,19 @@ appends, fdatasyncs and acknowledges; the leader answers the client at the first
 acknowledgement. That is a write's path through `kraft run` (client -> leader -> follower ->
 leader -> client, three fsyncs on one disk) without any protocol, raft or state machine work.
 
-    .venv/bin/python -m bench.latency_floor [--writes N] [--no-leader-fsync]
+    .venv/bin/python -m bench.latency_floor [--writes N] [--no-leader-fsync] [--work A,B,C,D[,E,F]] [--leader-sync loop|thread]
+
+`--work A,B,C,D[,E,F]` puts CPU work on the path, as a model of the node's own code: A µs in
+the leader when a write arrives (before it goes to the followers), B µs in the leader on each
+acknowledgement (before the answer, on the first), C µs in each follower when records arrive
+(before its write) and D µs after its sync (before its acknowledgement); and off the path, E µs
+in the leader after the answer and F µs in each follower after its acknowledgement (the node's
+apply and bookkeeping, which compete for the same two CPUs). The work is CPU time of the
+thread (`time.thread_time`), so a process that is switched out meanwhile does it later, as the
+node's code would. `--leader-sync thread` moves the leader's fdatasync to a worker thread, as
+the node starts its own through the kernel without waiting for it; the default waits for it on
+the loop. With both, the floor becomes a what-if: how the p50 moves when a step of the path
+gets cheaper.
 
 Prints p50/p90/p99 in ms over N sequential writes (the first 200 dropped as warm-up). Every
 process stops by itself: the client after N writes (bounded by a 60 s deadline), the servers
@@ -18,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import os
 import struct
 import subprocess
@@ -39,17 +52,30 @@ async def _connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWrite
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
 
 
-async def _leader(directory: str, fsync: bool) -> None:
+def _spend(us: int) -> None:
+    """Spend `us` µs of this thread's CPU time (nothing for 0)."""
+    if us <= 0:
+        return
+    end = time.thread_time() + us / 1e6
+    while time.thread_time() < end:
+        pass
+
+
+async def _leader(directory: str, fsync: bool, work: tuple[int, ...], sync_thread: bool) -> None:
     fd = os.open(os.path.join(directory, "leader.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     followers = [await _connect(BASE_PORT + i) for i in (1, 2)]
     pending: dict[int, asyncio.StreamWriter] = {}
+    on_write, on_ack, after_answer = work[0], work[1], work[4]
+    syncer = concurrent.futures.ThreadPoolExecutor(1) if sync_thread else None
 
     async def acks(reader: asyncio.StreamReader) -> None:
         while True:
             head = await reader.readexactly(HEAD.size)
+            _spend(on_ack)
             client = pending.pop(HEAD.unpack(head)[0], None)
             if client is not None:  # the first acknowledgement commits
                 client.write(head)
+                _spend(after_answer)
 
     readers = [asyncio.ensure_future(acks(reader)) for reader, _ in followers]  # noqa: F841
 
@@ -59,20 +85,24 @@ async def _leader(directory: str, fsync: bool) -> None:
                 write = await reader.readexactly(WRITE)
             except asyncio.IncompleteReadError:
                 return
+            _spend(on_write)
             pending[HEAD.unpack_from(write)[0]] = writer
             os.write(fd, write)
             for _, follower in followers:
                 follower.write(write)
-            if fsync:
+            if fsync and syncer is not None:
+                syncer.submit(os.fdatasync, fd)
+            elif fsync:
                 os.fdatasync(fd)
 
     await asyncio.start_server(client, "127.0.0.1", BASE_PORT)
     await asyncio.sleep(120)
 
 
-async def _follower(directory: str, index: int) -> None:
+async def _follower(directory: str, index: int, work: tuple[int, ...]) -> None:
     fd = os.open(os.path.join(directory, f"follower{index}.log"),
                  os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    on_records, on_synced, after_ack = work[2], work[3], work[5]
 
     async def leader(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
@@ -80,9 +110,12 @@ async def _follower(directory: str, index: int) -> None:
                 write = await reader.readexactly(WRITE)
             except asyncio.IncompleteReadError:
                 return
+            _spend(on_records)
             os.write(fd, write)
             os.fdatasync(fd)
+            _spend(on_synced)
             writer.write(write[:HEAD.size])
+            _spend(after_ack)
 
     await asyncio.start_server(leader, "127.0.0.1", BASE_PORT + index)
     await asyncio.sleep(120)
@@ -104,6 +137,18 @@ async def _client(writes: int) -> list[float]:
     return out
 
 
+def parse_work(text: str) -> tuple[int, ...] | None:
+    """`--work`'s six µs figures (the last two 0 when four are given), or None when it is not
+    four or six whole numbers in 0-100000."""
+    parts = text.split(",")
+    if len(parts) not in (4, 6) or not all(p.strip().isdigit() for p in parts):
+        return None
+    work = tuple(int(p) for p in parts) + (0, 0)[: 6 - len(parts)]
+    if max(work) > 100_000:
+        return None
+    return work
+
+
 def _run(coro: object) -> object:
     try:
         import uvloop
@@ -118,19 +163,30 @@ def main() -> None:
     ap.add_argument("--writes", type=int, default=4000)
     ap.add_argument("--no-leader-fsync", action="store_true",
                     help="the leader does not fsync (shows what the shared journal costs)")
+    ap.add_argument("--work", default="0,0,0,0,0,0", metavar="A,B,C,D[,E,F]",
+                    help="µs of CPU: leader on a write, leader on each acknowledgement, each "
+                         "follower on records, each follower after its sync; off the path, "
+                         "leader after the answer, each follower after its acknowledgement")
+    ap.add_argument("--leader-sync", choices=("loop", "thread"), default="loop",
+                    help="the leader's fdatasync waits on its loop (default) or runs on a thread")
     ap.add_argument("--role", help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.writes < 300:
         ap.error("--writes must be at least 300 (the first 200 are warm-up)")
+    work = parse_work(args.work)
+    if work is None:
+        ap.error("--work must be four or six whole numbers of µs (A,B,C,D[,E,F]), each "
+                 f"0-100000; got {args.work!r}")
     if args.role == "leader":
-        _run(_leader(args.dir, not args.no_leader_fsync))
+        _run(_leader(args.dir, not args.no_leader_fsync, work, args.leader_sync == "thread"))
         return
     if args.role in ("1", "2"):
-        _run(_follower(args.dir, int(args.role)))
+        _run(_follower(args.dir, int(args.role), work))
         return
     with tempfile.TemporaryDirectory(prefix="latency-floor-", dir=os.environ.get("TMPDIR")) as d:
-        me = [sys.executable, "-m", "bench.latency_floor", "--dir", d]
+        me = [sys.executable, "-m", "bench.latency_floor", "--dir", d, "--work", args.work,
+              "--leader-sync", args.leader_sync]
         servers = [subprocess.Popen([*me, "--role", r]) for r in ("1", "2")]
         try:
             time.sleep(0.5)
@@ -145,7 +201,8 @@ def main() -> None:
     def q(p: float) -> float:
         return 1000 * times[min(len(times) - 1, int(p * len(times)))]
 
-    print(f"latency floor ({'no leader fsync' if args.no_leader_fsync else 'leader fsync'}): "
+    sync = "no leader fsync" if args.no_leader_fsync else f"leader fsync on its {args.leader_sync}"
+    print(f"latency floor ({sync}, work {','.join(map(str, work))} µs): "
           f"p50 {q(0.5):.3f} ms, p90 {q(0.9):.3f} ms, p99 {q(0.99):.3f} ms over {len(times)} writes")
 
 

@@ -1,0 +1,60 @@
+"""`bench.latency_floor`: the floor of a sequential write (hops and fsyncs, no work) and its
+what-if mode, CPU work put on the path's steps (`--work`)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.latency_floor import _spend, parse_work
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("0,0,0,0", (0, 0, 0, 0, 0, 0)),
+    ("80,60,80,45", (80, 60, 80, 45, 0, 0)),
+    ("1,2,3,4,5,6", (1, 2, 3, 4, 5, 6)),
+    ("100000,0,0,0", (100_000, 0, 0, 0, 0, 0)),
+])
+def test_work_takes_four_or_six_figures(text: str, expected: tuple[int, ...]) -> None:
+    assert parse_work(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "1,2,3", "1,2,3,4,5", "1,2,3,4,5,6,7", "1,x,3,4",
+                                  "1,-2,3,4", "1.5,2,3,4", "1,2,3,100001"])
+def test_work_refuses_anything_else(text: str) -> None:
+    assert parse_work(text) is None
+
+
+def test_spent_work_is_cpu_time_of_the_thread() -> None:
+    before = time.thread_time()
+    _spend(3000)
+    assert time.thread_time() - before >= 0.003
+    before = time.thread_time()
+    _spend(0)
+    assert time.thread_time() - before < 0.003
+
+
+def _floor(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bench.latency_floor", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_a_bad_work_flag_is_named_and_nothing_starts() -> None:
+    done = _floor("--work", "1,2,x,4")
+    assert done.returncode == 2
+    assert "--work must be four or six whole numbers" in done.stderr
+    assert "'1,2,x,4'" in done.stderr
+
+
+def test_the_model_runs_with_work_and_a_syncing_thread() -> None:
+    done = _floor("--writes", "300", "--leader-sync", "thread", "--work", "5,5,5,5,5,5")
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.strip().splitlines()[-1]
+    assert line.startswith("latency floor (leader fsync on its thread, work 5,5,5,5,5,5 µs): p50 ")
+    assert line.endswith("over 100 writes")
