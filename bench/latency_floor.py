@@ -7,7 +7,8 @@ appends, fdatasyncs and acknowledges; the leader answers the client at the first
 acknowledgement. That is a write's path through `kraft run` (client -> leader -> follower ->
 leader -> client, three fsyncs on one disk) without any protocol, raft or state machine work.
 
-    .venv/bin/python -m bench.latency_floor [--writes N] [--no-leader-fsync] [--work A,B,C,D[,E,F]] [--leader-sync loop|thread]
+    .venv/bin/python -m bench.latency_floor [--writes N] [--no-leader-fsync]
+        [--work A,B,C,D[,E,F]] [--leader-sync loop|thread]
 
 `--work A,B,C,D[,E,F]` puts CPU work on the path, as a model of the node's own code: A µs in
 the leader when a write arrives (before it goes to the followers), B µs in the leader on each
@@ -141,7 +142,8 @@ def parse_work(text: str) -> tuple[int, ...] | None:
     """`--work`'s six µs figures (the last two 0 when four are given), or None when it is not
     four or six whole numbers in 0-100000."""
     parts = text.split(",")
-    if len(parts) not in (4, 6) or not all(p.strip().isdigit() for p in parts):
+    if len(parts) not in (4, 6) or not all(p.strip().isascii() and p.strip().isdigit()
+                                           for p in parts):
         return None
     work = tuple(int(p) for p in parts) + (0, 0)[: 6 - len(parts)]
     if max(work) > 100_000:

@@ -26,7 +26,7 @@ def test_work_takes_four_or_six_figures(text: str, expected: tuple[int, ...]) ->
 
 
 @pytest.mark.parametrize("text", ["", "1,2,3", "1,2,3,4,5", "1,2,3,4,5,6,7", "1,x,3,4",
-                                  "1,-2,3,4", "1.5,2,3,4", "1,2,3,100001"])
+                                  "1,-2,3,4", "1.5,2,3,4", "1,2,3,100001", "\u00b2,1,1,1"])
 def test_work_refuses_anything_else(text: str) -> None:
     assert parse_work(text) is None
 
