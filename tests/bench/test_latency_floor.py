@@ -53,8 +53,13 @@ def test_a_bad_work_flag_is_named_and_nothing_starts() -> None:
 
 
 def test_the_model_runs_with_work_and_a_syncing_thread() -> None:
-    done = _floor("--writes", "300", "--leader-sync", "thread", "--work", "5,5,5,5,5,5")
+    # 1 ms of CPU in the leader and 1 ms in each follower, both on the path: every write takes
+    # at least 2 ms of wall time (CPU time never runs ahead of it), however fast the machine,
+    # so a p50 below that means the roles did not get their work
+    done = _floor("--writes", "300", "--leader-sync", "thread", "--work", "1000,0,1000,0")
     assert done.returncode == 0, done.stderr
     line = done.stdout.strip().splitlines()[-1]
-    assert line.startswith("latency floor (leader fsync on its thread, work 5,5,5,5,5,5 µs): p50 ")
+    head = "latency floor (leader fsync on its thread, work 1000,0,1000,0,0,0 µs): p50 "
+    assert line.startswith(head)
     assert line.endswith("over 100 writes")
+    assert float(line[len(head):].split(" ms", 1)[0]) >= 2.0
