@@ -24,7 +24,9 @@ gets cheaper.
 
 Prints p50/p90/p99 in ms over N sequential writes (the first 200 dropped as warm-up). Every
 process stops by itself: the client after N writes (bounded by a 60 s deadline), the servers
-when the client is done (they are killed in a `finally`).
+when the client is done (they are killed in a `finally`). The run binds its three listening
+sockets itself, on ports the kernel picks, and hands them to the roles, so runs side by side
+(or any other program on the machine) never collide on a port.
 """
 
 from __future__ import annotations
@@ -33,13 +35,13 @@ import argparse
 import asyncio
 import concurrent.futures
 import os
+import socket
 import struct
 import subprocess
 import sys
 import tempfile
 import time
 
-BASE_PORT = 47300
 WRITE = 108
 HEAD = struct.Struct(">q")
 
@@ -62,9 +64,23 @@ def _spend(us: int) -> None:
         pass
 
 
-async def _leader(directory: str, fsync: bool, work: tuple[int, ...], sync_thread: bool) -> None:
+def _listener() -> socket.socket:
+    """A listening TCP socket on 127.0.0.1 at a port the kernel picks, inheritable by a child."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _inherited(fd: int) -> socket.socket:
+    return socket.socket(socket.AF_INET, socket.SOCK_STREAM, fileno=fd)
+
+
+async def _leader(directory: str, listen_fd: int, follower_ports: list[int], fsync: bool,
+                  work: tuple[int, ...], sync_thread: bool) -> None:
     fd = os.open(os.path.join(directory, "leader.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    followers = [await _connect(BASE_PORT + i) for i in (1, 2)]
+    followers = [await _connect(port) for port in follower_ports]
     pending: dict[int, asyncio.StreamWriter] = {}
     on_write, on_ack, after_answer = work[0], work[1], work[4]
     syncer = concurrent.futures.ThreadPoolExecutor(1) if sync_thread else None
@@ -96,11 +112,11 @@ async def _leader(directory: str, fsync: bool, work: tuple[int, ...], sync_threa
             elif fsync:
                 os.fdatasync(fd)
 
-    await asyncio.start_server(client, "127.0.0.1", BASE_PORT)
+    await asyncio.start_server(client, sock=_inherited(listen_fd))
     await asyncio.sleep(120)
 
 
-async def _follower(directory: str, index: int, work: tuple[int, ...]) -> None:
+async def _follower(directory: str, index: int, listen_fd: int, work: tuple[int, ...]) -> None:
     fd = os.open(os.path.join(directory, f"follower{index}.log"),
                  os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     on_records, on_synced, after_ack = work[2], work[3], work[5]
@@ -118,12 +134,12 @@ async def _follower(directory: str, index: int, work: tuple[int, ...]) -> None:
             writer.write(write[:HEAD.size])
             _spend(after_ack)
 
-    await asyncio.start_server(leader, "127.0.0.1", BASE_PORT + index)
+    await asyncio.start_server(leader, sock=_inherited(listen_fd))
     await asyncio.sleep(120)
 
 
-async def _client(writes: int) -> list[float]:
-    reader, writer = await _connect(BASE_PORT)
+async def _client(port: int, writes: int) -> list[float]:
+    reader, writer = await _connect(port)
     value = b"v" * (WRITE - HEAD.size)
     out: list[float] = []
     deadline = time.monotonic() + 60
@@ -173,6 +189,8 @@ def main() -> None:
                     help="the leader's fdatasync waits on its loop (default) or runs on a thread")
     ap.add_argument("--role", help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
+    ap.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--follower-ports", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.writes < 300:
         ap.error("--writes must be at least 300 (the first 200 are warm-up)")
@@ -181,21 +199,35 @@ def main() -> None:
         ap.error("--work must be four or six whole numbers of µs (A,B,C,D[,E,F]), each "
                  f"0-100000; got {args.work!r}")
     if args.role == "leader":
-        _run(_leader(args.dir, not args.no_leader_fsync, work, args.leader_sync == "thread"))
+        ports = [int(p) for p in args.follower_ports.split(",")]
+        _run(_leader(args.dir, args.listen_fd, ports, not args.no_leader_fsync, work,
+                     args.leader_sync == "thread"))
         return
     if args.role in ("1", "2"):
-        _run(_follower(args.dir, int(args.role), work))
+        _run(_follower(args.dir, int(args.role), args.listen_fd, work))
         return
     with tempfile.TemporaryDirectory(prefix="latency-floor-", dir=os.environ.get("TMPDIR")) as d:
         me = [sys.executable, "-m", "bench.latency_floor", "--dir", d, "--work", args.work,
               "--leader-sync", args.leader_sync]
-        servers = [subprocess.Popen([*me, "--role", r]) for r in ("1", "2")]
+        leader, *followers = (_listener() for _ in range(3))
+        servers: list[subprocess.Popen[bytes]] = []
         try:
-            time.sleep(0.5)
+            for role, sock in zip(("1", "2"), followers, strict=True):
+                servers.append(subprocess.Popen(
+                    [*me, "--role", role, "--listen-fd", str(sock.fileno())],
+                    pass_fds=(sock.fileno(),)))
             servers.append(subprocess.Popen(
-                [*me, "--role", "leader", *(["--no-leader-fsync"] if args.no_leader_fsync else [])]))
-            times = sorted(_run(_client(args.writes))[200:])  # type: ignore[index]
+                [*me, "--role", "leader", "--listen-fd", str(leader.fileno()),
+                 "--follower-ports", ",".join(str(s.getsockname()[1]) for s in followers),
+                 *(["--no-leader-fsync"] if args.no_leader_fsync else [])],
+                pass_fds=(leader.fileno(),)))
+            port = leader.getsockname()[1]
+            for sock in (leader, *followers):
+                sock.close()  # the roles hold their own; connections queue until they accept
+            times = sorted(_run(_client(port, args.writes))[200:])  # type: ignore[index]
         finally:
+            for sock in (leader, *followers):
+                sock.close()
             for p in servers:
                 p.kill()
                 p.wait()

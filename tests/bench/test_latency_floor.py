@@ -63,3 +63,15 @@ def test_the_model_runs_with_work_and_a_syncing_thread() -> None:
     assert line.startswith(head)
     assert line.endswith("over 100 writes")
     assert float(line[len(head):].split(" ms", 1)[0]) >= 2.0
+
+
+def test_two_runs_side_by_side_do_not_collide_on_ports() -> None:
+    # each run listens on ports the kernel picks for it, so a second run (or any program that
+    # took a port first) cannot make the roles fail to bind or reach the other run's roles
+    me = [sys.executable, "-m", "bench.latency_floor", "--writes", "300"]
+    runs = [subprocess.Popen(me, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True) for _ in range(2)]
+    for run in runs:
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 0, err
+        assert out.strip().splitlines()[-1].endswith("over 100 writes")
