@@ -14,6 +14,7 @@ from kraft.protocol.api import ApiKey, api_versions_response
 from kraft.protocol.errors import UnsupportedVersionError
 from kraft.protocol.framing import decode_request, encode_response
 from kraft.server.frames import ConnectionClosedError, FrameListener, PeerClosedError, PeerInfo
+from kraft.server.local import free_port
 from kraft.server.translate import METADATA_TOPIC
 from kraft.server.transport import (
     KafkaConnection,
@@ -141,16 +142,10 @@ async def test_the_peer_closing_the_connection_mid_request_is_a_disconnect(peer:
     net.close()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_a_refused_peer_fails_at_once_during_the_backoff_then_is_tried_again() -> None:
-    port = _free_port()
+    # a port outside the ephemeral range: no other test's connection or listener on port 0 can
+    # take it between this choice and the listener bound on it below
+    port = free_port("127.0.0.1")
     net = PeerNetwork("raft-client-1")
     addr = ("127.0.0.1", port)
     with pytest.raises(RequestError) as err:
