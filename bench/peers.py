@@ -35,7 +35,6 @@ import os
 import queue
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -201,11 +200,18 @@ def die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port(host: str = HOST) -> int:
-    """A TCP port free on `host` right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A TCP port free on `host` right now, from outside the ephemeral range (as the nodes'
+    ports are), so the run's own outgoing connections cannot take it before a peer binds it,
+    and never one this run handed out before (a peer's ports are all chosen before it starts)."""
+    from kraft.server.local import free_port as _outside_ephemeral
+
+    port = _outside_ephemeral(host, _HANDED_OUT)
+    _HANDED_OUT.add(port)
+    return port
 
 
 def kill_proc(p: subprocess.Popen[Any] | None, graceful_s: float = 5.0) -> None:

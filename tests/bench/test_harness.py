@@ -13,6 +13,7 @@ from bench import bench_compare
 from bench.kraft_cluster import cap_api_versions, flush_metric, log_event_time
 from bench.peers import (
     cpu_delta,
+    free_port,
     parse_machine_stat,
     parse_proc_stat_cpu,
     pct,
@@ -20,6 +21,17 @@ from bench.peers import (
     summarize_s,
 )
 from bench.scenarios import Target, disk_probe, evaluate_targets, flush_window
+
+
+def test_peer_ports_are_outside_the_ephemeral_range_and_never_handed_out_twice() -> None:
+    import socket
+
+    low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    ports = [free_port() for _ in range(200)]
+    assert len(set(ports)) == len(ports)
+    assert all(not low <= p <= high for p in ports)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", ports[-1]))  # free when handed out
 
 
 def test_percentile_nearest_rank() -> None:
