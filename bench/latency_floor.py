@@ -8,18 +8,21 @@ acknowledgement. That is a write's path through `kraft run` (client -> leader ->
 leader -> client, three fsyncs on one disk) without any protocol, raft or state machine work.
 
     .venv/bin/python -m bench.latency_floor [--writes N] [--no-leader-fsync]
-        [--work A,B,C,D[,E,F]] [--leader-sync loop|thread]
+        [--work A,B,C,D[,E,F[,G]]] [--leader-sync loop|thread|uring]
 
-`--work A,B,C,D[,E,F]` puts CPU work on the path, as a model of the node's own code: A µs in
+`--work A,B,C,D[,E,F[,G]]` puts CPU work on the path, as a model of the node's own code: A µs in
 the leader when a write arrives (before it goes to the followers), B µs in the leader on each
 acknowledgement (before the answer, on the first), C µs in each follower when records arrive
 (before its write) and D µs after its sync (before its acknowledgement); and off the path, E µs
 in the leader after the answer and F µs in each follower after its acknowledgement (the node's
-apply and bookkeeping, which compete for the same two CPUs). The work is CPU time of the
+apply and bookkeeping, which compete for the same two CPUs); G µs in the leader when its
+own sync is reported done (`--leader-sync uring` only). The work is CPU time of the
 thread (`time.thread_time`), so a process that is switched out meanwhile does it later, as the
 node's code would. `--leader-sync thread` moves the leader's fdatasync to a worker thread, as
-the node starts its own through the kernel without waiting for it; the default waits for it on
-the loop. With both, the floor becomes a what-if: how the p50 moves when a step of the path
+the node starts its own through the kernel without waiting for it, and nothing tells the loop
+when it is done; `--leader-sync uring` starts it as the node does (`IORING_OP_FSYNC` through
+`kraft.storage.uring`, one in flight, the next started when it is done), and its eventfd wakes
+the loop to reap the completion, as the node's does. The default waits for it on the loop. With both, the floor becomes a what-if: how the p50 moves when a step of the path
 gets cheaper.
 
 Prints p50/p90/p99 in ms over N sequential writes (the first 200 dropped as warm-up). Every
@@ -78,12 +81,33 @@ def _inherited(fd: int) -> socket.socket:
 
 
 async def _leader(directory: str, listen_fd: int, follower_ports: list[int], fsync: bool,
-                  work: tuple[int, ...], sync_thread: bool) -> None:
+                  work: tuple[int, ...], sync: str) -> None:
     fd = os.open(os.path.join(directory, "leader.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     followers = [await _connect(port) for port in follower_ports]
     pending: dict[int, asyncio.StreamWriter] = {}
-    on_write, on_ack, after_answer = work[0], work[1], work[4]
-    syncer = concurrent.futures.ThreadPoolExecutor(1) if sync_thread else None
+    on_write, on_ack, after_answer, on_flushed = work[0], work[1], work[4], work[6]
+    syncer = concurrent.futures.ThreadPoolExecutor(1) if sync == "thread" else None
+    engine = None
+    again = False
+    if sync == "uring":
+        from kraft.storage.uring import UringSync
+
+        engine = UringSync.open()
+        if engine is None:
+            raise RuntimeError("io_uring is not available here (--leader-sync uring)")
+
+        def flushed() -> None:
+            nonlocal again
+            assert engine is not None
+            for _token, result in engine.reap():
+                if result < 0:
+                    raise OSError(-result, "fdatasync through io_uring")
+            _spend(on_flushed)
+            if again and not engine.in_flight:
+                again = False
+                engine.submit(fd, 0)
+
+        asyncio.get_running_loop().add_reader(engine.fileno(), flushed)
 
     async def acks(reader: asyncio.StreamReader) -> None:
         while True:
@@ -97,6 +121,7 @@ async def _leader(directory: str, listen_fd: int, follower_ports: list[int], fsy
     readers = [asyncio.ensure_future(acks(reader)) for reader, _ in followers]  # noqa: F841
 
     async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal again
         while True:
             try:
                 write = await reader.readexactly(WRITE)
@@ -107,7 +132,12 @@ async def _leader(directory: str, listen_fd: int, follower_ports: list[int], fsy
             os.write(fd, write)
             for _, follower in followers:
                 follower.write(write)
-            if fsync and syncer is not None:
+            if fsync and engine is not None:
+                if engine.in_flight:
+                    again = True  # started when the one in flight is done, as the node does
+                else:
+                    engine.submit(fd, 0)
+            elif fsync and syncer is not None:
                 syncer.submit(os.fdatasync, fd)
             elif fsync:
                 os.fdatasync(fd)
@@ -155,13 +185,13 @@ async def _client(port: int, writes: int) -> list[float]:
 
 
 def parse_work(text: str) -> tuple[int, ...] | None:
-    """`--work`'s six µs figures (the last two 0 when four are given), or None when it is not
-    four or six whole numbers in 0-100000."""
+    """`--work`'s seven µs figures (those not given 0), or None when it is not four, six or
+    seven whole numbers in 0-100000."""
     parts = text.split(",")
-    if len(parts) not in (4, 6) or not all(p.strip().isascii() and p.strip().isdigit()
+    if len(parts) not in (4, 6, 7) or not all(p.strip().isascii() and p.strip().isdigit()
                                            for p in parts):
         return None
-    work = tuple(int(p) for p in parts) + (0, 0)[: 6 - len(parts)]
+    work = tuple(int(p) for p in parts) + (0, 0, 0)[: 7 - len(parts)]
     if max(work) > 100_000:
         return None
     return work
@@ -181,12 +211,14 @@ def main() -> None:
     ap.add_argument("--writes", type=int, default=4000)
     ap.add_argument("--no-leader-fsync", action="store_true",
                     help="the leader does not fsync (shows what the shared journal costs)")
-    ap.add_argument("--work", default="0,0,0,0,0,0", metavar="A,B,C,D[,E,F]",
+    ap.add_argument("--work", default="0,0,0,0,0,0,0", metavar="A,B,C,D[,E,F[,G]]",
                     help="µs of CPU: leader on a write, leader on each acknowledgement, each "
                          "follower on records, each follower after its sync; off the path, "
-                         "leader after the answer, each follower after its acknowledgement")
-    ap.add_argument("--leader-sync", choices=("loop", "thread"), default="loop",
-                    help="the leader's fdatasync waits on its loop (default) or runs on a thread")
+                         "leader after the answer, each follower after its acknowledgement; "
+                         "leader when its own sync is reported done (uring)")
+    ap.add_argument("--leader-sync", choices=("loop", "thread", "uring"), default="loop",
+                    help="the leader's fdatasync waits on its loop (default), runs on a thread, "
+                         "or is started through io_uring with the completion reaped on the loop")
     ap.add_argument("--role", help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     ap.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)
@@ -196,12 +228,15 @@ def main() -> None:
         ap.error("--writes must be at least 300 (the first 200 are warm-up)")
     work = parse_work(args.work)
     if work is None:
-        ap.error("--work must be four or six whole numbers of µs (A,B,C,D[,E,F]), each "
-                 f"0-100000; got {args.work!r}")
+        ap.error("--work must be four, six or seven whole numbers of µs (A,B,C,D[,E,F[,G]]), "
+                 f"each 0-100000; got {args.work!r}")
+    if work[6] and args.leader_sync != "uring":
+        ap.error("--work's seventh figure (G, the leader on its sync's completion) needs "
+                 "--leader-sync uring")
     if args.role == "leader":
         ports = [int(p) for p in args.follower_ports.split(",")]
         _run(_leader(args.dir, args.listen_fd, ports, not args.no_leader_fsync, work,
-                     args.leader_sync == "thread"))
+                     args.leader_sync))
         return
     if args.role in ("1", "2"):
         _run(_follower(args.dir, int(args.role), args.listen_fd, work))

@@ -11,21 +11,23 @@ from pathlib import Path
 import pytest
 
 from bench.latency_floor import _spend, parse_work
+from kraft.storage.uring import UringSync
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(("text", "expected"), [
-    ("0,0,0,0", (0, 0, 0, 0, 0, 0)),
-    ("80,60,80,45", (80, 60, 80, 45, 0, 0)),
-    ("1,2,3,4,5,6", (1, 2, 3, 4, 5, 6)),
-    ("100000,0,0,0", (100_000, 0, 0, 0, 0, 0)),
+    ("0,0,0,0", (0, 0, 0, 0, 0, 0, 0)),
+    ("80,60,80,45", (80, 60, 80, 45, 0, 0, 0)),
+    ("1,2,3,4,5,6", (1, 2, 3, 4, 5, 6, 0)),
+    ("1,2,3,4,5,6,7", (1, 2, 3, 4, 5, 6, 7)),
+    ("100000,0,0,0", (100_000, 0, 0, 0, 0, 0, 0)),
 ])
-def test_work_takes_four_or_six_figures(text: str, expected: tuple[int, ...]) -> None:
+def test_work_takes_four_six_or_seven_figures(text: str, expected: tuple[int, ...]) -> None:
     assert parse_work(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "1,2,3", "1,2,3,4,5", "1,2,3,4,5,6,7", "1,x,3,4",
+@pytest.mark.parametrize("text", ["", "1,2,3", "1,2,3,4,5", "1,2,3,4,5,6,7,8", "1,x,3,4",
                                   "1,-2,3,4", "1.5,2,3,4", "1,2,3,100001", "\u00b2,1,1,1"])
 def test_work_refuses_anything_else(text: str) -> None:
     assert parse_work(text) is None
@@ -48,8 +50,14 @@ def _floor(*args: str) -> subprocess.CompletedProcess[str]:
 def test_a_bad_work_flag_is_named_and_nothing_starts() -> None:
     done = _floor("--work", "1,2,x,4")
     assert done.returncode == 2
-    assert "--work must be four or six whole numbers" in done.stderr
+    assert "--work must be four, six or seven whole numbers" in done.stderr
     assert "'1,2,x,4'" in done.stderr
+
+
+def test_work_on_the_sync_completion_needs_the_uring_sync() -> None:
+    done = _floor("--work", "0,0,0,0,0,0,5", "--leader-sync", "thread")
+    assert done.returncode == 2
+    assert "seventh figure" in done.stderr and "--leader-sync uring" in done.stderr
 
 
 def test_the_model_runs_with_work_and_a_syncing_thread() -> None:
@@ -59,7 +67,7 @@ def test_the_model_runs_with_work_and_a_syncing_thread() -> None:
     done = _floor("--writes", "300", "--leader-sync", "thread", "--work", "1000,0,1000,0")
     assert done.returncode == 0, done.stderr
     line = done.stdout.strip().splitlines()[-1]
-    head = "latency floor (leader fsync on its thread, work 1000,0,1000,0,0,0 µs): p50 "
+    head = "latency floor (leader fsync on its thread, work 1000,0,1000,0,0,0,0 µs): p50 "
     assert line.startswith(head)
     assert line.endswith("over 100 writes")
     assert float(line[len(head):].split(" ms", 1)[0]) >= 2.0
@@ -75,3 +83,16 @@ def test_two_runs_side_by_side_do_not_collide_on_ports() -> None:
         out, err = run.communicate(timeout=120)
         assert run.returncode == 0, err
         assert out.strip().splitlines()[-1].endswith("over 100 writes")
+
+
+@pytest.mark.skipif(not UringSync.available(), reason="io_uring is not available here")
+def test_the_uring_sync_reaps_on_the_loop_and_does_its_work() -> None:
+    # 2 ms of CPU on each completion of the leader's sync: the loop that reaps it is the loop
+    # that answers, so writes wait behind it and the p50 is at least 2 ms; without the
+    # completion reaped on the loop (or its work not done) it would be far lower
+    done = _floor("--writes", "300", "--leader-sync", "uring", "--work", "0,0,0,0,0,0,2000")
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.strip().splitlines()[-1]
+    head = "latency floor (leader fsync on its uring, work 0,0,0,0,0,0,2000 µs): p50 "
+    assert line.startswith(head)
+    assert float(line[len(head):].split(" ms", 1)[0]) >= 2.0
