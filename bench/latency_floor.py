@@ -22,8 +22,9 @@ node's code would. `--leader-sync thread` moves the leader's fdatasync to a work
 the node starts its own through the kernel without waiting for it, and nothing tells the loop
 when it is done; `--leader-sync uring` starts it as the node does (`IORING_OP_FSYNC` through
 `kraft.storage.uring`, one in flight, the next started when it is done), and its eventfd wakes
-the loop to reap the completion, as the node's does. The default waits for it on the loop. With both, the floor becomes a what-if: how the p50 moves when a step of the path
-gets cheaper.
+the loop to reap the completion, as the node's does. The default waits for it on the loop.
+With both options, the floor becomes a what-if: how the p50 moves when a step of the path gets
+cheaper.
 
 Prints p50/p90/p99 in ms over N sequential writes (the first 200 dropped as warm-up). Every
 process stops by itself: the client after N writes (bounded by a 60 s deadline), the servers

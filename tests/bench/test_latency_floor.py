@@ -87,12 +87,14 @@ def test_two_runs_side_by_side_do_not_collide_on_ports() -> None:
 
 @pytest.mark.skipif(not UringSync.available(), reason="io_uring is not available here")
 def test_the_uring_sync_reaps_on_the_loop_and_does_its_work() -> None:
-    # 2 ms of CPU on each completion of the leader's sync: the loop that reaps it is the loop
-    # that answers, so writes wait behind it and the p50 is at least 2 ms; without the
-    # completion reaped on the loop (or its work not done) it would be far lower
+    # 2 ms of CPU on each completion of the leader's sync, on the loop that also reads the
+    # writes and the acknowledgements: a write arriving (or acknowledged) while it runs waits
+    # for the rest of it, and in a sequential stream nearly every write does, so the p50 is
+    # about 2 ms or more (measured 2.2-2.4 ms here); with the completion not reaped on the loop,
+    # or its work not done, it is the floor's (about 0.5 ms here). 1.5 ms tells them apart
     done = _floor("--writes", "300", "--leader-sync", "uring", "--work", "0,0,0,0,0,0,2000")
     assert done.returncode == 0, done.stderr
     line = done.stdout.strip().splitlines()[-1]
     head = "latency floor (leader fsync on its uring, work 0,0,0,0,0,0,2000 µs): p50 "
     assert line.startswith(head)
-    assert float(line[len(head):].split(" ms", 1)[0]) >= 2.0
+    assert float(line[len(head):].split(" ms", 1)[0]) >= 1.5
