@@ -273,6 +273,16 @@ def render_markdown(res: dict[str, Any]) -> str:
                  f"{first.get('bytes')} bytes, each followed by `fdatasync`, in a scratch file on the "
                  f"same filesystem): {'; '.join(parts)}. kraft-quorum and etcd fsync every write on "
                  "this disk, so its phase moves both.")
+    floors = {name: s["floor_probe"] for name, s in ((res.get("latency") or {}).get("systems") or {}).items()
+              if isinstance(s.get("floor_probe"), dict)}
+    if floors:
+        parts = [f"{name} {d['error']}" if d.get("error") else
+                 f"{name} p50 {_f(d.get('p50_ms'), 3)} / p99 {_f(d.get('p99_ms'), 3)} ms"
+                 for name, d in floors.items()]
+        L.append("\n- The latency floor just before each system's window (`bench.latency_floor`: a "
+                 "write's hops and fsyncs through four processes on loopback with no work between "
+                 f"them, {next(iter(floors.values())).get('n', '?')} writes after warm-up): "
+                 f"{'; '.join(parts)}. What a system's p50 adds to it is its own work.")
     L += ["", "### 3. Failover", "",
           "| system | fault | trials | p50 ms | p99 ms | max ms | failed trials |",
           "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]

@@ -7,7 +7,7 @@ appends, fdatasyncs and acknowledges; the leader answers the client at the first
 acknowledgement. That is a write's path through `kraft run` (client -> leader -> follower ->
 leader -> client, three fsyncs on one disk) without any protocol, raft or state machine work.
 
-    .venv/bin/python -m bench.latency_floor [--writes N] [--no-leader-fsync]
+    .venv/bin/python -m bench.latency_floor [--writes N] [--no-leader-fsync] [--json]
         [--work A,B,C,D[,E,F[,G]]] [--leader-sync loop|thread|uring]
 
 `--work A,B,C,D[,E,F[,G]]` puts CPU work on the path, as a model of the node's own code: A µs in
@@ -26,7 +26,8 @@ the loop to reap the completion, as the node's does. The default waits for it on
 With both options, the floor becomes a what-if: how the p50 moves when a step of the path gets
 cheaper.
 
-Prints p50/p90/p99 in ms over N sequential writes (the first 200 dropped as warm-up). Every
+Prints p50/p90/p99 in ms over N sequential writes (the first 200 dropped as warm-up), as one
+JSON line with `--json` (`make bench` records it before each sequential window). Every
 process stops by itself: the client after N writes (bounded by a 60 s deadline), the servers
 when the client is done (they are killed in a `finally`). The run binds its three listening
 sockets itself, on ports the kernel picks, and hands them to the roles, so runs side by side
@@ -38,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import json
 import os
 import socket
 import struct
@@ -220,6 +222,8 @@ def main() -> None:
     ap.add_argument("--leader-sync", choices=("loop", "thread", "uring"), default="loop",
                     help="the leader's fdatasync waits on its loop (default), runs on a thread, "
                          "or is started through io_uring with the completion reaped on the loop")
+    ap.add_argument("--json", action="store_true",
+                    help="print one JSON line (p50_ms, p90_ms, p99_ms, n, leader_sync, work_us)")
     ap.add_argument("--role", help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     ap.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)
@@ -268,9 +272,19 @@ def main() -> None:
                 p.kill()
                 p.wait()
 
+    if not times:
+        sys.exit("latency floor: no write after the 200 of warm-up was answered within the "
+                 "run's 60 s deadline")
+
     def q(p: float) -> float:
         return 1000 * times[min(len(times) - 1, int(p * len(times)))]
 
+    if args.json:
+        print(json.dumps({"p50_ms": round(q(0.5), 4), "p90_ms": round(q(0.9), 4),
+                          "p99_ms": round(q(0.99), 4), "n": len(times),
+                          "leader_sync": None if args.no_leader_fsync else args.leader_sync,
+                          "work_us": list(work)}))
+        return
     sync = "no leader fsync" if args.no_leader_fsync else f"leader fsync on its {args.leader_sync}"
     print(f"latency floor ({sync}, work {','.join(map(str, work))} µs): "
           f"p50 {q(0.5):.3f} ms, p90 {q(0.9):.3f} ms, p99 {q(0.99):.3f} ms over {len(times)} writes")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import subprocess
@@ -145,6 +146,33 @@ def disk_probe(directory: Path, rounds: int = 500, size: int = 187) -> dict[str,
     return dict(summarize_ns(lat), bytes=size)
 
 
+def floor_probe(writes: int = 3000, timeout_s: float = 120.0) -> dict[str, Any]:
+    """The latency floor, just before a sequential window: `bench.latency_floor` (a write's
+    hops and fsyncs through four processes on loopback, no work between them; the leader's
+    sync on a thread, started without waiting, as the node starts its own) over `writes`
+    sequential writes. With the disk probe it says which phase of the host a window ran in, and
+    how far above the machine's floor each system's p50 is. A run that fails gives
+    {"error": ...} naming why; it never stops the benchmark."""
+    cmd = [sys.executable, "-m", "bench.latency_floor", "--writes", str(writes),
+           "--leader-sync", "thread", "--json"]
+    try:
+        done = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                              text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return {"error": f"bench.latency_floor did not finish within {timeout_s:.0f} s"}
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"bench.latency_floor exited {done.returncode}: {tail}"}
+    try:
+        out = json.loads(lines[-1])
+    except json.JSONDecodeError:
+        return {"error": f"bench.latency_floor printed no JSON: {lines[-1][:200]!r}"}
+    if not isinstance(out, dict) or not isinstance(out.get("p50_ms"), (int, float)):
+        return {"error": f"bench.latency_floor printed no p50: {lines[-1][:200]!r}"}
+    return out
+
+
 @contextlib.contextmanager
 def running(system: Any) -> Any:
     """Start a system (a second attempt, with fresh ports, if the first fails) and always stop
@@ -187,7 +215,10 @@ def throughput_and_latency(p: Params) -> tuple[dict[str, Any], dict[str, Any]]:
                             "systems": {}}
     lat: dict[str, Any] = {"units": {"latency": "ms, one write at a time",
                                      "disk_probe": "ms per append + fdatasync of the disk alone, "
-                                                   "just before the window (`disk_probe`)"},
+                                                   "just before the window (`disk_probe`)",
+                                     "floor_probe": "ms per sequential write of "
+                                                    "`bench.latency_floor` (hops and fsyncs, no "
+                                                    "work), just before the window"},
                            "params": {"duration_s": p.duration, "warmup_s": p.warmup},
                            "systems": {}}
     for name, make in systems():
@@ -201,8 +232,11 @@ def throughput_and_latency(p: Params) -> tuple[dict[str, Any], dict[str, Any]]:
                 disk = disk_probe(WORK)
                 print(f"   {name}: disk alone before the sequential window: fdatasync p50 "
                       f"{disk['p50_ms']} ms p99 {disk['p99_ms']} ms", flush=True)
+                floor = floor_probe()
+                said = floor.get("error") or f"p50 {floor['p50_ms']} ms p99 {floor['p99_ms']} ms"
+                print(f"   {name}: latency floor before the sequential window: {said}", flush=True)
                 lat["systems"][name] = dict(info, **measured(s, lambda: s.seq(p.duration, p.warmup)),
-                                            disk_probe=disk)
+                                            disk_probe=disk, floor_probe=floor)
                 if flushes:
                     lat["systems"][name]["log_flush"] = flush_window(
                         flushes, s.flush_times(), f"node{s.wait_leader()}")

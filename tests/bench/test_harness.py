@@ -20,7 +20,7 @@ from bench.peers import (
     summarize_ns,
     summarize_s,
 )
-from bench.scenarios import Target, disk_probe, evaluate_targets, flush_window
+from bench.scenarios import Target, disk_probe, evaluate_targets, floor_probe, flush_window
 
 
 def test_peer_ports_are_outside_the_ephemeral_range_and_never_handed_out_twice() -> None:
@@ -130,8 +130,14 @@ def test_markdown_and_json_render(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         "node2": {"role": "leader", "flushes": 5200, "mean_ms": 0.412}}
     res["latency"]["systems"]["kraft-quorum"]["disk_probe"] = {"n": 500, "p50_ms": 0.0951,
                                                                "p99_ms": 0.1312, "bytes": 187}
+    res["latency"]["systems"]["kraft-quorum"]["floor_probe"] = {"n": 2800, "p50_ms": 0.4312,
+                                                                "p99_ms": 0.7719}
+    res["latency"]["systems"].setdefault("etcd", {})["floor_probe"] = {
+        "error": "bench.latency_floor exited 1: x"}
     md = bench_compare.render_markdown(res)
     assert md.startswith(bench_compare.BEGIN) and md.endswith(bench_compare.END)
+    assert ("no work between them, 2800 writes after warm-up): kraft-quorum p50 0.431 / p99 0.772 "
+            "ms; etcd bench.latency_floor exited 1: x. What a system's p50 adds" in md)
     assert "node1 (follower) 0.291 ms over 5,200; node2 (leader) 0.412 ms over 5,200" in md
     assert ("(500 appends of 187 bytes, each followed by `fdatasync`, in a scratch file on the same "
             "filesystem): kraft-quorum p50 0.095 / p99 0.131 ms." in md)
@@ -237,6 +243,17 @@ def test_flush_window_per_node() -> None:
     assert w["node1"] == {"role": "leader", "flushes": 100, "mean_ms": 0.3}
     assert w["node2"] == {"role": "follower", "flushes": 0, "mean_ms": None}
     assert w["node3"] == {"role": "follower", "flushes": 50, "mean_ms": 0.4}  # new since
+
+
+def test_floor_probe_runs_the_floor_and_reads_its_json() -> None:
+    """A real short run of `bench.latency_floor`: the figures come back as numbers in order;
+    a run that cannot succeed comes back as an error naming why, not as an exception."""
+    r = floor_probe(writes=300)
+    assert r["n"] == 100 and r["leader_sync"] == "thread" and r["work_us"] == [0] * 7
+    assert 0 < r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"]
+    bad = floor_probe(writes=10)  # below the floor's minimum of 300
+    assert bad["error"].startswith("bench.latency_floor exited 2:")
+    assert "--writes must be at least 300" in bad["error"]
 
 
 def test_disk_probe_times_real_syncs_and_leaves_nothing(tmp_path: Path) -> None:
