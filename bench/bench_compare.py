@@ -279,9 +279,10 @@ def render_markdown(res: dict[str, Any]) -> str:
         parts = [f"{name} {d['error']}" if d.get("error") else
                  f"{name} p50 {_f(d.get('p50_ms'), 3)} / p99 {_f(d.get('p99_ms'), 3)} ms"
                  for name, d in floors.items()]
+        n = next(iter(floors.values())).get("n")
         L.append("\n- The latency floor just before each system's window (`bench.latency_floor`: a "
                  "write's hops and fsyncs through four processes on loopback with no work between "
-                 f"them, {next(iter(floors.values())).get('n', '?')} writes after warm-up): "
+                 f"them, {f'{n:,}' if isinstance(n, int) else '?'} writes after warm-up): "
                  f"{'; '.join(parts)}. What a system's p50 adds to it is its own work.")
     L += ["", "### 3. Failover", "",
           "| system | fault | trials | p50 ms | p99 ms | max ms | failed trials |",

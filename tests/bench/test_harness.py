@@ -136,7 +136,7 @@ def test_markdown_and_json_render(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         "error": "bench.latency_floor exited 1: x"}
     md = bench_compare.render_markdown(res)
     assert md.startswith(bench_compare.BEGIN) and md.endswith(bench_compare.END)
-    assert ("no work between them, 2800 writes after warm-up): kraft-quorum p50 0.431 / p99 0.772 "
+    assert ("no work between them, 2,800 writes after warm-up): kraft-quorum p50 0.431 / p99 0.772 "
             "ms; etcd bench.latency_floor exited 1: x. What a system's p50 adds" in md)
     assert "node1 (follower) 0.291 ms over 5,200; node2 (leader) 0.412 ms over 5,200" in md
     assert ("(500 appends of 187 bytes, each followed by `fdatasync`, in a scratch file on the same "
