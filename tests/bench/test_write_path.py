@@ -135,6 +135,8 @@ def test_bad_flags_are_named() -> None:
         write_path.main(["--property", "no-equals-sign"])
 
 
+# a quorum on 127.0.0.1-3, in the group tests/node/test_local_and_demo.py explains
+@pytest.mark.xdist_group("default-loopback")
 def test_a_traced_quorum_gives_every_step_in_order() -> None:
     summary = write_path.run(1.0, {})
     assert summary["writes_traced"] > 100

@@ -37,6 +37,13 @@ def address_prefix() -> str:
     return f"127.{index + 10}.{next(_clusters_made)}."
 
 
+def own_host() -> str:
+    """A loopback address no other test uses (the first of a fresh `address_prefix()`), for a
+    test that starts nodes in its own process: ports chosen free on it stay free until bound,
+    whatever the other xdist worker starts meanwhile."""
+    return address_prefix() + "1"
+
+
 @pytest.fixture
 def clusters(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
     """Make LocalClusters under tmp_path; every process is SIGKILLed at the end, even on failure."""

@@ -23,16 +23,18 @@ from kraft.server.local import free_port
 from kraft.server.node import KraftNode
 from kraft.statemachine.kv import KVStore, encode_put
 from kraft.storage.format import format_storage
+from tests.node.conftest import own_host
 
 
 async def _leader(tmp_path: Path, **extra: str) -> KraftNode:
     """A single-voter quorum in this process, once it leads with a high watermark (`extra`:
     more properties, by name)."""
-    port = free_port("127.0.0.1")
+    host = own_host()
+    port = free_port(host)
     props = {
         "node.id": "1", "process.roles": "controller",
-        "listeners": f"CONTROLLER://127.0.0.1:{port}", "controller.listener.names": "CONTROLLER",
-        "controller.quorum.voters": f"1@127.0.0.1:{port}", "metadata.log.dir": str(tmp_path),
+        "listeners": f"CONTROLLER://{host}:{port}", "controller.listener.names": "CONTROLLER",
+        "controller.quorum.voters": f"1@{host}:{port}", "metadata.log.dir": str(tmp_path),
         **extra,
     }
     format_storage(props, str(Uuid.random()), out=io.StringIO())

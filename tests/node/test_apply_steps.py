@@ -22,6 +22,7 @@ from kraft.server.node import KraftNode
 from kraft.statemachine.base import CommittedBatch
 from kraft.storage.format import format_storage
 from kraft.storage.snapshots import SnapshotStore, iter_snapshot_values
+from tests.node.conftest import own_host
 
 STEP = 7
 
@@ -85,11 +86,14 @@ def small_steps(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[int, list[tupl
 
 
 def _configs(base: Path) -> list[dict[str, str]]:
-    ports = [free_port("127.0.0.1") for _ in range(3)]
-    voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
+    host = own_host()
+    ports: list[int] = []
+    for _ in range(3):
+        ports.append(free_port(host, set(ports)))
+    voters = ",".join(f"{i + 1}@{host}:{p}" for i, p in enumerate(ports))
     return [{
         "node.id": str(i + 1), "process.roles": "controller",
-        "listeners": f"CONTROLLER://127.0.0.1:{p}", "controller.listener.names": "CONTROLLER",
+        "listeners": f"CONTROLLER://{host}:{p}", "controller.listener.names": "CONTROLLER",
         "controller.quorum.voters": voters, "metadata.log.dir": str(base / f"n{i + 1}"),
         "controller.quorum.election.timeout.ms": "300",
         "controller.quorum.fetch.timeout.ms": "600",

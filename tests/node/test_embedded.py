@@ -19,6 +19,7 @@ from kraft.server.node import KraftNode
 from kraft.statemachine.base import CommittedBatch, StateMachine
 from kraft.storage import aio, uring
 from kraft.storage.format import format_storage
+from tests.node.conftest import own_host
 
 
 class Counter:
@@ -55,11 +56,12 @@ class Counter:
 
 
 def _config(base: Path, fsync: bool) -> dict[str, str]:
-    port = free_port("127.0.0.1")
+    host = own_host()
+    port = free_port(host)
     return {
         "node.id": "1", "process.roles": "controller",
-        "listeners": f"CONTROLLER://127.0.0.1:{port}", "controller.listener.names": "CONTROLLER",
-        "controller.quorum.voters": f"1@127.0.0.1:{port}", "metadata.log.dir": str(base / "meta"),
+        "listeners": f"CONTROLLER://{host}:{port}", "controller.listener.names": "CONTROLLER",
+        "controller.quorum.voters": f"1@{host}:{port}", "metadata.log.dir": str(base / "meta"),
         "controller.quorum.election.timeout.ms": "200",
         "metadata.log.max.record.bytes.between.snapshots": "200",
         "kraft.log.fsync": "true" if fsync else "false",
@@ -198,8 +200,10 @@ async def test_binary_client_that_does_not_read_stops_being_served(tmp_path: Pat
 
     from kraft.server.client_protocol import OK, OP_GET_STALE, RESPONSE_HEAD, encode_request
 
-    port = free_port("127.0.0.1")
-    props = dict(_config(tmp_path, fsync=False), **{"client.listener": f"127.0.0.1:{port}"})
+    props = _config(tmp_path, fsync=False)
+    host, raft_port = props["listeners"].split("//", 1)[1].rsplit(":", 1)
+    port = free_port(host, {int(raft_port)})
+    props["client.listener"] = f"{host}:{port}"
     format_storage(props, str(Uuid.random()), out=io.StringIO())
     node = KraftNode(build_config(props, {}))
     await node.start()
@@ -219,7 +223,7 @@ async def test_binary_client_that_does_not_read_stops_being_served(tmp_path: Pat
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.setblocking(False)
         loop = asyncio.get_running_loop()
-        await loop.sock_connect(sock, ("127.0.0.1", port))
+        await loop.sock_connect(sock, (host, port))
         total = 400  # 26 MB of answers: far more than the kernel and transport buffers hold
         for start in range(0, total, 10):  # in separate chunks, as a pipelining client sends
             await loop.sock_sendall(sock, b"".join(encode_request(i, OP_GET_STALE, "big")

@@ -49,6 +49,13 @@ IGNORING_SIGINT = [sys.executable, "-c",
 signal stays ignored across exec)."""
 
 
+# These tests start quorums on the addresses users get (127.0.0.1-4), with ports chosen free
+# before the nodes bind them: two such quorums started at once on the two xdist workers could
+# choose the same port. In the "default-loopback" group they run one after another on one
+# worker (`kraft local`, the demo, the benchmark's clusters; other tests use their own /24s).
+pytestmark = pytest.mark.xdist_group("default-loopback")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("stop_signal", ["SIGINT", "SIGTERM"])
 def test_kraft_local_shows_a_leader_and_stops_every_node_on_a_signal(
