@@ -200,18 +200,23 @@ def die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
 
 
-_HANDED_OUT: set[int] = set()
+_HELD: Any = None
+"""The run's peer ports (a `kraft.server.local.PortLocks`, made on first use), held until the
+run ends, against other runs and local quorums on the machine."""
 
 
 def free_port(host: str = HOST) -> int:
     """A TCP port free on `host` right now, from outside the ephemeral range (as the nodes'
-    ports are), so the run's own outgoing connections cannot take it before a peer binds it,
-    and never one this run handed out before (a peer's ports are all chosen before it starts)."""
+    ports are), so the run's own outgoing connections cannot take it before a peer binds it;
+    held for the rest of the run, so it is never handed out twice (a peer's ports are all
+    chosen before it starts) nor chosen by another run or local quorum on the machine."""
+    global _HELD
+    from kraft.server.local import PortLocks
     from kraft.server.local import free_port as _outside_ephemeral
 
-    port = _outside_ephemeral(host, _HANDED_OUT)
-    _HANDED_OUT.add(port)
-    return port
+    if _HELD is None:
+        _HELD = PortLocks()
+    return _outside_ephemeral(host, hold=_HELD)
 
 
 def kill_proc(p: subprocess.Popen[Any] | None, graceful_s: float = 5.0) -> None:

@@ -1,12 +1,13 @@
 """A quorum of real `kraft run` processes on loopback (used by `kraft local`, the demo and the
 process tests).
 
-Node `i` listens on its own address `127.0.0.i` (controller listener and admin HTTP, ports
-chosen free at start; tests pass another `address_prefix` such as `127.3.7.` so parallel test
-workers never share an address). The quorum is dynamic (kraft.version 1): the first `voters` nodes are
-formatted with `--initial-controllers`, observers and later nodes with
-`--no-initial-controllers`, and every node finds the leader through
-`controller.quorum.bootstrap.servers`. `static=True` formats a static quorum
+Node `i` listens on its own address `127.0.0.i` (controller listener, admin HTTP and binary
+client, on ports chosen free when the quorum is described and held against every other local
+quorum on the machine until it is closed; tests pass another `address_prefix` such as
+`127.3.7.` so parallel test workers never share an address). The quorum is dynamic
+(kraft.version 1): the first `voters` nodes are formatted with `--initial-controllers`,
+observers and later nodes with `--no-initial-controllers`, and every node finds the leader
+through `controller.quorum.bootstrap.servers`. `static=True` formats a static quorum
 (`controller.quorum.voters`, kraft.version 0) instead.
 
 All operations are synchronous and short; processes are killed (SIGKILL) by `close()` even
@@ -16,6 +17,8 @@ when a caller fails half-way.
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import http.client
 import io
 import json
@@ -24,8 +27,10 @@ import random
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,19 +45,88 @@ _PORT_RANGE = (20000, 32000)
 outgoing connection's source port can never take a node's port between choice and bind."""
 
 
-def free_port(host: str, avoid: set[int] | None = None) -> int:
-    """A TCP port that is free on `host` right now (outside the ephemeral range)."""
-    rng = random.Random()
-    for _ in range(1000):
-        port = rng.randrange(*_PORT_RANGE)
-        if avoid and port in avoid:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+_LOCK_FILE = Path(tempfile.gettempdir()) / f"kraft-local-ports-{os.getuid()}.lock"
+"""One byte per port number: a quorum that chose a port holds a lock on that byte until it is
+closed, so that another quorum on this machine (another `kraft local`, another test worker)
+does not choose the same port between the choice and the node's bind, or while a node is
+down between a kill and a restart."""
+
+_OFD_SETLK: int | None = getattr(fcntl, "F_OFD_SETLK", None)
+_FLOCK = struct.Struct("hhqqi4x")  # struct flock on Linux: type, whence, start, len, pid
+_F_WRLCK = 1
+
+
+class PortLocks:
+    """Ports held against every other `PortLocks` on the machine (same user), until `release()`
+    or this process's exit, by open-file-description locks on bytes of one shared file: locks
+    of one holder never conflict with each other, locks of two holders do, even in one process,
+    and the kernel drops them all when the holder's file is closed (a killed process leaves
+    none behind). Where such locks are not available (not Linux, no writable temporary
+    directory), `take` always succeeds and ports are only checked free when chosen."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self._path = path or _LOCK_FILE
+        self._fd: int | None = None
+        self._unavailable = _OFD_SETLK is None
+        self.held: set[int] = set()
+
+    def _file(self) -> int | None:
+        if self._fd is None and not self._unavailable:
             try:
-                s.bind((host, port))
+                self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             except OSError:
+                self._unavailable = True
+        return self._fd
+
+    def take(self, port: int) -> bool:
+        """Hold `port`; False when another holder has it."""
+        fd = self._file()
+        if fd is None or _OFD_SETLK is None:
+            self.held.add(port)
+            return True
+        try:
+            fcntl.fcntl(fd, _OFD_SETLK, _FLOCK.pack(_F_WRLCK, os.SEEK_SET, port, 1, 0))
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EAGAIN):
+                return False
+            raise
+        self.held.add(port)
+        return True
+
+    def release(self) -> None:
+        """Give up every port held (closing the file drops its locks)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self.held.clear()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.release()
+
+
+def free_port(host: str, avoid: set[int] | None = None, hold: PortLocks | None = None) -> int:
+    """A TCP port that is free on `host` right now (outside the ephemeral range) and that no
+    `PortLocks` on this machine holds. With `hold`, the port is taken into it before it is
+    returned, so no other holder can choose it until `hold` is released."""
+    rng = random.Random()
+    probe = hold or PortLocks()
+    try:
+        for _ in range(1000):
+            port = rng.randrange(*_PORT_RANGE)
+            if avoid and port in avoid:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+            if port in probe.held or not probe.take(port):
                 continue
             return port
+    finally:
+        if hold is None:
+            probe.release()
     raise OSError(f"no free port on {host} in {_PORT_RANGE}")
 
 
@@ -138,6 +212,7 @@ class LocalCluster:
             **(properties or {}),
         }
         self.nodes: dict[int, LocalNode] = {}
+        self._ports = PortLocks()  # every node's ports, held until close()
         self._first = first_address
         self._prefix = address_prefix
         for i in range(1, voters + observers + 1):
@@ -148,11 +223,11 @@ class LocalCluster:
 
     def _new_node(self, node_id: int) -> LocalNode:
         host = f"{self._prefix}{self._first + node_id - 1}"
-        port = free_port(host)
-        http_port = free_port(host, {port})
+        port = free_port(host, hold=self._ports)
+        http_port = free_port(host, hold=self._ports)
         node = LocalNode(
             node_id=node_id, host=host, port=port, http_port=http_port,
-            client_port=free_port(host, {port, http_port}),
+            client_port=free_port(host, hold=self._ports),
             directory_id=Uuid.random(), dir=self.base / f"node-{node_id}" / "metadata",
             config_path=self.base / f"node-{node_id}" / "server.properties",
             log_path=self.base / f"node-{node_id}" / "kraft.log",
@@ -226,6 +301,8 @@ class LocalCluster:
     def start(self, node_id: int) -> LocalNode:
         """Start `kraft run` for a node (its directory must be formatted)."""
         node = self.nodes[node_id]
+        for port in (node.port, node.http_port, node.client_port):
+            self._ports.take(port)  # again, after a close(); a no-op while held
         self.write_config(node)
         logf = open(node.log_path, "ab")  # noqa: SIM115 - owned by the child process
         env = {k: v for k, v in os.environ.items() if not k.startswith("KRAFT_")}
@@ -260,13 +337,15 @@ class LocalCluster:
             node.process.wait(timeout=10)
 
     def close(self) -> None:
-        """SIGKILL every process still running."""
+        """SIGKILL every process still running, and give up the nodes' ports to other quorums
+        (a later `start` takes a node's ports again)."""
         for node in self.nodes.values():
             if node.process is not None and node.process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     node.process.kill()
                 with contextlib.suppress(Exception):
                     node.process.wait(timeout=10)
+        self._ports.release()
 
     def stop_all(self, timeout: float = 10.0) -> None:
         """SIGTERM every node (graceful), then SIGKILL what is left after `timeout`."""

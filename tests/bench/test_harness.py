@@ -21,9 +21,10 @@ from bench.peers import (
     summarize_s,
 )
 from bench.scenarios import Target, disk_probe, evaluate_targets, floor_probe, flush_window
+from kraft.server.local import PortLocks
 
 
-def test_peer_ports_are_outside_the_ephemeral_range_and_never_handed_out_twice() -> None:
+def test_peer_ports_are_outside_the_ephemeral_range_never_handed_out_twice_and_held() -> None:
     import socket
 
     low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
@@ -32,6 +33,9 @@ def test_peer_ports_are_outside_the_ephemeral_range_and_never_handed_out_twice()
     assert all(not low <= p <= high for p in ports)
     with socket.socket() as s:
         s.bind(("127.0.0.1", ports[-1]))  # free when handed out
+    other = PortLocks()  # another run, or a local quorum, cannot choose them
+    assert not any(other.take(p) for p in ports)
+    other.release()
 
 
 def test_percentile_nearest_rank() -> None:

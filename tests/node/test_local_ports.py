@@ -1,0 +1,128 @@
+"""The ports a local quorum chooses are held against every other local quorum on the machine
+(`kraft.server.local.PortLocks`), from the choice until the quorum is closed."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kraft.server import local
+from kraft.server.local import LocalCluster, PortLocks, free_port
+
+HOST = "127.0.0.1"
+
+
+@pytest.fixture(autouse=True)
+def private_lock_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's own lock file: other test workers' quorums hold ports in the shared one."""
+    path = tmp_path / "ports.lock"
+    monkeypatch.setattr(local, "_LOCK_FILE", path)
+    return path
+
+
+def scripted_ports(monkeypatch: pytest.MonkeyPatch, ports: list[int]) -> None:
+    """Every `random.Random()` made by `free_port` proposes `ports`, in order, again and again
+    (as two choosers whose generators happen to agree)."""
+
+    class Scripted:
+        def __init__(self) -> None:
+            self._next: Iterator[int] = iter(ports * 50)
+
+        def randrange(self, start: int, stop: int) -> int:
+            return next(self._next)
+
+    monkeypatch.setattr(local.random, "Random", Scripted)
+
+
+def bindable_ports(n: int) -> list[int]:
+    ports: list[int] = []
+    while len(ports) < n:
+        ports.append(free_port(HOST, set(ports)))
+    return ports
+
+
+def test_two_holders_conflict_and_one_holder_never_conflicts_with_itself() -> None:
+    a, b = PortLocks(), PortLocks()
+    try:
+        assert a.take(21000) and a.take(21001) and a.take(21000)
+        assert not b.take(21000) and not b.take(21001)
+        assert b.take(21002) and not a.take(21002)
+        a.release()
+        assert b.take(21000) and b.take(21001)
+        assert a.held == set() and b.held == {21000, 21001, 21002}
+    finally:
+        a.release()
+        b.release()
+
+
+def test_free_port_skips_a_port_another_quorum_holds_and_takes_it_into_hold(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    first, second = bindable_ports(2)
+    other = PortLocks()
+    assert other.take(first)
+    scripted_ports(monkeypatch, [first, second])
+    mine = PortLocks()
+    try:
+        assert free_port(HOST) == second  # a check only: nothing is held after it
+        assert free_port(HOST, hold=mine) == second
+        assert mine.held == {second} and not other.take(second)
+        other.release()
+        assert free_port(HOST, hold=mine) == first  # `second` is mine already: never twice
+    finally:
+        mine.release()
+        other.release()
+
+
+def test_two_quorums_whose_choices_agree_get_disjoint_ports(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Both quorums' generators propose the same ports in the same order. The first takes
+    nine of them (three nodes, three listeners each); the second must take the other nine."""
+    candidates = bindable_ports(18)
+    scripted_ports(monkeypatch, candidates)
+    a = LocalCluster(tmp_path / "a", voters=3)
+    b = LocalCluster(tmp_path / "b", voters=3)
+    try:
+        def ports(c: LocalCluster) -> set[int]:
+            return {p for n in c.nodes.values() for p in (n.port, n.http_port, n.client_port)}
+
+        assert ports(a) == set(candidates[:9])
+        assert ports(b) == set(candidates[9:])
+        a.close()  # a closed quorum gives its ports up
+        c = LocalCluster(tmp_path / "c", voters=3)
+        assert ports(c) == set(candidates[:9])
+        c.close()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_killed_holder_leaves_no_lock_behind(private_lock_file: Path) -> None:
+    port = bindable_ports(1)[0]
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys
+            from pathlib import Path
+            from kraft.server.local import PortLocks
+            locks = PortLocks(Path({str(private_lock_file)!r}))
+            print(locks.take({port}), flush=True)
+            sys.stdin.read()
+        """)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "True"
+        mine = PortLocks()
+        assert not mine.take(port)  # another process holds it
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=10)
+        assert mine.take(port)
+        mine.release()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(timeout=10)
