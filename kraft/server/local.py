@@ -100,9 +100,12 @@ class PortLocks:
             self._fd = None
         self.held.clear()
 
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self.release()
+    def __del__(self, _close: Any = os.close, _quiet: Any = contextlib.suppress) -> None:
+        # also at interpreter exit, when this module's globals may be gone already
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with _quiet(OSError):
+                _close(fd)
 
 
 def free_port(host: str, avoid: set[int] | None = None, hold: PortLocks | None = None) -> int:
