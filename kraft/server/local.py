@@ -73,7 +73,8 @@ class PortLocks:
     def _file(self) -> int | None:
         if self._fd is None and not self._unavailable:
             try:
-                self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+                self._fd = os.open(self._path, flags, 0o600)
             except OSError:
                 self._unavailable = True
         return self._fd
