@@ -90,7 +90,8 @@ class PortLocks:
         except OSError as exc:
             if exc.errno in (errno.EACCES, errno.EAGAIN):
                 return False
-            raise
+            # the lock itself failed (a filesystem without OFD locks, a struct flock laid out
+            # otherwise on this machine): the port is only checked free, as without locks
         self.held.add(port)
         return True
 

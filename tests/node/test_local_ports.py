@@ -126,3 +126,17 @@ def test_a_killed_holder_leaves_no_lock_behind(private_lock_file: Path) -> None:
         if holder.poll() is None:
             holder.kill()
             holder.wait(timeout=10)
+
+
+def test_a_lock_the_kernel_refuses_leaves_the_port_only_checked_free(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lock request the kernel rejects as invalid (here an unknown lock type) is not a
+    conflict: the port is taken as without locks, and nothing is held in the file."""
+    monkeypatch.setattr(local, "_F_WRLCK", 99)
+    a, b = PortLocks(), PortLocks()
+    try:
+        assert a.take(21000) and b.take(21000)
+        assert a.held == b.held == {21000}
+    finally:
+        a.release()
+        b.release()
