@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -14,8 +15,12 @@ import pytest
 
 from kraft.server import local
 from kraft.server.local import LocalCluster, PortLocks, free_port
+from tests.node.conftest import address_prefix
 
-HOST = "127.0.0.1"
+PREFIX = address_prefix()
+HOST = PREFIX + "1"
+"""Addresses of this module's own: the tests check which ports are free, and the quorums on
+the users' default addresses hold theirs in the shared lock file, not in these tests' file."""
 
 
 @pytest.fixture(autouse=True)
@@ -40,11 +45,23 @@ def scripted_ports(monkeypatch: pytest.MonkeyPatch, ports: list[int]) -> None:
     monkeypatch.setattr(local.random, "Random", Scripted)
 
 
-def bindable_ports(n: int) -> list[int]:
+def bindable_ports(n: int, hosts: int = 1) -> list[int]:
+    """`n` ports free on the first `hosts` addresses of PREFIX."""
     ports: list[int] = []
     while len(ports) < n:
-        ports.append(free_port(HOST, set(ports)))
+        port = free_port(HOST, set(ports))
+        if all(_bindable(f"{PREFIX}{i}", port) for i in range(2, hosts + 1)):
+            ports.append(port)
     return ports
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def test_two_holders_conflict_and_one_holder_never_conflicts_with_itself() -> None:
@@ -83,10 +100,10 @@ def test_two_quorums_whose_choices_agree_get_disjoint_ports(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Both quorums' generators propose the same ports in the same order. The first takes
     nine of them (three nodes, three listeners each); the second must take the other nine."""
-    candidates = bindable_ports(18)
+    candidates = bindable_ports(18, hosts=3)
     scripted_ports(monkeypatch, candidates)
-    a = LocalCluster(tmp_path / "a", voters=3)
-    b = LocalCluster(tmp_path / "b", voters=3)
+    a = LocalCluster(tmp_path / "a", voters=3, address_prefix=PREFIX)
+    b = LocalCluster(tmp_path / "b", voters=3, address_prefix=PREFIX)
     try:
         def ports(c: LocalCluster) -> set[int]:
             return {p for n in c.nodes.values() for p in (n.port, n.http_port, n.client_port)}
@@ -94,7 +111,7 @@ def test_two_quorums_whose_choices_agree_get_disjoint_ports(
         assert ports(a) == set(candidates[:9])
         assert ports(b) == set(candidates[9:])
         a.close()  # a closed quorum gives its ports up
-        c = LocalCluster(tmp_path / "c", voters=3)
+        c = LocalCluster(tmp_path / "c", voters=3, address_prefix=PREFIX)
         assert ports(c) == set(candidates[:9])
         c.close()
     finally:
