@@ -304,10 +304,15 @@ class LocalCluster:
     # ------------------------------------------------------------------ processes
 
     def start(self, node_id: int) -> LocalNode:
-        """Start `kraft run` for a node (its directory must be formatted)."""
+        """Start `kraft run` for a node (its directory must be formatted). Raises OSError,
+        before starting anything, when another local quorum has taken one of its ports since
+        this one was closed."""
         node = self.nodes[node_id]
         for port in (node.port, node.http_port, node.client_port):
-            self._ports.take(port)  # again, after a close(); a no-op while held
+            # again, after a close(); a no-op while held
+            if not self._ports.take(port):
+                raise OSError(f"node {node_id}'s port {port} on {node.host} is held by another "
+                              f"local quorum (this one gave it up when it was closed)")
         self.write_config(node)
         logf = open(node.log_path, "ab")  # noqa: SIM115 - owned by the child process
         env = {k: v for k, v in os.environ.items() if not k.startswith("KRAFT_")}

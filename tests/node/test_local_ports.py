@@ -157,3 +157,20 @@ def test_a_lock_the_kernel_refuses_leaves_the_port_only_checked_free(
     finally:
         a.release()
         b.release()
+
+
+def test_a_closed_quorum_does_not_start_a_node_on_a_port_another_quorum_took(
+        tmp_path: Path) -> None:
+    a = LocalCluster(tmp_path / "a", voters=1, address_prefix=PREFIX)
+    other = PortLocks()
+    try:
+        a.close()
+        node = a.nodes[1]
+        assert other.take(node.http_port)
+        with pytest.raises(OSError, match=f"node 1's port {node.http_port} on {node.host} is "
+                                          "held by another local quorum"):
+            a.start(1)
+        assert node.process is None
+    finally:
+        other.release()
+        a.close()
