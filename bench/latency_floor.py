@@ -9,6 +9,7 @@ leader -> client, three fsyncs on one disk) without any protocol, raft or state 
 
     .venv/bin/python -m bench.latency_floor [--writes N] [--no-leader-fsync] [--json]
         [--work A,B,C,D[,E,F[,G]]] [--leader-sync loop|thread|uring]
+        [--off-path loop|thread] [--tick K]
 
 `--work A,B,C,D[,E,F[,G]]` puts CPU work on the path, as a model of the node's own code: A µs in
 the leader when a write arrives (before it goes to the followers), B µs in the leader on each
@@ -26,6 +27,13 @@ the loop to reap the completion, as the node's does. The default waits for it on
 With both options, the floor becomes a what-if: how the p50 moves when a step of the path gets
 cheaper.
 
+Two more options place the off-path work (E and F), as a model of a path served by native code
+while the Python code catches up beside it. `--tick K` spends E and F once every K writes
+instead of after every one (bookkeeping done in batches). `--off-path thread` spends them on a
+second thread of the role that does not hold the GIL while it works (hashing, which releases
+it), woken through a queue: the work then competes with the path for the two CPUs but never
+holds up the role's loop. The default spends them on the loop, in line, as the node does.
+
 Prints p50/p90/p99 in ms over N sequential writes (the first 200 dropped as warm-up), as one
 JSON line with `--json` (`make bench` records it before each sequential window). Every
 process stops by itself: the client after N writes (bounded by a 60 s deadline), the servers
@@ -39,6 +47,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import hashlib
 import json
 import os
 import socket
@@ -46,7 +55,10 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
+from queue import SimpleQueue
 
 WRITE = 108
 HEAD = struct.Struct(">q")
@@ -70,6 +82,47 @@ def _spend(us: int) -> None:
         pass
 
 
+_CHUNK = bytes(4096)  # hashed in steps of a few µs; hashlib lets go of the GIL from 2 KiB
+
+
+def _spend_unlocked(us: int) -> None:
+    """Spend `us` µs of this thread's CPU time mostly without the GIL (hashing a 4 KiB block at
+    a time, which releases it), so the role's loop thread can run meanwhile."""
+    if us <= 0:
+        return
+    end = time.thread_time() + us / 1e6
+    while time.thread_time() < end:
+        hashlib.sha256(_CHUNK)
+
+
+def off_path(where: str, tick: int) -> Callable[[int], None]:
+    """The function a role calls after each write with its off-path µs: it spends them once
+    every `tick` calls, in line (`where` "loop") or on a thread of its own without the GIL
+    ("thread")."""
+    count = 0
+    if where == "loop":
+        def inline(us: int) -> None:
+            nonlocal count
+            count += 1
+            if us and count % tick == 0:
+                _spend(us)
+        return inline
+    work: SimpleQueue[int] = SimpleQueue()
+
+    def worker() -> None:
+        while True:
+            _spend_unlocked(work.get())
+
+    threading.Thread(target=worker, name="off-path", daemon=True).start()
+
+    def handed(us: int) -> None:
+        nonlocal count
+        count += 1
+        if us and count % tick == 0:
+            work.put(us)
+    return handed
+
+
 def _listener() -> socket.socket:
     """A listening TCP socket on 127.0.0.1 at a port the kernel picks, inheritable by a child."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -84,7 +137,7 @@ def _inherited(fd: int) -> socket.socket:
 
 
 async def _leader(directory: str, listen_fd: int, follower_ports: list[int], fsync: bool,
-                  work: tuple[int, ...], sync: str) -> None:
+                  work: tuple[int, ...], sync: str, later: Callable[[int], None]) -> None:
     fd = os.open(os.path.join(directory, "leader.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     followers = [await _connect(port) for port in follower_ports]
     pending: dict[int, asyncio.StreamWriter] = {}
@@ -119,7 +172,7 @@ async def _leader(directory: str, listen_fd: int, follower_ports: list[int], fsy
             client = pending.pop(HEAD.unpack(head)[0], None)
             if client is not None:  # the first acknowledgement commits
                 client.write(head)
-                _spend(after_answer)
+                later(after_answer)
 
     readers = [asyncio.ensure_future(acks(reader)) for reader, _ in followers]  # noqa: F841
 
@@ -149,7 +202,8 @@ async def _leader(directory: str, listen_fd: int, follower_ports: list[int], fsy
     await asyncio.sleep(120)
 
 
-async def _follower(directory: str, index: int, listen_fd: int, work: tuple[int, ...]) -> None:
+async def _follower(directory: str, index: int, listen_fd: int, work: tuple[int, ...],
+                    later: Callable[[int], None]) -> None:
     fd = os.open(os.path.join(directory, f"follower{index}.log"),
                  os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     on_records, on_synced, after_ack = work[2], work[3], work[5]
@@ -165,7 +219,7 @@ async def _follower(directory: str, index: int, listen_fd: int, work: tuple[int,
             os.fdatasync(fd)
             _spend(on_synced)
             writer.write(write[:HEAD.size])
-            _spend(after_ack)
+            later(after_ack)
 
     await asyncio.start_server(leader, sock=_inherited(listen_fd))
     await asyncio.sleep(120)
@@ -222,6 +276,11 @@ def main() -> None:
     ap.add_argument("--leader-sync", choices=("loop", "thread", "uring"), default="loop",
                     help="the leader's fdatasync waits on its loop (default), runs on a thread, "
                          "or is started through io_uring with the completion reaped on the loop")
+    ap.add_argument("--off-path", choices=("loop", "thread"), default="loop",
+                    help="where E and F are spent: in line on the role's loop (default), or on "
+                         "a thread of the role's own that does not hold the GIL meanwhile")
+    ap.add_argument("--tick", type=int, default=1, metavar="K",
+                    help="spend E and F once every K writes instead of after each one")
     ap.add_argument("--json", action="store_true",
                     help="print one JSON line (p50_ms, p90_ms, p99_ms, n, leader_sync, work_us)")
     ap.add_argument("--role", help=argparse.SUPPRESS)
@@ -235,20 +294,24 @@ def main() -> None:
     if work is None:
         ap.error("--work must be four, six or seven whole numbers of µs (A,B,C,D[,E,F[,G]]), "
                  f"each 0-100000; got {args.work!r}")
+    if not 1 <= args.tick <= 10_000:
+        ap.error(f"--tick must be a whole number of writes in 1-10000; got {args.tick}")
     if work[6] and args.leader_sync != "uring":
         ap.error("--work's seventh figure (G, the leader on its sync's completion) needs "
                  "--leader-sync uring")
     if args.role == "leader":
         ports = [int(p) for p in args.follower_ports.split(",")]
         _run(_leader(args.dir, args.listen_fd, ports, not args.no_leader_fsync, work,
-                     args.leader_sync))
+                     args.leader_sync, off_path(args.off_path, args.tick)))
         return
     if args.role in ("1", "2"):
-        _run(_follower(args.dir, int(args.role), args.listen_fd, work))
+        _run(_follower(args.dir, int(args.role), args.listen_fd, work,
+                       off_path(args.off_path, args.tick)))
         return
     with tempfile.TemporaryDirectory(prefix="latency-floor-", dir=os.environ.get("TMPDIR")) as d:
         me = [sys.executable, "-m", "bench.latency_floor", "--dir", d, "--work", args.work,
-              "--leader-sync", args.leader_sync]
+              "--leader-sync", args.leader_sync, "--off-path", args.off_path,
+              "--tick", str(args.tick)]
         leader, *followers = (_listener() for _ in range(3))
         servers: list[subprocess.Popen[bytes]] = []
         try:
@@ -283,10 +346,14 @@ def main() -> None:
         print(json.dumps({"p50_ms": round(q(0.5), 4), "p90_ms": round(q(0.9), 4),
                           "p99_ms": round(q(0.99), 4), "n": len(times),
                           "leader_sync": None if args.no_leader_fsync else args.leader_sync,
-                          "work_us": list(work)}))
+                          "work_us": list(work), "off_path": args.off_path,
+                          "tick": args.tick}))
         return
     sync = "no leader fsync" if args.no_leader_fsync else f"leader fsync on its {args.leader_sync}"
-    print(f"latency floor ({sync}, work {','.join(map(str, work))} µs): "
+    where = ""
+    if args.off_path != "loop" or args.tick != 1:
+        where = f"; E and F on the {args.off_path}, once every {args.tick} writes"
+    print(f"latency floor ({sync}, work {','.join(map(str, work))} µs{where}): "
           f"p50 {q(0.5):.3f} ms, p90 {q(0.9):.3f} ms, p99 {q(0.99):.3f} ms over {len(times)} writes")
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from bench.latency_floor import _spend, parse_work
+from bench.latency_floor import _spend, _spend_unlocked, off_path, parse_work
 from kraft.storage.uring import UringSync
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,6 +43,53 @@ def test_spent_work_is_cpu_time_of_the_thread() -> None:
     assert time.thread_time() - before < 0.003
 
 
+def test_off_path_work_in_line_is_spent_once_every_tick() -> None:
+    later = off_path("loop", 3)
+    spent = []
+    for _ in range(6):
+        before = time.thread_time()
+        later(3000)
+        spent.append(time.thread_time() - before >= 0.003)
+    assert spent == [False, False, True, False, False, True]
+
+
+def test_off_path_work_on_its_thread_leaves_the_caller_free() -> None:
+    # 30 ms handed to the role's off-path thread: the caller returns at once, having spent
+    # (nearly) none of it, and the process as a whole spends it soon after
+    later = off_path("thread", 1)
+    process = time.process_time()
+    mine = time.thread_time()
+    later(30_000)
+    assert time.thread_time() - mine < 0.01
+    deadline = time.monotonic() + 30
+    while time.process_time() - process < 0.03 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert time.process_time() - process >= 0.03
+
+
+def test_unlocked_work_lets_another_thread_run_meanwhile() -> None:
+    # while one thread spends 200 ms of CPU hashing, another that needs the GIL gets through
+    # many short steps; had the spender held the GIL throughout (as `_spend` does), the other
+    # would wait for the interpreter's switch interval (5 ms) at each step
+    steps = [0]
+    stop = threading.Event()
+
+    def other() -> None:
+        while not stop.is_set():
+            steps[0] += 1
+            time.sleep(0)
+
+    t = threading.Thread(target=other)
+    t.start()
+    before = time.thread_time()
+    _spend_unlocked(200_000)
+    spent = time.thread_time() - before
+    stop.set()
+    t.join()
+    assert spent >= 0.2
+    assert steps[0] > 200
+
+
 def _floor(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "bench.latency_floor", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=120, check=False)
@@ -52,6 +100,13 @@ def test_a_bad_work_flag_is_named_and_nothing_starts() -> None:
     assert done.returncode == 2
     assert "--work must be four, six or seven whole numbers" in done.stderr
     assert "'1,2,x,4'" in done.stderr
+
+
+@pytest.mark.parametrize("tick", ["0", "10001", "x"])
+def test_a_bad_tick_is_named_and_nothing_starts(tick: str) -> None:
+    done = _floor("--tick", tick)
+    assert done.returncode == 2
+    assert "--tick" in done.stderr
 
 
 def test_work_on_the_sync_completion_needs_the_uring_sync() -> None:
@@ -100,3 +155,13 @@ def test_the_uring_sync_reaps_on_the_loop_and_does_its_work() -> None:
     # about 2 ms or more (measured 2.2-2.4 ms here); with the completion not reaped on the loop,
     # or its work not done, it is the floor's (about 0.5 ms here). 1.5 ms tells them apart
     assert _p50_of_a_short_run("uring", "0,0,0,0,0,0,2000", "0,0,0,0,0,0,2000") >= 1.5
+
+
+def test_the_model_runs_with_off_path_work_on_a_thread_once_every_tick() -> None:
+    done = _floor("--writes", "300", "--work", "0,0,0,0,200,100", "--off-path", "thread",
+                  "--tick", "4")
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.strip().splitlines()[-1]
+    assert line.startswith("latency floor (leader fsync on its loop, work 0,0,0,0,200,100,0 µs; "
+                           "E and F on the thread, once every 4 writes): p50 ")
+    assert line.endswith("over 100 writes")
