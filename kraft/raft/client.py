@@ -69,6 +69,7 @@ from kraft.raft.events import (
     SnapshotRequested,
     Tick,
 )
+from kraft.raft.lane import FollowerLane, LaneVoter, LeaderLane
 from kraft.raft.leader import (
     CAUGHT_UP_WINDOW_MS,
     OBSERVER_SESSION_TIMEOUT_MS,
@@ -355,6 +356,47 @@ class RaftCore:
     def is_voter(self) -> bool:
         """True when this replica's key is in the active voters set."""
         return self._is_voter()
+
+    # ---------------------------------------------------------------- the native lane's lease
+
+    def leader_lane(self) -> LeaderLane | None:
+        """The lease this leader would give the native lane now (docs/native-lane.md), or None
+        when it would not arm one: only in the steady state of its epoch, with this epoch's
+        LeaderChange and the voters set committed, no voter change or resignation pending, and
+        itself a voter."""
+        s = self.state
+        if not isinstance(s, LeaderState) or self._shutting_down:
+            return None
+        hw = s.high_watermark
+        if hw is None or hw <= s.epoch_start_offset or self.log.last_epoch() != s.epoch:
+            return None
+        if s.pending_change is not None or s.resign_when_committed is not None:
+            return None
+        if self.voters_history.latest_offset() >= hw or not self._is_voter():
+            return None
+        own = s.node_key
+        lane_voters = []
+        for v in self._voters().voters:
+            if v.id == own.id and (v.key.directory_id is None or v.key == own):
+                lane_voters.append(LaneVoter(v.id, None, True))
+                continue
+            key = v.key if v.key.directory_id is not None else s.latest_key_by_id.get(v.id)
+            row = s.voter_progress(v)
+            lane_voters.append(LaneVoter(v.id, key, False, row.end_offset if row else -1))
+        return LeaderLane(s.epoch, s.epoch_start_offset, self.log.start_offset,
+                          self.log.end_offset, self.log.persisted_end, hw, lane_voters)
+
+    def follower_lane(self) -> FollowerLane | None:
+        """The lease this follower would give the native lane now, or None when it would not
+        arm one: only with a fetch in flight to its leader, and no snapshot being downloaded
+        or installed."""
+        s = self.state
+        if not isinstance(s, FollowerState) or self._shutting_down:
+            return None
+        if s.download is not None or self._installing is not None or self._fetch_corr is None:
+            return None
+        return FollowerLane(s.epoch, s.leader_id, self._fetch_corr, self.log.end_offset,
+                            self.high_watermark)
 
     # ================================================================== helpers
 

@@ -79,6 +79,7 @@ from kraft.raft.state import Role
 from kraft.raft.voters import VoterNode, VoterSet
 from kraft.sim.disk import SimDisk, SimSnapshot
 from kraft.sim.invariants import Invariants, InvariantViolation
+from kraft.sim.lane_shadow import LaneShadow
 
 ADMIN = -100
 """Node id the simulated admin client uses as its source."""
@@ -121,6 +122,9 @@ class SimParams:
     hw_linger_ms: int | None = None
     """The leaders' `hw_linger_ms` (a new high watermark waits for the next records while
     writes stream in); None picks by seed: 0, 20 or 50 ms."""
+    lane_shadow: bool = True
+    """Run the native lane's rules beside every core and check them against it
+    (`kraft.sim.lane_shadow`); they draw no randomness, so a seed runs the same either way."""
 
 
 @dataclass(slots=True)
@@ -209,6 +213,7 @@ class Simulation:
         self.nodes: dict[int, SimNode] = {}
         self.stats: dict[str, int] = {}
         self.admin_log: list[str] = []
+        self.lanes = LaneShadow(self.inv.fail) if self.params.lane_shadow else None
         self._build()
 
     # ------------------------------------------------------------------ setup
@@ -359,6 +364,9 @@ class Simulation:
             violation = str(exc)
         except Exception as exc:  # a crash of the core is a finding too
             violation = f"exception: {type(exc).__name__}: {exc}"
+        if self.lanes is not None:
+            self.stats["lane_handled"] = self.lanes.handled
+            self.stats["lane_handed_over"] = self.lanes.handed_over
         return SimResult(
             self.seed,
             self.steps,
@@ -445,13 +453,22 @@ class Simulation:
                             f"#{event.correlation_id} {_brief(msg, named=False)}")
             else:
                 self._trace(n.node_id, "<- " + type(event).__name__, _brief(event))
-        effects = core.handle(event, self.now)
-        self._execute(n, effects)
+        self._execute(n, self._handle(n, core, event))
         while n.immediate and n.core is not None:
             nxt = n.immediate.pop(0)
             self._trace(n.node_id, "<- " + type(nxt).__name__, _brief(nxt))
-            self._execute(n, n.core.handle(nxt, self.now))
+            self._execute(n, self._handle(n, n.core, nxt))
         self._arm(n)
+
+    def _handle(self, n: SimNode, core: RaftCore, event: Event) -> list[Effect]:
+        """`core.handle`, with the lane's decision taken before and checked after."""
+        lanes = self.lanes
+        if lanes is None:
+            return core.handle(event, self.now)
+        decision = lanes.before(n.node_id, core, event)
+        effects = core.handle(event, self.now)
+        lanes.after(n.node_id, core, event, decision, effects)
+        return effects
 
     # ------------------------------------------------------------------ network
 

@@ -1,0 +1,164 @@
+"""The native lane's rules, executable (docs/native-lane.md).
+
+The lane serves the steady state of one epoch under a lease from the core. A leader's lane
+counts the voters' acknowledgements (their fetches) and its own syncs, and moves the high
+watermark. A follower's lane takes the leader's plain answers: it appends their records and
+learns the high watermark. Anything outside the lease is handed over to the core. The methods
+below say this by returning None, and they then change nothing.
+
+These classes are the rules in plain Python, with no I/O, like the rest of `kraft/raft/`. They
+are not on the node's path. The simulator runs them next to every core
+(`kraft.sim.lane_shadow`), and after each event checks that whatever the lane claimed to handle,
+the core handled the same way. A native lane is to be checked against them.
+
+What the lane leaves to the core, even while armed:
+- timers (the fetch timeout, check-quorum, the parked fetches' deadlines);
+- whether a fetch with nothing to read is parked or answered at once (KIP-1166's linger);
+- everything in docs/native-lane.md's list of handovers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kraft.protocol.uuid import Uuid
+from kraft.raft.messages import FetchedBatch, ReplicaKey
+from kraft.raft.quorum import majority_offset, next_high_watermark
+
+
+@dataclass(slots=True)
+class LaneVoter:
+    """One voter of a leader's lease.
+
+    `key` is the replica whose fetches count for this voter. For a voter with a directory id,
+    it is the voter's own key. In a set without directory ids (kraft.version 0), it is the
+    latest replica of that id that the core has counted, or None before any. `matched` is the
+    offset the voter last acknowledged (-1 before any). For the leader itself, `key` is None and
+    its own durable end counts instead.
+    """
+
+    id: int
+    key: ReplicaKey | None
+    is_leader: bool
+    matched: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class LaneFetch:
+    """What the leader's lane made of a voter's fetch: the high watermark after it, and where
+    the answer's records start (None: nothing to read yet)."""
+
+    high_watermark: int | None
+    read_offset: int | None
+
+
+class LeaderLane:
+    """A leader's lane: the lease's fields, and the rules the lane may apply under it."""
+
+    __slots__ = ("_by_id", "durable", "epoch", "epoch_start", "high_watermark", "log_end",
+                 "log_start", "voters")
+
+    def __init__(self, epoch: int, epoch_start: int, log_start: int, log_end: int, durable: int,
+                 high_watermark: int | None, voters: Sequence[LaneVoter]) -> None:
+        self.epoch = epoch
+        self.epoch_start = epoch_start
+        self.log_start = log_start
+        self.log_end = log_end
+        self.durable = durable
+        self.high_watermark = high_watermark
+        self.voters = tuple(voters)
+        self._by_id = {v.id: v for v in self.voters if not v.is_leader}
+
+    def fetch(self, replica_id: int, directory_id: Uuid | None, fetch_offset: int,
+              last_fetched_epoch: int, current_leader_epoch: int,
+              max_wait_ms: int) -> LaneFetch | None:
+        """A Fetch from `replica_id`: its acknowledgement counted and the answer's start, or
+        None (hand over) unless it is a voter's plain fetch at the lease's tail."""
+        if current_leader_epoch != self.epoch or last_fetched_epoch != self.epoch:
+            return None  # another epoch: fencing, or a fetcher that may diverge
+        if max_wait_ms < 0:
+            return None  # malformed: the core answers INVALID_REQUEST
+        if not max(self.epoch_start, self.log_start) < fetch_offset <= self.log_end:
+            return None  # before this epoch's records, or past the log: the core decides
+        v = self._by_id.get(replica_id)
+        if v is None or v.key is None or v.key != ReplicaKey(replica_id, directory_id):
+            return None  # an observer, or a replica of this id that the lease does not count
+        if fetch_offset < v.matched:
+            return None  # a voter going back: not the steady state
+        v.matched = fetch_offset
+        self._advance()
+        return LaneFetch(self.high_watermark,
+                         fetch_offset if fetch_offset < self.log_end else None)
+
+    def appended(self, base_offset: int, last_offset: int, epoch: int) -> bool:
+        """Records appended at the tail in this epoch; False (hand over) for anything else."""
+        if base_offset != self.log_end or epoch != self.epoch or last_offset < base_offset:
+            return False
+        self.log_end = last_offset + 1
+        return True
+
+    def persisted(self, end_offset: int) -> None:
+        """The leader's own log is durable up to `end_offset`."""
+        end = min(end_offset, self.log_end)
+        if end > self.durable:
+            self.durable = end
+            self._advance()
+
+    def _advance(self) -> None:
+        offsets = [self.durable if v.is_leader else v.matched for v in self.voters]
+        self.high_watermark = next_high_watermark(self.high_watermark, majority_offset(offsets),
+                                                  self.epoch_start)
+
+
+@dataclass(frozen=True, slots=True)
+class LaneAnswer:
+    """What the follower's lane made of a leader's answer: the records appended (None when it
+    carried none) and the high watermark after it."""
+
+    appended: tuple[int, int] | None
+    high_watermark: int | None
+
+
+class FollowerLane:
+    """A follower's lane: the lease's fields, and the rules the lane may apply under it."""
+
+    __slots__ = ("epoch", "fetch_correlation", "high_watermark", "leader_id", "log_end")
+
+    def __init__(self, epoch: int, leader_id: int, fetch_correlation: int, log_end: int,
+                 high_watermark: int | None) -> None:
+        self.epoch = epoch
+        self.leader_id = leader_id
+        self.fetch_correlation = fetch_correlation
+        """The correlation id of the fetch in flight: only its answer is taken."""
+        self.log_end = log_end
+        self.high_watermark = high_watermark
+
+    def answer(self, correlation_id: int, error: int, leader_id: int, leader_epoch: int,
+               high_watermark: int, diverging: bool, snapshot: bool,
+               batches: Sequence[FetchedBatch]) -> LaneAnswer | None:
+        """The leader's answer to this follower's fetch: its records appended and its high
+        watermark taken, or None (hand over) unless it is a plain answer of the lease's leader,
+        to the fetch in flight, whose records continue the log in the lease's epoch."""
+        if correlation_id != self.fetch_correlation:
+            return None  # a late or duplicated answer: the core drops it
+        if error != 0 or leader_id != self.leader_id or leader_epoch != self.epoch:
+            return None
+        if diverging or snapshot:
+            return None
+        appended = None
+        if batches:
+            next_offset = self.log_end
+            for b in batches:
+                if (b.base_offset != next_offset or b.last_offset < b.base_offset
+                        or b.epoch != self.epoch or b.is_control):
+                    return None  # a gap, another epoch's records, or a control record
+                next_offset = b.last_offset + 1
+            appended = (self.log_end, next_offset - 1)
+            self.log_end = next_offset
+        if high_watermark >= 0:
+            new = min(high_watermark, self.log_end)
+            if self.high_watermark is None or new > self.high_watermark:
+                self.high_watermark = new
+        self.fetch_correlation = -1  # answered: the next fetch is a new one
+        return LaneAnswer(appended, self.high_watermark)
