@@ -14,7 +14,8 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: run test bench bench-quick soak soak-nodes lint venv clean
 
-$(STAMP): pyproject.toml
+# setup.py and the C source: the one compiled part (kraft/raft/_lane.c), built in place
+$(STAMP): pyproject.toml setup.py kraft/raft/_lane.c
 	@test -x $(BIN)/python || { \
 	  py="$(PYTHON)"; [ -n "$$py" ] || py=$$(python3 tools/pick_python.py --verbose) || exit 1; \
 	  echo "creating $(VENV) with $$py"; "$$py" -m venv $(VENV) || exit 1; }
@@ -56,4 +57,4 @@ soak-nodes: $(STAMP)
 	KRAFT_NEMESIS_SECONDS=300 KRAFT_NEMESIS_SEEDS=5,6 KRAFT_NEMESIS_VOTERS=5 $(BIN)/pytest -n $(WORKERS) -q tests/node/test_nemesis.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info kraft/raft/_lane.*.so

@@ -9,7 +9,9 @@ below say this by returning None, and they then change nothing.
 These classes are the rules in plain Python, with no I/O, like the rest of `kraft/raft/`. They
 are not on the node's path. The simulator runs them next to every core
 (`kraft.sim.lane_shadow`), and after each event checks that whatever the lane claimed to handle,
-the core handled the same way. A native lane is to be checked against them.
+the core handled the same way. `native()` gives the same rules in C (`kraft/raft/_lane.c`),
+which the tests check against these input for input, and the simulator can run in their
+place.
 
 What the lane leaves to the core, even while armed:
 - timers (the fetch timeout, check-quorum, the parked fetches' deadlines);
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 
 from kraft.protocol.uuid import Uuid
 from kraft.raft.messages import FetchedBatch, ReplicaKey
@@ -162,3 +165,22 @@ class FollowerLane:
                 self.high_watermark = new
         self.fetch_correlation = -1  # answered: the next fetch is a new one
         return LaneAnswer(appended, self.high_watermark)
+
+
+def native() -> ModuleType | None:
+    """The C implementation of these rules (`kraft.raft._lane`: `LeaderLane`, `FollowerLane`),
+    or None where it was not built (the install builds it when a C compiler is there)."""
+    try:
+        from kraft.raft import _lane
+    except ImportError:
+        return None
+    return _lane
+
+
+def to_native(lane: LeaderLane | FollowerLane, module: ModuleType) -> object:
+    """The same lease, armed in the C implementation `module` (see `native()`)."""
+    if isinstance(lane, LeaderLane):
+        return module.LeaderLane(lane.epoch, lane.epoch_start, lane.log_start, lane.log_end,
+                                 lane.durable, lane.high_watermark, lane.voters)
+    return module.FollowerLane(lane.epoch, lane.leader_id, lane.fetch_correlation,
+                               lane.log_end, lane.high_watermark)

@@ -6,7 +6,8 @@
 
 Every core runs with the native lane's rules beside it, checked against it (`kraft.sim.
 lane_shadow`); `--no-lane-shadow` leaves them out (the seeds run the same, about a fifth
-faster). A failing seed prints the one command that replays it.
+faster), and `--native-lane` runs their C implementation (`kraft/raft/_lane.c`) instead. A
+failing seed prints the one command that replays it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import itertools
 import sys
 import time
 
+from kraft.raft.lane import native
 from kraft.sim.cluster import SimParams, SimResult, run_seed
 
 PROGRESS_EVERY = 100
@@ -55,8 +57,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--soak", action="store_true", help="run seeds until interrupted")
     ap.add_argument("--no-lane-shadow", action="store_true",
                     help="do not check the native lane's rules against the cores")
+    ap.add_argument("--native-lane", action="store_true",
+                    help="check the C implementation of the lane's rules instead of the Python one")
     args = ap.parse_args(argv)
-    params = SimParams(nodes=args.nodes, lane_shadow=not args.no_lane_shadow)
+    if args.native_lane and args.no_lane_shadow:
+        ap.error("--native-lane needs the lane's check: leave out --no-lane-shadow")
+    if args.native_lane and native() is None:
+        ap.error("--native-lane: the C implementation (kraft.raft._lane) was not built; "
+                 "install the project again with a C compiler on the machine")
+    params = SimParams(nodes=args.nodes, lane_shadow=not args.no_lane_shadow,
+                       lane_native=args.native_lane)
 
     if args.seed is not None:
         trace = print if args.trace else None

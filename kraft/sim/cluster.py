@@ -61,6 +61,7 @@ from kraft.raft.events import (
     SnapshotRequested,
     Tick,
 )
+from kraft.raft.lane import native
 from kraft.raft.messages import (
     AddRaftVoterRequest,
     ApiVersionsResult,
@@ -125,6 +126,9 @@ class SimParams:
     lane_shadow: bool = True
     """Run the native lane's rules beside every core and check them against it
     (`kraft.sim.lane_shadow`); they draw no randomness, so a seed runs the same either way."""
+    lane_native: bool = False
+    """The lanes are the rules' C implementation (`kraft.raft.lane.native()`), not the Python
+    one; a RuntimeError when it was not built."""
 
 
 @dataclass(slots=True)
@@ -213,7 +217,13 @@ class Simulation:
         self.nodes: dict[int, SimNode] = {}
         self.stats: dict[str, int] = {}
         self.admin_log: list[str] = []
-        self.lanes = LaneShadow(self.inv.fail) if self.params.lane_shadow else None
+        self.lanes: LaneShadow | None = None
+        if self.params.lane_shadow:
+            module = native() if self.params.lane_native else None
+            if self.params.lane_native and module is None:
+                raise RuntimeError("the native lane (kraft.raft._lane) was not built: "
+                                   "reinstall with a C compiler (make clean; make test)")
+            self.lanes = LaneShadow(self.inv.fail, module)
         self._build()
 
     # ------------------------------------------------------------------ setup

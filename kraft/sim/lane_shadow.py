@@ -21,6 +21,8 @@ checks the lane's rules under the simulator's faults.
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import ModuleType
+from typing import cast
 
 from kraft.raft.client import RaftCore
 from kraft.raft.effects import (
@@ -31,7 +33,7 @@ from kraft.raft.effects import (
     SendRequest,
 )
 from kraft.raft.events import Append, Event, Persisted, RequestReceived, ResponseReceived
-from kraft.raft.lane import FollowerLane, LaneAnswer, LaneFetch, LeaderLane
+from kraft.raft.lane import FollowerLane, LaneAnswer, LaneFetch, LeaderLane, to_native
 from kraft.raft.leader import LeaderState
 from kraft.raft.messages import FetchRequest, FetchResponse, ReplicaKey
 from kraft.raft.state import FollowerState
@@ -44,11 +46,14 @@ _PERSISTED = "persisted"
 
 class LaneShadow:
     """The lanes of one simulated cluster, one per replica, and their check against the
-    cores. `fail(rule, message)` reports a disagreement."""
+    cores. `fail(rule, message)` reports a disagreement. With `native` (`kraft.raft.lane.
+    native()`), the lanes are the C implementation of the rules instead of the Python one."""
 
-    def __init__(self, fail: Callable[[str, str], None]) -> None:
+    def __init__(self, fail: Callable[[str, str], None], native: ModuleType | None = None) -> None:
         self._fail = fail
-        self._lanes: dict[int, tuple[RaftCore, LeaderLane | FollowerLane | None]] = {}
+        self._native = native
+        # (core, lane, leads): the lane is kraft.raft.lane's or the C one, the same interface
+        self._lanes: dict[int, tuple[RaftCore, object | None, bool]] = {}
         self.handled = 0
         """Events a lane took (each one checked against its core)."""
         self.handed_over = 0
@@ -68,27 +73,28 @@ class LaneShadow:
         if entry is None or entry[0] is not core:
             # armed when it is needed, from the core's state just before the event (the same
             # lease as arming right after the event before it)
-            entry = (core, _arm(core))
+            entry = self._arm(core)
             self._lanes[node_id] = entry
-        lane = entry[1]
+        lane, leads = entry[1], entry[2]
         if lane is None:
             return None
         decision: object | None = None
-        if isinstance(lane, LeaderLane):
+        if leads:
+            lead = cast(LeaderLane, lane)
             if t is RequestReceived:
                 assert isinstance(event, RequestReceived)
                 req = event.request
                 if type(req) is not FetchRequest:
                     return None
                 assert isinstance(req, FetchRequest)
-                decision = lane.fetch(req.replica_id, req.replica_directory_id, req.fetch_offset,
+                decision = lead.fetch(req.replica_id, req.replica_directory_id, req.fetch_offset,
                                       req.last_fetched_epoch, req.current_leader_epoch,
                                       req.max_wait_ms)
             elif t is Append:
                 return _APPEND
             elif t is Persisted:
                 assert isinstance(event, Persisted)
-                lane.persisted(event.end_offset)
+                lead.persisted(event.end_offset)
                 return _PERSISTED
             else:
                 return None
@@ -98,7 +104,7 @@ class LaneShadow:
             if type(resp) is not FetchResponse:
                 return None
             assert isinstance(resp, FetchResponse)
-            decision = lane.answer(event.correlation_id, int(resp.error_code), resp.leader_id,
+            decision = cast(FollowerLane, lane).answer(event.correlation_id, int(resp.error_code), resp.leader_id,
                                    resp.leader_epoch, resp.high_watermark,
                                    resp.diverging_epoch is not None, resp.snapshot_id is not None,
                                    resp.batches)
@@ -108,44 +114,64 @@ class LaneShadow:
             self.handed_over += 1
         return decision
 
+    def _arm(self, core: RaftCore) -> tuple[RaftCore, object | None, bool]:
+        """The lane of the lease `core` gives now (None: it gives none), and whether it leads."""
+        lane: LeaderLane | FollowerLane | None = core.leader_lane()
+        leads = lane is not None
+        if lane is None:
+            lane = core.follower_lane()
+        if lane is None or self._native is None:
+            return core, lane, leads
+        return core, to_native(lane, self._native), leads
+
     def after(self, node_id: int, core: RaftCore, event: Event, decision: object | None,
               effects: list[Effect]) -> None:
         """Check the core's handling of `event` against the lane's `decision`, then keep the
         lane (it handled the event and the core stayed in its lease) or re-arm it."""
         entry = self._lanes.get(node_id)
         lane = entry[1] if entry is not None and entry[0] is core else None
-        if decision is None or lane is None or not _same_lease(core, lane):
+        leads = entry is not None and entry[2]
+        if decision is None or lane is None or not _same_lease(core, lane, leads):
             self._lanes.pop(node_id, None)  # re-armed before the next event of its kinds
             return
         self.handled += 1
+        if leads:
+            self._check_leader(node_id, core, event, decision, effects, cast(LeaderLane, lane))
+        else:
+            self._check_follower(node_id, core, decision, effects, cast(FollowerLane, lane))
+
+    def _check_leader(self, node_id: int, core: RaftCore, event: Event, decision: object,
+                      effects: list[Effect], lane: LeaderLane) -> None:
         where = f"node {node_id} epoch {lane.epoch}"
-        if isinstance(lane, LeaderLane):
-            s = core.state
-            assert isinstance(s, LeaderState)
-            if decision == _APPEND:
-                for e in effects:
-                    if type(e) is AppendRecords:
-                        assert isinstance(e, AppendRecords)
-                        last = e.base_offset + len(e.values) - 1
-                        if not lane.appended(e.base_offset, last, e.epoch):
-                            self._fail("lane", f"{where}: the core appended {e.base_offset}-"
-                                       f"{last} in epoch {e.epoch}; the lane's tail is at "
-                                       f"{lane.log_end}")
-                            return
-            elif isinstance(decision, LaneFetch):
-                assert isinstance(event, RequestReceived)
-                req = event.request
-                assert isinstance(req, FetchRequest)
-                self._check_fetch(where, s, event.source, event.correlation_id, req, decision,
-                                  effects)
-            if s.high_watermark != lane.high_watermark:
-                self._fail("lane", f"{where}: after {type(event).__name__} the core's high "
-                           f"watermark is {s.high_watermark}, the lane's {lane.high_watermark}")
-            if core.log.end_offset != lane.log_end or core.log.persisted_end != lane.durable:
-                self._fail("lane", f"{where}: the core's log ends at {core.log.end_offset} "
-                           f"(durable {core.log.persisted_end}), the lane's at {lane.log_end} "
-                           f"(durable {lane.durable})")
-            return
+        s = core.state
+        assert isinstance(s, LeaderState)
+        if decision == _APPEND:
+            for e in effects:
+                if type(e) is AppendRecords:
+                    assert isinstance(e, AppendRecords)
+                    last = e.base_offset + len(e.values) - 1
+                    if not lane.appended(e.base_offset, last, e.epoch):
+                        self._fail("lane", f"{where}: the core appended {e.base_offset}-"
+                                   f"{last} in epoch {e.epoch}; the lane's tail is at "
+                                   f"{lane.log_end}")
+                        return
+        elif isinstance(decision, LaneFetch):
+            assert isinstance(event, RequestReceived)
+            req = event.request
+            assert isinstance(req, FetchRequest)
+            self._check_fetch(where, s, event.source, event.correlation_id, req, decision,
+                              effects)
+        if s.high_watermark != lane.high_watermark:
+            self._fail("lane", f"{where}: after {type(event).__name__} the core's high "
+                       f"watermark is {s.high_watermark}, the lane's {lane.high_watermark}")
+        if core.log.end_offset != lane.log_end or core.log.persisted_end != lane.durable:
+            self._fail("lane", f"{where}: the core's log ends at {core.log.end_offset} "
+                       f"(durable {core.log.persisted_end}), the lane's at {lane.log_end} "
+                       f"(durable {lane.durable})")
+
+    def _check_follower(self, node_id: int, core: RaftCore, decision: object,
+                        effects: list[Effect], lane: FollowerLane) -> None:
+        where = f"node {node_id} epoch {lane.epoch}"
         assert isinstance(decision, LaneAnswer)
         appended = [b for e in effects if type(e) is AppendFetched
                     for b in e.batches]
@@ -190,15 +216,11 @@ class LaneShadow:
                        f"core neither answered nor parked it")
 
 
-def _arm(core: RaftCore) -> LeaderLane | FollowerLane | None:
-    return core.leader_lane() or core.follower_lane()
-
-
-def _same_lease(core: RaftCore, lane: LeaderLane | FollowerLane) -> bool:
+def _same_lease(core: RaftCore, lane: object, leads: bool) -> bool:
     """The core is still in the role and epoch of the lane's lease (a timer may have ended it
     while the core handled the event; that is the core's, not the lane's)."""
     s = core.state
-    if isinstance(lane, LeaderLane):
-        return isinstance(s, LeaderState) and s.epoch == lane.epoch
-    return (isinstance(s, FollowerState) and s.epoch == lane.epoch
-            and s.leader_id == lane.leader_id)
+    if leads:
+        return isinstance(s, LeaderState) and s.epoch == cast(LeaderLane, lane).epoch
+    f = cast(FollowerLane, lane)
+    return isinstance(s, FollowerState) and s.epoch == f.epoch and s.leader_id == f.leader_id

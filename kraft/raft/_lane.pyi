@@ -1,0 +1,38 @@
+"""Types of the C extension `kraft.raft._lane` (kraft/raft/_lane.c): the native lane's rules,
+the same as `kraft.raft.lane`'s, input for input."""
+
+from collections.abc import Sequence
+
+from kraft.protocol.uuid import Uuid
+from kraft.raft.lane import LaneAnswer, LaneFetch, LaneVoter
+from kraft.raft.messages import FetchedBatch
+
+MAX_VOTERS: int
+
+class LeaderLane:
+    epoch: int
+    epoch_start: int
+    log_start: int
+    log_end: int
+    durable: int
+    high_watermark: int | None
+    matched: tuple[int, ...]
+    def __init__(self, epoch: int, epoch_start: int, log_start: int, log_end: int, durable: int,
+                 high_watermark: int | None, voters: Sequence[LaneVoter]) -> None: ...
+    def fetch(self, replica_id: int, directory_id: Uuid | None, fetch_offset: int,
+              last_fetched_epoch: int, current_leader_epoch: int,
+              max_wait_ms: int) -> LaneFetch | None: ...
+    def appended(self, base_offset: int, last_offset: int, epoch: int) -> bool: ...
+    def persisted(self, end_offset: int) -> None: ...
+
+class FollowerLane:
+    epoch: int
+    leader_id: int
+    fetch_correlation: int
+    log_end: int
+    high_watermark: int | None
+    def __init__(self, epoch: int, leader_id: int, fetch_correlation: int, log_end: int,
+                 high_watermark: int | None) -> None: ...
+    def answer(self, correlation_id: int, error: int, leader_id: int, leader_epoch: int,
+               high_watermark: int, diverging: bool, snapshot: bool,
+               batches: Sequence[FetchedBatch]) -> LaneAnswer | None: ...
