@@ -1,4 +1,5 @@
-/* kraft.raft._lane: the native lane's rules in C (docs/native-lane.md, step 1b).
+/* kraft.raft._lane: the native lane's rules in C (docs/native-lane.md, step 1b), and the
+ * follower's reading of the leader's answers (step 2's first piece).
  *
  * The same rules as kraft/raft/lane.py, input for input: a leader counts its voters' plain
  * fetches at its tail, its appends and its own syncs, and moves the high watermark; a follower
@@ -609,16 +610,308 @@ static PyTypeObject FollowerLaneType = {
     .tp_getset = FollowerLane_getset,
 };
 
+
+/* ------------------------------------------------------------------ a leader's answer, as bytes */
+
+/* The follower's lane reads the leader's answers itself (step 2). This is its reading of a
+ * Fetch v17/v18 response frame (header v1 and body, no size prefix): the plain answer of the
+ * voters' shape (kraft.server.fetch_fast's), and nothing else. It accepts a frame only when:
+ *   - it answers `correlation_id`, with no header tags and no top-level error;
+ *   - one topic (the metadata topic id), one partition (0), with no error;
+ *   - no aborted transactions, no divergence and no snapshot id named, no unknown tag, no
+ *     leader endpoints;
+ *   - every record batch is whole, of magic 2, with a possible header, not a control batch, and
+ *     its CRC-32C checks out.
+ * Anything else is handed over (0): the general path decodes it, and reports what is wrong. */
+
+static uint32_t crc_table[256];
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+        crc_table[i] = c;
+    }
+}
+
+static uint32_t crc32c_soft(uint32_t crc, const uint8_t *p, size_t n)
+{
+    while (n--)
+        crc = crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return crc;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const uint8_t *p,
+                                                             size_t n)
+{
+    uint64_t c = crc;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c = __builtin_ia32_crc32di(c, w);
+        p += 8;
+        n -= 8;
+    }
+    crc = (uint32_t)c;
+    while (n--)
+        crc = __builtin_ia32_crc32qi(crc, *p++);
+    return crc;
+}
+static int crc_hw;
+#endif
+
+/* CRC-32C (Castagnoli) of `n` bytes, as record batch v2 stores it. */
+static uint32_t crc32c(const uint8_t *p, size_t n)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (crc_hw)
+        return ~crc32c_hw(0xFFFFFFFFu, p, n);
+#endif
+    return ~crc32c_soft(0xFFFFFFFFu, p, n);
+}
+
+static uint16_t be16(const uint8_t *p) { return (uint16_t)((p[0] << 8) | p[1]); }
+static uint32_t be32(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+static uint64_t be64(const uint8_t *p) { return ((uint64_t)be32(p) << 32) | be32(p + 4); }
+
+/* An unsigned varint of at most 5 bytes that fits 32 bits (primitives.decode_uvarint). */
+static int read_uvarint(const uint8_t *f, size_t len, size_t *pos, uint32_t *out)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 5; i++) {
+        uint8_t b;
+        if (*pos >= len)
+            return 0;
+        b = f[(*pos)++];
+        v |= (uint64_t)(b & 0x7f) << (7 * i);
+        if (!(b & 0x80)) {
+            if (v > 0xFFFFFFFFu)
+                return 0;
+            *out = (uint32_t)v;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+typedef struct {
+    int32_t leader_id, leader_epoch;
+    int64_t high_watermark, log_start;
+} fetch_answer;
+
+typedef struct {
+    int64_t base_offset, last_offset;
+    int32_t epoch;
+    size_t pos, size;
+} frame_batch;
+
+static const uint8_t METADATA_TOPIC_ID[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+
+#define BATCH_HEADER 61
+#define LOG_OVERHEAD 12
+
+/* One batch at `pos` of `f` (which ends at `end`): 1 when whole and valid, 0 otherwise. */
+static int read_batch(const uint8_t *f, size_t pos, size_t end, frame_batch *b)
+{
+    const uint8_t *h = f + pos;
+    int64_t base, last_delta;
+    int32_t length, count;
+    uint16_t attributes;
+    if (end - pos < BATCH_HEADER)
+        return 0;
+    base = (int64_t)be64(h);
+    length = (int32_t)be32(h + 8);
+    attributes = be16(h + 21);
+    last_delta = (int32_t)be32(h + 23);
+    count = (int32_t)be32(h + 57);
+    /* batch._check_header_fields */
+    if (length < BATCH_HEADER - LOG_OVERHEAD || h[16] != 2 || count < 0 || base < 0)
+        return 0;
+    if ((attributes & 0x07) == 0
+        && (int64_t)count * 7 > (int64_t)length + LOG_OVERHEAD - BATCH_HEADER)
+        return 0;
+    if (last_delta < 0 || (count > 0 && last_delta < (int64_t)count - 1))
+        return 0;
+    if ((size_t)length + LOG_OVERHEAD > end - pos)
+        return 0;
+    if (attributes & 0x20)
+        return 0; /* a control batch: the core's */
+    if (crc32c(h + 21, (size_t)length + LOG_OVERHEAD - 21) != be32(h + 17))
+        return 0;
+    b->base_offset = base;
+    b->last_offset = base + last_delta;
+    b->epoch = (int32_t)be32(h + 12);
+    b->pos = pos;
+    b->size = (size_t)length + LOG_OVERHEAD;
+    return 1;
+}
+
+/* The plain answer in `f`: 1 with its fields and batches (at most `max` of them; *n set), 0 to
+ * hand over. */
+static int read_fetch_answer(const uint8_t *f, size_t len, int32_t correlation_id,
+                             fetch_answer *a, frame_batch *batches, size_t max, size_t *n)
+{
+    size_t pos, rend;
+    uint32_t rlen;
+    int last_tag = -1;
+    uint8_t count;
+    *n = 0;
+    if (len < 68)
+        return 0;
+    /* header: correlation id, no tags; ThrottleTimeMs, ErrorCode, SessionId; one topic */
+    if ((int32_t)be32(f) != correlation_id || f[4] != 0 || be16(f + 9) != 0 || f[15] != 2
+        || memcmp(f + 16, METADATA_TOPIC_ID, 16) != 0)
+        return 0;
+    /* one partition: index 0, no error; HighWatermark, LastStableOffset, LogStartOffset */
+    if (f[32] != 2 || be32(f + 33) != 0 || be16(f + 37) != 0)
+        return 0;
+    a->high_watermark = (int64_t)be64(f + 39);
+    a->log_start = (int64_t)be64(f + 55);
+    if (f[63] > 1) /* aborted transactions: null or none */
+        return 0;
+    pos = 68; /* and the preferred read replica */
+    if (!read_uvarint(f, len, &pos, &rlen))
+        return 0;
+    rend = pos;
+    if (rlen > 0) {
+        if ((size_t)rlen - 1 > len - pos)
+            return 0;
+        rend = pos + rlen - 1;
+    }
+    while (pos < rend) {
+        if (*n == max || !read_batch(f, pos, rend, &batches[*n]))
+            return 0;
+        pos += batches[*n].size;
+        (*n)++;
+    }
+    a->leader_id = a->leader_epoch = -1;
+    if (pos >= len)
+        return 0;
+    count = f[pos++];
+    for (int i = 0; i < count; i++) {
+        uint8_t tag, size;
+        if (len - pos < 2)
+            return 0;
+        tag = f[pos];
+        size = f[pos + 1];
+        pos += 2;
+        if ((int)tag <= last_tag || len - pos < size)
+            return 0;
+        last_tag = tag;
+        if (tag == 0 && size == 13) { /* DivergingEpoch: Epoch, EndOffset */
+            if (f[pos + 12] != 0)
+                return 0;
+            if ((int32_t)be32(f + pos) >= 0 && (int64_t)be64(f + pos + 4) >= 0)
+                return 0;
+        } else if (tag == 1 && size == 9) { /* CurrentLeader: LeaderId, LeaderEpoch */
+            if (f[pos + 8] != 0)
+                return 0;
+            a->leader_id = (int32_t)be32(f + pos);
+            a->leader_epoch = (int32_t)be32(f + pos + 4);
+        } else if (tag == 2 && size == 13) { /* SnapshotId: EndOffset, Epoch */
+            if (f[pos + 12] != 0)
+                return 0;
+            if ((int64_t)be64(f + pos) >= 0 && (int32_t)be32(f + pos + 8) >= 0)
+                return 0;
+        } else {
+            return 0;
+        }
+        pos += size;
+    }
+    /* no topic tags, and no top-level tags (NodeEndpoints is the general path's) */
+    if (len - pos != 2 || f[pos] != 0 || f[pos + 1] != 0)
+        return 0;
+    return 1;
+}
+
+static PyObject *lane_read_fetch_answer(PyObject *module, PyObject *args)
+{
+    Py_buffer view;
+    int correlation_id;
+    fetch_answer a;
+    frame_batch *b;
+    size_t n = 0, max;
+    PyObject *out = NULL, *list;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "y*i", &view, &correlation_id))
+        return NULL;
+    max = (size_t)view.len / BATCH_HEADER + 1;
+    b = PyMem_Malloc(max * sizeof *b);
+    if (b == NULL) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    if (!read_fetch_answer(view.buf, (size_t)view.len, correlation_id, &a, b, max, &n)) {
+        PyMem_Free(b);
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    list = PyTuple_New((Py_ssize_t)n);
+    if (list != NULL) {
+        for (size_t i = 0; i < n; i++) {
+            PyObject *x = Py_BuildValue("(LLinn)", (long long)b[i].base_offset,
+                                        (long long)b[i].last_offset, b[i].epoch,
+                                        (Py_ssize_t)b[i].pos, (Py_ssize_t)b[i].size);
+            if (x == NULL) {
+                Py_CLEAR(list);
+                break;
+            }
+            PyTuple_SET_ITEM(list, (Py_ssize_t)i, x);
+        }
+    }
+    if (list != NULL)
+        out = Py_BuildValue("(iiLLN)", a.leader_id, a.leader_epoch, (long long)a.high_watermark,
+                            (long long)a.log_start, list);
+    PyMem_Free(b);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static PyObject *lane_crc32c(PyObject *module, PyObject *args)
+{
+    Py_buffer view;
+    uint32_t crc;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "y*", &view))
+        return NULL;
+    crc = crc32c(view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+static PyMethodDef lane_functions[] = {
+    {"read_fetch_answer", lane_read_fetch_answer, METH_VARARGS,
+     "read_fetch_answer(frame, correlation_id) -> (leader_id, leader_epoch, high_watermark, "
+     "log_start, ((base_offset, last_offset, epoch, position, size), ...)) | None: a Fetch "
+     "v17/v18 response frame (no size prefix) read as the follower's lane reads it; None for "
+     "anything but a plain answer of the voters' shape with whole, valid, non-control batches"},
+    {"crc32c", lane_crc32c, METH_VARARGS, "crc32c(data) -> the CRC-32C the lane checks batches with"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef lane_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "kraft.raft._lane",
-    .m_doc = "The native lane's rules in C (docs/native-lane.md, step 1b).",
+    .m_doc = "The native lane's rules in C (docs/native-lane.md, step 1b), and the follower's "
+             "reading of the leader's answers (step 2).",
     .m_size = -1,
+    .m_methods = lane_functions,
 };
 
 PyMODINIT_FUNC PyInit__lane(void)
 {
     PyObject *m;
+    crc_init();
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    crc_hw = __builtin_cpu_supports("sse4.2");
+#endif
     if (PyType_Ready(&LeaderLaneType) < 0 || PyType_Ready(&FollowerLaneType) < 0)
         return NULL;
     m = PyModule_Create(&lane_module);
