@@ -885,6 +885,220 @@ static PyObject *lane_crc32c(PyObject *module, PyObject *args)
     return PyLong_FromUnsignedLong(crc);
 }
 
+
+/* ------------------------------------------------------------------ the follower's next fetch */
+
+/* The follower's lane acknowledges by sending its next Fetch itself (step 2). This writes that
+ * request frame (header v2 and body, no size prefix), byte for byte what
+ * kraft.server.fetch_fast.encode_fetch_request writes for the voters' shape. What stays the
+ * same from one fetch to the next (version, client id, cluster id, replica id and directory
+ * id) is the template; the rest is each fetch's own. */
+
+#define FETCH_HW_NOT_PROVIDED INT64_MAX
+#define FETCH_TEMPLATE_TEXT 512
+
+typedef struct {
+    int16_t version;
+    int has_client_id;
+    size_t client_id_len;
+    char client_id[FETCH_TEMPLATE_TEXT];
+    size_t cluster_id_len;
+    char cluster_id[FETCH_TEMPLATE_TEXT];
+    int32_t replica_id;
+    int has_dir;
+    uint8_t dir[16];
+} fetch_template;
+
+typedef struct {
+    uint8_t *p, *end;
+} writer;
+
+static void put(writer *w, const void *src, size_t n)
+{
+    if (w->p != NULL && (size_t)(w->end - w->p) >= n) {
+        memcpy(w->p, src, n);
+        w->p += n;
+    } else {
+        w->p = NULL; /* too small: the caller sees 0 */
+    }
+}
+
+static void put8(writer *w, uint8_t x) { put(w, &x, 1); }
+static void put16(writer *w, int16_t x)
+{
+    uint8_t b[2] = {(uint8_t)((uint16_t)x >> 8), (uint8_t)x};
+    put(w, b, 2);
+}
+static void put32(writer *w, int32_t x)
+{
+    uint32_t u = (uint32_t)x;
+    uint8_t b[4] = {(uint8_t)(u >> 24), (uint8_t)(u >> 16), (uint8_t)(u >> 8), (uint8_t)u};
+    put(w, b, 4);
+}
+static void put64(writer *w, int64_t x)
+{
+    put32(w, (int32_t)((uint64_t)x >> 32));
+    put32(w, (int32_t)(uint32_t)(uint64_t)x);
+}
+static void put_uvarint(writer *w, uint32_t v)
+{
+    while (v >= 0x80) {
+        put8(w, (uint8_t)((v & 0x7f) | 0x80));
+        v >>= 7;
+    }
+    put8(w, (uint8_t)v);
+}
+static size_t uvarint_size(uint32_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* The frame into out[0..cap): its length, or 0 when it does not fit or the version is not
+ * 17 or 18. */
+static size_t write_fetch_request(uint8_t *out, size_t cap, const fetch_template *t,
+                                  int32_t correlation_id, int32_t max_wait_ms, int32_t max_bytes,
+                                  int32_t current_leader_epoch, int64_t fetch_offset,
+                                  int32_t last_fetched_epoch, int64_t high_watermark)
+{
+    writer w = {out, out + cap};
+    int64_t hw = t->version >= 18 ? high_watermark : FETCH_HW_NOT_PROVIDED;
+    uint32_t cid_field = (uint32_t)t->cluster_id_len + 1;
+    if (t->version != 17 && t->version != 18)
+        return 0;
+    put16(&w, 1); /* Fetch */
+    put16(&w, t->version);
+    put32(&w, correlation_id);
+    if (t->has_client_id) {
+        put16(&w, (int16_t)t->client_id_len);
+        put(&w, t->client_id, t->client_id_len);
+    } else {
+        put16(&w, -1);
+    }
+    put8(&w, 0); /* header tagged fields */
+    put32(&w, max_wait_ms);
+    put32(&w, 0); /* MinBytes */
+    put32(&w, max_bytes);
+    put8(&w, 0);   /* IsolationLevel */
+    put32(&w, 0);  /* SessionId */
+    put32(&w, -1); /* SessionEpoch */
+    put8(&w, 2);   /* one topic */
+    put(&w, METADATA_TOPIC_ID, 16);
+    put8(&w, 2); /* one partition */
+    put32(&w, 0);
+    put32(&w, current_leader_epoch);
+    put64(&w, fetch_offset);
+    put32(&w, last_fetched_epoch);
+    put64(&w, -1); /* LogStartOffset */
+    put32(&w, 0);  /* PartitionMaxBytes */
+    put8(&w, (uint8_t)(t->has_dir + (hw != FETCH_HW_NOT_PROVIDED)));
+    if (t->has_dir) {
+        put8(&w, 0);
+        put8(&w, 16);
+        put(&w, t->dir, 16);
+    }
+    if (hw != FETCH_HW_NOT_PROVIDED) {
+        put8(&w, 1);
+        put8(&w, 8);
+        put64(&w, hw);
+    }
+    put8(&w, 0); /* topic tagged fields */
+    put8(&w, 1); /* no forgotten topics */
+    put8(&w, 1); /* empty rack id */
+    put8(&w, t->replica_id == -1 ? 1 : 2);
+    put8(&w, 0); /* ClusterId */
+    put_uvarint(&w, (uint32_t)(uvarint_size(cid_field) + t->cluster_id_len));
+    put_uvarint(&w, cid_field);
+    put(&w, t->cluster_id, t->cluster_id_len);
+    if (t->replica_id != -1) {
+        put8(&w, 1); /* ReplicaState: ReplicaId, ReplicaEpoch, no tags */
+        put8(&w, 13);
+        put32(&w, t->replica_id);
+        put64(&w, -1);
+        put8(&w, 0);
+    }
+    return w.p == NULL ? 0 : (size_t)(w.p - out);
+}
+
+static int get_text(PyObject *o, const char *what, char *out, size_t *len, int *present)
+{
+    Py_ssize_t n;
+    const char *utf8;
+    if (o == Py_None && present != NULL) {
+        *present = 0;
+        *len = 0;
+        return 0;
+    }
+    if (!PyUnicode_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a str, not %.100s", what, Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    utf8 = PyUnicode_AsUTF8AndSize(o, &n);
+    if (utf8 == NULL)
+        return -1;
+    if ((size_t)n >= FETCH_TEMPLATE_TEXT) {
+        PyErr_Format(PyExc_ValueError, "%s is longer than %d bytes", what, FETCH_TEMPLATE_TEXT - 1);
+        return -1;
+    }
+    memcpy(out, utf8, (size_t)n);
+    *len = (size_t)n;
+    if (present != NULL)
+        *present = 1;
+    return 0;
+}
+
+static PyObject *lane_fetch_request(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    static char *kw[] = {"version", "correlation_id", "client_id", "cluster_id", "replica_id",
+                         "directory_id", "max_wait_ms", "max_bytes", "current_leader_epoch",
+                         "fetch_offset", "last_fetched_epoch", "high_watermark", NULL};
+    PyObject *version, *corr, *client, *cluster, *replica, *dir, *wait, *maxb, *cle, *off, *lfe,
+        *hwo;
+    fetch_template t;
+    int32_t c, mw, mb, e, l, v32;
+    int64_t fo, hw = FETCH_HW_NOT_PROVIDED;
+    uint8_t buf[2048];
+    size_t n;
+    (void)module;
+    memset(&t, 0, sizeof t);
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOOOO", kw, &version, &corr, &client,
+                                     &cluster, &replica, &dir, &wait, &maxb, &cle, &off, &lfe,
+                                     &hwo))
+        return NULL;
+    if (get_i32(version, "version", &v32) < 0 || get_i32(corr, "correlation_id", &c) < 0
+        || get_text(client, "client_id", t.client_id, &t.client_id_len, &t.has_client_id) < 0
+        || get_text(cluster, "cluster_id", t.cluster_id, &t.cluster_id_len, NULL) < 0
+        || get_i32(replica, "replica_id", &t.replica_id) < 0
+        || get_i32(wait, "max_wait_ms", &mw) < 0 || get_i32(maxb, "max_bytes", &mb) < 0
+        || get_i32(cle, "current_leader_epoch", &e) < 0 || get_i64(off, "fetch_offset", &fo) < 0
+        || get_i32(lfe, "last_fetched_epoch", &l) < 0)
+        return NULL;
+    if (hwo != Py_None && get_i64(hwo, "high_watermark", &hw) < 0)
+        return NULL;
+    t.version = (int16_t)v32;
+    if (v32 != 17 && v32 != 18) {
+        PyErr_Format(PyExc_ValueError, "version must be 17 or 18, not %d", (int)v32);
+        return NULL;
+    }
+    t.has_dir = get_dir(dir, t.dir);
+    if (t.has_dir < 0)
+        return NULL;
+    if (t.has_dir) { /* the zero Uuid means none, as the Python encoder has it */
+        static const uint8_t zero[16];
+        t.has_dir = memcmp(t.dir, zero, 16) != 0;
+    }
+    n = write_fetch_request(buf, sizeof buf, &t, c, mw, mb, e, fo, l, hw);
+    if (n == 0) {
+        PyErr_SetString(PyExc_ValueError, "the request does not fit the lane's buffer");
+        return NULL;
+    }
+    return PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)n);
+}
+
 static PyMethodDef lane_functions[] = {
     {"read_fetch_answer", lane_read_fetch_answer, METH_VARARGS,
      "read_fetch_answer(frame, correlation_id) -> (leader_id, leader_epoch, high_watermark, "
@@ -892,6 +1106,11 @@ static PyMethodDef lane_functions[] = {
      "v17/v18 response frame (no size prefix) read as the follower's lane reads it; None for "
      "anything but a plain answer of the voters' shape with whole, valid, non-control batches"},
     {"crc32c", lane_crc32c, METH_VARARGS, "crc32c(data) -> the CRC-32C the lane checks batches with"},
+    {"fetch_request", (PyCFunction)(void (*)(void))lane_fetch_request, METH_VARARGS | METH_KEYWORDS,
+     "fetch_request(version, correlation_id, client_id, cluster_id, replica_id, directory_id, "
+     "max_wait_ms, max_bytes, current_leader_epoch, fetch_offset, last_fetched_epoch, "
+     "high_watermark) -> bytes: the Fetch v17/v18 request frame (no size prefix) the follower's "
+     "lane sends, as kraft.server.fetch_fast.encode_fetch_request writes it"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -19,11 +19,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kraft.protocol.errors import ErrorCode, ProtocolError
+from kraft.protocol.uuid import Uuid
 from kraft.raft import messages as m
 from kraft.raft.lane import native
 from kraft.records.batch import build_batch
 from kraft.records.control import KRaftVersionRecord, build_control_batch
-from kraft.server.fetch_fast import decode_fetch_response, encode_fetch_response
+from kraft.server.fetch_fast import (
+    decode_fetch_request,
+    decode_fetch_response,
+    encode_fetch_request,
+    encode_fetch_response,
+)
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -256,3 +262,54 @@ def test_damaged_answers_under_the_address_sanitizer(tmp_path: Path) -> None:
                           text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("iterations=300000 taken=")
+
+
+# ---------------------------------------------------------------- the follower's next fetch
+
+i32 = st.integers(-(2**31), 2**31 - 1)
+i64 = st.integers(-(2**63), 2**63 - 1)
+text = st.text(max_size=40)
+long_text = st.text(max_size=40) | st.text(st.characters(max_codepoint=0x7FF), min_size=130,
+                                           max_size=250)
+"""Past 126 UTF-8 bytes, a compact string's length takes a second varint byte (and the lane's
+template holds up to 511 bytes: 250 characters of at most 2 bytes each)."""
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from([17, 18]), i32, st.none() | long_text, long_text, i32,
+       st.none() | st.sampled_from([Uuid(bytes(16)), Uuid(bytes(range(16))), Uuid(b"\xff" * 16)]),
+       i32, i32, i32, i64, i32, st.none() | i64)
+def test_the_next_fetch_is_written_as_the_python_encoder_writes_it(
+        version: int, corr: int, client: str | None, cluster: str, replica: int,
+        directory: Uuid | None, wait: int, max_bytes: int, epoch: int, offset: int,
+        last_epoch: int, hw: int | None) -> None:
+    assert C is not None
+    req = m.FetchRequest(replica_id=replica, replica_directory_id=directory,
+                         current_leader_epoch=epoch, fetch_offset=offset,
+                         last_fetched_epoch=last_epoch, max_wait_ms=wait, max_bytes=max_bytes,
+                         high_watermark=hw)
+    want = encode_fetch_request(req, cluster, version, corr, client)
+    got = C.fetch_request(version, corr, client, cluster, replica, directory, wait, max_bytes,
+                          epoch, offset, last_epoch, hw)
+    assert got == want
+    if replica >= 0 and cluster:  # and the leader reads it back as the fetch it is
+        back = decode_fetch_request(got, cluster)
+        assert back is not None and back[2].fetch_offset == offset
+
+
+def test_a_bad_fetch_field_is_named() -> None:
+    assert C is not None
+    ok: dict[str, Any] = {"version": 18, "correlation_id": 1, "client_id": None,
+                          "cluster_id": "c", "replica_id": 2, "directory_id": None,
+                          "max_wait_ms": 500, "max_bytes": 1 << 20, "current_leader_epoch": 3,
+                          "fetch_offset": 10, "last_fetched_epoch": 3, "high_watermark": 9}
+    assert C.fetch_request(**ok)
+    for field, bad, error, text_ in [
+        ("version", 16, ValueError, "version must be 17 or 18"),
+        ("fetch_offset", "10", TypeError, "fetch_offset must be an int"),
+        ("max_wait_ms", 1 << 31, OverflowError, "max_wait_ms out of the int32 range"),
+        ("cluster_id", "x" * 600, ValueError, "cluster_id is longer than"),
+        ("client_id", 5, TypeError, "client_id must be a str"),
+    ]:
+        with pytest.raises(error, match=text_):
+            C.fetch_request(**{**ok, field: bad})
