@@ -14,6 +14,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #define LANE_MAX_VOTERS 64 /* a lease refuses larger sets: KRaft voter sets are a handful */
 
@@ -1099,6 +1100,76 @@ static PyObject *lane_fetch_request(PyObject *module, PyObject *args, PyObject *
     return PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)n);
 }
 
+
+/* The follower lane's whole decision on one answer, timed in C (bench/bench_lane.py): read the
+ * frame, apply the follower's rules to what it holds, and write the next fetch, `iterations`
+ * times over, each from the same lease. Returns the mean nanoseconds per step, or -1 when the
+ * frame is not a plain answer the lease takes. */
+static PyObject *lane_time_follower_step(PyObject *module, PyObject *args)
+{
+    Py_buffer view;
+    int corr;
+    long long iterations;
+    fetch_answer a;
+    frame_batch batches[64];
+    lane_batch lb[64];
+    follower_lane lease, f;
+    fetch_template t;
+    uint8_t out[512];
+    struct timespec t0, t1;
+    size_t n = 0;
+    int64_t first = -1, last = -1;
+    double ns;
+    (void)module;
+    memset(&t, 0, sizeof t);
+    memset(&lease, 0, sizeof lease);
+    int epoch;
+    long long log_end;
+    if (!PyArg_ParseTuple(args, "y*iiLL", &view, &corr, &epoch, &log_end, &iterations))
+        return NULL;
+    lease.epoch = epoch;
+    lease.log_end = log_end;
+    lease.leader_id = -2; /* taken from the first reading below */
+    lease.fetch_correlation = corr;
+    t.version = 18;
+    t.replica_id = 2;
+    t.cluster_id_len = 22;
+    memset(t.cluster_id, 'c', 22);
+    if (iterations < 1 || !read_fetch_answer(view.buf, (size_t)view.len, corr, &a, batches, 64, &n)) {
+        PyBuffer_Release(&view);
+        return PyFloat_FromDouble(-1.0);
+    }
+    lease.leader_id = a.leader_id;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (long long i = 0; i < iterations; i++) {
+        f = lease;
+        if (!read_fetch_answer(view.buf, (size_t)view.len, corr, &a, batches, 64, &n))
+            break;
+        for (size_t k = 0; k < n; k++) {
+            lb[k].base_offset = batches[k].base_offset;
+            lb[k].last_offset = batches[k].last_offset;
+            lb[k].epoch = batches[k].epoch;
+            lb[k].is_control = 0;
+        }
+        if (!follower_answer(&f, corr, 0, a.leader_id, a.leader_epoch, a.high_watermark, 0, 0, lb,
+                             (Py_ssize_t)n, &first, &last)) {
+            iterations = -1;
+            break;
+        }
+        if (write_fetch_request(out, sizeof out, &t, corr + 1, 500, 1 << 20, f.epoch, f.log_end,
+                                f.epoch, f.has_hw ? f.hw : -1) == 0) {
+            iterations = -1;
+            break;
+        }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    PyBuffer_Release(&view);
+    if (iterations < 0)
+        return PyFloat_FromDouble(-1.0);
+    ns = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / (double)iterations;
+    return PyFloat_FromDouble(ns);
+}
+
 static PyMethodDef lane_functions[] = {
     {"read_fetch_answer", lane_read_fetch_answer, METH_VARARGS,
      "read_fetch_answer(frame, correlation_id) -> (leader_id, leader_epoch, high_watermark, "
@@ -1106,6 +1177,10 @@ static PyMethodDef lane_functions[] = {
      "v17/v18 response frame (no size prefix) read as the follower's lane reads it; None for "
      "anything but a plain answer of the voters' shape with whole, valid, non-control batches"},
     {"crc32c", lane_crc32c, METH_VARARGS, "crc32c(data) -> the CRC-32C the lane checks batches with"},
+    {"time_follower_step", lane_time_follower_step, METH_VARARGS,
+     "time_follower_step(frame, correlation_id, epoch, log_end, iterations) -> mean ns of the "
+     "follower lane's decision on one answer (read, rules, next fetch), or -1 when the lease "
+     "does not take it"},
     {"fetch_request", (PyCFunction)(void (*)(void))lane_fetch_request, METH_VARARGS | METH_KEYWORDS,
      "fetch_request(version, correlation_id, client_id, cluster_id, replica_id, directory_id, "
      "max_wait_ms, max_bytes, current_leader_epoch, fetch_offset, last_fetched_epoch, "
