@@ -14,8 +14,8 @@ The core then handles the event as always, and the shadow checks that it did the
 - the same records appended.
 
 After an event the lane hands over, or any other event, the lane is armed again from the
-core's state before the next event of its kinds. A disagreement is an invariant violation (`lane`), so every simulated seed also
-checks the lane's rules under the simulator's faults.
+core's state before the next event of its kinds. A disagreement is an invariant violation
+(`lane`), so every simulated seed also checks the lane's rules under the simulator's faults.
 """
 
 from __future__ import annotations
@@ -60,10 +60,6 @@ class LaneShadow:
         """Events of a lane's kinds (a fetch, an append, a sync, an answer) that it handed
         over, with a lane armed."""
 
-    def forget(self, node_id: int) -> None:
-        """The replica crashed or stopped: its lane goes with its core."""
-        self._lanes.pop(node_id, None)
-
     def before(self, node_id: int, core: RaftCore, event: Event) -> object | None:
         """The lane's decision on `event`, made before the core sees it (None: not the lane's)."""
         t = type(event)
@@ -104,10 +100,11 @@ class LaneShadow:
             if type(resp) is not FetchResponse:
                 return None
             assert isinstance(resp, FetchResponse)
-            decision = cast(FollowerLane, lane).answer(event.correlation_id, int(resp.error_code), resp.leader_id,
-                                   resp.leader_epoch, resp.high_watermark,
-                                   resp.diverging_epoch is not None, resp.snapshot_id is not None,
-                                   resp.batches)
+            follow = cast(FollowerLane, lane)
+            decision = follow.answer(event.correlation_id, int(resp.error_code), resp.leader_id,
+                                     resp.leader_epoch, resp.high_watermark,
+                                     resp.diverging_epoch is not None,
+                                     resp.snapshot_id is not None, resp.batches)
         else:
             return None
         if decision is None:
