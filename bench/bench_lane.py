@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from bench.bench_protocol import _best_seconds
 from kraft.protocol.errors import ErrorCode
 from kraft.protocol.uuid import Uuid
 from kraft.raft import messages as m
@@ -41,14 +42,8 @@ VALUE = b"v" * 108
 CLUSTER = "c" * 22
 
 
-def _best_us(fn: Callable[[], object], number: int, repeat: int = 5) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / number)
-    return best * 1e6
+def _best_us(fn: Callable[[], object], number: int) -> float:
+    return _best_seconds(fn, repeat=5, number=number) * 1e6
 
 
 def _answer(offset: int, epoch: int, hw: int, corr: int) -> bytes:
