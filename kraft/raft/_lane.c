@@ -12,9 +12,14 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #define LANE_MAX_VOTERS 64 /* a lease refuses larger sets: KRaft voter sets are a handful */
 
@@ -1170,6 +1175,402 @@ static PyObject *lane_time_follower_step(PyObject *module, PyObject *args)
     return PyFloat_FromDouble(ns);
 }
 
+
+/* ------------------------------------------------------------------ the follower's I/O loop */
+
+/* FollowerShell: the follower lane's loop on its own thread (step 2), over a connected socket
+ * to the leader and the active segment's descriptor, with no Python and no GIL:
+ *   read a size-prefixed frame -> read_fetch_answer -> follower_answer -> pwrite the batches at
+ *   the write position and fdatasync them -> write_fetch_request -> send it.
+ * The next fetch (the acknowledgement) leaves only once the batches are durable (rule 5). The
+ * loop stops at the first frame it does not take (handover), when asked to (stop), when the
+ * leader closes the connection, or on an I/O error; what it read and did not take is kept for
+ * the caller. Its end is signalled on a pipe the caller can watch. Not yet used by the node:
+ * the hand-over of the transport's socket and the log's bookkeeping are step 2's rest. The
+ * socket and the log descriptor stay the caller's: the loop never closes them. */
+
+enum { SHELL_IDLE, SHELL_RUNNING, SHELL_HANDOVER, SHELL_STOPPED, SHELL_CLOSED, SHELL_ERROR };
+static const char *const shell_reasons[] = {"idle", "running", "handover", "stopped", "closed",
+                                            "error"};
+
+#define SHELL_MAX_FRAME (16 * 1024 * 1024)
+
+typedef struct {
+    PyObject_HEAD
+    int sock, log_fd;
+    int64_t write_pos;
+    int32_t last_epoch, next_correlation, max_wait_ms, max_bytes;
+    follower_lane lane;
+    fetch_template tmpl;
+    uint8_t *in;
+    size_t in_len, in_cap;
+    int stop_pipe[2], done_pipe[2];
+    int pipes_open;
+    pthread_t thread;
+    int started, joined;
+    int state, error;
+    const char *error_at;
+    int64_t answers, records;
+} FollowerShellObject;
+
+static int shell_send_all(int sock, const uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = send(sock, p, n, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                struct pollfd pf = {sock, POLLOUT, 0};
+                poll(&pf, 1, 1000);
+                continue;
+            }
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Take every whole frame at the head of the input: 1 to go on reading, 0 when the loop ends
+ * (state set). */
+static int shell_take_frames(FollowerShellObject *sh)
+{
+    frame_batch batches[256];
+    lane_batch lb[256];
+    uint8_t out[2048];
+    while (sh->in_len >= 4) {
+        uint32_t size = be32(sh->in);
+        const uint8_t *frame = sh->in + 4;
+        fetch_answer a;
+        size_t n = 0, len;
+        int64_t first = -1, last = -1;
+        if (size > SHELL_MAX_FRAME) {
+            sh->state = SHELL_HANDOVER; /* the general path names the bad size */
+            return 0;
+        }
+        if (sh->in_len - 4 < size)
+            return 1; /* the rest of the frame is still on its way */
+        if (!read_fetch_answer(frame, size, sh->lane.fetch_correlation, &a, batches, 256, &n)) {
+            sh->state = SHELL_HANDOVER;
+            return 0;
+        }
+        for (size_t k = 0; k < n; k++) {
+            lb[k].base_offset = batches[k].base_offset;
+            lb[k].last_offset = batches[k].last_offset;
+            lb[k].epoch = batches[k].epoch;
+            lb[k].is_control = 0;
+        }
+        {
+            follower_lane trial = sh->lane;
+            if (!follower_answer(&trial, sh->lane.fetch_correlation, 0, a.leader_id,
+                                 a.leader_epoch, a.high_watermark, 0, 0, lb, (Py_ssize_t)n,
+                                 &first, &last)) {
+                sh->state = SHELL_HANDOVER;
+                return 0;
+            }
+            if (n > 0) {
+                size_t from = batches[0].pos, bytes = batches[n - 1].pos + batches[n - 1].size - from;
+                size_t done = 0;
+                while (done < bytes) {
+                    ssize_t w = pwrite(sh->log_fd, frame + from + done, bytes - done,
+                                       (off_t)(sh->write_pos + (int64_t)done));
+                    if (w < 0 && errno == EINTR)
+                        continue;
+                    if (w <= 0) {
+                        sh->error = w < 0 ? errno : EIO;
+                        sh->error_at = "write";
+                        sh->state = SHELL_ERROR;
+                        return 0;
+                    }
+                    done += (size_t)w;
+                }
+                if (fdatasync(sh->log_fd) != 0) {
+                    sh->error = errno;
+                    sh->error_at = "fdatasync";
+                    sh->state = SHELL_ERROR;
+                    return 0;
+                }
+                sh->write_pos += (int64_t)bytes;
+                sh->last_epoch = batches[n - 1].epoch;
+                sh->records += last - first + 1;
+            }
+            sh->lane = trial;
+        }
+        len = write_fetch_request(out, sizeof out - 4, &sh->tmpl, sh->next_correlation,
+                                  sh->max_wait_ms, sh->max_bytes, sh->lane.epoch,
+                                  sh->lane.log_end, sh->last_epoch,
+                                  sh->lane.has_hw ? sh->lane.hw : -1);
+        if (len == 0) {
+            sh->error = EMSGSIZE;
+            sh->error_at = "fetch";
+            sh->state = SHELL_ERROR;
+            return 0;
+        }
+        memmove(out + 4, out, len);
+        out[0] = (uint8_t)(len >> 24);
+        out[1] = (uint8_t)(len >> 16);
+        out[2] = (uint8_t)(len >> 8);
+        out[3] = (uint8_t)len;
+        sh->lane.fetch_correlation = sh->next_correlation++;
+        memmove(sh->in, sh->in + 4 + size, sh->in_len - 4 - size);
+        sh->in_len -= 4 + (size_t)size;
+        sh->answers++;
+        if (shell_send_all(sh->sock, out, len + 4) != 0) {
+            sh->error = errno;
+            sh->error_at = "send";
+            sh->state = SHELL_ERROR;
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void *shell_run(void *arg)
+{
+    FollowerShellObject *sh = arg;
+    struct pollfd pf[2];
+    for (;;) {
+        pf[0].fd = sh->sock;
+        pf[0].events = POLLIN;
+        pf[1].fd = sh->stop_pipe[0];
+        pf[1].events = POLLIN;
+        if (poll(pf, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            sh->error = errno;
+            sh->error_at = "poll";
+            sh->state = SHELL_ERROR;
+            break;
+        }
+        if (pf[1].revents) {
+            sh->state = SHELL_STOPPED;
+            break;
+        }
+        if (pf[0].revents) {
+            ssize_t r;
+            if (sh->in_cap - sh->in_len < 65536) {
+                size_t cap = sh->in_cap * 2;
+                uint8_t *bigger;
+                if (cap > 2 * (size_t)SHELL_MAX_FRAME + 65536) {
+                    sh->state = SHELL_HANDOVER;
+                    break;
+                }
+                bigger = realloc(sh->in, cap);
+                if (bigger == NULL) {
+                    sh->error = ENOMEM;
+                    sh->error_at = "buffer";
+                    sh->state = SHELL_ERROR;
+                    break;
+                }
+                sh->in = bigger;
+                sh->in_cap = cap;
+            }
+            r = recv(sh->sock, sh->in + sh->in_len, sh->in_cap - sh->in_len, 0);
+            if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+                continue;
+            if (r < 0) {
+                sh->error = errno;
+                sh->error_at = "recv";
+                sh->state = SHELL_ERROR;
+                break;
+            }
+            if (r == 0) {
+                sh->state = SHELL_CLOSED;
+                break;
+            }
+            sh->in_len += (size_t)r;
+            if (!shell_take_frames(sh))
+                break;
+        }
+    }
+    {
+        uint8_t one = 1;
+        ssize_t ignored = write(sh->done_pipe[1], &one, 1);
+        (void)ignored;
+    }
+    return NULL;
+}
+
+static void shell_join(FollowerShellObject *sh)
+{
+    if (sh->started && !sh->joined) {
+        uint8_t one = 1;
+        ssize_t ignored = write(sh->stop_pipe[1], &one, 1);
+        (void)ignored;
+        Py_BEGIN_ALLOW_THREADS
+        pthread_join(sh->thread, NULL);
+        Py_END_ALLOW_THREADS
+        sh->joined = 1;
+    }
+}
+
+static void FollowerShell_dealloc(FollowerShellObject *self)
+{
+    shell_join(self);
+    if (self->pipes_open) {
+        for (int i = 0; i < 2; i++) {
+            close(self->stop_pipe[i]);
+            close(self->done_pipe[i]);
+        }
+    }
+    free(self->in);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int FollowerShell_init(FollowerShellObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kw[] = {"sock", "log_fd", "write_pos", "lane", "last_epoch",
+                         "next_correlation", "version", "client_id", "cluster_id", "replica_id",
+                         "directory_id", "max_wait_ms", "max_bytes", NULL};
+    PyObject *lane, *client, *cluster, *dir;
+    int sock, log_fd, last_epoch, next_corr, version, replica, max_wait, max_bytes;
+    long long write_pos;
+    if (self->started) {
+        PyErr_SetString(PyExc_RuntimeError, "a FollowerShell is set up once");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiLOiiiOOiOii", kw, &sock, &log_fd, &write_pos,
+                                     &lane, &last_epoch, &next_corr, &version, &client,
+                                     &cluster, &replica, &dir, &max_wait, &max_bytes))
+        return -1;
+    if (!PyObject_TypeCheck(lane, &FollowerLaneType)) {
+        PyErr_SetString(PyExc_TypeError, "lane must be a kraft.raft._lane.FollowerLane");
+        return -1;
+    }
+    if (sock < 0 || log_fd < 0 || write_pos < 0) {
+        PyErr_SetString(PyExc_ValueError, "sock, log_fd and write_pos must not be negative");
+        return -1;
+    }
+    if (version != 17 && version != 18) {
+        PyErr_Format(PyExc_ValueError, "version must be 17 or 18, not %d", version);
+        return -1;
+    }
+    memset(&self->tmpl, 0, sizeof self->tmpl);
+    if (get_text(client, "client_id", self->tmpl.client_id, &self->tmpl.client_id_len,
+                 &self->tmpl.has_client_id) < 0
+        || get_text(cluster, "cluster_id", self->tmpl.cluster_id, &self->tmpl.cluster_id_len,
+                    NULL) < 0)
+        return -1;
+    self->tmpl.has_dir = get_dir(dir, self->tmpl.dir);
+    if (self->tmpl.has_dir < 0)
+        return -1;
+    if (self->tmpl.has_dir) {
+        static const uint8_t zero[16];
+        self->tmpl.has_dir = memcmp(self->tmpl.dir, zero, 16) != 0;
+    }
+    self->tmpl.version = (int16_t)version;
+    self->tmpl.replica_id = replica;
+    self->sock = sock;
+    self->log_fd = log_fd;
+    self->write_pos = write_pos;
+    self->lane = ((FollowerLaneObject *)lane)->s;
+    self->last_epoch = last_epoch;
+    self->next_correlation = next_corr;
+    self->max_wait_ms = max_wait;
+    self->max_bytes = max_bytes;
+    if (self->in == NULL) {
+        self->in_cap = 1 << 17;
+        self->in = malloc(self->in_cap);
+        if (self->in == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    if (!self->pipes_open) {
+        if (pipe(self->stop_pipe) != 0)
+            return PyErr_SetFromErrno(PyExc_OSError), -1;
+        if (pipe(self->done_pipe) != 0) {
+            close(self->stop_pipe[0]);
+            close(self->stop_pipe[1]);
+            return PyErr_SetFromErrno(PyExc_OSError), -1;
+        }
+        self->pipes_open = 1;
+    }
+    self->state = SHELL_IDLE;
+    return 0;
+}
+
+static PyObject *FollowerShell_start(FollowerShellObject *self, PyObject *unused)
+{
+    int err;
+    (void)unused;
+    if (self->in == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the FollowerShell was not set up");
+        return NULL;
+    }
+    if (self->started) {
+        PyErr_SetString(PyExc_RuntimeError, "a FollowerShell runs once");
+        return NULL;
+    }
+    self->state = SHELL_RUNNING;
+    err = pthread_create(&self->thread, NULL, shell_run, self);
+    if (err != 0) {
+        self->state = SHELL_IDLE;
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    self->started = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *FollowerShell_report(FollowerShellObject *self)
+{
+    return Py_BuildValue(
+        "{s:s,s:L,s:L,s:L,s:L,s:N,s:i,s:i,s:i,s:y#,s:i,s:s}",
+        "reason", shell_reasons[self->state], "answers", (long long)self->answers,
+        "records", (long long)self->records, "log_end", (long long)self->lane.log_end,
+        "write_pos", (long long)self->write_pos, "high_watermark",
+        opt_i64(self->lane.has_hw, self->lane.hw), "last_epoch", (int)self->last_epoch,
+        "fetch_correlation", (int)self->lane.fetch_correlation, "next_correlation",
+        (int)self->next_correlation, "unread", (const char *)self->in, (Py_ssize_t)self->in_len,
+        "error", self->error, "error_at", self->error_at ? self->error_at : "");
+}
+
+static PyObject *FollowerShell_stop(FollowerShellObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (!self->started) {
+        PyErr_SetString(PyExc_RuntimeError, "the FollowerShell was not started");
+        return NULL;
+    }
+    shell_join(self);
+    return FollowerShell_report(self);
+}
+
+static PyObject *FollowerShell_get_done_fd(FollowerShellObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLong(self->done_pipe[0]);
+}
+
+static PyGetSetDef FollowerShell_getset[] = {
+    {"done_fd", (getter)FollowerShell_get_done_fd, NULL,
+     "a descriptor that becomes readable when the loop has ended", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef FollowerShell_methods[] = {
+    {"start", (PyCFunction)FollowerShell_start, METH_NOARGS, "start the loop on its thread"},
+    {"stop", (PyCFunction)FollowerShell_stop, METH_NOARGS,
+     "end the loop (if it runs), wait for its thread, and return its report"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject FollowerShellType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kraft.raft._lane.FollowerShell",
+    .tp_basicsize = sizeof(FollowerShellObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The follower lane's I/O loop on its own thread (docs/native-lane.md, step 2).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)FollowerShell_init,
+    .tp_dealloc = (destructor)FollowerShell_dealloc,
+    .tp_methods = FollowerShell_methods,
+    .tp_getset = FollowerShell_getset,
+};
+
 static PyMethodDef lane_functions[] = {
     {"read_fetch_answer", lane_read_fetch_answer, METH_VARARGS,
      "read_fetch_answer(frame, correlation_id) -> (leader_id, leader_epoch, high_watermark, "
@@ -1206,14 +1607,16 @@ PyMODINIT_FUNC PyInit__lane(void)
     __builtin_cpu_init();
     crc_hw = __builtin_cpu_supports("sse4.2");
 #endif
-    if (PyType_Ready(&LeaderLaneType) < 0 || PyType_Ready(&FollowerLaneType) < 0)
+    if (PyType_Ready(&LeaderLaneType) < 0 || PyType_Ready(&FollowerLaneType) < 0
+        || PyType_Ready(&FollowerShellType) < 0)
         return NULL;
     m = PyModule_Create(&lane_module);
     if (m == NULL)
         return NULL;
     if (PyModule_AddIntConstant(m, "MAX_VOTERS", LANE_MAX_VOTERS) < 0
         || PyModule_AddObjectRef(m, "LeaderLane", (PyObject *)&LeaderLaneType) < 0
-        || PyModule_AddObjectRef(m, "FollowerLane", (PyObject *)&FollowerLaneType) < 0) {
+        || PyModule_AddObjectRef(m, "FollowerLane", (PyObject *)&FollowerLaneType) < 0
+        || PyModule_AddObjectRef(m, "FollowerShell", (PyObject *)&FollowerShellType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

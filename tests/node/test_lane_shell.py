@@ -1,0 +1,246 @@
+"""The follower lane's I/O loop (`kraft.raft._lane.FollowerShell`, docs/native-lane.md step 2),
+driven by a leader played by the test over a socket pair: answers encoded by
+`kraft.server.fetch_fast`, the lane's fetches decoded by it, and the log file read back."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import socket
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kraft.protocol.errors import ErrorCode
+from kraft.protocol.uuid import Uuid
+from kraft.raft import messages as m
+from kraft.raft.lane import native
+from kraft.records.batch import build_batch
+from kraft.server.fetch_fast import decode_fetch_request, encode_fetch_response
+
+C = native()
+pytestmark = pytest.mark.skipif(C is None, reason="kraft.raft._lane was not built (no C compiler)")
+
+CLUSTER = "abcdefghijklmnopqrstuv"
+DIR = Uuid(bytes(range(1, 17)))
+EPOCH, LEADER = 3, 1
+
+
+class Leader:
+    """The leader's end of the connection: sends answers, reads the lane's fetches."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.sock.settimeout(10)
+
+    def answer(self, corr: int, records: bytes | None, hw: int, **kw: Any) -> bytes:
+        resp = m.FetchResponse(kw.pop("error", ErrorCode.NONE), LEADER, EPOCH, hw, 0, **kw)
+        frame = encode_fetch_response(18, corr, resp, records)
+        assert frame is not None
+        return struct.pack(">I", len(frame)) + frame
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def fetch(self) -> tuple[int, m.FetchRequest]:
+        size = struct.unpack(">I", self._exactly(4))[0]
+        decoded = decode_fetch_request(self._exactly(size), CLUSTER)
+        assert decoded is not None
+        version, corr, req = decoded
+        assert version == 18
+        return corr, req
+
+    def nothing_more(self) -> bool:
+        return not select.select([self.sock], [], [], 0.2)[0]
+
+    def _exactly(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            assert chunk, "the lane closed the connection"
+            out += chunk
+        return out
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Iterator[tuple[Any, Leader, int, Path]]:
+    assert C is not None
+    mine, theirs = socket.socketpair()
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(b"h" * 100)  # the segment's bytes before the lane's: left alone
+    fd = os.open(path, os.O_RDWR)
+    lane = C.FollowerLane(EPOCH, LEADER, 7, 10, 8)  # the fetch in flight: 7; log end 10
+    shell = C.FollowerShell(mine.fileno(), fd, 100, lane, EPOCH, 8, 18, "node-2", CLUSTER, 2,
+                            DIR, 500, 1 << 20)
+    try:
+        yield shell, Leader(theirs), fd, path
+    finally:
+        with contextlib.suppress(RuntimeError):  # a test that never started it
+            shell.stop()
+        mine.close()
+        theirs.close()
+        os.close(fd)
+
+
+def batch(base: int, n: int = 1) -> bytes:
+    return build_batch(base, EPOCH, [b"v%03d" % i * 27 for i in range(n)], 1_700_000_000_000)
+
+
+def test_each_answer_is_written_synced_and_acknowledged_by_the_next_fetch(setup: Any) -> None:
+    shell, leader, _fd, path = setup
+    shell.start()
+    offset, corr, written = 10, 7, b""
+    for i in range(40):
+        records = batch(offset, 1 + i % 3)
+        leader.send(leader.answer(corr, records, hw=offset))
+        corr, req = leader.fetch()
+        written += records
+        offset += 1 + i % 3
+        # the acknowledgement names the new end, and the bytes are in the file when it arrives
+        assert (req.fetch_offset, req.last_fetched_epoch, req.current_leader_epoch) == (
+            offset, EPOCH, EPOCH)
+        assert req.replica_id == 2 and req.replica_directory_id == DIR
+        assert req.high_watermark == min(offset - (1 + i % 3), offset)
+        assert path.read_bytes() == b"h" * 100 + written
+    report = shell.stop()
+    assert report["reason"] == "stopped"
+    assert (report["answers"], report["log_end"], report["write_pos"]) == (
+        40, offset, 100 + len(written))
+    assert report["fetch_correlation"] == corr and report["unread"] == b""
+
+
+def test_an_answer_with_only_the_high_watermark_is_acknowledged_at_once(setup: Any) -> None:
+    shell, leader, _fd, path = setup
+    shell.start()
+    leader.send(leader.answer(7, None, hw=10))
+    corr, req = leader.fetch()
+    assert (corr, req.fetch_offset, req.high_watermark) == (8, 10, 10)
+    assert path.read_bytes() == b"h" * 100
+
+
+@pytest.mark.parametrize(("why", "kw"), [
+    ("an error", {"error": ErrorCode.NOT_LEADER_OR_FOLLOWER}),
+    ("a divergence", {"diverging_epoch": m.OffsetAndEpoch(2, 5)}),
+    ("a snapshot id", {"snapshot_id": m.OffsetAndEpoch(2, 5)}),
+])
+def test_an_answer_that_is_not_plain_is_handed_over_unread(setup: Any, why: str,
+                                                           kw: dict[str, Any]) -> None:
+    shell, leader, _fd, path = setup
+    shell.start()
+    first = leader.answer(7, batch(10), hw=10)
+    leader.send(first)
+    leader.fetch()
+    odd = leader.answer(8, None, hw=11, **kw)
+    after = leader.answer(9, batch(11), hw=11)
+    leader.send(odd + after)
+    assert select.select([shell.done_fd], [], [], 10)[0], why
+    report = shell.stop()
+    assert report["reason"] == "handover", why
+    assert report["unread"] == odd + after  # for the general path, as it came
+    assert report["answers"] == 1 and report["log_end"] == 11
+    assert leader.nothing_more()  # no acknowledgement for what was not taken
+    assert len(path.read_bytes()) == 100 + len(batch(10))
+
+
+def test_records_that_do_not_continue_the_log_are_handed_over(setup: Any) -> None:
+    shell, leader, _fd, path = setup
+    shell.start()
+    wrong = leader.answer(7, batch(11), hw=10)  # the log ends at 10
+    leader.send(wrong)
+    assert select.select([shell.done_fd], [], [], 10)[0]
+    report = shell.stop()
+    assert (report["reason"], report["unread"], report["answers"]) == ("handover", wrong, 0)
+    assert path.read_bytes() == b"h" * 100 and leader.nothing_more()
+
+
+def test_an_answer_arriving_a_byte_at_a_time_is_taken_whole(setup: Any) -> None:
+    shell, leader, _fd, path = setup
+    shell.start()
+    data = leader.answer(7, batch(10, 3), hw=10)
+    for i in range(len(data)):
+        leader.send(data[i:i + 1])
+    corr, req = leader.fetch()
+    assert (corr, req.fetch_offset) == (8, 13)
+    assert path.read_bytes() == b"h" * 100 + batch(10, 3)
+
+
+def test_the_leader_closing_ends_the_loop(setup: Any) -> None:
+    shell, leader, _fd, _path = setup
+    shell.start()
+    leader.send(leader.answer(7, batch(10), hw=10)[:30])  # part of an answer, then gone
+    leader.sock.shutdown(socket.SHUT_WR)
+    assert select.select([shell.done_fd], [], [], 10)[0]
+    report = shell.stop()
+    assert report["reason"] == "closed" and len(report["unread"]) == 30
+
+
+def test_no_acknowledgement_leaves_when_the_write_fails(tmp_path: Path) -> None:
+    # a log descriptor that cannot be written: the loop ends with the error, and the leader
+    # never hears of records that are not durable
+    assert C is not None
+    mine, theirs = socket.socketpair()
+    path = tmp_path / "segment.log"
+    path.write_bytes(b"")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        shell = C.FollowerShell(mine.fileno(), fd, 0, C.FollowerLane(EPOCH, LEADER, 7, 10, None),
+                                EPOCH, 8, 18, None, CLUSTER, 2, None, 500, 1 << 20)
+        shell.start()
+        leader = Leader(theirs)
+        leader.send(leader.answer(7, batch(10), hw=10))
+        assert select.select([shell.done_fd], [], [], 10)[0]
+        report = shell.stop()
+        assert (report["reason"], report["error_at"]) == ("error", "write")
+        assert report["error"] == 9  # EBADF
+        assert report["answers"] == 0 and leader.nothing_more()
+    finally:
+        mine.close()
+        theirs.close()
+        os.close(fd)
+
+
+def test_no_acknowledgement_leaves_when_the_sync_fails() -> None:
+    # /dev/null takes the write and refuses fdatasync (EINVAL): the loop ends with the sync's
+    # error, and no fetch acknowledges the records (rule 5: durable before acknowledged)
+    assert C is not None
+    mine, theirs = socket.socketpair()
+    fd = os.open("/dev/null", os.O_WRONLY)
+    try:
+        shell = C.FollowerShell(mine.fileno(), fd, 0, C.FollowerLane(EPOCH, LEADER, 7, 10, None),
+                                EPOCH, 8, 18, None, CLUSTER, 2, None, 500, 1 << 20)
+        shell.start()
+        leader = Leader(theirs)
+        leader.send(leader.answer(7, batch(10), hw=10))
+        assert select.select([shell.done_fd], [], [], 10)[0]
+        report = shell.stop()
+        assert (report["reason"], report["error_at"], report["error"]) == (
+            "error", "fdatasync", 22)  # EINVAL
+        assert report["answers"] == 0 and leader.nothing_more()
+    finally:
+        mine.close()
+        theirs.close()
+        os.close(fd)
+
+
+def test_a_bad_setup_is_refused_with_what_is_wrong(tmp_path: Path) -> None:
+    assert C is not None
+    lane = C.FollowerLane(EPOCH, LEADER, 7, 10, None)
+    ok: dict[str, Any] = {"sock": 0, "log_fd": 0, "write_pos": 0, "lane": lane, "last_epoch": 3,
+                          "next_correlation": 8, "version": 18, "client_id": None,
+                          "cluster_id": CLUSTER, "replica_id": 2, "directory_id": None,
+                          "max_wait_ms": 500, "max_bytes": 1 << 20}
+    for field, bad, error, text in [
+        ("lane", object(), TypeError, "lane must be a kraft.raft._lane.FollowerLane"),
+        ("write_pos", -1, ValueError, "must not be negative"),
+        ("version", 16, ValueError, "version must be 17 or 18"),
+        ("cluster_id", 5, TypeError, "cluster_id must be a str"),
+    ]:
+        with pytest.raises(error, match=text):
+            C.FollowerShell(**{**ok, field: bad})
+    shell = C.FollowerShell(**ok)
+    with pytest.raises(RuntimeError, match="was not started"):
+        shell.stop()
