@@ -12,13 +12,29 @@ answers with its next fetch. Measured per answer (best of several repetitions, o
   next fetch frame, without the Python calls around them);
 * `python_path_us`: read + core + next fetch, the Python side of what the lane replaces.
 
-No I/O is timed: the write, the sync and the socket are the same for both. A benchmark of the
-decision, which is what docs/native-lane.md's model puts at 10 + 5 µs for the native lane.
+No I/O is timed in these: the write, the sync and the socket are the same for both. A benchmark
+of the decision, which is what docs/native-lane.md's model puts at 10 + 5 µs for the native lane.
+
+`follower_rtt`: the same step with its I/O, as a leader sees it. A leader process (this one)
+sends an answer over loopback TCP and times until the follower's next fetch arrives. The
+follower is another process: `c`, the lane's loop (`FollowerShell`: read, rules, `pwrite`,
+`fdatasync`, the next fetch); `python`, the same steps in Python on uvloop (the fast decoder,
+the lane's rules, `os.pwrite`, `os.fdatasync`, the fast encoder); `floor`, Python reading the
+answer and syncing it with no decoding or encoding (as `bench.latency_floor`'s followers do).
+p50 and p90 in ms over the answers after a warm-up.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import os
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -74,6 +90,109 @@ def _core_us(number: int) -> float:
     return best * 1e6
 
 
+FIRST_CORR, FIRST_OFFSET = 7, 10
+
+
+def _frames(rounds: int) -> list[bytes]:
+    """The leader's answers, size-prefixed: one batch of one value each, in order."""
+    out = []
+    for i in range(rounds):
+        frame = _answer(FIRST_OFFSET + i, 3, FIRST_OFFSET + i, FIRST_CORR + i)
+        out.append(struct.pack(">I", len(frame)) + frame)
+    return out
+
+
+def _follower(kind: str, port: int, directory: str) -> None:
+    """A follower process for `follower_rtt` (see the module docstring)."""
+    fd = os.open(os.path.join(directory, "segment.log"), os.O_RDWR | os.O_CREAT)
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if kind == "c":
+        lane = native()
+        assert lane is not None
+        shell = lane.FollowerShell(sock.fileno(), fd, 0, lane.FollowerLane(3, 1, FIRST_CORR,
+                                   FIRST_OFFSET, None), 3, FIRST_CORR + 1, 18, None, CLUSTER, 2,
+                                   None, 500, 1 << 20)
+        shell.start()
+        os.read(shell.done_fd, 1)  # until the leader closes
+        shell.stop()
+        return
+
+    async def python_follower() -> None:
+        reader, writer = await asyncio.open_connection(sock=sock)
+        follower = FollowerLane(3, 1, FIRST_CORR, FIRST_OFFSET, None)
+        pos, corr = 0, FIRST_CORR + 1
+        while True:
+            try:
+                size = struct.unpack(">I", await reader.readexactly(4))[0]
+                frame = await reader.readexactly(size)
+            except asyncio.IncompleteReadError:
+                return
+            if kind == "floor":
+                os.pwrite(fd, frame, pos)
+                pos += len(frame)
+                os.fdatasync(fd)
+                writer.write(frame[:4])
+                continue
+            resp = decode_fetch_response(frame, 18, follower.fetch_correlation, "CONTROLLER")
+            assert resp is not None
+            taken = follower.answer(follower.fetch_correlation, 0, resp.leader_id,
+                                    resp.leader_epoch, resp.high_watermark, False, False,
+                                    resp.batches)
+            assert taken is not None
+            for b in resp.batches:
+                payload = bytes(b.payload)  # type: ignore[arg-type]
+                os.pwrite(fd, payload, pos)
+                pos += len(payload)
+            os.fdatasync(fd)
+            req = m.FetchRequest(2, None, 3, follower.log_end, 3, 500, 1 << 20,
+                                 follower.high_watermark)
+            out = encode_fetch_request(req, CLUSTER, 18, corr, None)
+            assert out is not None
+            follower.fetch_correlation = corr
+            corr += 1
+            writer.write(struct.pack(">I", len(out)) + out)
+
+    try:
+        import uvloop
+
+        uvloop.run(python_follower())
+    except ImportError:
+        asyncio.run(python_follower())
+
+
+def follower_rtt(kind: str, rounds: int, warmup: int = 200) -> dict[str, Any]:
+    """Leader-side round trips to a `kind` follower process (see the module docstring)."""
+    frames = _frames(rounds + warmup)
+    with tempfile.TemporaryDirectory(prefix="bench-lane-", dir=os.environ.get("TMPDIR")) as d, \
+            socket.create_server(("127.0.0.1", 0)) as server:
+        child = subprocess.Popen([sys.executable, "-m", "bench.bench_lane", "--follower", kind,
+                                  "--port", str(server.getsockname()[1]), "--dir", d])
+        try:
+            server.settimeout(30)
+            conn, _ = server.accept()
+            with conn:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                conn.settimeout(30)
+                times = []
+                for frame in frames:
+                    t0 = time.perf_counter()
+                    conn.sendall(frame)
+                    head = conn.recv(4, socket.MSG_WAITALL)
+                    size = struct.unpack(">I", head)[0] if kind != "floor" else 0
+                    if size:
+                        conn.recv(size, socket.MSG_WAITALL)
+                    times.append(time.perf_counter() - t0)
+            child.wait(timeout=30)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    kept = sorted(times[warmup:])
+    return {"p50_ms": round(statistics.median(kept) * 1000, 4),
+            "p90_ms": round(kept[int(0.9 * len(kept))] * 1000, 4), "n": len(kept)}
+
+
 def run() -> dict[str, Any]:
     quick = os.environ.get("BENCH_QUICK") == "1"
     number = 2_000 if quick else 20_000
@@ -106,10 +225,24 @@ def run() -> dict[str, Any]:
         raise RuntimeError("the C lane did not take the benchmark's answer")
     out["native_step_us"] = round(ns / 1000, 4)
     out["python_over_native"] = round(out["python_path_us"] / out["native_step_us"], 1)
+    rounds = 300 if quick else 3000
+    out["follower_rtt"] = {kind: follower_rtt(kind, rounds) for kind in ("floor", "python", "c")}
     return out
 
 
-if __name__ == "__main__":
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--follower", choices=("c", "python", "floor"), help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--dir", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.follower:
+        _follower(args.follower, args.port, args.dir)
+        return
     import json
 
     print(json.dumps(run(), indent=1))
+
+
+if __name__ == "__main__":
+    main()
