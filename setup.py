@@ -10,7 +10,9 @@ setup(
         Extension(
             "kraft.raft._lane",
             ["kraft/raft/_lane.c"],
-            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror=implicit-function-declaration"],
+            extra_compile_args=["-O2", "-std=c11", "-pthread", "-Wall", "-Wextra",
+                                "-Werror=implicit-function-declaration"],
+            extra_link_args=["-pthread"],  # FollowerShell's thread
             optional=True,
         )
     ]
