@@ -24,9 +24,10 @@ PROGRESS_EVERY = 100
 """Seeds between two progress lines (a soak's summary on stdout, a run's on stderr)."""
 
 
-def replay_command(seed: int, nodes: int) -> str:
-    """The command that replays one seed with a trace."""
-    return f"python -m kraft.sim --seed {seed} --nodes {nodes} --trace"
+def replay_command(seed: int, nodes: int, native_lane: bool = False) -> str:
+    """The command that replays one seed with a trace (with the C lanes when they ran)."""
+    lane = " --native-lane" if native_lane else ""
+    return f"python -m kraft.sim --seed {seed} --nodes {nodes}{lane} --trace"
 
 
 def summary(results: list[SimResult], seconds: float) -> str:
@@ -91,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             results.append(r)
             if not r.ok:
                 print(f"FAIL seed={seed}: {r.violation}", file=sys.stderr)
-                print(f"replay: {replay_command(seed, args.nodes)}", file=sys.stderr)
+                print(f"replay: {replay_command(seed, args.nodes, args.native_lane)}",
+                      file=sys.stderr)
             if len(results) % PROGRESS_EVERY == 0:
                 if args.soak:
                     print(summary(results, time.monotonic() - t0), flush=True)

@@ -195,3 +195,11 @@ def test_the_command_line_runs_the_c_rules(capsys: pytest.CaptureFixture[str]) -
         main(["--seeds", "2", "--native-lane", "--no-lane-shadow"])
     assert stop.value.code == 2
     assert "leave out --no-lane-shadow" in capsys.readouterr().err
+
+
+def test_a_failing_seed_with_the_c_rules_is_replayed_with_them() -> None:
+    from kraft.sim.cli import replay_command
+
+    assert replay_command(7, 5, native_lane=True) == (
+        "python -m kraft.sim --seed 7 --nodes 5 --native-lane --trace")
+    assert replay_command(7, 3) == "python -m kraft.sim --seed 7 --nodes 3 --trace"
