@@ -1,8 +1,9 @@
-/* Memory-safety check of the follower lane's reading of the leader's answers
- * (kraft/raft/_lane.c, read_fetch_answer), built with AddressSanitizer and UBSan by
+/* Memory-safety check of the lane's readings of frames (kraft/raft/_lane.c): the follower's of
+ * the leader's answers (read_fetch_answer) and the leader's of its voters' fetches
+ * (read_fetch_request), built with AddressSanitizer and UBSan by
  * tests/node/test_lane_fetch_answer.py.
  *
- *     lane_fuzz SEED_FRAME ITERATIONS RNG_SEED
+ *     lane_fuzz SEED_FRAME ITERATIONS RNG_SEED [answer|request]
  *
  * Each iteration damages a copy of the frame in SEED_FRAME (1-4 bit flips, cuts, overwritten
  * bytes or appended random bytes), copies it into a buffer of exactly its length, and reads
@@ -20,8 +21,9 @@ int main(int argc, char **argv)
     size_t n;
     long iterations, taken = 0;
     FILE *fp;
-    if (argc != 4) {
-        fprintf(stderr, "usage: lane_fuzz SEED_FRAME ITERATIONS RNG_SEED\n");
+    int requests = argc == 5 && strcmp(argv[4], "request") == 0;
+    if (argc != 4 && !(argc == 5 && (requests || strcmp(argv[4], "answer") == 0))) {
+        fprintf(stderr, "usage: lane_fuzz SEED_FRAME ITERATIONS RNG_SEED [answer|request]\n");
         return 2;
     }
     fp = fopen(argv[1], "rb");
@@ -62,10 +64,15 @@ int main(int argc, char **argv)
         exact = malloc(len ? len : 1);
         memcpy(exact, work, len);
         free(work);
-        max = len / BATCH_HEADER + 1;
-        batches = malloc(max * sizeof *batches);
-        taken += read_fetch_answer(exact, len, 5, &a, batches, max, &found);
-        free(batches);
+        if (requests) {
+            fetch_request r;
+            taken += read_fetch_request(exact, len, "abcdefghijklmnopqrstuv", 22, &r);
+        } else {
+            max = len / BATCH_HEADER + 1;
+            batches = malloc(max * sizeof *batches);
+            taken += read_fetch_answer(exact, len, 5, &a, batches, max, &found);
+            free(batches);
+        }
         free(exact);
     }
     printf("iterations=%ld taken=%ld\n", iterations, taken);

@@ -1571,6 +1571,219 @@ static PyTypeObject FollowerShellType = {
     .tp_getset = FollowerShell_getset,
 };
 
+
+/* ------------------------------------------------------------------ the leader's wire (step 3) */
+
+/* The leader's lane reads its voters' fetches and writes their answers itself (step 3). These
+ * are its reading of a Fetch v17/v18 request frame (header v2 and body, no size prefix) and its
+ * writing of a plain answer, each the same as kraft.server.fetch_fast's for the voters' shape.
+ * The reading is stricter than the Python decoder: the client id must be ASCII (or null), the
+ * rack id empty, and a replica state present; anything else is handed over (0). */
+
+typedef struct {
+    int16_t version;
+    int32_t correlation_id, replica_id, current_leader_epoch, last_fetched_epoch;
+    int32_t max_wait_ms, max_bytes;
+    int64_t fetch_offset, high_watermark; /* FETCH_HW_NOT_PROVIDED when not sent */
+    int has_dir;
+    uint8_t dir[16];
+} fetch_request;
+
+static int read_fetch_request(const uint8_t *f, size_t len, const char *cluster_id,
+                              size_t cluster_id_len, fetch_request *r)
+{
+    size_t pos;
+    int16_t n;
+    uint32_t rack, u;
+    int last_tag = -1, count, seen_replica = 0;
+    static const uint8_t zero[16];
+    if (len < 10 || be16(f) != 1)
+        return 0;
+    r->version = (int16_t)be16(f + 2);
+    if (r->version != 17 && r->version != 18)
+        return 0;
+    r->correlation_id = (int32_t)be32(f + 4);
+    n = (int16_t)be16(f + 8);
+    if (n < -1)
+        return 0;
+    pos = 10 + (n > 0 ? (size_t)n : 0);
+    if (pos >= len)
+        return 0;
+    for (size_t i = 10; i < pos; i++)
+        if (f[i] >= 0x80)
+            return 0; /* a client id the lane takes as ASCII only */
+    if (f[pos] != 0 || len - pos < 1 + 21 + 18 + 32 + 1)
+        return 0;
+    r->max_wait_ms = (int32_t)be32(f + pos + 1);
+    r->max_bytes = (int32_t)be32(f + pos + 9);
+    pos += 22;
+    if (f[pos] != 2 || memcmp(f + pos + 1, METADATA_TOPIC_ID, 16) != 0 || f[pos + 17] != 2)
+        return 0;
+    if (be32(f + pos + 18) != 0)
+        return 0; /* partition 0 */
+    r->current_leader_epoch = (int32_t)be32(f + pos + 22);
+    r->fetch_offset = (int64_t)be64(f + pos + 26);
+    r->last_fetched_epoch = (int32_t)be32(f + pos + 34);
+    pos += 50;
+    r->has_dir = 0;
+    r->high_watermark = FETCH_HW_NOT_PROVIDED;
+    count = f[pos++];
+    if (count > 2)
+        return 0;
+    for (int i = 0; i < count; i++) {
+        uint8_t tag, size;
+        if (len - pos < 2)
+            return 0;
+        tag = f[pos];
+        size = f[pos + 1];
+        pos += 2;
+        if ((int)tag <= last_tag || len - pos < size)
+            return 0;
+        last_tag = tag;
+        if (tag == 0 && size == 16) {
+            memcpy(r->dir, f + pos, 16);
+            r->has_dir = memcmp(r->dir, zero, 16) != 0;
+        } else if (tag == 1 && size == 8 && r->version >= 18) {
+            r->high_watermark = (int64_t)be64(f + pos);
+        } else {
+            return 0;
+        }
+        pos += size;
+    }
+    /* topic tags, no forgotten topics, an empty rack id */
+    if (len - pos < 4 || f[pos] != 0 || f[pos + 1] != 1)
+        return 0;
+    pos += 2;
+    if (!read_uvarint(f, len, &pos, &rack) || rack != 1)
+        return 0;
+    if (pos >= len)
+        return 0;
+    count = f[pos++];
+    last_tag = -1;
+    for (int i = 0; i < count; i++) {
+        uint8_t tag;
+        uint32_t size;
+        size_t inner;
+        if (pos >= len)
+            return 0;
+        tag = f[pos++];
+        if (!read_uvarint(f, len, &pos, &size) || (int)tag <= last_tag || size > len - pos)
+            return 0;
+        last_tag = tag;
+        if (tag == 0) { /* ClusterId: a compact string filling the field */
+            inner = pos;
+            if (!read_uvarint(f, len, &inner, &u) || u == 0 || inner + u - 1 != pos + size)
+                return 0;
+            if (u - 1 != cluster_id_len || memcmp(f + inner, cluster_id, cluster_id_len) != 0)
+                return 0;
+        } else if (tag == 1 && size == 13) { /* ReplicaState: ReplicaId, ReplicaEpoch, no tags */
+            if (f[pos + 12] != 0)
+                return 0;
+            r->replica_id = (int32_t)be32(f + pos);
+            seen_replica = 1;
+        } else {
+            return 0;
+        }
+        pos += size;
+    }
+    if (pos != len || !seen_replica)
+        return 0;
+    if (r->version < 18)
+        r->high_watermark = FETCH_HW_NOT_PROVIDED;
+    return 1;
+}
+
+/* A plain answer into out[0..cap) (header v1 and body, no size prefix): error 0, the leader's id
+ * and epoch, the high watermark, the log start, and `records` (NULL and 0 for none). Its
+ * length, or 0 when it does not fit. */
+static size_t write_fetch_answer(uint8_t *out, size_t cap, int32_t correlation_id,
+                                 int32_t leader_id, int32_t leader_epoch, int64_t high_watermark,
+                                 int64_t log_start, const uint8_t *records, size_t records_len)
+{
+    writer w = {out, out + cap};
+    int leader = leader_id != -1 || leader_epoch != -1;
+    if (records_len > 0xFFFFFFFEu)
+        return 0;
+    put32(&w, correlation_id);
+    put8(&w, 0);  /* header tags */
+    put32(&w, 0); /* ThrottleTimeMs */
+    put16(&w, 0); /* ErrorCode */
+    put32(&w, 0); /* SessionId */
+    put8(&w, 2);  /* one topic */
+    put(&w, METADATA_TOPIC_ID, 16);
+    put8(&w, 2); /* one partition */
+    put32(&w, 0);
+    put16(&w, 0);
+    put64(&w, high_watermark);
+    put64(&w, -1); /* LastStableOffset */
+    put64(&w, log_start);
+    put8(&w, 1);   /* no aborted transactions */
+    put32(&w, -1); /* no preferred read replica */
+    put_uvarint(&w, (uint32_t)records_len + 1);
+    if (records_len)
+        put(&w, records, records_len);
+    put8(&w, (uint8_t)leader);
+    if (leader) {
+        put8(&w, 1); /* CurrentLeader */
+        put8(&w, 9);
+        put32(&w, leader_id);
+        put32(&w, leader_epoch);
+        put8(&w, 0);
+    }
+    put8(&w, 0); /* topic tags */
+    put8(&w, 0); /* no top-level tags */
+    return w.p == NULL ? 0 : (size_t)(w.p - out);
+}
+
+static PyObject *lane_read_fetch_request(PyObject *module, PyObject *args)
+{
+    Py_buffer view, cluster;
+    fetch_request r;
+    int ok;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "y*s*", &view, &cluster))
+        return NULL;
+    memset(&r, 0, sizeof r);
+    ok = read_fetch_request(view.buf, (size_t)view.len, cluster.buf, (size_t)cluster.len, &r);
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&cluster);
+    if (!ok)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(iiiNiLiiiN)", (int)r.version, r.correlation_id, r.replica_id,
+                         r.has_dir ? PyBytes_FromStringAndSize((const char *)r.dir, 16)
+                                   : Py_NewRef(Py_None),
+                         r.current_leader_epoch, (long long)r.fetch_offset,
+                         r.last_fetched_epoch, r.max_wait_ms, r.max_bytes,
+                         opt_i64(r.high_watermark != FETCH_HW_NOT_PROVIDED, r.high_watermark));
+}
+
+static PyObject *lane_fetch_answer(PyObject *module, PyObject *args)
+{
+    int corr, leader_id, leader_epoch;
+    long long hw, log_start;
+    Py_buffer records;
+    PyObject *out;
+    size_t n, cap;
+    uint8_t *buf;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "iiiLLy*", &corr, &leader_id, &leader_epoch, &hw, &log_start,
+                          &records))
+        return NULL;
+    cap = (size_t)records.len + 128;
+    buf = PyMem_Malloc(cap);
+    if (buf == NULL) {
+        PyBuffer_Release(&records);
+        return PyErr_NoMemory();
+    }
+    n = write_fetch_answer(buf, cap, corr, leader_id, leader_epoch, hw, log_start, records.buf,
+                           (size_t)records.len);
+    PyBuffer_Release(&records);
+    out = n ? PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)n)
+            : (PyErr_SetString(PyExc_ValueError, "the answer does not fit"), NULL);
+    PyMem_Free(buf);
+    return out;
+}
+
 static PyMethodDef lane_functions[] = {
     {"read_fetch_answer", lane_read_fetch_answer, METH_VARARGS,
      "read_fetch_answer(frame, correlation_id) -> (leader_id, leader_epoch, high_watermark, "
@@ -1578,6 +1791,14 @@ static PyMethodDef lane_functions[] = {
      "v17/v18 response frame (no size prefix) read as the follower's lane reads it; None for "
      "anything but a plain answer of the voters' shape with whole, valid, non-control batches"},
     {"crc32c", lane_crc32c, METH_VARARGS, "crc32c(data) -> the CRC-32C the lane checks batches with"},
+    {"read_fetch_request", lane_read_fetch_request, METH_VARARGS,
+     "read_fetch_request(frame, cluster_id) -> (version, correlation_id, replica_id, "
+     "directory_id bytes | None, current_leader_epoch, fetch_offset, last_fetched_epoch, "
+     "max_wait_ms, max_bytes, high_watermark | None) | None: a voter's Fetch v17/v18 request "
+     "(no size prefix) read as the leader's lane reads it"},
+    {"fetch_answer", lane_fetch_answer, METH_VARARGS,
+     "fetch_answer(correlation_id, leader_id, leader_epoch, high_watermark, log_start, records) "
+     "-> bytes: a plain Fetch v17/v18 answer frame (no size prefix), as fetch_fast writes it"},
     {"time_follower_step", lane_time_follower_step, METH_VARARGS,
      "time_follower_step(frame, correlation_id, epoch, log_end, iterations) -> mean ns of the "
      "follower lane's decision on one answer (read, rules, next fetch), or -1 when the lease "

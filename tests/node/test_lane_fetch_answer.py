@@ -258,10 +258,16 @@ def test_damaged_answers_under_the_address_sanitizer(tmp_path: Path) -> None:
     seed = tmp_path / "answer.bin"
     seed.write_bytes(answer(build_batch(7, 3, [b"x" * 20, b"y" * 5], 0)
                             + build_batch(9, 3, [b"z" * 40], 0)))
-    done = subprocess.run([str(harness), str(seed), "300000", "7"], capture_output=True,
-                          text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.startswith("iterations=300000 taken=")
+    request = tmp_path / "request.bin"
+    fetch = m.FetchRequest(2, Uuid(bytes(range(16))), 3, 10, 3, 500, 1 << 20, 9)
+    request.write_bytes(encode_fetch_request(fetch, "abcdefghijklmnopqrstuv", 18, 5, "node-2")
+                        or b"")
+    for frame, kind in ((seed, "answer"), (request, "request")):
+        done = subprocess.run([str(harness), str(frame), "300000", "7", kind],
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.startswith("iterations=300000 taken="), kind
+        assert int(done.stdout.split("taken=")[1]) > 0, kind  # the intact frames were read
 
 
 # ---------------------------------------------------------------- the follower's next fetch

@@ -1,0 +1,156 @@
+"""The leader's lane on the wire (`kraft.raft._lane.read_fetch_request` and `fetch_answer`,
+docs/native-lane.md step 3): a voter's fetch read as `kraft.server.fetch_fast` reads it (or
+handed over), and a plain answer written byte for byte as it writes one."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kraft.protocol.errors import ErrorCode
+from kraft.protocol.uuid import Uuid
+from kraft.raft import messages as m
+from kraft.raft.lane import native
+from kraft.records.batch import build_batch
+from kraft.server.fetch_fast import (
+    decode_fetch_request,
+    decode_fetch_response,
+    encode_fetch_request,
+    encode_fetch_response,
+)
+
+C = native()
+pytestmark = pytest.mark.skipif(C is None, reason="kraft.raft._lane was not built (no C compiler)")
+
+CLUSTER = "abcdefghijklmnopqrstuv"
+i32 = st.integers(-(2**31), 2**31 - 1)
+i64 = st.integers(-(2**63), 2**63 - 1)
+dirs = st.none() | st.sampled_from([Uuid(bytes(16)), Uuid(bytes(range(16))), Uuid(b"\xfe" * 16)])
+
+
+def agree(frame: bytes, cluster: str = CLUSTER) -> Any:
+    """The lane's reading of a fetch; when it takes it, it must be the Python decoder's."""
+    assert C is not None
+    got = C.read_fetch_request(frame, cluster)
+    if got is None:
+        return None
+    want = decode_fetch_request(frame, cluster)
+    assert want is not None, "the lane took a fetch the Python decoder does not take"
+    version, corr, req = want
+    d = req.replica_directory_id
+    assert got == (version, corr, req.replica_id, None if d is None else d.bytes,
+                   req.current_leader_epoch, req.fetch_offset, req.last_fetched_epoch,
+                   req.max_wait_ms, req.max_bytes, req.high_watermark)
+    return got
+
+
+def fetch(version: int = 18, replica: int = 2, client: str | None = "node-2",
+          cluster: str = CLUSTER, **kw: Any) -> bytes:
+    fields: dict[str, Any] = {"replica_directory_id": Uuid(bytes(range(16))),
+                              "current_leader_epoch": 3, "fetch_offset": 10,
+                              "last_fetched_epoch": 3, "high_watermark": 9}
+    fields.update(kw)
+    frame = encode_fetch_request(m.FetchRequest(replica_id=replica, **fields), cluster, version,
+                                 5, client)
+    assert frame is not None
+    return frame
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from([17, 18]), i32, st.none() | st.text(max_size=30), st.integers(0, 2**31 - 1),
+       dirs, i32, i64, i32, i32, i32, st.none() | i64)
+def test_a_voters_fetch_reads_as_the_python_decoder_reads_it(
+        version: int, corr: int, client: str | None, replica: int, directory: Uuid | None,
+        epoch: int, offset: int, last_epoch: int, wait: int, max_bytes: int,
+        hw: int | None) -> None:
+    req = m.FetchRequest(replica, directory, epoch, offset, last_epoch, wait, max_bytes, hw)
+    frame = encode_fetch_request(req, CLUSTER, version, corr, client)
+    assert frame is not None
+    got = agree(frame)
+    if client is None or client.isascii():
+        assert got is not None  # every voter's fetch with an ASCII client id is taken
+
+
+@pytest.mark.parametrize(("why", "frame", "cluster"), [
+    ("another cluster", fetch(), "another-cluster-id-xx"),
+    ("an observer (no replica state)", fetch(replica=-1), CLUSTER),
+    ("a client id that is not ASCII", fetch(client="nœud-2"), CLUSTER),
+    ("version 16", fetch()[:2] + struct.pack(">h", 16) + fetch()[4:], CLUSTER),
+    ("another api", struct.pack(">h", 0) + fetch()[2:], CLUSTER),
+    ("a cut-off frame", fetch()[:-1], CLUSTER),
+    ("a frame with bytes after it", fetch() + b"\x00", CLUSTER),
+    ("an empty frame", b"", CLUSTER),
+])
+def test_anything_but_a_voters_fetch_is_handed_over(why: str, frame: bytes, cluster: str) -> None:
+    assert C is not None
+    assert C.read_fetch_request(frame, cluster) is None, why
+
+
+def test_a_high_watermark_on_version_17_is_handed_over() -> None:
+    # version 17 has no HighWatermark tag: a frame naming one is not a v17 fetch
+    frame = bytearray(fetch(version=17))
+    assert agree(bytes(frame)) is not None
+    at = frame.index(bytes(range(16))) - 3  # the partition's tag count, before the directory
+    assert frame[at] == 1
+    frame[at] = 2
+    hw = b"\x01\x08" + struct.pack(">q", 9)
+    end = at + 1 + 2 + 16
+    frame[end:end] = hw
+    assert C is not None and C.read_fetch_request(bytes(frame), CLUSTER) is None
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.data())
+def test_a_damaged_fetch_is_handed_over_or_read_as_python_reads_it(data: st.DataObject) -> None:
+    frame = bytearray(fetch(version=data.draw(st.sampled_from([17, 18]))))
+    for _ in range(data.draw(st.integers(1, 3))):
+        if not frame:
+            break
+        at = data.draw(st.integers(0, len(frame) - 1))
+        how = data.draw(st.sampled_from(["flip", "cut", "set"]))
+        if how == "flip":
+            frame[at] ^= 1 << data.draw(st.integers(0, 7))
+        elif how == "cut":
+            del frame[at:]
+        else:
+            frame[at] = data.draw(st.sampled_from([0, 1, 2, 0x7F, 0x80, 0xFF]))
+    agree(bytes(frame))
+
+
+# ---------------------------------------------------------------- the answer
+
+
+@st.composite
+def records(draw: st.DrawFn) -> bytes:
+    base, out = draw(st.integers(0, 2**40)), b""
+    for _ in range(draw(st.integers(0, 3))):
+        n = draw(st.integers(1, 4))
+        out += build_batch(base, draw(st.integers(0, 100)), [b"v" * draw(st.integers(0, 300))] * n,
+                           0)
+        base += n
+    return out
+
+
+@settings(max_examples=500, deadline=None)
+@given(i32, st.integers(-1, 2**31 - 1), st.integers(-1, 2**31 - 1), i64, i64, records())
+def test_a_plain_answer_is_written_as_the_python_encoder_writes_it(
+        corr: int, leader: int, epoch: int, hw: int, log_start: int, recs: bytes) -> None:
+    assert C is not None
+    resp = m.FetchResponse(ErrorCode.NONE, leader, epoch, hw, log_start)
+    assert C.fetch_answer(corr, leader, epoch, hw, log_start, recs) == encode_fetch_response(
+        18, corr, resp, recs)
+    back = decode_fetch_response(C.fetch_answer(corr, leader, epoch, hw, log_start, recs), 18,
+                                 corr, "CONTROLLER")
+    assert back is not None and back.high_watermark == hw
+
+
+def test_a_bad_answer_argument_is_refused() -> None:
+    assert C is not None
+    with pytest.raises(TypeError):
+        C.fetch_answer(5, 1, 3, "10", 0, b"")
+    with pytest.raises(OverflowError):
+        C.fetch_answer(1 << 40, 1, 3, 10, 0, b"")
