@@ -1784,6 +1784,146 @@ static PyObject *lane_fetch_answer(PyObject *module, PyObject *args)
     return out;
 }
 
+
+/* ------------------------------------------------------------------ a batch of client PUTs */
+
+/* The leader's lane builds one record batch of the values its loop turn collected: what
+ * kraft.records.batch.build_batch builds for plain values (magic 2, no compression, CreateTime,
+ * producer id, epoch and sequence -1; each record with attributes 0, timestamp delta 0, its
+ * offset delta, a null key, the value and no headers), byte for byte. */
+
+static size_t zigzag_size(int64_t v)
+{
+    uint64_t u = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    size_t n = 1;
+    while (u >= 0x80) {
+        u >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static void put_zigzag(writer *w, int64_t v)
+{
+    uint64_t u = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    while (u >= 0x80) {
+        put8(w, (uint8_t)((u & 0x7f) | 0x80));
+        u >>= 7;
+    }
+    put8(w, (uint8_t)u);
+}
+
+/* The size of one record's body (after its length) for a value of `n` bytes at offset delta i. */
+static size_t record_body(size_t i, size_t n)
+{
+    return 4 + zigzag_size((int64_t)i) + zigzag_size((int64_t)n) + n;
+}
+
+/* The batch's size, or 0 when it cannot be built (no value, or past Kafka's int32 limits). */
+static size_t value_batch_size(const size_t *lens, size_t count)
+{
+    size_t total = BATCH_HEADER;
+    if (count == 0 || count > INT32_MAX)
+        return 0;
+    for (size_t i = 0; i < count; i++) {
+        size_t body;
+        if (lens[i] > INT32_MAX / 2)
+            return 0;
+        body = record_body(i, lens[i]);
+        total += zigzag_size((int64_t)body) + body;
+        if (total - LOG_OVERHEAD > INT32_MAX)
+            return 0;
+    }
+    return total;
+}
+
+static void write_value_batch(uint8_t *out, size_t size, int64_t base, int32_t epoch, int64_t ts,
+                              const uint8_t *const *values, const size_t *lens, size_t count)
+{
+    writer w = {out, out + size};
+    put64(&w, base);
+    put32(&w, (int32_t)(size - LOG_OVERHEAD));
+    put32(&w, epoch);
+    put8(&w, 2);  /* magic */
+    put32(&w, 0); /* the CRC, below */
+    put16(&w, 0); /* attributes */
+    put32(&w, (int32_t)(count - 1));
+    put64(&w, ts);
+    put64(&w, ts);
+    put64(&w, -1); /* producer id */
+    put16(&w, -1); /* producer epoch */
+    put32(&w, -1); /* base sequence */
+    put32(&w, (int32_t)count);
+    for (size_t i = 0; i < count; i++) {
+        put_zigzag(&w, (int64_t)record_body(i, lens[i]));
+        put8(&w, 0); /* attributes */
+        put8(&w, 0); /* timestamp delta */
+        put_zigzag(&w, (int64_t)i);
+        put8(&w, 1); /* a null key */
+        put_zigzag(&w, (int64_t)lens[i]);
+        put(&w, values[i], lens[i]);
+        put8(&w, 0); /* no headers */
+    }
+    {
+        uint32_t crc = crc32c(out + 21, size - 21);
+        out[17] = (uint8_t)(crc >> 24);
+        out[18] = (uint8_t)(crc >> 16);
+        out[19] = (uint8_t)(crc >> 8);
+        out[20] = (uint8_t)crc;
+    }
+}
+
+static PyObject *lane_value_batch(PyObject *module, PyObject *args)
+{
+    long long base, ts;
+    int epoch;
+    PyObject *values, *seq, *out = NULL;
+    Py_ssize_t count;
+    const uint8_t **ptrs;
+    size_t *lens, size;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "LiOL", &base, &epoch, &values, &ts))
+        return NULL;
+    if (base < 0) {
+        PyErr_Format(PyExc_ValueError, "base offset %lld is outside 0..2**63-1", base);
+        return NULL;
+    }
+    seq = PySequence_Fast(values, "values must be a sequence of bytes");
+    if (seq == NULL)
+        return NULL;
+    count = PySequence_Fast_GET_SIZE(seq);
+    ptrs = PyMem_Calloc(count > 0 ? (size_t)count : 1, sizeof *ptrs);
+    lens = PyMem_Calloc(count > 0 ? (size_t)count : 1, sizeof *lens);
+    if (ptrs == NULL || lens == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *v = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyBytes_Check(v)) {
+            PyErr_Format(PyExc_TypeError, "value %zd is %.100s, not bytes", i, Py_TYPE(v)->tp_name);
+            goto done;
+        }
+        ptrs[i] = (const uint8_t *)PyBytes_AS_STRING(v);
+        lens[i] = (size_t)PyBytes_GET_SIZE(v);
+    }
+    size = value_batch_size(lens, (size_t)count);
+    if (size == 0) {
+        PyErr_SetString(PyExc_ValueError, count == 0 ? "a record batch needs at least one record"
+                                                     : "the batch is too large");
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (out != NULL)
+        write_value_batch((uint8_t *)PyBytes_AS_STRING(out), size, base, epoch, ts, ptrs, lens,
+                          (size_t)count);
+done:
+    PyMem_Free(ptrs);
+    PyMem_Free(lens);
+    Py_DECREF(seq);
+    return out;
+}
+
 static PyMethodDef lane_functions[] = {
     {"read_fetch_answer", lane_read_fetch_answer, METH_VARARGS,
      "read_fetch_answer(frame, correlation_id) -> (leader_id, leader_epoch, high_watermark, "
@@ -1791,6 +1931,9 @@ static PyMethodDef lane_functions[] = {
      "v17/v18 response frame (no size prefix) read as the follower's lane reads it; None for "
      "anything but a plain answer of the voters' shape with whole, valid, non-control batches"},
     {"crc32c", lane_crc32c, METH_VARARGS, "crc32c(data) -> the CRC-32C the lane checks batches with"},
+    {"value_batch", lane_value_batch, METH_VARARGS,
+     "value_batch(base_offset, epoch, values, timestamp_ms) -> bytes: the record batch "
+     "kraft.records.batch.build_batch builds for plain values, built by the leader's lane"},
     {"read_fetch_request", lane_read_fetch_request, METH_VARARGS,
      "read_fetch_request(frame, cluster_id) -> (version, correlation_id, replica_id, "
      "directory_id bytes | None, current_leader_epoch, fetch_offset, last_fetched_epoch, "

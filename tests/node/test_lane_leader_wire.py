@@ -5,6 +5,7 @@ handed over), and a plain answer written byte for byte as it writes one."""
 from __future__ import annotations
 
 import struct
+import warnings
 from typing import Any
 
 import pytest
@@ -154,3 +155,53 @@ def test_a_bad_answer_argument_is_refused() -> None:
         C.fetch_answer(5, 1, 3, "10", 0, b"")
     with pytest.raises(OverflowError):
         C.fetch_answer(1 << 40, 1, 3, 10, 0, b"")
+
+
+# ---------------------------------------------------------------- a batch of client PUTs
+
+values = (st.lists(st.binary(max_size=300) | st.just(b"w" * 20_000), min_size=1, max_size=40)
+          | st.lists(st.binary(max_size=20), min_size=64, max_size=200))
+"""From offset delta 64 on, a record's zig-zag offset delta takes two bytes; from 64 bytes, its
+value length does; past 8,191 bytes, a record's length takes three."""
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**63 - 1), st.integers(-1, 2**31 - 1), values, st.integers(-(2**63), 2**63 - 1))
+def test_a_batch_of_values_is_built_as_the_python_builder_builds_it(
+        base: int, epoch: int, vs: list[bytes], ts: int) -> None:
+    assert C is not None
+    assert C.value_batch(base, epoch, vs, ts) == build_batch(base, epoch, vs, ts)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.binary(max_size=200), min_size=1, max_size=10), st.integers(0, 2**41))
+def test_kafka_python_builds_the_same_bytes(vs: list[bytes], ts: int) -> None:
+    # kafka-python's builder writes base offset 0 and epoch 0, as a producer does
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka.record.default_records import DefaultRecordBatchBuilder
+    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 2**30)
+    for i, v in enumerate(vs):
+        assert builder.append(i, ts, None, v, []) is not None
+    assert C is not None
+    assert C.value_batch(0, 0, vs, ts) == bytes(builder.build())
+
+
+def test_a_built_batch_is_read_back_by_the_followers_reading() -> None:
+    assert C is not None
+    batch = C.value_batch(10, 3, [b"v" * 108] * 5, 1_700_000_000_000)
+    answer = C.fetch_answer(5, 1, 3, 10, 0, batch)
+    got = C.read_fetch_answer(answer, 5)
+    assert got is not None and got[4] == ((10, 14, 3, got[4][0][3], len(batch)),)
+
+
+def test_a_bad_batch_is_refused_with_what_is_wrong() -> None:
+    assert C is not None
+    with pytest.raises(ValueError, match="at least one record"):
+        C.value_batch(0, 3, [], 0)
+    with pytest.raises(ValueError, match=r"outside 0\.\.2"):
+        C.value_batch(-1, 3, [b"x"], 0)
+    with pytest.raises(TypeError, match="value 1 is str, not bytes"):
+        C.value_batch(0, 3, [b"x", "y"], 0)
+    with pytest.raises(OverflowError):
+        C.value_batch(0, 2**31, [b"x"], 0)
