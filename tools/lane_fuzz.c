@@ -1,9 +1,9 @@
 /* Memory-safety check of the lane's readings of frames (kraft/raft/_lane.c): the follower's of
- * the leader's answers (read_fetch_answer) and the leader's of its voters' fetches
- * (read_fetch_request), built with AddressSanitizer and UBSan by
- * tests/node/test_lane_fetch_answer.py.
+ * the leader's answers (read_fetch_answer), the leader's of its voters' fetches
+ * (read_fetch_request) and of its clients' PUTs (read_puts), built with AddressSanitizer and
+ * UBSan by tests/node/test_lane_fetch_answer.py.
  *
- *     lane_fuzz SEED_FRAME ITERATIONS RNG_SEED [answer|request]
+ *     lane_fuzz SEED_FRAME ITERATIONS RNG_SEED [answer|request|puts]
  *
  * Each iteration damages a copy of the frame in SEED_FRAME (1-4 bit flips, cuts, overwritten
  * bytes or appended random bytes), copies it into a buffer of exactly its length, and reads
@@ -22,8 +22,9 @@ int main(int argc, char **argv)
     long iterations, taken = 0;
     FILE *fp;
     int requests = argc == 5 && strcmp(argv[4], "request") == 0;
-    if (argc != 4 && !(argc == 5 && (requests || strcmp(argv[4], "answer") == 0))) {
-        fprintf(stderr, "usage: lane_fuzz SEED_FRAME ITERATIONS RNG_SEED [answer|request]\n");
+    int client = argc == 5 && strcmp(argv[4], "puts") == 0;
+    if (argc != 4 && !(argc == 5 && (requests || client || strcmp(argv[4], "answer") == 0))) {
+        fprintf(stderr, "usage: lane_fuzz SEED_FRAME ITERATIONS RNG_SEED [answer|request|puts]\n");
         return 2;
     }
     fp = fopen(argv[1], "rb");
@@ -67,6 +68,11 @@ int main(int argc, char **argv)
         if (requests) {
             fetch_request r;
             taken += read_fetch_request(exact, len, "abcdefghijklmnopqrstuv", 22, &r);
+        } else if (client) {
+            size_t used;
+            client_put *p = malloc((len / 11 + 1) * sizeof *p);
+            taken += read_puts(exact, len, p, len / 11 + 1, &used) > 0;
+            free(p);
         } else {
             max = len / BATCH_HEADER + 1;
             batches = malloc(max * sizeof *batches);

@@ -1924,6 +1924,145 @@ done:
     return out;
 }
 
+
+/* ------------------------------------------------------------------ the client's PUTs */
+
+/* The leader's lane reads the binary client protocol's PUT frames itself (step 3):
+ *   request: u32 length | u32 id | u8 op | u16 key length | key | value
+ *   answer:  u32 length | u32 id | u8 status | i64 offset | i32 leader id
+ * (kraft.server.client_protocol). read_puts takes the whole PUT frames at the head of a buffer
+ * and gives each one's id and the KV record its value becomes in the log
+ * (kraft.statemachine.kv.encode_put: format version 1, op PUT, u32 key length, key, u32 value
+ * length, value). It stops at the first frame that is not whole, not a PUT, or not one the lane
+ * takes (a key that is not ASCII, a key that overruns its frame, a bad length): those are the
+ * Python protocol's, which answers or refuses them. */
+
+#define CLIENT_OP_PUT 1
+#define CLIENT_MAX_FRAME (16 * 1024 * 1024)
+#define CLIENT_REQUEST_HEAD 7 /* id, op, key length */
+
+typedef struct {
+    uint32_t request_id;
+    size_t key_at, key_len, value_at, value_len;
+} client_put;
+
+/* The PUTs at the head of buf[0..len): how many (at most max) into puts, and the bytes they
+ * take in *used. */
+static size_t read_puts(const uint8_t *buf, size_t len, client_put *puts, size_t max,
+                        size_t *used)
+{
+    size_t pos = 0, n = 0;
+    while (n < max && len - pos >= 4 + CLIENT_REQUEST_HEAD) {
+        uint32_t length = be32(buf + pos);
+        size_t end, kstart, klen;
+        if (length < CLIENT_REQUEST_HEAD || length > CLIENT_MAX_FRAME)
+            break;
+        end = pos + 4 + (size_t)length;
+        if (end > len || buf[pos + 8] != CLIENT_OP_PUT)
+            break;
+        kstart = pos + 4 + CLIENT_REQUEST_HEAD;
+        klen = be16(buf + pos + 9);
+        if (kstart + klen > end)
+            break;
+        for (size_t i = 0; i < klen; i++)
+            if (buf[kstart + i] >= 0x80)
+                goto stop; /* a key the lane takes as ASCII only */
+        puts[n].request_id = be32(buf + pos + 4);
+        puts[n].key_at = kstart;
+        puts[n].key_len = klen;
+        puts[n].value_at = kstart + klen;
+        puts[n].value_len = end - (kstart + klen);
+        n++;
+        pos = end;
+    }
+stop:
+    *used = pos;
+    return n;
+}
+
+static PyObject *lane_read_puts(PyObject *module, PyObject *args)
+{
+    Py_buffer view;
+    client_put *puts;
+    size_t max, n, used = 0;
+    PyObject *list = NULL, *out = NULL;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "y*", &view))
+        return NULL;
+    max = (size_t)view.len / (4 + CLIENT_REQUEST_HEAD) + 1;
+    puts = PyMem_Malloc(max * sizeof *puts);
+    if (puts == NULL) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    n = read_puts(view.buf, (size_t)view.len, puts, max, &used);
+    list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list != NULL && i < n; i++) {
+        const uint8_t *b = view.buf;
+        size_t size = 2 + 4 + puts[i].key_len + 4 + puts[i].value_len;
+        PyObject *record = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size), *item;
+        uint8_t *r;
+        if (record == NULL) {
+            Py_CLEAR(list);
+            break;
+        }
+        r = (uint8_t *)PyBytes_AS_STRING(record);
+        r[0] = 1; /* kv.FORMAT_VERSION */
+        r[1] = 1; /* kv.OP_PUT */
+        r[2] = (uint8_t)(puts[i].key_len >> 24);
+        r[3] = (uint8_t)(puts[i].key_len >> 16);
+        r[4] = (uint8_t)(puts[i].key_len >> 8);
+        r[5] = (uint8_t)puts[i].key_len;
+        memcpy(r + 6, b + puts[i].key_at, puts[i].key_len);
+        r += 6 + puts[i].key_len;
+        r[0] = (uint8_t)(puts[i].value_len >> 24);
+        r[1] = (uint8_t)(puts[i].value_len >> 16);
+        r[2] = (uint8_t)(puts[i].value_len >> 8);
+        r[3] = (uint8_t)puts[i].value_len;
+        memcpy(r + 4, b + puts[i].value_at, puts[i].value_len);
+        item = Py_BuildValue("(kN)", (unsigned long)puts[i].request_id, record);
+        if (item == NULL) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    }
+    if (list != NULL)
+        out = Py_BuildValue("(nN)", (Py_ssize_t)used, list);
+    PyMem_Free(puts);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* A PUT's answer: OK with its offset (client_protocol.encode_response(id, OK, offset)). */
+#define PUT_ANSWER_SIZE 21
+
+static void write_put_answer(uint8_t out[PUT_ANSWER_SIZE], uint32_t request_id, int64_t offset)
+{
+    writer w = {out, out + PUT_ANSWER_SIZE};
+    put32(&w, PUT_ANSWER_SIZE - 4);
+    put32(&w, (int32_t)request_id);
+    put8(&w, 0); /* OK */
+    put64(&w, offset);
+    put32(&w, -1); /* leader id: none to name */
+}
+
+static PyObject *lane_put_answer(PyObject *module, PyObject *args)
+{
+    unsigned long rid;
+    long long offset;
+    uint8_t out[PUT_ANSWER_SIZE];
+    (void)module;
+    if (!PyArg_ParseTuple(args, "kL", &rid, &offset))
+        return NULL;
+    if (rid > 0xFFFFFFFFul) {
+        PyErr_SetString(PyExc_OverflowError, "a request id is a u32");
+        return NULL;
+    }
+    write_put_answer(out, (uint32_t)rid, offset);
+    return PyBytes_FromStringAndSize((const char *)out, PUT_ANSWER_SIZE);
+}
+
 static PyMethodDef lane_functions[] = {
     {"read_fetch_answer", lane_read_fetch_answer, METH_VARARGS,
      "read_fetch_answer(frame, correlation_id) -> (leader_id, leader_epoch, high_watermark, "
@@ -1931,6 +2070,12 @@ static PyMethodDef lane_functions[] = {
      "v17/v18 response frame (no size prefix) read as the follower's lane reads it; None for "
      "anything but a plain answer of the voters' shape with whole, valid, non-control batches"},
     {"crc32c", lane_crc32c, METH_VARARGS, "crc32c(data) -> the CRC-32C the lane checks batches with"},
+    {"read_puts", lane_read_puts, METH_VARARGS,
+     "read_puts(buffer) -> (bytes used, [(request_id, kv_record), ...]): the whole PUT frames "
+     "of the binary client protocol at the head of the buffer, up to the first frame the "
+     "leader's lane does not take"},
+    {"put_answer", lane_put_answer, METH_VARARGS,
+     "put_answer(request_id, offset) -> bytes: a PUT's OK answer frame"},
     {"value_batch", lane_value_batch, METH_VARARGS,
      "value_batch(base_offset, epoch, values, timestamp_ms) -> bytes: the record batch "
      "kraft.records.batch.build_batch builds for plain values, built by the leader's lane"},

@@ -24,6 +24,7 @@ from kraft.raft import messages as m
 from kraft.raft.lane import native
 from kraft.records.batch import build_batch
 from kraft.records.control import KRaftVersionRecord, build_control_batch
+from kraft.server.client_protocol import OP_PUT, encode_request
 from kraft.server.fetch_fast import (
     decode_fetch_request,
     decode_fetch_response,
@@ -239,9 +240,9 @@ def test_a_damaged_answer_is_handed_over_or_read_as_python_reads_it(records: byt
 
 
 def test_damaged_answers_under_the_address_sanitizer(tmp_path: Path) -> None:
-    # the C reading of a frame, compiled with AddressSanitizer and UBSan, over 300,000 damaged
-    # copies of a plain answer: a read outside the frame's exact buffer, or undefined behaviour,
-    # ends the run with the sanitizer's report and a non-zero exit
+    # the C readings of frames (an answer, a voter's fetch, a run of client PUTs), compiled with
+    # AddressSanitizer and UBSan, each over 300,000 damaged copies: a read outside the frame's
+    # exact buffer, or undefined behaviour, ends the run with the sanitizer's report
     gcc = shutil.which("gcc")
     if gcc is None:
         pytest.skip("no gcc here")
@@ -262,7 +263,10 @@ def test_damaged_answers_under_the_address_sanitizer(tmp_path: Path) -> None:
     fetch = m.FetchRequest(2, Uuid(bytes(range(16))), 3, 10, 3, 500, 1 << 20, 9)
     request.write_bytes(encode_fetch_request(fetch, "abcdefghijklmnopqrstuv", 18, 5, "node-2")
                         or b"")
-    for frame, kind in ((seed, "answer"), (request, "request")):
+    client = tmp_path / "puts.bin"
+    client.write_bytes(b"".join(encode_request(i, OP_PUT, f"key{i}", b"v" * (i * 7))
+                                for i in range(6)))
+    for frame, kind in ((seed, "answer"), (request, "request"), (client, "puts")):
         done = subprocess.run([str(harness), str(frame), "300000", "7", kind],
                               capture_output=True, text=True, timeout=300, check=False)
         assert done.returncode == 0, done.stderr[-2000:]

@@ -1,0 +1,72 @@
+"""The leader's lane reading the binary client protocol's PUTs (`kraft.raft._lane.read_puts`)
+and answering them (`put_answer`), docs/native-lane.md step 3: the same KV records and answers
+as `kraft.server.client_protocol` and `kraft.statemachine.kv` make."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kraft.raft.lane import native
+from kraft.server.client_protocol import (
+    OK,
+    OP_DELETE,
+    OP_GET,
+    OP_GET_STALE,
+    OP_PUT,
+    encode_request,
+    encode_response,
+)
+from kraft.statemachine.kv import encode_put
+
+C = native()
+pytestmark = pytest.mark.skipif(C is None, reason="kraft.raft._lane was not built (no C compiler)")
+
+keys = st.text(st.characters(max_codepoint=0x7F), max_size=60)
+puts = st.lists(st.tuples(st.integers(0, 2**32 - 1), keys, st.binary(max_size=300)), max_size=20)
+
+
+@settings(max_examples=400, deadline=None)
+@given(puts, st.sampled_from(["nothing", "get", "delete", "stale", "partial", "unicode"]))
+def test_the_puts_at_the_head_of_a_buffer_become_their_kv_records(
+        frames: list[tuple[int, str, bytes]], then: str) -> None:
+    assert C is not None
+    head = b"".join(encode_request(rid, OP_PUT, k, v) for rid, k, v in frames)
+    tail = {"nothing": b"", "get": encode_request(1, OP_GET, "k"),
+            "delete": encode_request(1, OP_DELETE, "k"),
+            "stale": encode_request(1, OP_GET_STALE, "k"),
+            "partial": encode_request(1, OP_PUT, "k", b"v" * 50)[:-1],
+            "unicode": encode_request(1, OP_PUT, "clé", b"v")}[then]
+    used, got = C.read_puts(head + tail)
+    assert used == len(head)
+    assert got == [(rid, encode_put(k, v)) for rid, k, v in frames]
+
+
+@pytest.mark.parametrize(("why", "frame"), [
+    ("a length below the head", struct.pack(">IIBH", 6, 1, OP_PUT, 0)),
+    ("a length past 16 MiB", struct.pack(">IIBH", 16 * 1024 * 1024 + 1, 1, OP_PUT, 0)),
+    ("a key overrunning its frame", struct.pack(">IIBH", 7 + 2, 1, OP_PUT, 5) + b"ab"),
+])
+def test_a_bad_frame_stops_the_reading_for_the_python_protocol(why: str, frame: bytes) -> None:
+    assert C is not None
+    good = encode_request(9, OP_PUT, "k", b"v")
+    used, got = C.read_puts(good + frame + good)
+    assert (used, got) == (len(good), [(9, encode_put("k", b"v"))]), why
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(-(2**63), 2**63 - 1))
+def test_a_put_is_answered_as_the_python_protocol_answers_it(rid: int, offset: int) -> None:
+    assert C is not None
+    assert C.put_answer(rid, offset) == encode_response(rid, OK, offset)
+
+
+def test_a_bad_answer_argument_is_refused() -> None:
+    assert C is not None
+    with pytest.raises(OverflowError):
+        C.put_answer(2**32, 0)
+    with pytest.raises(TypeError):
+        C.read_puts("not bytes")
