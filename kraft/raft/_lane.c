@@ -1370,6 +1370,10 @@ static void *shell_run(void *arg)
             r = recv(sh->sock, sh->in + sh->in_len, sh->in_cap - sh->in_len, 0);
             if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
                 continue;
+            if (r < 0 && errno == ECONNRESET) { /* the leader went away with bytes unread */
+                sh->state = SHELL_CLOSED;
+                break;
+            }
             if (r < 0) {
                 sh->error = errno;
                 sh->error_at = "recv";
@@ -2063,6 +2067,562 @@ static PyObject *lane_put_answer(PyObject *module, PyObject *args)
     return PyBytes_FromStringAndSize((const char *)out, PUT_ANSWER_SIZE);
 }
 
+
+/* ------------------------------------------------------------------ the leader's I/O loop */
+
+/* LeaderShell: the leader lane's loop on its own thread (step 3), over one client connection,
+ * its voters' fetch connections and the active segment's descriptor, with no Python and no
+ * GIL. Each loop turn:
+ *   - the client's whole PUT frames become one batch at the log's end (value_batch), written
+ *     with pwrite, sent to every parked fetch with the high watermark, then fdatasync'ed; the
+ *     leader's durable end then counts (leader_persisted);
+ *   - a voter's fetch (read_fetch_request) is counted (leader_fetch); one that has nothing to
+ *     read is parked until the next batch; one that asks for the last batch gets it again;
+ *   - PUTs are answered (put_answer) once the high watermark passes their offset.
+ * It stops at the first frame it does not take (handover), when asked to, when a peer closes,
+ * or on an I/O error. Parked fetches wait for the next batch with no deadline of their own
+ * (the core's MaxWaitMs answers are step 3's rest), so this is the path's prototype: what the
+ * steady state costs in C, end to end, with the node's formats and wire. */
+
+#define LEADER_MAX_VOTERS 8
+#define LEADER_MAX_PENDING 4096
+#define LEADER_TAIL 64 /* the recent batches kept for a voter a few writes behind */
+
+typedef struct {
+    int sock;
+    int32_t replica_id;
+    uint8_t *in;
+    size_t in_len, in_cap;
+    int parked;
+    int32_t parked_corr;
+} shell_voter;
+
+typedef struct {
+    PyObject_HEAD
+    int client, log_fd;
+    int64_t write_pos, timestamp_ms, log_start;
+    leader_lane lane;
+    int32_t leader_id;
+    char cluster_id[FETCH_TEMPLATE_TEXT];
+    size_t cluster_id_len;
+    int nvoters;
+    shell_voter voters[LEADER_MAX_VOTERS];
+    uint8_t *cin;
+    size_t cin_len, cin_cap;
+    uint8_t *last_batch; /* the batch being built; then copied into the tail */
+    size_t last_batch_len, last_batch_cap;
+    int64_t last_batch_base;
+    uint8_t *tail[LEADER_TAIL]; /* the recent batches, oldest first from tail_first */
+    size_t tail_len[LEADER_TAIL];
+    int64_t tail_base[LEADER_TAIL];
+    int tail_first, tail_count;
+    uint8_t *answer_buf;
+    size_t answer_cap;
+    uint32_t pending_id[LEADER_MAX_PENDING];
+    int64_t pending_offset[LEADER_MAX_PENDING];
+    size_t npending;
+    int stop_pipe[2], done_pipe[2];
+    int pipes_open;
+    pthread_t thread;
+    int started, joined;
+    int state, error;
+    const char *error_at;
+    int64_t batches, answered;
+} LeaderShellObject;
+
+static int grow(uint8_t **buf, size_t *cap, size_t need)
+{
+    size_t cap2 = *cap ? *cap : 65536;
+    uint8_t *p;
+    while (cap2 < need)
+        cap2 *= 2;
+    if (cap2 == *cap)
+        return 1;
+    p = realloc(*buf, cap2);
+    if (p == NULL)
+        return 0;
+    *buf = p;
+    *cap = cap2;
+    return 1;
+}
+
+static int leader_fail(LeaderShellObject *sh, const char *at)
+{
+    sh->error = errno;
+    sh->error_at = at;
+    sh->state = SHELL_ERROR;
+    return 0;
+}
+
+/* Answer the PUTs the high watermark now covers. */
+static int leader_answer_puts(LeaderShellObject *sh)
+{
+    uint8_t out[PUT_ANSWER_SIZE * 64];
+    size_t i = 0, k = 0;
+    if (!sh->lane.has_hw)
+        return 1;
+    while (i < sh->npending && sh->pending_offset[i] < sh->lane.hw) {
+        write_put_answer(out + k * PUT_ANSWER_SIZE, sh->pending_id[i], sh->pending_offset[i]);
+        i++;
+        if (++k == 64) {
+            if (shell_send_all(sh->client, out, k * PUT_ANSWER_SIZE) != 0)
+                return leader_fail(sh, "send");
+            k = 0;
+        }
+    }
+    if (k && shell_send_all(sh->client, out, k * PUT_ANSWER_SIZE) != 0)
+        return leader_fail(sh, "send");
+    sh->answered += (int64_t)i;
+    memmove(sh->pending_id, sh->pending_id + i, (sh->npending - i) * sizeof sh->pending_id[0]);
+    memmove(sh->pending_offset, sh->pending_offset + i,
+            (sh->npending - i) * sizeof sh->pending_offset[0]);
+    sh->npending -= i;
+    return 1;
+}
+
+/* Send `records` (the last batch, or none) to voter v as the answer to `corr`. */
+static int leader_send_answer(LeaderShellObject *sh, shell_voter *v, int32_t corr,
+                              const uint8_t *records, size_t len)
+{
+    size_t cap = len + 128, n;
+    uint8_t stackbuf[1024], *buf = cap <= sizeof stackbuf ? stackbuf : malloc(cap);
+    int rc;
+    if (buf == NULL)
+        return leader_fail(sh, "buffer");
+    n = write_fetch_answer(buf + 4, cap - 4, corr, sh->leader_id, sh->lane.epoch,
+                           sh->lane.has_hw ? sh->lane.hw : -1, sh->log_start, records, len);
+    buf[0] = (uint8_t)(n >> 24);
+    buf[1] = (uint8_t)(n >> 16);
+    buf[2] = (uint8_t)(n >> 8);
+    buf[3] = (uint8_t)n;
+    rc = n ? shell_send_all(v->sock, buf, n + 4) : -1;
+    if (buf != stackbuf)
+        free(buf);
+    return rc == 0 ? 1 : leader_fail(sh, "send");
+}
+
+/* The client's whole PUTs: one batch, written, sent to the parked fetches, synced. */
+static int leader_take_puts(LeaderShellObject *sh)
+{
+    client_put puts[512];
+    const uint8_t *values[512];
+    size_t lens[512], used = 0, n, size;
+    uint8_t *records[512];
+    size_t k;
+    int64_t base = sh->lane.log_end;
+    n = read_puts(sh->cin, sh->cin_len, puts, 512, &used);
+    if (n == 0) {
+        if (sh->cin_len >= 4 + CLIENT_REQUEST_HEAD && used == 0) {
+            /* a whole frame, or a bad one, that the lane does not take */
+            uint32_t length = be32(sh->cin);
+            if (length < CLIENT_REQUEST_HEAD || length > CLIENT_MAX_FRAME
+                || sh->cin_len >= 4 + (size_t)length) {
+                sh->state = SHELL_HANDOVER;
+                return 0;
+            }
+        }
+        return 1;
+    }
+    if (sh->npending + n > LEADER_MAX_PENDING) {
+        sh->state = SHELL_HANDOVER;
+        return 0;
+    }
+    for (k = 0; k < n; k++) { /* each value: the KV record of its PUT */
+        size_t klen = puts[k].key_len, vlen = puts[k].value_len;
+        uint8_t *r = malloc(10 + klen + vlen);
+        if (r == NULL) {
+            while (k--)
+                free(records[k]);
+            return leader_fail(sh, "buffer");
+        }
+        r[0] = 1;
+        r[1] = 1;
+        r[2] = (uint8_t)(klen >> 24);
+        r[3] = (uint8_t)(klen >> 16);
+        r[4] = (uint8_t)(klen >> 8);
+        r[5] = (uint8_t)klen;
+        memcpy(r + 6, sh->cin + puts[k].key_at, klen);
+        r[6 + klen] = (uint8_t)(vlen >> 24);
+        r[7 + klen] = (uint8_t)(vlen >> 16);
+        r[8 + klen] = (uint8_t)(vlen >> 8);
+        r[9 + klen] = (uint8_t)vlen;
+        memcpy(r + 10 + klen, sh->cin + puts[k].value_at, vlen);
+        records[k] = r;
+        values[k] = r;
+        lens[k] = 10 + klen + vlen;
+        sh->pending_id[sh->npending + k] = puts[k].request_id;
+        sh->pending_offset[sh->npending + k] = base + (int64_t)k;
+    }
+    size = value_batch_size(lens, n);
+    if (size == 0 || !grow(&sh->last_batch, &sh->last_batch_cap, size)) {
+        for (k = 0; k < n; k++)
+            free(records[k]);
+        return leader_fail(sh, "batch");
+    }
+    write_value_batch(sh->last_batch, size, base, sh->lane.epoch, sh->timestamp_ms, values, lens, n);
+    for (k = 0; k < n; k++)
+        free(records[k]);
+    sh->last_batch_len = size;
+    sh->last_batch_base = base;
+    { /* keep it in the tail, dropping the oldest */
+        int slot = (sh->tail_first + sh->tail_count) % LEADER_TAIL;
+        uint8_t *copy = malloc(size);
+        if (copy == NULL)
+            return leader_fail(sh, "buffer");
+        memcpy(copy, sh->last_batch, size);
+        if (sh->tail_count == LEADER_TAIL) {
+            free(sh->tail[sh->tail_first]);
+            sh->tail_first = (sh->tail_first + 1) % LEADER_TAIL;
+            slot = (sh->tail_first + sh->tail_count - 1) % LEADER_TAIL;
+        } else {
+            sh->tail_count++;
+        }
+        sh->tail[slot] = copy;
+        sh->tail_len[slot] = size;
+        sh->tail_base[slot] = base;
+    }
+    sh->npending += n;
+    memmove(sh->cin, sh->cin + used, sh->cin_len - used);
+    sh->cin_len -= used;
+    if (!leader_appended(&sh->lane, base, base + (int64_t)n - 1, sh->lane.epoch)) {
+        sh->state = SHELL_HANDOVER;
+        return 0;
+    }
+    {
+        size_t done = 0;
+        while (done < size) {
+            ssize_t w = pwrite(sh->log_fd, sh->last_batch + done, size - done,
+                               (off_t)(sh->write_pos + (int64_t)done));
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                return leader_fail(sh, "write");
+            done += (size_t)w;
+        }
+    }
+    sh->write_pos += (int64_t)size;
+    sh->batches++;
+    for (int i = 0; i < sh->nvoters; i++) { /* replicate before the leader's own sync */
+        shell_voter *v = &sh->voters[i];
+        if (v->parked) {
+            v->parked = 0;
+            if (!leader_send_answer(sh, v, v->parked_corr, sh->last_batch, size))
+                return 0;
+        }
+    }
+    if (fdatasync(sh->log_fd) != 0)
+        return leader_fail(sh, "fdatasync");
+    leader_persisted(&sh->lane, sh->lane.log_end);
+    return leader_answer_puts(sh);
+}
+
+/* A voter's whole fetches. */
+static int leader_take_fetches(LeaderShellObject *sh, shell_voter *v)
+{
+    while (v->in_len >= 4) {
+        uint32_t size = be32(v->in);
+        fetch_request r;
+        int has_read = 0;
+        if (size > SHELL_MAX_FRAME) {
+            sh->state = SHELL_HANDOVER;
+            return 0;
+        }
+        if (v->in_len - 4 < size)
+            return 1;
+        memset(&r, 0, sizeof r);
+        if (!read_fetch_request(v->in + 4, size, sh->cluster_id, sh->cluster_id_len, &r)
+            || r.replica_id != v->replica_id
+            || !leader_fetch(&sh->lane, r.replica_id, r.has_dir ? r.dir : NULL, r.fetch_offset,
+                             r.last_fetched_epoch, r.current_leader_epoch, r.max_wait_ms,
+                             &has_read)) {
+            sh->state = SHELL_HANDOVER;
+            return 0;
+        }
+        memmove(v->in, v->in + 4 + size, v->in_len - 4 - size);
+        v->in_len -= 4 + (size_t)size;
+        if (!has_read) {
+            v->parked = 1;
+            v->parked_corr = r.correlation_id;
+        } else {
+            /* the batches from the fetch offset on, if the tail still holds them */
+            int from = -1;
+            size_t total = 0;
+            for (int k = 0; k < sh->tail_count; k++) {
+                int slot = (sh->tail_first + k) % LEADER_TAIL;
+                if (sh->tail_base[slot] == r.fetch_offset)
+                    from = k;
+                if (from >= 0)
+                    total += sh->tail_len[slot];
+            }
+            if (from < 0 || total > (size_t)(r.max_bytes > 0 ? r.max_bytes : 0)
+                || !grow(&sh->answer_buf, &sh->answer_cap, total)) {
+                sh->state = SHELL_HANDOVER; /* older records: the log's, not the lane's */
+                return 0;
+            }
+            total = 0;
+            for (int k = from; k < sh->tail_count; k++) {
+                int slot = (sh->tail_first + k) % LEADER_TAIL;
+                memcpy(sh->answer_buf + total, sh->tail[slot], sh->tail_len[slot]);
+                total += sh->tail_len[slot];
+            }
+            if (!leader_send_answer(sh, v, r.correlation_id, sh->answer_buf, total))
+                return 0;
+        }
+        if (!leader_answer_puts(sh))
+            return 0;
+    }
+    return 1;
+}
+
+static int recv_into(int sock, uint8_t **buf, size_t *len, size_t *cap, int *closed)
+{
+    ssize_t r;
+    if (*cap - *len < 65536 && !grow(buf, cap, *len + 65536))
+        return -1;
+    r = recv(sock, *buf + *len, *cap - *len, 0);
+    if (r < 0 && errno == ECONNRESET) {
+        *closed = 1; /* the peer went away with bytes unread */
+        return 0;
+    }
+    if (r < 0)
+        return (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+    if (r == 0)
+        *closed = 1;
+    *len += (size_t)r;
+    return 0;
+}
+
+static void *leader_run(void *arg)
+{
+    LeaderShellObject *sh = arg;
+    struct pollfd pf[LEADER_MAX_VOTERS + 2];
+    int n = sh->nvoters;
+    for (;;) {
+        int closed = 0;
+        pf[0].fd = sh->stop_pipe[0];
+        pf[0].events = POLLIN;
+        pf[1].fd = sh->client;
+        pf[1].events = POLLIN;
+        for (int i = 0; i < n; i++) {
+            pf[2 + i].fd = sh->voters[i].sock;
+            pf[2 + i].events = POLLIN;
+        }
+        if (poll(pf, (nfds_t)(n + 2), -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            leader_fail(sh, "poll");
+            break;
+        }
+        if (pf[0].revents) {
+            sh->state = SHELL_STOPPED;
+            break;
+        }
+        /* the voters' acknowledgements first: they answer the client */
+        for (int i = 0; i < n && sh->state == SHELL_RUNNING; i++) {
+            shell_voter *v = &sh->voters[i];
+            if (!pf[2 + i].revents)
+                continue;
+            if (recv_into(v->sock, &v->in, &v->in_len, &v->in_cap, &closed) < 0) {
+                leader_fail(sh, "recv");
+                break;
+            }
+            if (closed) {
+                sh->state = SHELL_CLOSED;
+                break;
+            }
+            leader_take_fetches(sh, v);
+        }
+        if (sh->state != SHELL_RUNNING)
+            break;
+        if (pf[1].revents) {
+            if (recv_into(sh->client, &sh->cin, &sh->cin_len, &sh->cin_cap, &closed) < 0) {
+                leader_fail(sh, "recv");
+                break;
+            }
+            if (closed) {
+                sh->state = SHELL_CLOSED;
+                break;
+            }
+            if (!leader_take_puts(sh))
+                break;
+        }
+    }
+    {
+        uint8_t one = 1;
+        ssize_t ignored = write(sh->done_pipe[1], &one, 1);
+        (void)ignored;
+    }
+    return NULL;
+}
+
+static void leader_shell_join(LeaderShellObject *sh)
+{
+    if (sh->started && !sh->joined) {
+        uint8_t one = 1;
+        ssize_t ignored = write(sh->stop_pipe[1], &one, 1);
+        (void)ignored;
+        Py_BEGIN_ALLOW_THREADS
+        pthread_join(sh->thread, NULL);
+        Py_END_ALLOW_THREADS
+        sh->joined = 1;
+    }
+}
+
+static void LeaderShell_dealloc(LeaderShellObject *self)
+{
+    leader_shell_join(self);
+    if (self->pipes_open) {
+        for (int i = 0; i < 2; i++) {
+            close(self->stop_pipe[i]);
+            close(self->done_pipe[i]);
+        }
+    }
+    for (int i = 0; i < self->nvoters; i++)
+        free(self->voters[i].in);
+    free(self->cin);
+    free(self->last_batch);
+    free(self->answer_buf);
+    for (int k = 0; k < self->tail_count; k++)
+        free(self->tail[(self->tail_first + k) % LEADER_TAIL]);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int LeaderShell_init(LeaderShellObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kw[] = {"client", "voters", "log_fd", "write_pos", "lane", "leader_id",
+                         "cluster_id", "log_start", "timestamp_ms", NULL};
+    PyObject *voters, *lane, *cluster, *seq;
+    int client, log_fd, leader_id;
+    long long write_pos, log_start, ts;
+    if (self->started || self->pipes_open) {
+        PyErr_SetString(PyExc_RuntimeError, "a LeaderShell is set up once");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOiLOiOLL", kw, &client, &voters, &log_fd,
+                                     &write_pos, &lane, &leader_id, &cluster, &log_start, &ts))
+        return -1;
+    if (!PyObject_TypeCheck(lane, &LeaderLaneType)) {
+        PyErr_SetString(PyExc_TypeError, "lane must be a kraft.raft._lane.LeaderLane");
+        return -1;
+    }
+    if (client < 0 || log_fd < 0 || write_pos < 0) {
+        PyErr_SetString(PyExc_ValueError, "client, log_fd and write_pos must not be negative");
+        return -1;
+    }
+    if (get_text(cluster, "cluster_id", self->cluster_id, &self->cluster_id_len, NULL) < 0)
+        return -1;
+    seq = PySequence_Fast(voters, "voters must be a sequence of (socket, replica_id)");
+    if (seq == NULL)
+        return -1;
+    if (PySequence_Fast_GET_SIZE(seq) > LEADER_MAX_VOTERS) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "a LeaderShell serves at most %d voters", LEADER_MAX_VOTERS);
+        return -1;
+    }
+    self->nvoters = (int)PySequence_Fast_GET_SIZE(seq);
+    for (int i = 0; i < self->nvoters; i++) {
+        int sock, rid;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "ii", &sock, &rid)) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        memset(&self->voters[i], 0, sizeof self->voters[i]);
+        self->voters[i].sock = sock;
+        self->voters[i].replica_id = rid;
+    }
+    Py_DECREF(seq);
+    self->client = client;
+    self->log_fd = log_fd;
+    self->write_pos = write_pos;
+    self->lane = ((LeaderLaneObject *)lane)->s;
+    self->leader_id = leader_id;
+    self->log_start = log_start;
+    self->timestamp_ms = ts;
+    if (pipe(self->stop_pipe) != 0)
+        return PyErr_SetFromErrno(PyExc_OSError), -1;
+    if (pipe(self->done_pipe) != 0) {
+        close(self->stop_pipe[0]);
+        close(self->stop_pipe[1]);
+        return PyErr_SetFromErrno(PyExc_OSError), -1;
+    }
+    self->pipes_open = 1;
+    self->state = SHELL_IDLE;
+    return 0;
+}
+
+static PyObject *LeaderShell_start(LeaderShellObject *self, PyObject *unused)
+{
+    int err;
+    (void)unused;
+    if (!self->pipes_open) {
+        PyErr_SetString(PyExc_RuntimeError, "the LeaderShell was not set up");
+        return NULL;
+    }
+    if (self->started) {
+        PyErr_SetString(PyExc_RuntimeError, "a LeaderShell runs once");
+        return NULL;
+    }
+    self->state = SHELL_RUNNING;
+    err = pthread_create(&self->thread, NULL, leader_run, self);
+    if (err != 0) {
+        self->state = SHELL_IDLE;
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    self->started = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *LeaderShell_stop(LeaderShellObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (!self->started) {
+        PyErr_SetString(PyExc_RuntimeError, "the LeaderShell was not started");
+        return NULL;
+    }
+    leader_shell_join(self);
+    return Py_BuildValue("{s:s,s:L,s:L,s:L,s:L,s:N,s:L,s:n,s:i,s:s}",
+                         "reason", shell_reasons[self->state], "batches",
+                         (long long)self->batches, "answered", (long long)self->answered,
+                         "log_end", (long long)self->lane.log_end, "durable",
+                         (long long)self->lane.durable, "high_watermark",
+                         opt_i64(self->lane.has_hw, self->lane.hw), "write_pos",
+                         (long long)self->write_pos, "pending", (Py_ssize_t)self->npending,
+                         "error", self->error, "error_at", self->error_at ? self->error_at : "");
+}
+
+static PyObject *LeaderShell_get_done_fd(LeaderShellObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLong(self->pipes_open ? self->done_pipe[0] : -1);
+}
+
+static PyGetSetDef LeaderShell_getset[] = {
+    {"done_fd", (getter)LeaderShell_get_done_fd, NULL,
+     "a descriptor that becomes readable when the loop has ended", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef LeaderShell_methods[] = {
+    {"start", (PyCFunction)LeaderShell_start, METH_NOARGS, "start the loop on its thread"},
+    {"stop", (PyCFunction)LeaderShell_stop, METH_NOARGS,
+     "end the loop (if it runs), wait for its thread, and return its report"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject LeaderShellType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kraft.raft._lane.LeaderShell",
+    .tp_basicsize = sizeof(LeaderShellObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The leader lane's I/O loop on its own thread (docs/native-lane.md, step 3).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)LeaderShell_init,
+    .tp_dealloc = (destructor)LeaderShell_dealloc,
+    .tp_methods = LeaderShell_methods,
+    .tp_getset = LeaderShell_getset,
+};
+
 static PyMethodDef lane_functions[] = {
     {"read_fetch_answer", lane_read_fetch_answer, METH_VARARGS,
      "read_fetch_answer(frame, correlation_id) -> (leader_id, leader_epoch, high_watermark, "
@@ -2117,7 +2677,7 @@ PyMODINIT_FUNC PyInit__lane(void)
     crc_hw = __builtin_cpu_supports("sse4.2");
 #endif
     if (PyType_Ready(&LeaderLaneType) < 0 || PyType_Ready(&FollowerLaneType) < 0
-        || PyType_Ready(&FollowerShellType) < 0)
+        || PyType_Ready(&FollowerShellType) < 0 || PyType_Ready(&LeaderShellType) < 0)
         return NULL;
     m = PyModule_Create(&lane_module);
     if (m == NULL)
@@ -2125,7 +2685,8 @@ PyMODINIT_FUNC PyInit__lane(void)
     if (PyModule_AddIntConstant(m, "MAX_VOTERS", LANE_MAX_VOTERS) < 0
         || PyModule_AddObjectRef(m, "LeaderLane", (PyObject *)&LeaderLaneType) < 0
         || PyModule_AddObjectRef(m, "FollowerLane", (PyObject *)&FollowerLaneType) < 0
-        || PyModule_AddObjectRef(m, "FollowerShell", (PyObject *)&FollowerShellType) < 0) {
+        || PyModule_AddObjectRef(m, "FollowerShell", (PyObject *)&FollowerShellType) < 0
+        || PyModule_AddObjectRef(m, "LeaderShell", (PyObject *)&LeaderShellType) < 0) {
         Py_DECREF(m);
         return NULL;
     }
