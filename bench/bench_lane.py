@@ -22,6 +22,9 @@ follower is another process: `c`, the lane's loop (`FollowerShell`: read, rules,
 the lane's rules, `os.pwrite`, `os.fdatasync`, the fast encoder); `floor`, Python reading the
 answer and syncing it with no decoding or encoding (as `bench.latency_floor`'s followers do).
 p50 and p90 in ms over the answers after a warm-up.
+
+`prototype_sequential`: the whole path in C, end to end (`bench.lane_prototype`: a leader, two
+followers and a client in four processes), p50/p90/p99 of sequential PUTs.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from bench import lane_prototype
 from bench.bench_protocol import _best_seconds
 from kraft.protocol.errors import ErrorCode
 from kraft.protocol.uuid import Uuid
@@ -227,6 +231,8 @@ def run() -> dict[str, Any]:
     out["python_over_native"] = round(out["python_path_us"] / out["native_step_us"], 1)
     rounds = 300 if quick else 3000
     out["follower_rtt"] = {kind: follower_rtt(kind, rounds) for kind in ("floor", "python", "c")}
+    # the whole path in C, end to end in four processes (bench.lane_prototype)
+    out["prototype_sequential"] = lane_prototype.prototype(rounds)
     return out
 
 

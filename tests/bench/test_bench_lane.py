@@ -14,6 +14,7 @@ def test_the_benchmark_measures_both_paths(monkeypatch: pytest.MonkeyPatch) -> N
     if native() is not None:
         assert set(r["follower_rtt"]) == {"floor", "python", "c"}
         assert all(v["n"] == 300 for v in r["follower_rtt"].values())
+        assert r["prototype_sequential"]["n"] == 300
     for key in ("python_read_us", "python_rules_us", "python_next_fetch_us", "python_core_us"):
         assert r[key] > 0, key
     assert r["python_path_us"] == pytest.approx(
