@@ -1195,6 +1195,98 @@ static const char *const shell_reasons[] = {"idle", "running", "handover", "stop
 
 #define SHELL_MAX_FRAME (16 * 1024 * 1024)
 
+/* What both loops share: their thread, the pipe that stops it, the pipe that says it ended, and
+ * how it ended. */
+typedef struct {
+    int stop_pipe[2], done_pipe[2];
+    int pipes_open;
+    pthread_t thread;
+    int started, joined;
+    int state, error;
+    const char *error_at;
+} shell_thread;
+
+static int thread_fail(shell_thread *t, const char *at)
+{
+    t->error = errno;
+    t->error_at = at;
+    t->state = SHELL_ERROR;
+    return 0;
+}
+
+/* The two pipes, once (-1 with the Python error set). */
+static int thread_open(shell_thread *t)
+{
+    if (t->pipes_open)
+        return 0;
+    if (pipe(t->stop_pipe) != 0)
+        return PyErr_SetFromErrno(PyExc_OSError), -1;
+    if (pipe(t->done_pipe) != 0) {
+        close(t->stop_pipe[0]);
+        close(t->stop_pipe[1]);
+        return PyErr_SetFromErrno(PyExc_OSError), -1;
+    }
+    t->pipes_open = 1;
+    t->state = SHELL_IDLE;
+    return 0;
+}
+
+static PyObject *thread_start(shell_thread *t, void *(*run)(void *), void *arg, const char *what)
+{
+    int err;
+    if (!t->pipes_open) {
+        PyErr_Format(PyExc_RuntimeError, "the %s was not set up", what);
+        return NULL;
+    }
+    if (t->started) {
+        PyErr_Format(PyExc_RuntimeError, "a %s runs once", what);
+        return NULL;
+    }
+    t->state = SHELL_RUNNING;
+    err = pthread_create(&t->thread, NULL, run, arg);
+    if (err != 0) {
+        t->state = SHELL_IDLE;
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    t->started = 1;
+    Py_RETURN_NONE;
+}
+
+/* Called by the loop as it ends. */
+static void thread_done(shell_thread *t)
+{
+    uint8_t one = 1;
+    ssize_t ignored = write(t->done_pipe[1], &one, 1);
+    (void)ignored;
+}
+
+/* Ask the loop to end if it runs, and wait for its thread (without the GIL). */
+static void thread_join(shell_thread *t)
+{
+    if (t->started && !t->joined) {
+        uint8_t one = 1;
+        ssize_t ignored = write(t->stop_pipe[1], &one, 1);
+        (void)ignored;
+        Py_BEGIN_ALLOW_THREADS
+        pthread_join(t->thread, NULL);
+        Py_END_ALLOW_THREADS
+        t->joined = 1;
+    }
+}
+
+static void thread_close(shell_thread *t)
+{
+    thread_join(t);
+    if (t->pipes_open) {
+        for (int i = 0; i < 2; i++) {
+            close(t->stop_pipe[i]);
+            close(t->done_pipe[i]);
+        }
+        t->pipes_open = 0;
+    }
+}
+
 typedef struct {
     PyObject_HEAD
     int sock, log_fd;
@@ -1204,12 +1296,7 @@ typedef struct {
     fetch_template tmpl;
     uint8_t *in;
     size_t in_len, in_cap;
-    int stop_pipe[2], done_pipe[2];
-    int pipes_open;
-    pthread_t thread;
-    int started, joined;
-    int state, error;
-    const char *error_at;
+    shell_thread t;
     int64_t answers, records;
 } FollowerShellObject;
 
@@ -1247,13 +1334,13 @@ static int shell_take_frames(FollowerShellObject *sh)
         size_t n = 0, len;
         int64_t first = -1, last = -1;
         if (size > SHELL_MAX_FRAME) {
-            sh->state = SHELL_HANDOVER; /* the general path names the bad size */
+            sh->t.state = SHELL_HANDOVER; /* the general path names the bad size */
             return 0;
         }
         if (sh->in_len - 4 < size)
             return 1; /* the rest of the frame is still on its way */
         if (!read_fetch_answer(frame, size, sh->lane.fetch_correlation, &a, batches, 256, &n)) {
-            sh->state = SHELL_HANDOVER;
+            sh->t.state = SHELL_HANDOVER;
             return 0;
         }
         for (size_t k = 0; k < n; k++) {
@@ -1267,7 +1354,7 @@ static int shell_take_frames(FollowerShellObject *sh)
             if (!follower_answer(&trial, sh->lane.fetch_correlation, 0, a.leader_id,
                                  a.leader_epoch, a.high_watermark, 0, 0, lb, (Py_ssize_t)n,
                                  &first, &last)) {
-                sh->state = SHELL_HANDOVER;
+                sh->t.state = SHELL_HANDOVER;
                 return 0;
             }
             if (n > 0) {
@@ -1279,17 +1366,17 @@ static int shell_take_frames(FollowerShellObject *sh)
                     if (w < 0 && errno == EINTR)
                         continue;
                     if (w <= 0) {
-                        sh->error = w < 0 ? errno : EIO;
-                        sh->error_at = "write";
-                        sh->state = SHELL_ERROR;
+                        sh->t.error = w < 0 ? errno : EIO;
+                        sh->t.error_at = "write";
+                        sh->t.state = SHELL_ERROR;
                         return 0;
                     }
                     done += (size_t)w;
                 }
                 if (fdatasync(sh->log_fd) != 0) {
-                    sh->error = errno;
-                    sh->error_at = "fdatasync";
-                    sh->state = SHELL_ERROR;
+                    sh->t.error = errno;
+                    sh->t.error_at = "fdatasync";
+                    sh->t.state = SHELL_ERROR;
                     return 0;
                 }
                 sh->write_pos += (int64_t)bytes;
@@ -1303,9 +1390,9 @@ static int shell_take_frames(FollowerShellObject *sh)
                                   sh->lane.log_end, sh->last_epoch,
                                   sh->lane.has_hw ? sh->lane.hw : -1);
         if (len == 0) {
-            sh->error = EMSGSIZE;
-            sh->error_at = "fetch";
-            sh->state = SHELL_ERROR;
+            sh->t.error = EMSGSIZE;
+            sh->t.error_at = "fetch";
+            sh->t.state = SHELL_ERROR;
             return 0;
         }
         memmove(out + 4, out, len);
@@ -1318,9 +1405,9 @@ static int shell_take_frames(FollowerShellObject *sh)
         sh->in_len -= 4 + (size_t)size;
         sh->answers++;
         if (shell_send_all(sh->sock, out, len + 4) != 0) {
-            sh->error = errno;
-            sh->error_at = "send";
-            sh->state = SHELL_ERROR;
+            sh->t.error = errno;
+            sh->t.error_at = "send";
+            sh->t.state = SHELL_ERROR;
             return 0;
         }
     }
@@ -1334,18 +1421,18 @@ static void *shell_run(void *arg)
     for (;;) {
         pf[0].fd = sh->sock;
         pf[0].events = POLLIN;
-        pf[1].fd = sh->stop_pipe[0];
+        pf[1].fd = sh->t.stop_pipe[0];
         pf[1].events = POLLIN;
         if (poll(pf, 2, -1) < 0) {
             if (errno == EINTR)
                 continue;
-            sh->error = errno;
-            sh->error_at = "poll";
-            sh->state = SHELL_ERROR;
+            sh->t.error = errno;
+            sh->t.error_at = "poll";
+            sh->t.state = SHELL_ERROR;
             break;
         }
         if (pf[1].revents) {
-            sh->state = SHELL_STOPPED;
+            sh->t.state = SHELL_STOPPED;
             break;
         }
         if (pf[0].revents) {
@@ -1354,14 +1441,14 @@ static void *shell_run(void *arg)
                 size_t cap = sh->in_cap * 2;
                 uint8_t *bigger;
                 if (cap > 2 * (size_t)SHELL_MAX_FRAME + 65536) {
-                    sh->state = SHELL_HANDOVER;
+                    sh->t.state = SHELL_HANDOVER;
                     break;
                 }
                 bigger = realloc(sh->in, cap);
                 if (bigger == NULL) {
-                    sh->error = ENOMEM;
-                    sh->error_at = "buffer";
-                    sh->state = SHELL_ERROR;
+                    sh->t.error = ENOMEM;
+                    sh->t.error_at = "buffer";
+                    sh->t.state = SHELL_ERROR;
                     break;
                 }
                 sh->in = bigger;
@@ -1371,17 +1458,17 @@ static void *shell_run(void *arg)
             if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
                 continue;
             if (r < 0 && errno == ECONNRESET) { /* the leader went away with bytes unread */
-                sh->state = SHELL_CLOSED;
+                sh->t.state = SHELL_CLOSED;
                 break;
             }
             if (r < 0) {
-                sh->error = errno;
-                sh->error_at = "recv";
-                sh->state = SHELL_ERROR;
+                sh->t.error = errno;
+                sh->t.error_at = "recv";
+                sh->t.state = SHELL_ERROR;
                 break;
             }
             if (r == 0) {
-                sh->state = SHELL_CLOSED;
+                sh->t.state = SHELL_CLOSED;
                 break;
             }
             sh->in_len += (size_t)r;
@@ -1389,36 +1476,13 @@ static void *shell_run(void *arg)
                 break;
         }
     }
-    {
-        uint8_t one = 1;
-        ssize_t ignored = write(sh->done_pipe[1], &one, 1);
-        (void)ignored;
-    }
+    thread_done(&sh->t);
     return NULL;
-}
-
-static void shell_join(FollowerShellObject *sh)
-{
-    if (sh->started && !sh->joined) {
-        uint8_t one = 1;
-        ssize_t ignored = write(sh->stop_pipe[1], &one, 1);
-        (void)ignored;
-        Py_BEGIN_ALLOW_THREADS
-        pthread_join(sh->thread, NULL);
-        Py_END_ALLOW_THREADS
-        sh->joined = 1;
-    }
 }
 
 static void FollowerShell_dealloc(FollowerShellObject *self)
 {
-    shell_join(self);
-    if (self->pipes_open) {
-        for (int i = 0; i < 2; i++) {
-            close(self->stop_pipe[i]);
-            close(self->done_pipe[i]);
-        }
-    }
+    thread_close(&self->t);
     free(self->in);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -1431,7 +1495,7 @@ static int FollowerShell_init(FollowerShellObject *self, PyObject *args, PyObjec
     PyObject *lane, *client, *cluster, *dir;
     int sock, log_fd, last_epoch, next_corr, version, replica, max_wait, max_bytes;
     long long write_pos;
-    if (self->started) {
+    if (self->t.started) {
         PyErr_SetString(PyExc_RuntimeError, "a FollowerShell is set up once");
         return -1;
     }
@@ -1482,71 +1546,43 @@ static int FollowerShell_init(FollowerShellObject *self, PyObject *args, PyObjec
             return -1;
         }
     }
-    if (!self->pipes_open) {
-        if (pipe(self->stop_pipe) != 0)
-            return PyErr_SetFromErrno(PyExc_OSError), -1;
-        if (pipe(self->done_pipe) != 0) {
-            close(self->stop_pipe[0]);
-            close(self->stop_pipe[1]);
-            return PyErr_SetFromErrno(PyExc_OSError), -1;
-        }
-        self->pipes_open = 1;
-    }
-    self->state = SHELL_IDLE;
-    return 0;
+    return thread_open(&self->t);
 }
 
 static PyObject *FollowerShell_start(FollowerShellObject *self, PyObject *unused)
 {
-    int err;
     (void)unused;
-    if (self->in == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "the FollowerShell was not set up");
-        return NULL;
-    }
-    if (self->started) {
-        PyErr_SetString(PyExc_RuntimeError, "a FollowerShell runs once");
-        return NULL;
-    }
-    self->state = SHELL_RUNNING;
-    err = pthread_create(&self->thread, NULL, shell_run, self);
-    if (err != 0) {
-        self->state = SHELL_IDLE;
-        errno = err;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    self->started = 1;
-    Py_RETURN_NONE;
+    return thread_start(&self->t, shell_run, self, "FollowerShell");
 }
 
 static PyObject *FollowerShell_report(FollowerShellObject *self)
 {
     return Py_BuildValue(
         "{s:s,s:L,s:L,s:L,s:L,s:N,s:i,s:i,s:i,s:y#,s:i,s:s}",
-        "reason", shell_reasons[self->state], "answers", (long long)self->answers,
+        "reason", shell_reasons[self->t.state], "answers", (long long)self->answers,
         "records", (long long)self->records, "log_end", (long long)self->lane.log_end,
         "write_pos", (long long)self->write_pos, "high_watermark",
         opt_i64(self->lane.has_hw, self->lane.hw), "last_epoch", (int)self->last_epoch,
         "fetch_correlation", (int)self->lane.fetch_correlation, "next_correlation",
         (int)self->next_correlation, "unread", (const char *)self->in, (Py_ssize_t)self->in_len,
-        "error", self->error, "error_at", self->error_at ? self->error_at : "");
+        "error", self->t.error, "error_at", self->t.error_at ? self->t.error_at : "");
 }
 
 static PyObject *FollowerShell_stop(FollowerShellObject *self, PyObject *unused)
 {
     (void)unused;
-    if (!self->started) {
+    if (!self->t.started) {
         PyErr_SetString(PyExc_RuntimeError, "the FollowerShell was not started");
         return NULL;
     }
-    shell_join(self);
+    thread_join(&self->t);
     return FollowerShell_report(self);
 }
 
 static PyObject *FollowerShell_get_done_fd(FollowerShellObject *self, void *closure)
 {
     (void)closure;
-    return PyLong_FromLong(self->done_pipe[0]);
+    return PyLong_FromLong(self->t.pipes_open ? self->t.done_pipe[0] : -1);
 }
 
 static PyGetSetDef FollowerShell_getset[] = {
@@ -2121,12 +2157,7 @@ typedef struct {
     uint32_t pending_id[LEADER_MAX_PENDING];
     int64_t pending_offset[LEADER_MAX_PENDING];
     size_t npending;
-    int stop_pipe[2], done_pipe[2];
-    int pipes_open;
-    pthread_t thread;
-    int started, joined;
-    int state, error;
-    const char *error_at;
+    shell_thread t;
     int64_t batches, answered;
 } LeaderShellObject;
 
@@ -2148,10 +2179,7 @@ static int grow(uint8_t **buf, size_t *cap, size_t need)
 
 static int leader_fail(LeaderShellObject *sh, const char *at)
 {
-    sh->error = errno;
-    sh->error_at = at;
-    sh->state = SHELL_ERROR;
-    return 0;
+    return thread_fail(&sh->t, at);
 }
 
 /* Answer the PUTs the high watermark now covers. */
@@ -2217,14 +2245,14 @@ static int leader_take_puts(LeaderShellObject *sh)
             uint32_t length = be32(sh->cin);
             if (length < CLIENT_REQUEST_HEAD || length > CLIENT_MAX_FRAME
                 || sh->cin_len >= 4 + (size_t)length) {
-                sh->state = SHELL_HANDOVER;
+                sh->t.state = SHELL_HANDOVER;
                 return 0;
             }
         }
         return 1;
     }
     if (sh->npending + n > LEADER_MAX_PENDING) {
-        sh->state = SHELL_HANDOVER;
+        sh->t.state = SHELL_HANDOVER;
         return 0;
     }
     for (k = 0; k < n; k++) { /* each value: the KV record of its PUT */
@@ -2285,7 +2313,7 @@ static int leader_take_puts(LeaderShellObject *sh)
     memmove(sh->cin, sh->cin + used, sh->cin_len - used);
     sh->cin_len -= used;
     if (!leader_appended(&sh->lane, base, base + (int64_t)n - 1, sh->lane.epoch)) {
-        sh->state = SHELL_HANDOVER;
+        sh->t.state = SHELL_HANDOVER;
         return 0;
     }
     {
@@ -2324,7 +2352,7 @@ static int leader_take_fetches(LeaderShellObject *sh, shell_voter *v)
         fetch_request r;
         int has_read = 0;
         if (size > SHELL_MAX_FRAME) {
-            sh->state = SHELL_HANDOVER;
+            sh->t.state = SHELL_HANDOVER;
             return 0;
         }
         if (v->in_len - 4 < size)
@@ -2335,7 +2363,7 @@ static int leader_take_fetches(LeaderShellObject *sh, shell_voter *v)
             || !leader_fetch(&sh->lane, r.replica_id, r.has_dir ? r.dir : NULL, r.fetch_offset,
                              r.last_fetched_epoch, r.current_leader_epoch, r.max_wait_ms,
                              &has_read)) {
-            sh->state = SHELL_HANDOVER;
+            sh->t.state = SHELL_HANDOVER;
             return 0;
         }
         memmove(v->in, v->in + 4 + size, v->in_len - 4 - size);
@@ -2356,7 +2384,7 @@ static int leader_take_fetches(LeaderShellObject *sh, shell_voter *v)
             }
             if (from < 0 || total > (size_t)(r.max_bytes > 0 ? r.max_bytes : 0)
                 || !grow(&sh->answer_buf, &sh->answer_cap, total)) {
-                sh->state = SHELL_HANDOVER; /* older records: the log's, not the lane's */
+                sh->t.state = SHELL_HANDOVER; /* older records: the log's, not the lane's */
                 return 0;
             }
             total = 0;
@@ -2399,7 +2427,7 @@ static void *leader_run(void *arg)
     int n = sh->nvoters;
     for (;;) {
         int closed = 0;
-        pf[0].fd = sh->stop_pipe[0];
+        pf[0].fd = sh->t.stop_pipe[0];
         pf[0].events = POLLIN;
         pf[1].fd = sh->client;
         pf[1].events = POLLIN;
@@ -2414,11 +2442,11 @@ static void *leader_run(void *arg)
             break;
         }
         if (pf[0].revents) {
-            sh->state = SHELL_STOPPED;
+            sh->t.state = SHELL_STOPPED;
             break;
         }
         /* the voters' acknowledgements first: they answer the client */
-        for (int i = 0; i < n && sh->state == SHELL_RUNNING; i++) {
+        for (int i = 0; i < n && sh->t.state == SHELL_RUNNING; i++) {
             shell_voter *v = &sh->voters[i];
             if (!pf[2 + i].revents)
                 continue;
@@ -2427,12 +2455,12 @@ static void *leader_run(void *arg)
                 break;
             }
             if (closed) {
-                sh->state = SHELL_CLOSED;
+                sh->t.state = SHELL_CLOSED;
                 break;
             }
             leader_take_fetches(sh, v);
         }
-        if (sh->state != SHELL_RUNNING)
+        if (sh->t.state != SHELL_RUNNING)
             break;
         if (pf[1].revents) {
             if (recv_into(sh->client, &sh->cin, &sh->cin_len, &sh->cin_cap, &closed) < 0) {
@@ -2440,43 +2468,20 @@ static void *leader_run(void *arg)
                 break;
             }
             if (closed) {
-                sh->state = SHELL_CLOSED;
+                sh->t.state = SHELL_CLOSED;
                 break;
             }
             if (!leader_take_puts(sh))
                 break;
         }
     }
-    {
-        uint8_t one = 1;
-        ssize_t ignored = write(sh->done_pipe[1], &one, 1);
-        (void)ignored;
-    }
+    thread_done(&sh->t);
     return NULL;
-}
-
-static void leader_shell_join(LeaderShellObject *sh)
-{
-    if (sh->started && !sh->joined) {
-        uint8_t one = 1;
-        ssize_t ignored = write(sh->stop_pipe[1], &one, 1);
-        (void)ignored;
-        Py_BEGIN_ALLOW_THREADS
-        pthread_join(sh->thread, NULL);
-        Py_END_ALLOW_THREADS
-        sh->joined = 1;
-    }
 }
 
 static void LeaderShell_dealloc(LeaderShellObject *self)
 {
-    leader_shell_join(self);
-    if (self->pipes_open) {
-        for (int i = 0; i < 2; i++) {
-            close(self->stop_pipe[i]);
-            close(self->done_pipe[i]);
-        }
-    }
+    thread_close(&self->t);
     for (int i = 0; i < self->nvoters; i++)
         free(self->voters[i].in);
     free(self->cin);
@@ -2494,7 +2499,7 @@ static int LeaderShell_init(LeaderShellObject *self, PyObject *args, PyObject *k
     PyObject *voters, *lane, *cluster, *seq;
     int client, log_fd, leader_id;
     long long write_pos, log_start, ts;
-    if (self->started || self->pipes_open) {
+    if (self->t.started || self->t.pipes_open) {
         PyErr_SetString(PyExc_RuntimeError, "a LeaderShell is set up once");
         return -1;
     }
@@ -2538,63 +2543,37 @@ static int LeaderShell_init(LeaderShellObject *self, PyObject *args, PyObject *k
     self->leader_id = leader_id;
     self->log_start = log_start;
     self->timestamp_ms = ts;
-    if (pipe(self->stop_pipe) != 0)
-        return PyErr_SetFromErrno(PyExc_OSError), -1;
-    if (pipe(self->done_pipe) != 0) {
-        close(self->stop_pipe[0]);
-        close(self->stop_pipe[1]);
-        return PyErr_SetFromErrno(PyExc_OSError), -1;
-    }
-    self->pipes_open = 1;
-    self->state = SHELL_IDLE;
-    return 0;
+    return thread_open(&self->t);
 }
 
 static PyObject *LeaderShell_start(LeaderShellObject *self, PyObject *unused)
 {
-    int err;
     (void)unused;
-    if (!self->pipes_open) {
-        PyErr_SetString(PyExc_RuntimeError, "the LeaderShell was not set up");
-        return NULL;
-    }
-    if (self->started) {
-        PyErr_SetString(PyExc_RuntimeError, "a LeaderShell runs once");
-        return NULL;
-    }
-    self->state = SHELL_RUNNING;
-    err = pthread_create(&self->thread, NULL, leader_run, self);
-    if (err != 0) {
-        self->state = SHELL_IDLE;
-        errno = err;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    self->started = 1;
-    Py_RETURN_NONE;
+    return thread_start(&self->t, leader_run, self, "LeaderShell");
 }
 
 static PyObject *LeaderShell_stop(LeaderShellObject *self, PyObject *unused)
 {
     (void)unused;
-    if (!self->started) {
+    if (!self->t.started) {
         PyErr_SetString(PyExc_RuntimeError, "the LeaderShell was not started");
         return NULL;
     }
-    leader_shell_join(self);
+    thread_join(&self->t);
     return Py_BuildValue("{s:s,s:L,s:L,s:L,s:L,s:N,s:L,s:n,s:i,s:s}",
-                         "reason", shell_reasons[self->state], "batches",
+                         "reason", shell_reasons[self->t.state], "batches",
                          (long long)self->batches, "answered", (long long)self->answered,
                          "log_end", (long long)self->lane.log_end, "durable",
                          (long long)self->lane.durable, "high_watermark",
                          opt_i64(self->lane.has_hw, self->lane.hw), "write_pos",
                          (long long)self->write_pos, "pending", (Py_ssize_t)self->npending,
-                         "error", self->error, "error_at", self->error_at ? self->error_at : "");
+                         "error", self->t.error, "error_at", self->t.error_at ? self->t.error_at : "");
 }
 
 static PyObject *LeaderShell_get_done_fd(LeaderShellObject *self, void *closure)
 {
     (void)closure;
-    return PyLong_FromLong(self->pipes_open ? self->done_pipe[0] : -1);
+    return PyLong_FromLong(self->t.pipes_open ? self->t.done_pipe[0] : -1);
 }
 
 static PyGetSetDef LeaderShell_getset[] = {
