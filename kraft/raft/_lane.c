@@ -2020,6 +2020,21 @@ stop:
     return n;
 }
 
+#define KV_PUT_OVERHEAD 10 /* format version, op, key length, value length */
+
+/* The KV record of PUT key=value (kv.encode_put) into r[0..KV_PUT_OVERHEAD + klen + vlen). */
+static void write_kv_put(uint8_t *r, const uint8_t *key, size_t klen, const uint8_t *value,
+                         size_t vlen)
+{
+    writer w = {r, r + KV_PUT_OVERHEAD + klen + vlen};
+    put8(&w, 1); /* kv.FORMAT_VERSION */
+    put8(&w, 1); /* kv.OP_PUT */
+    put32(&w, (int32_t)(uint32_t)klen);
+    put(&w, key, klen);
+    put32(&w, (int32_t)(uint32_t)vlen);
+    put(&w, value, vlen);
+}
+
 static PyObject *lane_read_puts(PyObject *module, PyObject *args)
 {
     Py_buffer view;
@@ -2039,27 +2054,14 @@ static PyObject *lane_read_puts(PyObject *module, PyObject *args)
     list = PyList_New((Py_ssize_t)n);
     for (size_t i = 0; list != NULL && i < n; i++) {
         const uint8_t *b = view.buf;
-        size_t size = 2 + 4 + puts[i].key_len + 4 + puts[i].value_len;
+        size_t size = KV_PUT_OVERHEAD + puts[i].key_len + puts[i].value_len;
         PyObject *record = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size), *item;
-        uint8_t *r;
         if (record == NULL) {
             Py_CLEAR(list);
             break;
         }
-        r = (uint8_t *)PyBytes_AS_STRING(record);
-        r[0] = 1; /* kv.FORMAT_VERSION */
-        r[1] = 1; /* kv.OP_PUT */
-        r[2] = (uint8_t)(puts[i].key_len >> 24);
-        r[3] = (uint8_t)(puts[i].key_len >> 16);
-        r[4] = (uint8_t)(puts[i].key_len >> 8);
-        r[5] = (uint8_t)puts[i].key_len;
-        memcpy(r + 6, b + puts[i].key_at, puts[i].key_len);
-        r += 6 + puts[i].key_len;
-        r[0] = (uint8_t)(puts[i].value_len >> 24);
-        r[1] = (uint8_t)(puts[i].value_len >> 16);
-        r[2] = (uint8_t)(puts[i].value_len >> 8);
-        r[3] = (uint8_t)puts[i].value_len;
-        memcpy(r + 4, b + puts[i].value_at, puts[i].value_len);
+        write_kv_put((uint8_t *)PyBytes_AS_STRING(record), b + puts[i].key_at, puts[i].key_len,
+                     b + puts[i].value_at, puts[i].value_len);
         item = Py_BuildValue("(kN)", (unsigned long)puts[i].request_id, record);
         if (item == NULL) {
             Py_CLEAR(list);
@@ -2154,6 +2156,8 @@ typedef struct {
     int tail_first, tail_count;
     uint8_t *answer_buf;
     size_t answer_cap;
+    uint8_t *records_buf; /* a loop turn's KV records, one after the other */
+    size_t records_cap;
     uint32_t pending_id[LEADER_MAX_PENDING];
     int64_t pending_offset[LEADER_MAX_PENDING];
     size_t npending;
@@ -2235,8 +2239,7 @@ static int leader_take_puts(LeaderShellObject *sh)
     client_put puts[512];
     const uint8_t *values[512];
     size_t lens[512], used = 0, n, size;
-    uint8_t *records[512];
-    size_t k;
+    size_t k, total = 0, at = 0;
     int64_t base = sh->lane.log_end;
     n = read_puts(sh->cin, sh->cin_len, puts, 512, &used);
     if (n == 0) {
@@ -2255,41 +2258,24 @@ static int leader_take_puts(LeaderShellObject *sh)
         sh->t.state = SHELL_HANDOVER;
         return 0;
     }
+    for (k = 0; k < n; k++)
+        total += KV_PUT_OVERHEAD + puts[k].key_len + puts[k].value_len;
+    if (!grow(&sh->records_buf, &sh->records_cap, total))
+        return leader_fail(sh, "buffer");
     for (k = 0; k < n; k++) { /* each value: the KV record of its PUT */
         size_t klen = puts[k].key_len, vlen = puts[k].value_len;
-        uint8_t *r = malloc(10 + klen + vlen);
-        if (r == NULL) {
-            while (k--)
-                free(records[k]);
-            return leader_fail(sh, "buffer");
-        }
-        r[0] = 1;
-        r[1] = 1;
-        r[2] = (uint8_t)(klen >> 24);
-        r[3] = (uint8_t)(klen >> 16);
-        r[4] = (uint8_t)(klen >> 8);
-        r[5] = (uint8_t)klen;
-        memcpy(r + 6, sh->cin + puts[k].key_at, klen);
-        r[6 + klen] = (uint8_t)(vlen >> 24);
-        r[7 + klen] = (uint8_t)(vlen >> 16);
-        r[8 + klen] = (uint8_t)(vlen >> 8);
-        r[9 + klen] = (uint8_t)vlen;
-        memcpy(r + 10 + klen, sh->cin + puts[k].value_at, vlen);
-        records[k] = r;
-        values[k] = r;
-        lens[k] = 10 + klen + vlen;
+        write_kv_put(sh->records_buf + at, sh->cin + puts[k].key_at, klen,
+                     sh->cin + puts[k].value_at, vlen);
+        values[k] = sh->records_buf + at;
+        lens[k] = KV_PUT_OVERHEAD + klen + vlen;
+        at += lens[k];
         sh->pending_id[sh->npending + k] = puts[k].request_id;
         sh->pending_offset[sh->npending + k] = base + (int64_t)k;
     }
     size = value_batch_size(lens, n);
-    if (size == 0 || !grow(&sh->last_batch, &sh->last_batch_cap, size)) {
-        for (k = 0; k < n; k++)
-            free(records[k]);
+    if (size == 0 || !grow(&sh->last_batch, &sh->last_batch_cap, size))
         return leader_fail(sh, "batch");
-    }
     write_value_batch(sh->last_batch, size, base, sh->lane.epoch, sh->timestamp_ms, values, lens, n);
-    for (k = 0; k < n; k++)
-        free(records[k]);
     sh->last_batch_len = size;
     sh->last_batch_base = base;
     { /* keep it in the tail, dropping the oldest */
@@ -2487,6 +2473,7 @@ static void LeaderShell_dealloc(LeaderShellObject *self)
     free(self->cin);
     free(self->last_batch);
     free(self->answer_buf);
+    free(self->records_buf);
     for (int k = 0; k < self->tail_count; k++)
         free(self->tail[(self->tail_first + k) % LEADER_TAIL]);
     Py_TYPE(self)->tp_free((PyObject *)self);
