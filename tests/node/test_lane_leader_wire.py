@@ -23,6 +23,7 @@ from kraft.server.fetch_fast import (
     encode_fetch_request,
     encode_fetch_response,
 )
+from tests.support.damage import damaged
 
 C = native()
 pytestmark = pytest.mark.skipif(C is None, reason="kraft.raft._lane was not built (no C compiler)")
@@ -107,19 +108,7 @@ def test_a_high_watermark_on_version_17_is_handed_over() -> None:
 @settings(max_examples=1500, deadline=None)
 @given(st.data())
 def test_a_damaged_fetch_is_handed_over_or_read_as_python_reads_it(data: st.DataObject) -> None:
-    frame = bytearray(fetch(version=data.draw(st.sampled_from([17, 18]))))
-    for _ in range(data.draw(st.integers(1, 3))):
-        if not frame:
-            break
-        at = data.draw(st.integers(0, len(frame) - 1))
-        how = data.draw(st.sampled_from(["flip", "cut", "set"]))
-        if how == "flip":
-            frame[at] ^= 1 << data.draw(st.integers(0, 7))
-        elif how == "cut":
-            del frame[at:]
-        else:
-            frame[at] = data.draw(st.sampled_from([0, 1, 2, 0x7F, 0x80, 0xFF]))
-    agree(bytes(frame))
+    agree(damaged(data, fetch(version=data.draw(st.sampled_from([17, 18])))))
 
 
 # ---------------------------------------------------------------- the answer

@@ -178,37 +178,24 @@ def test_the_leader_closing_ends_the_loop(setup: Any) -> None:
     assert report["reason"] == "closed" and len(report["unread"]) == 30
 
 
-def test_no_acknowledgement_leaves_when_the_write_fails(tmp_path: Path) -> None:
-    # a log descriptor that cannot be written: the loop ends with the error, and the leader
-    # never hears of records that are not durable
+@pytest.mark.parametrize(("log", "error_at", "errno_"), [
+    # a descriptor that cannot be written (EBADF)
+    ("read-only", "write", 9),
+    # /dev/null takes the write and refuses fdatasync (EINVAL)
+    ("/dev/null", "fdatasync", 22),
+])
+def test_no_acknowledgement_leaves_when_the_write_or_sync_fails(
+        tmp_path: Path, log: str, error_at: str, errno_: int) -> None:
+    # the loop ends with the failing call's error, and the leader never hears of records that
+    # are not durable (rule 5: durable before acknowledged)
     assert C is not None
     mine, theirs = socket.socketpair()
-    path = tmp_path / "segment.log"
-    path.write_bytes(b"")
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        shell = C.FollowerShell(mine.fileno(), fd, 0, C.FollowerLane(EPOCH, LEADER, 7, 10, None),
-                                EPOCH, 8, 18, None, CLUSTER, 2, None, 500, 1 << 20)
-        shell.start()
-        leader = Leader(theirs)
-        leader.send(leader.answer(7, batch(10), hw=10))
-        assert select.select([shell.done_fd], [], [], 10)[0]
-        report = shell.stop()
-        assert (report["reason"], report["error_at"]) == ("error", "write")
-        assert report["error"] == 9  # EBADF
-        assert report["answers"] == 0 and leader.nothing_more()
-    finally:
-        mine.close()
-        theirs.close()
-        os.close(fd)
-
-
-def test_no_acknowledgement_leaves_when_the_sync_fails() -> None:
-    # /dev/null takes the write and refuses fdatasync (EINVAL): the loop ends with the sync's
-    # error, and no fetch acknowledges the records (rule 5: durable before acknowledged)
-    assert C is not None
-    mine, theirs = socket.socketpair()
-    fd = os.open("/dev/null", os.O_WRONLY)
+    if log == "read-only":
+        path = tmp_path / "segment.log"
+        path.write_bytes(b"")
+        fd = os.open(path, os.O_RDONLY)
+    else:
+        fd = os.open(log, os.O_WRONLY)
     try:
         shell = C.FollowerShell(mine.fileno(), fd, 0, C.FollowerLane(EPOCH, LEADER, 7, 10, None),
                                 EPOCH, 8, 18, None, CLUSTER, 2, None, 500, 1 << 20)
@@ -218,7 +205,7 @@ def test_no_acknowledgement_leaves_when_the_sync_fails() -> None:
         assert select.select([shell.done_fd], [], [], 10)[0]
         report = shell.stop()
         assert (report["reason"], report["error_at"], report["error"]) == (
-            "error", "fdatasync", 22)  # EINVAL
+            "error", error_at, errno_)
         assert report["answers"] == 0 and leader.nothing_more()
     finally:
         mine.close()
