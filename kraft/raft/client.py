@@ -43,6 +43,7 @@ from kraft.raft.effects import (
     CreateSnapshot,
     DeleteSnapshot,
     Effect,
+    FetchAdopted,
     InstallSnapshot,
     PersistQuorumState,
     SendApiVersions,
@@ -58,6 +59,7 @@ from kraft.raft.events import (
     ApiVersionsReceived,
     Append,
     Event,
+    FollowerLaneReport,
     Persisted,
     RequestFailed,
     RequestReceived,
@@ -272,6 +274,9 @@ class RaftCore:
         elif t is ApiVersionsReceived:
             assert isinstance(event, ApiVersionsReceived)
             self._on_api_versions(event)
+        elif t is FollowerLaneReport:
+            assert isinstance(event, FollowerLaneReport)
+            self._on_follower_lane_report(event)
         elif t is Shutdown:
             self._on_shutdown()
         else:  # pragma: no cover - the Event union is closed
@@ -397,6 +402,18 @@ class RaftCore:
             return None
         return FollowerLane(s.epoch, s.leader_id, self._fetch_corr, self.log.end_offset,
                             self.high_watermark)
+
+    def lane_fetch(self) -> FetchRequest | None:
+        """The fetch this follower would send its leader now, None when it follows none.
+
+        A follower's lane sends its fetches from this template. The lane keeps the replica,
+        its directory id, the epoch, MaxWaitMs and MaxBytes, and sets the fetch offset, the
+        last fetched epoch and the high watermark of each one.
+        """
+        s = self.state
+        if not isinstance(s, FollowerState):
+            return None
+        return self._fetch_request(s.epoch)
 
     # ================================================================== helpers
 
@@ -1738,6 +1755,51 @@ class RaftCore:
             new = min(resp.high_watermark, self.log.end_offset)
             if self.high_watermark is None or new > self.high_watermark:
                 self._set_hw(new)
+
+    def _on_follower_lane_report(self, ev: FollowerLaneReport) -> None:
+        """The follower lane's work since it was armed (or last reported), taken as the
+        answers and syncs it stands for: the records appended, the durable end, the high
+        watermark, the fetch deadline, and the lane's fetch in flight as this core's."""
+        s = self.state
+        if (not isinstance(s, FollowerState) or s.epoch != ev.epoch
+                or s.leader_id != ev.leader_id or self._fetch_corr is None):
+            # the lane wrote to the log under a lease this core no longer holds: the runtime
+            # broke its contract (a report before any other event), and the log is suspect
+            raise RaftFatalError(
+                f"node {self.key.id}: a follower lane's report for epoch {ev.epoch}, leader "
+                f"{ev.leader_id}, reached a {s.role.value} of epoch {s.epoch} "
+                f"(fetch in flight: {self._fetch_corr})"
+            )
+        for base, last in ev.appended:
+            if base != self.log.end_offset or last < base:
+                raise RaftFatalError(
+                    f"node {self.key.id}: a follower lane appended {base}-{last}, but the "
+                    f"log ends at {self.log.end_offset}"
+                )
+            self.log.append(base, last, ev.epoch)
+        self._bytes_since_snapshot += ev.appended_bytes
+        if ev.answered_ms is not None:  # what a plain answer resets (_on_fetch_response)
+            s.fetch_deadline = ev.answered_ms + self.config.fetch_timeout_ms
+            s.has_fetched = True
+            s.disconnected = False
+            s.leader_gone_at = None
+            s.waiting_turn = s.refused_shorter_log = False
+            s.refused_prevote_at = None
+        if ev.durable_end > self.log.persisted_end:
+            self.log.persisted_end = min(ev.durable_end, self.log.end_offset)
+        if ev.high_watermark is not None and ev.high_watermark >= 0:
+            new = min(ev.high_watermark, self.log.end_offset)
+            if self.high_watermark is None or new > self.high_watermark:
+                self._set_hw(new)
+        self._inflight.pop(self._fetch_corr, None)
+        self._fetch_corr = None
+        if ev.fetch is not None:
+            corr = self._next_corr()
+            self._inflight[corr] = _InFlight(
+                s.leader_id, ev.fetch, ev.fetch_sent_ms + self.config.request_timeout_ms
+            )
+            self._fetch_corr = corr
+            self._out.append(FetchAdopted(corr))
 
     def _truncate_diverging(self, diverging: OffsetAndEpoch) -> None:
         own = self.log.end_offset_for_epoch(diverging.epoch)

@@ -246,6 +246,16 @@ class AbortSnapshotDownload:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
+class FetchAdopted:
+    """The follower lane's fetch in flight, reported by `FollowerLaneReport`, is now this
+    core's request `correlation_id`: its answer, or its failure, is to reach the core under
+    that id (the runtime maps the id the lane sent it with to this one)."""
+
+    correlation_id: int
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
 class StateChanged:
     """Informational: the replica entered `state` (a `RaftRole` value) in `epoch`."""
 
@@ -275,6 +285,7 @@ Effect = (
     | WriteSnapshotChunk
     | InstallSnapshot
     | AbortSnapshotDownload
+    | FetchAdopted
     | StateChanged
 )
 """Every output of the core."""

@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kraft.frozen import fast_init
-from kraft.raft.messages import ApiVersionsResult, OffsetAndEpoch, Request, Response
+from kraft.raft.messages import (
+    ApiVersionsResult,
+    FetchRequest,
+    OffsetAndEpoch,
+    Request,
+    Response,
+)
 from kraft.raft.voters import VoterSet
 
 
@@ -131,6 +137,42 @@ class ApiVersionsReceived:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
+class FollowerLaneReport:
+    """What a follower's native lane did under the lease `RaftCore.follower_lane()` gave it
+    (docs/native-lane.md), since it was armed or last reported.
+
+    The lane took the leader's plain answers to its fetches: it appended their records (all
+    of `epoch`, the lease's), made them durable, learned the high watermark, and sent the next
+    fetch. The core takes this as if it had handled each of those answers and syncs itself.
+    The runtime hands a report over before any other event of this core, so the core is still
+    in the lease's epoch, following `leader_id`, with the lease's fetch (or the last report's)
+    in flight.
+
+    - `appended`: the (base, last) offsets of each batch appended, in order;
+    - `appended_bytes`: their records' size, for the snapshot trigger;
+    - `durable_end`: the log is durable below this offset;
+    - `high_watermark`: the leader's high watermark as the lane last took it (None: none);
+    - `answered_ms`: when the lane took its last answer (None: none since the last report);
+    - `fetch`: the lane's fetch in flight to the leader, sent at `fetch_sent_ms` (None: it has
+      none); the core takes it as its own, and says under which correlation id with a
+      `FetchAdopted` effect;
+    - `armed`: the lane goes on under the same lease (a progress report), or it has stopped.
+    """
+
+    epoch: int
+    leader_id: int
+    appended: tuple[tuple[int, int], ...]
+    appended_bytes: int
+    durable_end: int
+    high_watermark: int | None
+    answered_ms: int | None
+    fetch: FetchRequest | None
+    fetch_sent_ms: int
+    armed: bool
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
 class Shutdown:
     """Graceful shutdown: a leader resigns (EndQuorumEpoch) before the process stops."""
 
@@ -147,6 +189,7 @@ Event = (
     | SnapshotInstalled
     | SnapshotInstallFailed
     | ApiVersionsReceived
+    | FollowerLaneReport
     | Shutdown
 )
 """Every input of the core."""

@@ -24,9 +24,10 @@ PROGRESS_EVERY = 100
 """Seeds between two progress lines (a soak's summary on stdout, a run's on stderr)."""
 
 
-def replay_command(seed: int, nodes: int, native_lane: bool = False) -> str:
-    """The command that replays one seed with a trace (with the C lanes when they ran)."""
-    lane = " --native-lane" if native_lane else ""
+def replay_command(seed: int, nodes: int, native_lane: bool = False,
+                   lane_drive: bool = False) -> str:
+    """The command that replays one seed with a trace (with the lanes' options it ran with)."""
+    lane = (" --native-lane" if native_lane else "") + (" --lane-drive" if lane_drive else "")
     return f"python -m kraft.sim --seed {seed} --nodes {nodes}{lane} --trace"
 
 
@@ -60,14 +61,18 @@ def main(argv: list[str] | None = None) -> int:
                     help="do not check the native lane's rules against the cores")
     ap.add_argument("--native-lane", action="store_true",
                     help="check the C implementation of the lane's rules instead of the Python one")
+    ap.add_argument("--lane-drive", action="store_true",
+                    help="the followers' lanes take the leader's answers, append, sync and fetch, "
+                         "and report to their cores (kraft.sim.lane_drive)")
     args = ap.parse_args(argv)
-    if args.native_lane and args.no_lane_shadow:
-        ap.error("--native-lane needs the lane's check: leave out --no-lane-shadow")
+    if args.native_lane and args.no_lane_shadow and not args.lane_drive:
+        ap.error("--native-lane needs the lane's check or --lane-drive: leave out "
+                 "--no-lane-shadow")
     if args.native_lane and native() is None:
         ap.error("--native-lane: the C implementation (kraft.raft._lane) was not built; "
                  "install the project again with a C compiler on the machine")
     params = SimParams(nodes=args.nodes, lane_shadow=not args.no_lane_shadow,
-                       lane_native=args.native_lane)
+                       lane_native=args.native_lane, lane_drive=args.lane_drive)
 
     if args.seed is not None:
         trace = print if args.trace else None
@@ -92,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             results.append(r)
             if not r.ok:
                 print(f"FAIL seed={seed}: {r.violation}", file=sys.stderr)
-                print(f"replay: {replay_command(seed, args.nodes, args.native_lane)}",
-                      file=sys.stderr)
+                replay = replay_command(seed, args.nodes, args.native_lane, args.lane_drive)
+                print(f"replay: {replay}", file=sys.stderr)
             if len(results) % PROGRESS_EVERY == 0:
                 if args.soak:
                     print(summary(results, time.monotonic() - t0), flush=True)

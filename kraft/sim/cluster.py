@@ -35,6 +35,7 @@ from kraft.raft.effects import (
     CreateSnapshot,
     DeleteSnapshot,
     Effect,
+    FetchAdopted,
     InstallSnapshot,
     PersistQuorumState,
     SendApiVersions,
@@ -80,6 +81,7 @@ from kraft.raft.state import Role
 from kraft.raft.voters import VoterNode, VoterSet
 from kraft.sim.disk import SimDisk, SimSnapshot
 from kraft.sim.invariants import Invariants, InvariantViolation
+from kraft.sim.lane_drive import FollowerDrive
 from kraft.sim.lane_shadow import LaneShadow
 
 ADMIN = -100
@@ -88,7 +90,7 @@ ADMIN = -100
 LISTENER = "CONTROLLER"
 
 # event-queue item kinds
-_DELIVER, _TICK, _FLUSH, _LOCAL, _FAULT, _CLIENT, _HEAL, _ADMIN = range(8)
+_DELIVER, _TICK, _FLUSH, _LOCAL, _FAULT, _CLIENT, _HEAL, _ADMIN, _LANE_SYNC = range(9)
 FAILURE_JITTER_MS = 5
 """A refused connection or a closed one reaches the sender 1..5 ms later (its timers and the
 other replicas' do not line up to the millisecond, as they do not in real processes)."""
@@ -129,6 +131,9 @@ class SimParams:
     lane_native: bool = False
     """The lanes are the rules' C implementation (`kraft.raft.lane.native()`), not the Python
     one; a RuntimeError when it was not built."""
+    lane_drive: bool = False
+    """The followers' lanes do the work of the steady state (`kraft.sim.lane_drive`): they
+    take the leader's answers, append, sync and fetch, and report to their cores."""
 
 
 @dataclass(slots=True)
@@ -224,6 +229,13 @@ class Simulation:
                 raise RuntimeError("the native lane (kraft.raft._lane) was not built: "
                                    "reinstall with a C compiler (make clean; make test)")
             self.lanes = LaneShadow(self.inv.fail, module)
+        self.drive: FollowerDrive | None = None
+        if self.params.lane_drive:
+            module = native() if self.params.lane_native else None
+            if self.params.lane_native and module is None:
+                raise RuntimeError("the native lane (kraft.raft._lane) was not built: "
+                                   "reinstall with a C compiler (make clean; make test)")
+            self.drive = FollowerDrive(self, self.inv.fail, module)
         self._build()
 
     # ------------------------------------------------------------------ setup
@@ -374,6 +386,8 @@ class Simulation:
             violation = str(exc)
         except Exception as exc:  # a crash of the core is a finding too
             violation = f"exception: {type(exc).__name__}: {exc}"
+        if self.drive is not None:
+            self.stats.update(self.drive.stats)
         if self.lanes is not None:
             self.stats["lane_handled"] = self.lanes.handled
             self.stats["lane_handed_over"] = self.lanes.handed_over
@@ -418,6 +432,12 @@ class Simulation:
                 return
             if n.outstanding and isinstance(payload, ResponseReceived | RequestFailed):
                 n.outstanding.pop(payload.correlation_id, None)
+            drive = self.drive
+            if drive is not None:
+                if drive.take(n, payload):  # type: ignore[arg-type]
+                    self._arm(n)
+                    return
+                payload = drive.translate(n, payload)  # type: ignore[arg-type]
             self._deliver(n, payload)  # type: ignore[arg-type]
         elif kind == _TICK:
             n = self.nodes[node_id]
@@ -444,6 +464,13 @@ class Simulation:
             n.flush_pending = False
             end = n.disk.flush()
             self._deliver(n, Persisted(end))
+        elif kind == _LANE_SYNC:
+            n = self.nodes[node_id]
+            if n.core is None or inc != n.incarnation:
+                return
+            assert self.drive is not None and isinstance(payload, int)
+            self.drive.synced(n, payload)
+            self._arm(n)
         elif kind == _CLIENT:
             self._client()
         elif kind == _FAULT:
@@ -454,6 +481,23 @@ class Simulation:
             self._heal()
 
     def _deliver(self, n: SimNode, event: Event) -> None:
+        drive = self.drive
+        if drive is None:
+            self._deliver_core(n, event)
+            return
+        drive.disarm(n, "event")  # the lane reports before the core sees anything else
+        if n.core is None:
+            return
+        self._deliver_core(n, event)
+        if n.core is not None:
+            drive.arm(n)
+
+    def _lane_sync_later(self, n: SimNode, token: int) -> None:
+        """The sync a follower's lane started completes 1-8 ms from now (as a flush does)."""
+        self._push(self.now + self.rng.randint(1, 8), _LANE_SYNC, n.node_id, token,
+                   n.incarnation)
+
+    def _deliver_core(self, n: SimNode, event: Event) -> None:
         core = n.core
         assert core is not None
         if self.trace is not None and type(event) is not Tick:
@@ -613,6 +657,9 @@ class Simulation:
                     inv.check_leader_complete(nid, e.epoch, disk.end_offset, disk.chain_at)
             elif t is AppendAccepted or t is AppendRejected:
                 pass
+            elif t is FetchAdopted:
+                assert isinstance(e, FetchAdopted) and self.drive is not None
+                self.drive.adopted(n, e.correlation_id)
             elif t is AppendCommitted:
                 assert isinstance(e, AppendCommitted)
                 if e.error_code == ErrorCode.NONE:
@@ -779,6 +826,8 @@ class Simulation:
         self._trace(n.node_id, "CRASH", "")
         self._count("crashes")
         n.core = None
+        if self.drive is not None:
+            self.drive.crashed(n)
         n.disk.crash()
         n.partials.clear()
         n.immediate.clear()
