@@ -1290,7 +1290,7 @@ static void thread_close(shell_thread *t)
 typedef struct {
     PyObject_HEAD
     int sock, log_fd;
-    int64_t write_pos;
+    int64_t write_pos, write_limit;
     int32_t last_epoch, next_correlation, max_wait_ms, max_bytes;
     follower_lane lane;
     fetch_template tmpl;
@@ -1298,7 +1298,29 @@ typedef struct {
     size_t in_len, in_cap;
     shell_thread t;
     int64_t answers, records;
+    /* What the loop has made durable, and the fetch that acknowledges it, for progress()
+     * while it runs: the loop updates it under the lock just before that fetch leaves. */
+    pthread_mutex_t lock;
+    int lock_ready;
+    int64_t p_answers, p_log_end, p_write_pos;
+    int32_t p_last_epoch, p_fetch_correlation;
+    int p_has_hw;
+    int64_t p_hw;
 } FollowerShellObject;
+
+/* The progress fields from the loop's own (under the lock). */
+static void shell_publish(FollowerShellObject *sh)
+{
+    pthread_mutex_lock(&sh->lock);
+    sh->p_answers = sh->answers;
+    sh->p_log_end = sh->lane.log_end;
+    sh->p_write_pos = sh->write_pos;
+    sh->p_last_epoch = sh->last_epoch;
+    sh->p_fetch_correlation = sh->lane.fetch_correlation;
+    sh->p_has_hw = sh->lane.has_hw;
+    sh->p_hw = sh->lane.hw;
+    pthread_mutex_unlock(&sh->lock);
+}
 
 static int shell_send_all(int sock, const uint8_t *p, size_t n)
 {
@@ -1360,6 +1382,10 @@ static int shell_take_frames(FollowerShellObject *sh)
             if (n > 0) {
                 size_t from = batches[0].pos, bytes = batches[n - 1].pos + batches[n - 1].size - from;
                 size_t done = 0;
+                if (sh->write_pos + (int64_t)bytes > sh->write_limit) {
+                    sh->t.state = SHELL_HANDOVER; /* no room: the segment rolls in Python */
+                    return 0;
+                }
                 while (done < bytes) {
                     ssize_t w = pwrite(sh->log_fd, frame + from + done, bytes - done,
                                        (off_t)(sh->write_pos + (int64_t)done));
@@ -1404,6 +1430,7 @@ static int shell_take_frames(FollowerShellObject *sh)
         memmove(sh->in, sh->in + 4 + size, sh->in_len - 4 - size);
         sh->in_len -= 4 + (size_t)size;
         sh->answers++;
+        shell_publish(sh);
         if (shell_send_all(sh->sock, out, len + 4) != 0) {
             sh->t.error = errno;
             sh->t.error_at = "send";
@@ -1483,6 +1510,8 @@ static void *shell_run(void *arg)
 static void FollowerShell_dealloc(FollowerShellObject *self)
 {
     thread_close(&self->t);
+    if (self->lock_ready)
+        pthread_mutex_destroy(&self->lock);
     free(self->in);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -1491,18 +1520,23 @@ static int FollowerShell_init(FollowerShellObject *self, PyObject *args, PyObjec
 {
     static char *kw[] = {"sock", "log_fd", "write_pos", "lane", "last_epoch",
                          "next_correlation", "version", "client_id", "cluster_id", "replica_id",
-                         "directory_id", "max_wait_ms", "max_bytes", NULL};
+                         "directory_id", "max_wait_ms", "max_bytes", "write_limit", NULL};
     PyObject *lane, *client, *cluster, *dir;
     int sock, log_fd, last_epoch, next_corr, version, replica, max_wait, max_bytes;
-    long long write_pos;
+    long long write_pos, write_limit = INT64_MAX;
     if (self->t.started) {
         PyErr_SetString(PyExc_RuntimeError, "a FollowerShell is set up once");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiLOiiiOOiOii", kw, &sock, &log_fd, &write_pos,
-                                     &lane, &last_epoch, &next_corr, &version, &client,
-                                     &cluster, &replica, &dir, &max_wait, &max_bytes))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiLOiiiOOiOii|L", kw, &sock, &log_fd,
+                                     &write_pos, &lane, &last_epoch, &next_corr, &version,
+                                     &client, &cluster, &replica, &dir, &max_wait, &max_bytes,
+                                     &write_limit))
         return -1;
+    if (write_limit < write_pos) {
+        PyErr_SetString(PyExc_ValueError, "write_limit must not be below write_pos");
+        return -1;
+    }
     if (!PyObject_TypeCheck(lane, &FollowerLaneType)) {
         PyErr_SetString(PyExc_TypeError, "lane must be a kraft.raft._lane.FollowerLane");
         return -1;
@@ -1533,6 +1567,7 @@ static int FollowerShell_init(FollowerShellObject *self, PyObject *args, PyObjec
     self->sock = sock;
     self->log_fd = log_fd;
     self->write_pos = write_pos;
+    self->write_limit = write_limit;
     self->lane = ((FollowerLaneObject *)lane)->s;
     self->last_epoch = last_epoch;
     self->next_correlation = next_corr;
@@ -1546,6 +1581,14 @@ static int FollowerShell_init(FollowerShellObject *self, PyObject *args, PyObjec
             return -1;
         }
     }
+    if (!self->lock_ready) {
+        if (pthread_mutex_init(&self->lock, NULL) != 0) {
+            PyErr_SetString(PyExc_OSError, "pthread_mutex_init failed");
+            return -1;
+        }
+        self->lock_ready = 1;
+    }
+    shell_publish(self);
     return thread_open(&self->t);
 }
 
@@ -1566,6 +1609,31 @@ static PyObject *FollowerShell_report(FollowerShellObject *self)
         "fetch_correlation", (int)self->lane.fetch_correlation, "next_correlation",
         (int)self->next_correlation, "unread", (const char *)self->in, (Py_ssize_t)self->in_len,
         "error", self->t.error, "error_at", self->t.error_at ? self->t.error_at : "");
+}
+
+static PyObject *FollowerShell_progress(FollowerShellObject *self, PyObject *unused)
+{
+    int64_t answers, log_end, write_pos, hw;
+    int32_t last_epoch, corr;
+    int has_hw;
+    (void)unused;
+    if (!self->lock_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "the FollowerShell was not set up");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&self->lock);
+    answers = self->p_answers;
+    log_end = self->p_log_end;
+    write_pos = self->p_write_pos;
+    last_epoch = self->p_last_epoch;
+    corr = self->p_fetch_correlation;
+    has_hw = self->p_has_hw;
+    hw = self->p_hw;
+    pthread_mutex_unlock(&self->lock);
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("(LLLNii)", (long long)answers, (long long)log_end,
+                         (long long)write_pos, opt_i64(has_hw, hw), (int)last_epoch, (int)corr);
 }
 
 static PyObject *FollowerShell_stop(FollowerShellObject *self, PyObject *unused)
@@ -1595,6 +1663,9 @@ static PyMethodDef FollowerShell_methods[] = {
     {"start", (PyCFunction)FollowerShell_start, METH_NOARGS, "start the loop on its thread"},
     {"stop", (PyCFunction)FollowerShell_stop, METH_NOARGS,
      "end the loop (if it runs), wait for its thread, and return its report"},
+    {"progress", (PyCFunction)FollowerShell_progress, METH_NOARGS,
+     "what the loop has made durable and acknowledged so far, while it runs: (answers, "
+     "log_end, write_pos, high_watermark, last_epoch, fetch_correlation)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -231,3 +231,57 @@ def test_a_bad_setup_is_refused_with_what_is_wrong(tmp_path: Path) -> None:
     shell = C.FollowerShell(**ok)
     with pytest.raises(RuntimeError, match="was not started"):
         shell.stop()
+
+
+def test_progress_says_what_is_durable_and_the_fetch_in_flight_while_the_loop_runs(setup: Any) -> None:
+    shell, leader, _fd, _path = setup
+    assert shell.progress() == (0, 10, 100, 8, EPOCH, 7)  # as set up, before it starts
+    shell.start()
+    offset, corr, pos = 10, 7, 100
+    for n in (1, 2, 3):
+        records = batch(offset, n)
+        leader.send(leader.answer(corr, records, hw=offset + 1))
+        corr, req = leader.fetch()
+        offset += n
+        pos += len(records)
+        # the progress that covers a fetch is published before the fetch leaves
+        answers, log_end, write_pos, hw, last_epoch, in_flight = shell.progress()
+        assert (log_end, write_pos, last_epoch, in_flight) == (offset, pos, EPOCH, corr)
+        assert answers == n and hw == min(offset - n + 1, offset)
+    report = shell.stop()
+    assert shell.progress()[:3] == (report["answers"], report["log_end"], report["write_pos"])
+
+
+def test_an_answer_past_the_write_limit_is_handed_over_unwritten(tmp_path: Path) -> None:
+    assert C is not None
+    mine, theirs = socket.socketpair()
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(b"h" * 100)
+    fd = os.open(path, os.O_RDWR)
+    first, second = batch(10), batch(11)
+    lane = C.FollowerLane(EPOCH, LEADER, 7, 10, 8)
+    limit = 100 + len(first) + len(second) - 1  # room for the first batch, not the second
+    shell = C.FollowerShell(mine.fileno(), fd, 100, lane, EPOCH, 8, 18, "node-2", CLUSTER, 2,
+                            DIR, 500, 1 << 20, write_limit=limit)
+    leader = Leader(theirs)
+    try:
+        shell.start()
+        leader.send(leader.answer(7, first, hw=10))
+        corr, _ = leader.fetch()
+        over = leader.answer(corr, second, hw=11)
+        leader.send(over)
+        assert select.select([shell.done_fd], [], [], 10)[0]
+        report = shell.stop()
+        assert report["reason"] == "handover" and report["unread"] == over
+        assert path.read_bytes() == b"h" * 100 + first
+        assert leader.nothing_more()
+        with pytest.raises(ValueError, match="write_limit"):
+            C.FollowerShell(mine.fileno(), fd, 100, C.FollowerLane(EPOCH, LEADER, 7, 10, 8),
+                            EPOCH, 8, 18, "node-2", CLUSTER, 2, DIR, 500, 1 << 20,
+                            write_limit=99)
+    finally:
+        with contextlib.suppress(RuntimeError):
+            shell.stop()
+        mine.close()
+        theirs.close()
+        os.close(fd)
