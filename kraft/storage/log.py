@@ -549,20 +549,11 @@ class SegmentedLog:
 
     # ------------------------------------------------------------------ append
 
-    def append(self, data: bytes | bytearray | memoryview, *, write_through: bool = False) -> int:
-        """Append one or more complete batches; returns the new log end offset. No fsync.
-
-        `write_through`: the caller flushes right after (a follower about to acknowledge).
-        With preallocation on, the bytes are then written `O_DIRECT | O_DSYNC` and are durable
-        when this returns; a failure of that write fails the log, as a failed fsync does.
-
-        The first batch must start at `log_end_offset`, each following batch where the
-        previous one ended; epochs must not decrease; every CRC must match and no batch may
-        exceed 8 MiB. Raises InvalidAppendError (and writes nothing) otherwise. Rolls to a
-        new segment first when the active one would exceed `segment_bytes`.
-        """
-        self._check_usable()
-        buf = memoryview(data)
+    def _scan_appended(self, buf: memoryview) -> tuple[list[tuple[int, int, int, int, int]], int]:
+        """The batches of `buf` as an append at the log's end takes them: (position in `buf`,
+        base offset, last offset, epoch, max timestamp) each, and the end offset after them.
+        Raises InvalidAppendError unless they continue the log, whole, with good CRCs, within
+        the size limit and with epochs that do not go down."""
         expected = self.log_end_offset
         last_epoch = self._epochs.latest_epoch()
         metas: list[tuple[int, int, int, int, int]] = []  # rel pos, base, last, epoch, max ts
@@ -598,6 +589,23 @@ class SegmentedLog:
             expected = batch.next_offset
             pos += batch.size_in_bytes
             del batch
+        return metas, expected
+
+    def append(self, data: bytes | bytearray | memoryview, *, write_through: bool = False) -> int:
+        """Append one or more complete batches; returns the new log end offset. No fsync.
+
+        `write_through`: the caller flushes right after (a follower about to acknowledge).
+        With preallocation on, the bytes are then written `O_DIRECT | O_DSYNC` and are durable
+        when this returns; a failure of that write fails the log, as a failed fsync does.
+
+        The first batch must start at `log_end_offset`, each following batch where the
+        previous one ended; epochs must not decrease; every CRC must match and no batch may
+        exceed 8 MiB. Raises InvalidAppendError (and writes nothing) otherwise. Rolls to a
+        new segment first when the active one would exceed `segment_bytes`.
+        """
+        self._check_usable()
+        buf = memoryview(data)
+        metas, expected = self._scan_appended(buf)
         if not metas:
             return self.log_end_offset
         synced_in = 0.0
@@ -627,39 +635,83 @@ class SegmentedLog:
                     written += os.pwrite(active.fd, buf[written:], start + written)
                 if self._direct is not None:
                     self._direct.blk = -1  # its copy of the last block is stale now
-            for rel, base, last, epoch, max_ts in metas:
-                before_t = active.index.time_entry_count()
-                if active.index.observe(start + rel, last, max_ts):
-                    self._index_dirty.add(active.base_offset)
-                    o_entry, t_entry = active.index.last_entries_bytes()
-                    append_entry(active.index_fd, o_entry, (len(active.index) - 1) * 8)
-                    if active.index.time_entry_count() > before_t:
-                        append_entry(
-                            active.time_index_fd, t_entry,
-                            (active.index.time_entry_count() - 1) * 12,
-                        )
-                if self._epochs.assign(epoch, base):
-                    active.epochs.append(EpochEntry(epoch, base))
-            active.size = start + len(buf)
-            active.next_offset = expected
             if writer is None:
                 self._unsynced[active.base_offset] = active
-            if self._tail_seg != active.base_offset:
-                self._forget_tail()
-                self._tail_seg = active.base_offset
-            self._keep_recent(start, data if type(data) is bytes else buf)
-            for rel, base, last, _epoch, _ts in metas:
-                self._tail_bases.append(base)
-                self._tail_lasts.append(last)
-                self._tail_pos.append(start + rel)
-            if len(self._tail_lasts) > 2 * TAIL_BATCHES:
-                del self._tail_bases[:-TAIL_BATCHES]
-                del self._tail_lasts[:-TAIL_BATCHES]
-                del self._tail_pos[:-TAIL_BATCHES]
+            self._appended_locked(active, start, data if type(data) is bytes else buf, metas,
+                                  expected)
         if synced_in:
             report = self.on_flush_time
             if report is not None:
                 report(synced_in)
+        return expected
+
+    def _appended_locked(self, active: Segment, start: int, data: bytes | memoryview,
+                         metas: list[tuple[int, int, int, int, int]], expected: int) -> None:
+        """The bookkeeping of batches written at `start` of the active segment (under _lock):
+        index entries, the epoch cache, the segment's size and end, the tail's positions and
+        the recent bytes."""
+        for rel, base, last, epoch, max_ts in metas:
+            before_t = active.index.time_entry_count()
+            if active.index.observe(start + rel, last, max_ts):
+                self._index_dirty.add(active.base_offset)
+                o_entry, t_entry = active.index.last_entries_bytes()
+                append_entry(active.index_fd, o_entry, (len(active.index) - 1) * 8)
+                if active.index.time_entry_count() > before_t:
+                    append_entry(
+                        active.time_index_fd, t_entry,
+                        (active.index.time_entry_count() - 1) * 12,
+                    )
+            if self._epochs.assign(epoch, base):
+                active.epochs.append(EpochEntry(epoch, base))
+        active.size = start + len(data)
+        active.next_offset = expected
+        if self._tail_seg != active.base_offset:
+            self._forget_tail()
+            self._tail_seg = active.base_offset
+        self._keep_recent(start, data)
+        for rel, base, last, _epoch, _ts in metas:
+            self._tail_bases.append(base)
+            self._tail_lasts.append(last)
+            self._tail_pos.append(start + rel)
+        if len(self._tail_lasts) > 2 * TAIL_BATCHES:
+            del self._tail_bases[:-TAIL_BATCHES]
+            del self._tail_lasts[:-TAIL_BATCHES]
+            del self._tail_pos[:-TAIL_BATCHES]
+
+    def adopt_written(self, write_pos: int) -> int:
+        """Owner thread: take as appended, and durable, the batches that another writer (the
+        follower's native lane) wrote and fdatasynced at the end of the active segment, up to
+        file position `write_pos`; returns the new log end offset.
+
+        They are read back and checked as `append` checks its batches; the index, the epoch
+        cache, the tail and the durable end then move as if `append` and `flush` had written
+        them. Raises InvalidAppendError, and takes nothing, when the bytes there are not whole
+        batches that continue the log, or `write_pos` is before the segment's end.
+        """
+        self._check_usable()
+        with self._lock:
+            active = self._segments[-1]
+            start = active.size
+        if write_pos < start:
+            raise InvalidAppendError(
+                f"adopt: write position {write_pos} is before the end {start} of {active.path}"
+            )
+        if write_pos == start:
+            return self.log_end_offset
+        data = self._pread(active, write_pos - start, start)
+        if len(data) != write_pos - start:
+            raise InvalidAppendError(
+                f"adopt: {active.path} holds {start + len(data)} bytes, not {write_pos}"
+            )
+        metas, expected = self._scan_appended(memoryview(data))
+        with self._lock:
+            self._appended_locked(active, start, data, metas, expected)
+            if self._direct is not None:
+                self._direct.blk = -1  # its copy of the last block is stale now
+            if expected > self._durable:
+                self._durable = expected
+                self._durable_at = (active.base_offset, active.size)
+        self._schedule_checkpoint()
         return expected
 
     # ------------------------------------------------------------------ write-through

@@ -242,6 +242,7 @@ def test_progress_says_what_is_durable_and_the_fetch_in_flight_while_the_loop_ru
         records = batch(offset, n)
         leader.send(leader.answer(corr, records, hw=offset + 1))
         corr, req = leader.fetch()
+        assert req.fetch_offset == offset + n
         offset += n
         pos += len(records)
         # the progress that covers a fetch is published before the fetch leaves
