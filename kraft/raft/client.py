@@ -277,6 +277,12 @@ class RaftCore:
         elif t is FollowerLaneReport:
             assert isinstance(event, FollowerLaneReport)
             self._on_follower_lane_report(event)
+            if event.armed:
+                # The lane goes on under its lease: the timers and the poll wait for the next
+                # event, before which the runtime stops the lane. A timer that ended the lease
+                # now would leave the lane writing under a lease the core no longer holds.
+                out, self._out = self._out, []
+                return out
         elif t is Shutdown:
             self._on_shutdown()
         else:  # pragma: no cover - the Event union is closed

@@ -157,6 +157,8 @@ class FollowerLaneReport:
       none); the core takes it as its own, and says under which correlation id with a
       `FetchAdopted` effect;
     - `armed`: the lane goes on under the same lease (a progress report), or it has stopped.
+      The core runs no timer and sends nothing on a progress report: that waits for the next
+      event, before which the runtime stops the lane.
     """
 
     epoch: int

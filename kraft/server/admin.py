@@ -94,6 +94,10 @@ class NodeAPI(Protocol):
         """Local, non-linearizable read."""
         ...
 
+    def lane_catch_up(self) -> asyncio.Future[None] | None:
+        """What a local read waits for first (a follower's native lane), or None."""
+        ...
+
 
 def _json(status: int, body: dict[str, Any]) -> web.Response:
     return web.json_response(body, status=status)
@@ -273,6 +277,9 @@ class AdminServer:
         """GET a value (linearizable unless ?stale=true)."""
         key = self._key(request)
         if request.query.get("stale") == "true":
+            wait = self.node.lane_catch_up()
+            if wait is not None:
+                await wait
             value = self.node.kv_get_stale(key)
             if value is None:
                 return _json(404, {"error": "not found"})

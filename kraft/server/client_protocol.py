@@ -245,13 +245,20 @@ class ClientProtocol(asyncio.Protocol):
                 fut.add_done_callback(lambda f: self._done_get(request_id, f))
                 return
             if op == OP_GET_STALE:
-                got = node.kv_get_stale(key.decode())
-                self._reply(encode_response(request_id, OK if got is not None else NOT_FOUND,
-                                            payload=got or b""))
+                wait = node.lane_catch_up()
+                if wait is not None:  # a follower's lane took answers its core has not seen
+                    wait.add_done_callback(lambda _f: self._stale(request_id, key))
+                    return
+                self._stale(request_id, key)
                 return
             self._reply(encode_response(request_id, ERROR, payload=f"unknown op {op}".encode()))
         except NotLeaderError as exc:
             self._reply(self._error_frame(request_id, exc))
+
+    def _stale(self, request_id: int, key: bytes) -> None:
+        got = self.node.kv_get_stale(key.decode())
+        self._reply(encode_response(request_id, OK if got is not None else NOT_FOUND,
+                                    payload=got or b""))
 
     def _error_frame(self, request_id: int, exc: BaseException) -> bytes:
         if isinstance(exc, NotLeaderError):

@@ -165,6 +165,16 @@ class NodeConfig(BaseModel):
     zeros, which the next start trims; a roll and a clean shutdown leave no zeros. Rounded up
     to 4 KiB; falls back to the page cache where the filesystem refuses `O_DIRECT`; ignored
     with `kraft.log.fsync=false` (nothing is synced then)."""
+    lane_follower: bool = Field(default=False, alias="kraft.lane.follower")
+    """true: a follower in the steady state of an epoch hands its fetches to the native lane
+    (`kraft.server.follower_lane`, docs/native-lane.md step 2), a loop in C on a thread of its
+    own that writes, syncs and acknowledges the leader's records without the interpreter, and
+    reports to the core every `kraft.lane.tick.ms`. Off by default while it is being proven; ignored (with a
+    warning) where the extension was not built or with `kraft.log.fsync=false`."""
+    lane_tick_ms: int = Field(default=2, ge=1, le=60_000, alias="kraft.lane.tick.ms")
+    """How often, in ms, the node takes a running follower lane's progress into the core (its
+    log end, durable end, high watermark and fetch deadline; the apply follows). A local read
+    takes it at once whatever the period (docs/native-lane.md, "the bookkeeping tick")."""
     event_loop: Literal["auto", "asyncio", "uvloop"] = Field(default="auto", alias="kraft.event.loop")
     """`auto`: uvloop when it is installed (less CPU per request), else asyncio's loop."""
 
@@ -243,7 +253,7 @@ class NodeConfig(BaseModel):
             out[int(ident)] = f"{host}:{port}"
         return out
 
-    @field_validator("auto_join_enable", "fsync", mode="before")
+    @field_validator("auto_join_enable", "fsync", "lane_follower", mode="before")
     @classmethod
     def _parse_bool(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -477,6 +477,11 @@ class _FrameClientProtocol(asyncio.Protocol):
         self.conn = conn
         self._buf = ReadBuffer()
 
+    @property
+    def idle(self) -> bool:
+        """No part of a frame is buffered."""
+        return not self._buf
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.conn._fail(PeerClosedError(
             "connection closed by the peer" + (f": {exc}" if exc is not None else "")))
@@ -531,14 +536,18 @@ class FrameConnection:
         # getpid system call on every call (Python 3.11 checks for a fork), and `send` runs
         # for every request.
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._protocol: _FrameClientProtocol | None = None
+        self.lent = False
+        """The socket is lent (`lend`): another reader and writer uses it until `give_back`."""
 
     async def open(self, timeout_s: float) -> None:
         """Connect within `timeout_s`; raises OSError/TimeoutError."""
         loop = self._loop = self._timer.loop = asyncio.get_running_loop()
-        transport, _ = await asyncio.wait_for(
+        transport, protocol = await asyncio.wait_for(
             loop.create_connection(lambda: _FrameClientProtocol(self), self.host, self.port),
             timeout_s)
         self._transport = transport
+        self._protocol = protocol
         if self.closed:  # closed while connecting
             transport.close()
 
@@ -577,11 +586,56 @@ class FrameConnection:
         self._fail(exc)  # everything else in flight: ConnectionClosedError
         waiter.callback(exc)
 
+    def lend(self) -> int | None:
+        """Lend the socket to another reader and writer (the follower's native lane), when
+        exactly one request is in flight and nothing is buffered either way; None otherwise.
+
+        Reading pauses, and the request's waiter and its deadline are dropped: the borrower
+        reads that request's answer and answers for it. Returns the socket's descriptor, which
+        stays this connection's (the borrower does not close it). Until `give_back`, `send`
+        fails at once and nothing is read here.
+        """
+        t, proto = self._transport, self._protocol
+        if (self.closed or self.lent or t is None or proto is None or len(self._waiters) != 1
+                or not proto.idle or t.get_write_buffer_size()):
+            return None
+        sock = t.get_extra_info("socket")
+        if sock is None:
+            return None
+        t.pause_reading()
+        self._waiters.clear()
+        self._timer.cancel()
+        self.lent = True
+        return int(sock.fileno())
+
+    def give_back(self, unread: bytes, callback: FrameCallback | None, timeout_s: float) -> None:
+        """The borrower is done with the socket. `callback` (if any) waits for the answer to
+        the request the borrower left in flight, within `timeout_s`; `unread`, the bytes it
+        received and did not take, are taken as received here; and reading resumes."""
+        self.lent = False
+        if callback is not None:
+            if self.closed or self._loop is None:
+                callback(ConnectionClosedError(f"{self.host}:{self.port}: not connected"))
+            else:
+                deadline = self._loop.time() + timeout_s
+                self._waiters.append(_Waiter(callback, deadline, timeout_s))
+                self._timer.ask(deadline)
+        if self.closed or self._transport is None or self._protocol is None:
+            return
+        if unread:
+            self._protocol.data_received(unread)
+        if not self.closed and self._transport is not None:
+            self._transport.resume_reading()
+
     def send(self, frame: bytes, timeout_s: float, callback: FrameCallback) -> None:
         """Send one frame; `callback` gets its response body, or the exception that ended
         it (a timeout closes the connection, failing everything in flight)."""
         if self.closed or self._transport is None or self._loop is None:
             callback(ConnectionClosedError(f"{self.host}:{self.port}: not connected"))
+            return
+        if self.lent:
+            callback(ConnectionClosedError(f"{self.host}:{self.port}: the connection is lent "
+                                           "to the follower's lane"))
             return
         deadline = self._loop.time() + timeout_s
         self._waiters.append(_Waiter(callback, deadline, timeout_s))
@@ -592,6 +646,9 @@ class FrameConnection:
         """Send one frame and wait for its response; on timeout the connection is closed."""
         if self.closed or self._transport is None:
             raise ConnectionClosedError(f"{self.host}:{self.port}: not connected")
+        if self.lent:
+            raise ConnectionClosedError(f"{self.host}:{self.port}: the connection is lent to "
+                                        "the follower's lane")
         if not expect_response:
             self._transport.write(_SIZE.pack(len(frame)) + frame)
             return b""

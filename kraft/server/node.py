@@ -58,6 +58,7 @@ from kraft.raft import events as ev
 from kraft.raft import messages as m
 from kraft.raft.client import RaftCore
 from kraft.raft.config import LogState, QuorumStateData, RaftConfig
+from kraft.raft.lane import native
 from kraft.raft.leader import ChangeKind, LeaderState
 from kraft.raft.records import voters_from_record, voters_record
 from kraft.raft.state import FollowerState, Role
@@ -74,6 +75,7 @@ from kraft.server.fetch_fast import (
     encode_fetch_request,
     encode_fetch_response,
 )
+from kraft.server.follower_lane import FollowerLaneRunner
 from kraft.server.frames import (
     DeferredReply,
     EarliestDeadline,
@@ -379,6 +381,17 @@ class KraftNode:
         self._kernel_generation = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._core_task: asyncio.Task[None] | None = None
+        self._lane: FollowerLaneRunner | None = None
+        """The follower's native lane (`kraft.lane.follower`), when on and built."""
+        self._lane_readers: list[tuple[int, asyncio.Future[None]]] = []
+        """Stale reads waiting for the core loop to take the lane's progress and apply it:
+        (the count of takes that serves each, its future)."""
+        self._lane_takes = 0
+        """How often the core loop took the lane's progress for the readers (`lane_catch_up`)."""
+        self._fetch_sent: tuple[int, KafkaConnection, int, int] | None = None
+        """The last fetch sent on an open connection: (the core's correlation id, the
+        connection, the correlation id it was sent with, the version): the lane arms with
+        it in flight."""
 
     # ================================================================== start / stop
 
@@ -437,6 +450,14 @@ class KraftNode:
         )
         self._static_addresses = {v.node_id: (v.host, v.port) for v in cfg.quorum_voters}
         self.core = RaftCore(raft_cfg, log_state, self._rng, now_ms())
+        if cfg.lane_follower:
+            module = native()
+            if module is None or not cfg.fsync:
+                log.warning("event=lane_unavailable replica=%d reason=%s", cfg.node_id,
+                            "kraft.log.fsync=false" if cfg.fsync is False else
+                            "the native extension kraft.raft._lane was not built")
+            else:
+                self._lane = FollowerLaneRunner(self, module)
         self._flusher = _Flusher(md.log.flush, self._flushed_from_thread)
         engine = "thread"
         if cfg.fsync and cfg.flush_mode != "inline":
@@ -522,6 +543,8 @@ class KraftNode:
             await self.admin.stop()
         if self.client_server is not None:
             await self.client_server.stop()
+        if self._lane is not None:
+            self._lane.close()  # before its connection and its segment are closed
         self.network.close()
         self._sweep.cancel()
         if self._core_timer is not None:
@@ -642,6 +665,7 @@ class KraftNode:
                     # before the fetches that arrived with it (see _submit_pending).
                     self._submit_pending()
                 item = lone.popleft() if lone else events.popleft() if events else ev.Tick()
+                lane = self._lane
                 if isinstance(item, tuple):
                     kind, payload = item
                     if kind == "flushed":
@@ -653,10 +677,33 @@ class KraftNode:
                             self._request_flush()  # stale: a truncation happened meanwhile
                             continue
                         item = ev.Persisted(durable)
+                    elif kind == "lane" and lane is not None:
+                        self._lane_takes += 1  # covers every answer the lane has taken now
+                        report = lane.stop_report("ended") if lane.ended \
+                            else lane.progress_report()
+                        if report is None:
+                            if self._lane_readers:
+                                self._lane_read_done()
+                            continue
+                        item = report
                     else:  # pragma: no cover
                         continue
+                if lane is not None and lane.armed and type(item) is not ev.FollowerLaneReport:
+                    if type(item) is ev.Tick:
+                        due = core.next_deadline()
+                        if due is None or due > now_ms():
+                            continue  # an early wake-up: nothing is due, the lane goes on
+                    # the lane reports everything it did before the core sees anything else
+                    report = lane.stop_report("event")
+                    if report is not None:
+                        await self._execute(core.handle(report, now_ms()))
                 effects = core.handle(item, now_ms())
                 await self._execute(effects)
+                if lane is not None:
+                    if self._lane_readers:
+                        self._lane_read_done()
+                    if not lane.armed:
+                        lane.try_arm(self._fetch_sent)
                 if self._flush_due:
                     self._flush_due += 1
                 if self._apply_target > sm.applied_offset:
@@ -821,6 +868,9 @@ class KraftNode:
             elif t is fx.StateChanged:
                 assert isinstance(e, fx.StateChanged)
                 self._on_state_changed(e)
+            elif t is fx.FetchAdopted:
+                assert isinstance(e, fx.FetchAdopted) and self._lane is not None
+                self._lane.adopted(e.correlation_id)
         if self.client_server is not None:
             # Client answers go out after the followers' (their fetches learn the new high
             # watermark first: a reader of a follower sees a write sooner after its
@@ -1123,6 +1173,25 @@ class KraftNode:
         def body(version: int) -> object:
             return request_to_wire(request, cluster_id, version)
 
+        is_fetch = type(request) is m.FetchRequest
+        fast = _FetchCodec(request, cluster_id, self._listener_name) \
+            if isinstance(request, m.FetchRequest) else None
+        try:
+            version, corr = conn.send(api, body, timeout, self._answered(e, api), fast)
+        except (ProtocolError, ValueError) as exc:  # the request could not be encoded
+            log.warning("event=request_not_sent replica=%d destination=%d api=%s error=%r",
+                        self.config.node_id, e.destination, api.name, str(exc))
+            self._enqueue(ev.RequestFailed(e.destination, e.correlation_id, False))
+            return True
+        if is_fetch:
+            self._fetch_sent = (e.correlation_id, conn, corr, version)
+        return True
+
+    def _answered(self, e: fx.SendRequest,
+                  api: ApiKey) -> Callable[[int, Any, BaseException | None], None]:
+        """The callback of the request `e` sent on an open connection: its answer, or its
+        failure, to the core under `e`'s correlation id."""
+
         def answered(_version: int, data: Any, error: BaseException | None) -> None:
             if error is None:
                 if type(data) is m.FetchResponse:  # decoded by _FetchCodec
@@ -1140,15 +1209,17 @@ class KraftNode:
             self._enqueue(ev.RequestFailed(e.destination, e.correlation_id, False,
                                            isinstance(error, PeerClosedError)))
 
-        fast = _FetchCodec(request, cluster_id, self._listener_name) \
-            if type(request) is m.FetchRequest else None
-        try:
-            conn.send(api, body, timeout, answered, fast)
-        except (ProtocolError, ValueError) as exc:  # the request could not be encoded
-            log.warning("event=request_not_sent replica=%d destination=%d api=%s error=%r",
-                        self.config.node_id, e.destination, api.name, str(exc))
-            self._enqueue(ev.RequestFailed(e.destination, e.correlation_id, False))
-        return True
+        return answered
+
+    def fetch_callback(self, leader: int, correlation_id: int,
+                       request: m.FetchRequest) -> Callable[[int, Any, BaseException | None], None]:
+        """The callback that takes the answer to a fetch the follower lane left in flight to
+        `leader` to the core, as its request `correlation_id`."""
+        return self._answered(fx.SendRequest(leader, (), correlation_id, request), ApiKey.FETCH)
+
+    def fetch_codec(self, request: m.FetchRequest) -> _FetchCodec:
+        """The fast codec of `request`'s answer."""
+        return _FetchCodec(request, self.cluster_id, self._listener_name)
 
     def _response_received(self, e: fx.SendRequest, resp: m.Response) -> None:
         if isinstance(resp, m.FetchResponse) and resp.error_code == ErrorCode.NONE:
@@ -1458,8 +1529,39 @@ class KraftNode:
         return self.sm.get(key)
 
     def kv_get_stale(self, key: str) -> bytes | None:
-        """Local read with no leadership check (NOT linearizable)."""
+        """Local read with no leadership check (NOT linearizable). On a follower whose lane
+        runs, await `lane_catch_up()` first."""
         return self.sm.get(key) if isinstance(self.sm, KVStore) else None
+
+    def lane_catch_up(self) -> asyncio.Future[None] | None:
+        """What a local read waits for first on a follower whose native lane runs and has
+        taken answers the core was not told of: the core loop takes the lane's progress next
+        and applies what it committed (docs/native-lane.md: every read drains the lane).
+        None when there is nothing to wait for."""
+        lane = self._lane
+        if lane is None or not lane.has_progress() or self._loop is None:
+            return None
+        fut: asyncio.Future[None] = self._loop.create_future()
+        if not self._lane_readers or self._lane_readers[-1][0] <= self._lane_takes:
+            self._events.appendleft(("lane", None))  # ahead of whatever else is queued
+            self._wake_core()
+        self._lane_readers.append((self._lane_takes + 1, fut))
+        return fut
+
+    def _lane_read_done(self) -> None:
+        """After a turn of the core loop: the readers whose take has happened read now, with
+        what it committed applied."""
+        takes = self._lane_takes
+        if self._lane_readers[0][0] > takes:
+            return
+        self._apply_to(self._apply_target)
+        waiting = []
+        for needed, fut in self._lane_readers:
+            if needed > takes:
+                waiting.append((needed, fut))
+            elif not fut.done():
+                fut.set_result(None)
+        self._lane_readers = waiting
 
     # ================================================================== status / metrics
 
@@ -1486,6 +1588,7 @@ class KraftNode:
                         "endpoints": [f"{e.name}://{e.host}:{e.port}" for e in v.endpoints]}
                        for v in core.voters().voters],
             "kraft_version": core.kraft_version,
+            **({"lane": self._lane.stats()} if self._lane is not None else {}),
         }
 
     def readiness(self) -> tuple[bool, str]:

@@ -167,7 +167,7 @@ class KafkaConnection:
 
     def send(self, api_key: ApiKey, body: Callable[[int], object], timeout_s: float,
              callback: Callable[[int, Any, BaseException | None], None],
-             fast: FastCodec | None = None) -> None:
+             fast: FastCodec | None = None) -> tuple[int, int]:
         """`call` without a task: `callback(version, response, None)` on success, or
         `callback(version, None, error)`; an undecodable answer or a wrong correlation id
         closes the connection (as `call` does).
@@ -175,7 +175,9 @@ class KafkaConnection:
         With `fast`, the request frame is `fast.encode(version, correlation id, client id)`
         and the answer is `fast.decode(version, correlation id, frame)`, whatever that returns
         (the caller knows its type), or the ProtocolError it raises as the error; either
-        returning None falls back to `body` and the general decoder."""
+        returning None falls back to `body` and the general decoder.
+
+        Returns the version and the correlation id the request was sent with."""
         v = self.versions.pick(api_key)
         frame: bytes | None = None
         if fast is not None:
@@ -184,6 +186,14 @@ class KafkaConnection:
             frame = fast.encode(v, corr, self.client_id)
         if frame is None:
             frame, corr = self._frame(api_key, v, body(v))
+        self._conn.send(frame, timeout_s, self._answered(api_key, v, corr, callback, fast))
+        return v, corr
+
+    def _answered(self, api_key: ApiKey, v: int, corr: int,
+                  callback: Callable[[int, Any, BaseException | None], None],
+                  fast: FastCodec | None) -> Callable[[bytes | memoryview | BaseException], None]:
+        """The frame callback of a request sent at version `v` with correlation id `corr`
+        (see `send`)."""
 
         def answered(raw: bytes | memoryview | BaseException) -> None:
             if isinstance(raw, BaseException):
@@ -205,7 +215,25 @@ class KafkaConnection:
                 return
             callback(v, data, None)
 
-        self._conn.send(frame, timeout_s, answered)
+        return answered
+
+    def lend(self) -> tuple[int, int] | None:
+        """Lend the socket, with its one request in flight, to the follower's native lane
+        (`FrameConnection.lend`): (the descriptor, the next correlation id), or None."""
+        fd = self._conn.lend()
+        return None if fd is None else (fd, self._corr + 1)
+
+    def give_back(self, next_correlation: int, unread: bytes, api_key: ApiKey, version: int,
+                  correlation_id: int, timeout_s: float,
+                  callback: Callable[[int, Any, BaseException | None], None] | None,
+                  fast: FastCodec | None = None) -> None:
+        """The lane is done with the socket (`FrameConnection.give_back`): it sent requests
+        up to `next_correlation` (exclusive), and `callback` (as for `send`) waits for the
+        answer to the one it left in flight, `correlation_id` at `version`."""
+        self._corr = max(self._corr, next_correlation - 1)
+        answered = None if callback is None else \
+            self._answered(api_key, version, correlation_id, callback, fast)
+        self._conn.give_back(unread, answered, timeout_s)
 
     def close(self) -> None:
         """Close the connection."""

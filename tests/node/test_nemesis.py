@@ -13,7 +13,8 @@ error.
 (default "7,8") which seeds and `KRAFT_NEMESIS_VOTERS` (default 3) the quorum's size: a soak
 sets minutes and more seeds. `KRAFT_NEMESIS_PREALLOCATE` (bytes; unset: off) runs the nodes
 with `kraft.log.preallocate.bytes`, so that followers write through into zero-filled space
-and every crash leaves zeros for recovery to trim.
+and every crash leaves zeros for recovery to trim. `KRAFT_NEMESIS_LANE=1` runs them with the
+followers' native lane (`kraft.lane.follower`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ SMALL_LOG = {
 NEMESIS_PROPERTIES = {**SMALL_LOG, "controller.quorum.auto.join.enable": "true"}
 if os.environ.get("KRAFT_NEMESIS_PREALLOCATE"):  # followers write through (bytes ahead)
     NEMESIS_PROPERTIES["kraft.log.preallocate.bytes"] = os.environ["KRAFT_NEMESIS_PREALLOCATE"]
+if os.environ.get("KRAFT_NEMESIS_LANE") == "1":  # followers hand the steady state to C
+    NEMESIS_PROPERTIES["kraft.lane.follower"] = "true"
 
 
 async def _voters_whole(cluster: LocalCluster, patience: float = 2.0) -> tuple[bool, str]:

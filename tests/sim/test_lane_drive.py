@@ -221,3 +221,17 @@ def test_a_broken_lane_drive_is_caught(mutate: Callable[[str], None], which: str
             assert r.violation is not None and expect in r.violation
             return
     pytest.fail(f"{which}: not caught in seeds 0-29")
+
+
+def test_a_progress_report_runs_no_timer_until_the_next_event() -> None:
+    h, _ = following()
+    h.now += 10_000  # the fetch timeout has long passed
+    out = h.handle(report(h, appended=(), appended_bytes=0, durable_end=0, high_watermark=None,
+                          answered_ms=None, fetch=h.core.lane_fetch(), armed=True))
+    # the lane runs on: the lease holds until the runtime stops it before the next event
+    assert h.core.role is Role.FOLLOWER and h.core.follower_lane() is not None
+    assert [type(e) for e in out] == [FetchAdopted]
+    h.handle(report(h, appended=(), appended_bytes=0, durable_end=0, high_watermark=None,
+                    answered_ms=None, fetch=h.core.lane_fetch()))  # the stop's report
+    h.advance(1)
+    assert h.core.role is not Role.FOLLOWER  # the timer ran with the next event

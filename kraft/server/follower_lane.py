@@ -1,0 +1,289 @@
+"""The follower's native lane in the node (docs/native-lane.md step 2; `kraft.lane.follower`).
+
+While a follower is in the steady state of an epoch, `FollowerLaneRunner` hands its fetch
+connection to the leader and the active segment to `kraft.raft._lane.FollowerShell`, a loop on
+its own thread without the GIL. The loop takes the leader's plain answers, writes and
+fdatasyncs their batches, and sends the next fetch, which acknowledges them.
+
+The core learns what the loop did from `FollowerLaneReport`s:
+- a progress report every `kraft.lane.tick.ms`, and before a local read, while the loop has
+  taken answers since the last one (the loop goes on): the segment's new batches are adopted by the log (`adopt_written`), and the
+  core moves its log end, durable end, high watermark and fetch deadline, so the node applies
+  what committed;
+- a last report when the lane stops, before the core handles any other event.
+
+The lane stops when:
+- an event other than its own reaches the core (an inbound request, a timer that is due, a
+  client's write): the node stops it first;
+- the loop meets an answer it does not take (an error, a new epoch, a divergence, a control
+  batch, records past the segment's room): it keeps that answer unread, and the connection
+  gets it back with the fetch in flight, whose answer reaches the core under the id the core
+  adopted it with (`FetchAdopted`);
+- the leader closes the connection, or the loop fails. A failed write or fdatasync stops the
+  node, as a failed fsync does.
+
+The lane arms only when the core gives a lease (`RaftCore.follower_lane()`), the log's last
+epoch is the lease's, everything appended is durable with no flush in flight, and the fetch in
+flight was sent on an open connection that holds nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from kraft.protocol.api import ApiKey
+from kraft.raft import events as ev
+from kraft.raft import messages as m
+from kraft.storage.errors import StorageError
+
+if TYPE_CHECKING:
+    from kraft.server.node import KraftNode
+    from kraft.server.transport import KafkaConnection
+
+log = logging.getLogger("kraft.server.follower_lane")
+
+
+
+class _Armed:
+    """One armed lane: its loop, the lease it serves, and what was reported so far."""
+
+    __slots__ = ("conn", "epoch", "leader", "reported_answers", "reported_end",
+                 "reported_pos", "shell", "template", "version")
+
+    def __init__(self, shell: Any, conn: KafkaConnection, epoch: int, leader: int,
+                 template: m.FetchRequest, version: int, log_end: int, write_pos: int) -> None:
+        self.shell = shell
+        self.conn = conn
+        self.epoch = epoch
+        self.leader = leader
+        self.template = template
+        self.version = version
+        self.reported_answers = 0
+        self.reported_end = log_end
+        self.reported_pos = write_pos
+
+
+class FollowerLaneRunner:
+    """Arms, ticks and stops one node's follower lane (`module` is `kraft.raft._lane`)."""
+
+    def __init__(self, node: KraftNode, module: ModuleType) -> None:
+        self._node = node
+        self._module = module
+        self._armed: _Armed | None = None
+        self._timer: Any = None
+        self._tick_s = node.config.lane_tick_ms / 1000
+        self._give_back: tuple[KafkaConnection, int, int, bytes, bool, m.FetchRequest, int,
+                               int] | None = None
+        """After a stop, until the core adopts the fetch: (connection, its wire correlation id,
+        the next correlation id, the unread bytes, whether the connection is to be closed,
+        the fetch, its version, the leader)."""
+        self.ended = False
+        """The loop ended on its own: the core loop takes its last report next."""
+        self.arms = 0
+        self.reports = 0
+        self.stops: dict[str, int] = {}
+
+    def stats(self) -> dict[str, Any]:
+        """What the lane has done (for the status page): times armed, reports taken by the
+        core, stops by cause, and whether it runs now."""
+        return {"armed": self._armed is not None, "arms": self.arms, "reports": self.reports,
+                "stops": dict(self.stops)}
+
+    @property
+    def armed(self) -> bool:
+        """The loop runs (the core must take its report before any other event)."""
+        return self._armed is not None
+
+    # ------------------------------------------------------------------ arming
+
+    def try_arm(self, fetch_sent: tuple[int, KafkaConnection, int, int] | None) -> None:
+        """Arm the lane if the core gives a lease and the fetch in flight is the one sent on
+        an open connection as `fetch_sent` = (core correlation id, connection, wire
+        correlation id, version)."""
+        node = self._node
+        core, md = node.core, node.md
+        if self._armed is not None or core is None or md is None or fetch_sent is None:
+            return
+        lease = core.follower_lane()
+        if lease is None or core.log.last_epoch() != lease.epoch:
+            return
+        core_corr, conn, wire, version = fetch_sent
+        if core_corr != lease.fetch_correlation or version not in (17, 18):
+            return
+        dlog = md.log
+        if (dlog.flush_in_flight or dlog.durable_end_offset != dlog.log_end_offset
+                or dlog.log_end_offset != lease.log_end):
+            return
+        template = core.lane_fetch()
+        assert template is not None
+        active = dlog.segments[-1]
+        lent = conn.lend()
+        if lent is None:
+            return
+        fd, next_corr = lent
+        C = self._module
+        lane = C.FollowerLane(lease.epoch, lease.leader_id, wire, lease.log_end,
+                              lease.high_watermark)
+        limit = max(dlog.segment_bytes, active.size)
+        try:
+            shell = C.FollowerShell(
+                fd, active.fd, active.size, lane, lease.epoch, next_corr, version,
+                conn.client_id, node.cluster_id, template.replica_id,
+                template.replica_directory_id, template.max_wait_ms, template.max_bytes,
+                write_limit=limit)
+            shell.start()
+        except (OSError, ValueError, RuntimeError) as exc:
+            log.warning("event=lane_not_armed replica=%d error=%r", node.config.node_id,
+                        str(exc))
+            conn.give_back(next_corr, b"", ApiKey.FETCH, version, wire, self._timeout(template),
+                           node.fetch_callback(lease.leader_id, core_corr, template),
+                           node.fetch_codec(template))
+            return
+        self._armed = _Armed(shell, conn, lease.epoch, lease.leader_id, template, version,
+                             lease.log_end, active.size)
+        assert node._loop is not None
+        node._loop.add_reader(shell.done_fd, self._ended)
+        self._timer = node._loop.call_later(self._tick_s, self._tick)
+        self.arms += 1
+        log.debug("event=lane_armed replica=%d epoch=%d leader=%d log_end=%d",
+                  node.config.node_id, lease.epoch, lease.leader_id, lease.log_end)
+
+    def _timeout(self, fetch: m.FetchRequest) -> float:
+        return (self._node.config.request_timeout_ms + fetch.max_wait_ms) / 1000
+
+    # ------------------------------------------------------------------ ticks
+
+    def _tick(self) -> None:
+        a = self._armed
+        if a is None:
+            self._timer = None
+            return
+        assert self._node._loop is not None
+        self._timer = self._node._loop.call_later(self._tick_s, self._tick)
+        if a.shell.progress()[0] != a.reported_answers:
+            self._node._push(("lane", None))
+
+    def _ended(self) -> None:
+        """The loop ended on its own (a handover, the leader closing, a failure)."""
+        if self._armed is not None:
+            assert self._node._loop is not None
+            self._node._loop.remove_reader(self._armed.shell.done_fd)
+            self.ended = True
+            self._node._push(("lane", None))
+
+    def has_progress(self) -> bool:
+        """The running loop took answers that the core has not been told of."""
+        a = self._armed
+        return a is not None and a.shell.progress()[0] != a.reported_answers
+
+    def progress_report(self) -> ev.FollowerLaneReport | None:
+        """What the running loop did since the last report (None: nothing new), or its last
+        report when it has ended meanwhile."""
+        a = self._armed
+        if a is None:
+            return None
+        answers, log_end, write_pos, hw, last_epoch, _corr = a.shell.progress()
+        if answers == a.reported_answers:
+            return None
+        return self._report(a, answers, log_end, write_pos, hw, last_epoch, armed=True)
+
+    def stop_report(self, cause: str) -> ev.FollowerLaneReport | None:
+        """Stop the loop, if armed, and return its last report (the core must handle it
+        before anything else); the connection goes back once the core adopts the fetch."""
+        a = self._armed
+        if a is None:
+            return None
+        self._armed = None
+        self.ended = False
+        node = self._node
+        assert node._loop is not None
+        node._loop.remove_reader(a.shell.done_fd)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        r = a.shell.stop()
+        reason = str(r["reason"])
+        key = cause if reason == "stopped" else reason
+        self.stops[key] = self.stops.get(key, 0) + 1
+        if reason == "error" and r["error_at"] in ("write", "fdatasync"):
+            self._adopt(a, int(r["write_pos"]), int(r["log_end"]), strict=False)
+            raise StorageError(f"the follower lane's {r['error_at']} failed: error {r['error']}"
+                               " (the log can no longer be trusted; stopping)")
+        report = self._report(a, int(r["answers"]), int(r["log_end"]), int(r["write_pos"]),
+                              r["high_watermark"], int(r["last_epoch"]),
+                              armed=False)
+        close = reason in ("closed", "error")
+        if reason == "error":
+            log.warning("event=lane_stopped replica=%d reason=error at=%s error=%s",
+                        node.config.node_id, r["error_at"], r["error"])
+        fetch = report.fetch
+        assert fetch is not None
+        self._give_back = (a.conn, int(r["fetch_correlation"]), int(r["next_correlation"]),
+                           bytes(r["unread"]), close, fetch, a.version,
+                           a.leader)
+        log.debug("event=lane_stopped replica=%d reason=%s cause=%s answers=%s",
+                  node.config.node_id, reason, cause, r["answers"])
+        return report
+
+    def _report(self, a: _Armed, answers: int, log_end: int, write_pos: int, hw: int | None,
+                last_epoch: int, armed: bool) -> ev.FollowerLaneReport:
+        node = self._node
+        self._adopt(a, write_pos, log_end, strict=True)
+        appended = ((a.reported_end, log_end - 1),) if log_end > a.reported_end else ()
+        grown = write_pos - a.reported_pos
+        took = answers != a.reported_answers
+        a.reported_answers, a.reported_end, a.reported_pos = answers, log_end, write_pos
+        now = int(time.time() * 1000)
+        fetch = replace(a.template, fetch_offset=log_end, last_fetched_epoch=last_epoch,
+                        high_watermark=hw if hw is not None else -1)
+        if hw is not None and took:
+            node._leader_hw = hw
+            node._leader_hw_at = time.monotonic()
+        self.reports += 1
+        return ev.FollowerLaneReport(a.epoch, a.leader, appended, grown, log_end, hw,
+                                     now if took else None, fetch, now, armed)
+
+    def _adopt(self, a: _Armed, write_pos: int, log_end: int, strict: bool) -> None:
+        md = self._node.md
+        assert md is not None
+        end = md.log.adopt_written(write_pos)
+        if strict and end != log_end:
+            raise StorageError(f"the follower lane wrote up to offset {log_end}, but its bytes "
+                               f"in the segment end at {end}")
+
+    def adopted(self, correlation_id: int) -> None:
+        """The core adopted the stopped lane's fetch in flight as `correlation_id`: the
+        connection goes back, and the fetch's answer will reach the core under that id."""
+        back, self._give_back = self._give_back, None
+        if back is None:
+            return  # a progress report: the loop goes on with the connection
+        conn, wire, next_corr, unread, close, fetch, version, leader = back
+        node = self._node
+        conn.give_back(next_corr, unread, ApiKey.FETCH, version, wire, self._timeout(fetch),
+                       node.fetch_callback(leader, correlation_id, fetch),
+                       node.fetch_codec(fetch))
+        if close:
+            conn.close()
+
+    def close(self) -> None:
+        """The node stops: end the loop and keep what it wrote (no report: the core is gone)."""
+        a = self._armed
+        if a is None:
+            return
+        self._armed = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._node._loop is not None:
+            self._node._loop.remove_reader(a.shell.done_fd)
+        r = a.shell.stop()
+        try:
+            self._adopt(a, int(r["write_pos"]), int(r["log_end"]), strict=False)
+        except StorageError as exc:
+            log.warning("event=lane_close_failed replica=%d error=%r", self._node.config.node_id,
+                        str(exc))
+
