@@ -160,7 +160,7 @@ _APPLY_LATER_OK: Final = frozenset({
     fx.SendRequest, fx.SendResponse, fx.SendFetchResponse, fx.SendFetchSnapshotResponse,
     fx.AppendRecords, fx.AppendControl, fx.AppendFetched, fx.Committed, fx.AppendAccepted,
     fx.AppendCommitted, fx.CreateSnapshot, fx.AdvanceLogStart, fx.DeleteSnapshot,
-    fx.WriteSnapshotChunk, fx.SendApiVersions,
+    fx.WriteSnapshotChunk, fx.SendApiVersions, fx.FetchAdopted,
 })
 """Effects the core loop executes while committed records still wait to be applied (a
 snapshot is taken, and the log's start moved, only after applying exactly up to their
@@ -1162,7 +1162,7 @@ class KraftNode:
         if address is None or api is None:
             return False
         conn = self.network.ready(e.destination, address)
-        if conn is None:
+        if conn is None or conn.lent:  # lent: the request goes on a connection of its own
             return False
         timeout = self.config.request_timeout_ms / 1000
         if isinstance(e.request, m.FetchRequest):

@@ -112,6 +112,11 @@ class KafkaConnection:
         """True once the underlying connection failed or was closed."""
         return self._conn.closed
 
+    @property
+    def lent(self) -> bool:
+        """The follower's native lane has the socket (`lend`)."""
+        return self._conn.lent
+
     async def open(self, timeout_s: float) -> None:
         """Connect and exchange ApiVersions within `timeout_s`."""
         await self._conn.open(timeout_s)
@@ -329,6 +334,9 @@ class PeerNetwork:
         try:
             conn = await self._connection(dest, address, timeout_s)
             remaining = max(0.001, deadline - time.monotonic())
+            if conn.lent:  # the follower's lane has it: a connection of this request's own
+                return await one_shot(address[0], address[1], api_key, body, remaining,
+                                      self.client_id)
             return await conn.call(api_key, body, remaining)
         except (ConnectionClosedError, OSError, TimeoutError) as exc:
             raise RequestError(f"{api_key.name} to node {dest} failed: {type(exc).__name__}: "

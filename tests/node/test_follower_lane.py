@@ -58,9 +58,11 @@ def _log_bytes(node_dir: Path, end: int) -> tuple[int, bytes]:
         log.close()
 
 
+@pytest.mark.parametrize("preallocate", [0, 64 * 1024])
 def test_the_followers_lanes_carry_the_writes_and_every_log_is_the_leaders(
-        clusters: Callable[..., LocalCluster]) -> None:
-    c = clusters(properties=LANE)
+        clusters: Callable[..., LocalCluster], preallocate: int) -> None:
+    # with preallocation the lane writes into the zero-filled space ahead of the end
+    c = clusters(properties={**LANE, "kraft.log.preallocate.bytes": str(preallocate)})
     c.start_all()
     leader = c.wait_for_leader(60)
     followers = [n for n in c.nodes if n != leader]

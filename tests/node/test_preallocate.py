@@ -56,7 +56,10 @@ def test_followers_write_through_and_a_killed_one_restarts_with_its_zeros_trimme
 ) -> None:
     if not o_direct_supported(tmp_path):
         pytest.skip("the test directory's filesystem refuses O_DIRECT")
-    c = clusters(properties={"kraft.log.preallocate.bytes": str(PREALLOCATE)})
+    # the Python path's write-through (the followers' native lane writes through the page
+    # cache and its own fdatasync: tests/node/test_follower_lane.py)
+    c = clusters(properties={"kraft.log.preallocate.bytes": str(PREALLOCATE),
+                             "kraft.lane.follower": "false"})
     c.start_all()
     leader = c.wait_for_leader(60)
     followers = [n for n in c.nodes if n != leader]
