@@ -76,11 +76,11 @@ class FollowerLaneRunner:
         self._armed: _Armed | None = None
         self._timer: Any = None
         self._tick_s = node.config.lane_tick_ms / 1000
-        self._give_back: tuple[KafkaConnection, int, int, bytes, bool, m.FetchRequest, int,
+        self._give_back: tuple[KafkaConnection, int, int, bytes, str, m.FetchRequest, int,
                                int] | None = None
         """After a stop, until the core adopts the fetch: (connection, its wire correlation id,
-        the next correlation id, the unread bytes, whether the connection is to be closed,
-        the fetch, its version, the leader)."""
+        the next correlation id, the unread bytes, why the connection is to be closed ("closed"
+        by the leader, an "error", or "" to keep it), the fetch, its version, the leader)."""
         self.ended = False
         """The loop ended on its own: the core loop takes its last report next."""
         self.arms = 0
@@ -216,7 +216,7 @@ class FollowerLaneRunner:
         report = self._report(a, int(r["answers"]), int(r["log_end"]), int(r["write_pos"]),
                               r["high_watermark"], int(r["last_epoch"]),
                               armed=False)
-        close = reason in ("closed", "error")
+        close = reason if reason in ("closed", "error") else ""
         if reason == "error":
             log.warning("event=lane_stopped replica=%d reason=error at=%s error=%s",
                         node.config.node_id, r["error_at"], r["error"])
@@ -266,7 +266,9 @@ class FollowerLaneRunner:
         conn.give_back(next_corr, unread, ApiKey.FETCH, version, wire, self._timeout(fetch),
                        node.fetch_callback(leader, correlation_id, fetch),
                        node.fetch_codec(fetch))
-        if close:
+        if close == "closed":  # the fetch fails as disconnected: the leader's process is gone
+            conn.peer_closed()
+        elif close:
             conn.close()
 
     def close(self) -> None:

@@ -668,3 +668,8 @@ class FrameConnection:
     def close(self) -> None:
         """Close the connection and fail whatever is in flight."""
         self._fail(ConnectionClosedError("closed by client"))
+
+    def peer_closed(self) -> None:
+        """The peer closed the connection while it was lent (the borrower saw it): fail what
+        is in flight as the read side would have (`PeerClosedError`), and close."""
+        self._fail(PeerClosedError("connection closed by the peer"))

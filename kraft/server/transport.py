@@ -244,6 +244,10 @@ class KafkaConnection:
         """Close the connection."""
         self._conn.close()
 
+    def peer_closed(self) -> None:
+        """The peer closed the connection while the lane had it (`FrameConnection.peer_closed`)."""
+        self._conn.peer_closed()
+
 
 async def one_shot(host: str, port: int, api_key: ApiKey, body: object | Callable[[int], object],
                    timeout_s: float = 10.0,

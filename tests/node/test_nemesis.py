@@ -245,6 +245,14 @@ async def test_random_crashes_and_pauses_stay_linearizable_and_converge(
         assert "event=fatal" not in text and "Traceback" not in text, (nid, str(node.log_path))
     snapshots = sum(len(list(n.dir.rglob("*.checkpoint"))) for n in cluster.nodes.values())
     assert snapshots > 0, "the run was meant to take snapshots"
+    lanes = ""
+    if NEMESIS_PROPERTIES.get("kraft.lane.follower") == "true":
+        # the lanes did the followers' work since their nodes' last starts
+        stats = [(await asyncio.to_thread(cluster.status, nid) or {}).get("lane", {})
+                 for nid in cluster.nodes]
+        reports = sum(s.get("reports", 0) for s in stats)
+        assert reports > 0, stats
+        lanes = f"; lanes armed {sum(s.get('arms', 0) for s in stats)}, reports {reports}"
     print(f"nemesis seed {seed}: {len(actions)} faults; ops ok={workload.stats.ok} "
           f"unknown={workload.stats.unknown} checked={result.ops_checked}; "
-          f"snapshot files {snapshots}")
+          f"snapshot files {snapshots}{lanes}")
