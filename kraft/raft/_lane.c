@@ -1185,8 +1185,8 @@ static PyObject *lane_time_follower_step(PyObject *module, PyObject *args)
  * The next fetch (the acknowledgement) leaves only once the batches are durable (rule 5). The
  * loop stops at the first frame it does not take (handover), when asked to (stop), when the
  * leader closes the connection, or on an I/O error; what it read and did not take is kept for
- * the caller. Its end is signalled on a pipe the caller can watch. Not yet used by the node:
- * the hand-over of the transport's socket and the log's bookkeeping are step 2's rest. The
+ * the caller. Its end is signalled on a pipe the caller can watch, and progress() reads what
+ * it has made durable while it runs. The node runs it (kraft/server/follower_lane.py). The
  * socket and the log descriptor stay the caller's: the loop never closes them. */
 
 enum { SHELL_IDLE, SHELL_RUNNING, SHELL_HANDOVER, SHELL_STOPPED, SHELL_CLOSED, SHELL_ERROR };

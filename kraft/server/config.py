@@ -165,12 +165,13 @@ class NodeConfig(BaseModel):
     zeros, which the next start trims; a roll and a clean shutdown leave no zeros. Rounded up
     to 4 KiB; falls back to the page cache where the filesystem refuses `O_DIRECT`; ignored
     with `kraft.log.fsync=false` (nothing is synced then)."""
-    lane_follower: bool = Field(default=False, alias="kraft.lane.follower")
-    """true: a follower in the steady state of an epoch hands its fetches to the native lane
-    (`kraft.server.follower_lane`, docs/native-lane.md step 2), a loop in C on a thread of its
-    own that writes, syncs and acknowledges the leader's records without the interpreter, and
-    reports to the core every `kraft.lane.tick.ms`. Off by default while it is being proven; ignored (with a
-    warning) where the extension was not built or with `kraft.log.fsync=false`."""
+    lane_follower: bool = Field(default=True, alias="kraft.lane.follower")
+    """true (the default): a follower in the steady state of an epoch hands its fetches to the
+    native lane (`kraft.server.follower_lane`, docs/native-lane.md step 2), a loop in C on a
+    thread of its own that writes, syncs and acknowledges the leader's records without the
+    interpreter, and reports to the core every `kraft.lane.tick.ms` and before a local read.
+    false: the Python path does it all. Ignored (with a warning) where the extension was not
+    built or with `kraft.log.fsync=false`."""
     lane_tick_ms: int = Field(default=2, ge=1, le=60_000, alias="kraft.lane.tick.ms")
     """How often, in ms, the node takes a running follower lane's progress into the core (its
     log end, durable end, high watermark and fetch deadline; the apply follows). A local read

@@ -61,6 +61,9 @@ def test_environment_overrides_win_and_are_named_in_errors() -> None:
         ("kraft.log.preallocate.bytes", "-4096", "kraft.log.preallocate.bytes"),
         ("kraft.log.preallocate.bytes", "4MiB", "kraft.log.preallocate.bytes"),
         ("kraft.log.preallocate.bytes", str(2 << 30), "kraft.log.preallocate.bytes"),
+        ("kraft.lane.follower", "yes", "kraft.lane.follower"),
+        ("kraft.lane.tick.ms", "0", "kraft.lane.tick.ms"),
+        ("kraft.lane.tick.ms", "60001", "kraft.lane.tick.ms"),
         ("some.unknown.key", "1", "some.unknown.key"),
     ],
 )
@@ -85,6 +88,14 @@ def test_preallocation_is_off_unless_asked_for() -> None:
     assert build_config(dict(BASE)).preallocate_bytes == 0
     props = {**BASE, "kraft.log.preallocate.bytes": "4194304"}
     assert build_config(props).preallocate_bytes == 4 << 20
+
+
+def test_the_followers_lane_is_on_unless_turned_off() -> None:
+    """`kraft.lane.follower`: true by default; `kraft.lane.tick.ms` 2 unless set."""
+    cfg = build_config(dict(BASE))
+    assert (cfg.lane_follower, cfg.lane_tick_ms) == (True, 2)
+    cfg = build_config({**BASE, "kraft.lane.follower": "false", "kraft.lane.tick.ms": "5"})
+    assert (cfg.lane_follower, cfg.lane_tick_ms) == (False, 5)
 
 
 def test_missing_quorum_and_listener_mismatch_are_errors() -> None:
