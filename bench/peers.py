@@ -64,12 +64,34 @@ def interpreter_path() -> str:
 
 def export_head(dest: Path) -> str:
     """Export HEAD's `kraft/` and `pipeline/` into `dest` (pipeline/ too: the kraft CLI loads
-    its subcommands as a plugin, so it must match kraft/); returns the short commit id."""
+    its subcommands as a plugin, so it must match kraft/), with the native lane built into it
+    (`build_lane`); returns the short commit id."""
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD", "kraft", "pipeline"],
                              capture_output=True, timeout=60, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True, timeout=60)
+    build_lane(dest)
     return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True, timeout=20).stdout.strip()
+
+
+def build_lane(dest: Path) -> bool:
+    """Build the native lane (`kraft/raft/_lane.c`, `setup.LANE`) in place in an exported
+    tree, as `make` builds it in the working tree: an export holds no build, and without it the
+    nodes would run without the lane. False, with the compiler's words printed, where it does
+    not build (the nodes then run the Python path, and say so in their logs)."""
+    if not (dest / "kraft" / "raft" / "_lane.c").exists():
+        return False  # a commit from before the lane
+    script = ("import runpy; from setuptools import Distribution; "
+              "from setuptools.command.build_ext import build_ext; "
+              f"lane = runpy.run_path({str(ROOT / 'setup.py')!r}, run_name='setup')['LANE']; "
+              "cmd = build_ext(Distribution({'ext_modules': [lane]})); cmd.inplace = True; "
+              "cmd.ensure_finalized(); cmd.run()")
+    done = subprocess.run([sys.executable, "-c", script], cwd=dest, capture_output=True,
+                          text=True, timeout=300)
+    built = any((dest / "kraft" / "raft").glob("_lane*.so"))
+    if not built:
+        print(f"!! the native lane did not build in {dest}: {done.stderr[-2000:]}", flush=True)
+    return built
 
 
 def key_of(i: int) -> str:

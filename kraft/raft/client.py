@@ -1736,12 +1736,7 @@ class RaftCore:
             # An error, or an answer from an older epoch: retry after the backoff.
             self._fetch_backoff_until = self._now + self.config.retry_backoff_ms
             return
-        s.fetch_deadline = self._now + self.config.fetch_timeout_ms
-        s.has_fetched = True
-        s.disconnected = False
-        s.leader_gone_at = None
-        s.waiting_turn = s.refused_shorter_log = False
-        s.refused_prevote_at = None
+        self._leader_answered(s, self._now)
         if resp.diverging_epoch is not None:
             # Nothing of our log is known to match the leader's yet (the truncation may stop
             # short of the divergence when we lack the epoch it names): the high watermark in
@@ -1784,13 +1779,8 @@ class RaftCore:
                 )
             self.log.append(base, last, ev.epoch)
         self._bytes_since_snapshot += ev.appended_bytes
-        if ev.answered_ms is not None:  # what a plain answer resets (_on_fetch_response)
-            s.fetch_deadline = ev.answered_ms + self.config.fetch_timeout_ms
-            s.has_fetched = True
-            s.disconnected = False
-            s.leader_gone_at = None
-            s.waiting_turn = s.refused_shorter_log = False
-            s.refused_prevote_at = None
+        if ev.answered_ms is not None:
+            self._leader_answered(s, ev.answered_ms)
         if ev.durable_end > self.log.persisted_end:
             self.log.persisted_end = min(ev.durable_end, self.log.end_offset)
         if ev.high_watermark is not None and ev.high_watermark >= 0:
@@ -1806,6 +1796,16 @@ class RaftCore:
             )
             self._fetch_corr = corr
             self._out.append(FetchAdopted(corr))
+
+    def _leader_answered(self, s: FollowerState, at_ms: int) -> None:
+        """The leader answered a fetch of this epoch without an error at `at_ms`: the fetch
+        timeout runs from then, and the leader counts as alive."""
+        s.fetch_deadline = at_ms + self.config.fetch_timeout_ms
+        s.has_fetched = True
+        s.disconnected = False
+        s.leader_gone_at = None
+        s.waiting_turn = s.refused_shorter_log = False
+        s.refused_prevote_at = None
 
     def _truncate_diverging(self, diverging: OffsetAndEpoch) -> None:
         own = self.log.end_offset_for_epoch(diverging.epoch)

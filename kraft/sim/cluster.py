@@ -222,19 +222,15 @@ class Simulation:
         self.nodes: dict[int, SimNode] = {}
         self.stats: dict[str, int] = {}
         self.admin_log: list[str] = []
+        module = native() if self.params.lane_native else None
+        if self.params.lane_native and module is None:
+            raise RuntimeError("the native lane (kraft.raft._lane) was not built: "
+                               "reinstall with a C compiler (make clean; make test)")
         self.lanes: LaneShadow | None = None
         if self.params.lane_shadow:
-            module = native() if self.params.lane_native else None
-            if self.params.lane_native and module is None:
-                raise RuntimeError("the native lane (kraft.raft._lane) was not built: "
-                                   "reinstall with a C compiler (make clean; make test)")
             self.lanes = LaneShadow(self.inv.fail, module)
         self.drive: FollowerDrive | None = None
         if self.params.lane_drive:
-            module = native() if self.params.lane_native else None
-            if self.params.lane_native and module is None:
-                raise RuntimeError("the native lane (kraft.raft._lane) was not built: "
-                                   "reinstall with a C compiler (make clean; make test)")
             self.drive = FollowerDrive(self, self.inv.fail, module)
         self._build()
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from kraft.records.batch import RecordBatch, build_batch, iter_batches
+from kraft.records.batch import RecordBatch, build_batch
 from kraft.storage import durability
 from kraft.storage.epoch_cache import EpochEntry
 from kraft.storage.errors import InvalidAppendError, OffsetOutOfRangeError, StorageError
-from kraft.storage.index import SegmentIndex
 from kraft.storage.log import RECENT_APPENDS, SegmentedLog
+from tests.support.segments import rebuilt_index
 
 Batches = Callable[..., list[bytes]]
 
@@ -83,10 +83,7 @@ def test_sparse_index_matches_a_rebuild(tmp_path: Path, batches: Batches) -> Non
     log = SegmentedLog.open(tmp_path, index_interval_bytes=500)
     made = fill(log, batches, 40)
     log.close()
-    data = (tmp_path / "00000000000000000000.log").read_bytes()
-    rebuilt = SegmentIndex(0, 500)
-    for b in iter_batches(data):
-        rebuilt.observe(b.position, b.last_offset, b.max_timestamp)
+    rebuilt = rebuilt_index((tmp_path / "00000000000000000000.log").read_bytes(), 0, 500)
     assert (tmp_path / "00000000000000000000.index").read_bytes() == rebuilt.offset_index_bytes()
     assert (tmp_path / "00000000000000000000.timeindex").read_bytes() == rebuilt.time_index_bytes()
     assert len(rebuilt) > 5

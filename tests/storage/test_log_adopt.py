@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from kraft.records.batch import iter_batches
 from kraft.storage.errors import InvalidAppendError
-from kraft.storage.index import SegmentIndex
 from kraft.storage.log import SegmentedLog
 from tests.support.direct_io import o_direct_supported
+from tests.support.segments import rebuilt_index
 
 Batches = Callable[..., list[bytes]]
 
@@ -49,10 +48,7 @@ def test_adopted_batches_read_index_and_reopen_as_appended_ones(tmp_path: Path,
     assert [b.base_offset for b in log.batches()] == list(range(0, 30, 2))
     # the index is the one an append of the same batches builds
     log.close()
-    data = (tmp_path / "00000000000000000000.log").read_bytes()
-    rebuilt = SegmentIndex(0, 500)
-    for b in iter_batches(data):
-        rebuilt.observe(b.position, b.last_offset, b.max_timestamp)
+    rebuilt = rebuilt_index((tmp_path / "00000000000000000000.log").read_bytes(), 0, 500)
     assert (tmp_path / "00000000000000000000.index").read_bytes() == rebuilt.offset_index_bytes()
     again = SegmentedLog.open(tmp_path, recovery_checkpoint_interval_s=None)
     assert again.log_end_offset == 30 and again.recovery.truncated_bytes == 0
