@@ -115,6 +115,17 @@ def test_the_tests_extraction_refuses_members_outside_the_target(tmp_path: Path,
             member.size = 1
             tar.addfile(member, io.BytesIO(b"x"))
     data.seek(0)
-    with tarfile.open(fileobj=data) as tar, pytest.raises((ValueError, tarfile.TarError)):
-        extract(tar, tmp_path / "into")
+    with tarfile.open(fileobj=data) as tar:
+        try:
+            extract(tar, tmp_path / "into")
+        except (ValueError, tarfile.TarError):
+            refused = True
+        else:
+            refused = False
     assert not (tmp_path / "escape.txt").exists() and not Path("/abs/escape.txt").exists()
+    if name == "/abs/escape.txt" and hasattr(tarfile, "data_filter"):
+        # the "data" filter (CPython 3.11.4 and later) strips the leading slash: the member
+        # lands inside the target; the checks for older builds refuse it
+        assert refused or (tmp_path / "into" / "abs" / "escape.txt").read_bytes() == b"x"
+    else:
+        assert refused
