@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -48,23 +48,21 @@ log = logging.getLogger("kraft.server.follower_lane")
 
 
 
+@dataclass(slots=True)
 class _Armed:
     """One armed lane: its loop, the lease it serves, and what was reported so far."""
 
-    __slots__ = ("conn", "epoch", "leader", "reported_answers", "reported_end",
-                 "reported_pos", "shell", "template", "version")
-
-    def __init__(self, shell: Any, conn: KafkaConnection, epoch: int, leader: int,
-                 template: m.FetchRequest, version: int, log_end: int, write_pos: int) -> None:
-        self.shell = shell
-        self.conn = conn
-        self.epoch = epoch
-        self.leader = leader
-        self.template = template
-        self.version = version
-        self.reported_answers = 0
-        self.reported_end = log_end
-        self.reported_pos = write_pos
+    shell: Any
+    conn: KafkaConnection
+    epoch: int
+    leader: int
+    template: m.FetchRequest
+    version: int
+    reported_end: int
+    """The log end offset the core was last told of."""
+    reported_pos: int
+    """The segment's write position the log last adopted."""
+    reported_answers: int = 0
 
 
 class FollowerLaneRunner:
