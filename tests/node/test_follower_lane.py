@@ -92,6 +92,30 @@ def test_the_followers_lanes_carry_the_writes_and_every_log_is_the_leaders(
         assert "event=fatal" not in text and "Traceback" not in text, nid
 
 
+def test_segment_rolls_hand_over_to_python_and_the_lane_arms_on_the_new_segment(
+        clusters: Callable[..., LocalCluster]) -> None:
+    # 4 KiB segments: every few writes the next batch has no room, the lane hands its answer
+    # over unwritten, the Python path rolls the segment, and the lane arms on the new one
+    c = clusters(properties={**LANE, "metadata.log.segment.bytes": "4096"})
+    c.start_all()
+    leader = c.wait_for_leader(60)
+    followers = [n for n in c.nodes if n != leader]
+    for i in range(120):
+        assert c.put(f"k{i}", b"v%03d" % i * 20).status in (200, 204)
+    _applied_everywhere(c, "k119", b"v119" * 20)
+    for nid in followers:
+        lane = _lane(c, nid)
+        assert lane["stops"].get("handover", 0) >= 3 and lane["arms"] >= 4, (nid, lane)
+    status = c.status(leader)
+    assert status is not None
+    end = status["high_watermark"]
+    c.stop_all(timeout=20)
+    logs = {nid: _log_bytes(node.dir, end) for nid, node in c.nodes.items()}
+    for nid in followers:
+        assert logs[nid] == logs[leader], f"node {nid}'s log differs from the leader's"
+        assert len(list(partition_dir(c.nodes[nid].dir).glob("*.log"))) >= 4, nid
+
+
 def test_a_killed_leader_stops_the_lanes_and_they_arm_again_under_the_next(
         clusters: Callable[..., LocalCluster]) -> None:
     c = clusters(properties=LANE)
