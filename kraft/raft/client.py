@@ -60,6 +60,7 @@ from kraft.raft.events import (
     Append,
     Event,
     FollowerLaneReport,
+    LeaderLaneReport,
     Persisted,
     RequestFailed,
     RequestReceived,
@@ -274,9 +275,13 @@ class RaftCore:
         elif t is ApiVersionsReceived:
             assert isinstance(event, ApiVersionsReceived)
             self._on_api_versions(event)
-        elif t is FollowerLaneReport:
-            assert isinstance(event, FollowerLaneReport)
-            self._on_follower_lane_report(event)
+        elif t is FollowerLaneReport or t is LeaderLaneReport:
+            if t is FollowerLaneReport:
+                assert isinstance(event, FollowerLaneReport)
+                self._on_follower_lane_report(event)
+            else:
+                assert isinstance(event, LeaderLaneReport)
+                self._on_leader_lane_report(event)
             if event.armed:
                 # The lane goes on under its lease: the timers and the poll wait for the next
                 # event, before which the runtime stops the lane. A timer that ended the lease
@@ -396,6 +401,16 @@ class RaftCore:
             lane_voters.append(LaneVoter(v.id, key, False, row.end_offset if row else -1))
         return LeaderLane(s.epoch, s.epoch_start_offset, self.log.start_offset,
                           self.log.end_offset, self.log.persisted_end, hw, lane_voters)
+
+    def lend_parked(self) -> list[ParkedFetch]:
+        """The fetches this leader holds parked, handed to the native lane it arms now (from
+        `leader_lane()`): the lane answers them by the same rules, and hands back the ones it
+        still holds when it stops (`LeaderLaneReport.parked`)."""
+        s = self.state
+        if not isinstance(s, LeaderState):
+            return []
+        parked, s.parked = s.parked, []
+        return parked
 
     def follower_lane(self) -> FollowerLane | None:
         """The lease this follower would give the native lane now, or None when it would not
@@ -811,9 +826,12 @@ class RaftCore:
             count += 1
         return count >= majority_size(len(voters))
 
-    def _reset_check_quorum(self, s: LeaderState) -> None:
+    def _reset_check_quorum(self, s: LeaderState, at: int | None = None) -> None:
         s.fetched_since_check.clear()
-        s.check_quorum_deadline = self._now + int(CHECK_QUORUM_FACTOR * self.config.fetch_timeout_ms)
+        start = self._now if at is None else min(at, self._now)
+        s.check_quorum_deadline = max(
+            s.check_quorum_deadline,
+            start + int(CHECK_QUORUM_FACTOR * self.config.fetch_timeout_ms))
 
     def _on_request_failed(
         self, corr: int, unreachable: bool = False, disconnected: bool = False
@@ -1796,6 +1814,70 @@ class RaftCore:
             )
             self._fetch_corr = corr
             self._out.append(FetchAdopted(corr))
+
+    def _on_leader_lane_report(self, ev: LeaderLaneReport) -> None:
+        """The leader lane's work since it was armed (or last reported), taken as the fetches,
+        appends and syncs it stands for: the records appended, the voters' rows and
+        check-quorum, the durable end and the high watermark, then the appends and fetches
+        the lane hands over."""
+        s = self.state
+        if not isinstance(s, LeaderState) or s.epoch != ev.epoch or self._shutting_down:
+            raise RaftFatalError(
+                f"node {self.key.id}: a leader lane's report for epoch {ev.epoch} reached a "
+                f"{s.role.value} of epoch {s.epoch}"
+            )
+        for base, last in ev.appended:
+            if base != self.log.end_offset or last < base:
+                raise RaftFatalError(
+                    f"node {self.key.id}: a leader lane appended {base}-{last}, but the log "
+                    f"ends at {self.log.end_offset}"
+                )
+            self.log.append(base, last, ev.epoch)
+        self._bytes_since_snapshot += ev.appended_bytes
+        if ev.voters:
+            voters = self._voters()
+            fetched: list[int] = []
+            for v in ev.voters:
+                row = s.progress_for(v.key)
+                if v.last_fetch_ms < row.last_fetch_ms:
+                    continue  # the core counted a later fetch itself: keep its row
+                row.end_offset = v.end_offset
+                row.last_fetch_ms = row.prev_fetch_ms = v.last_fetch_ms
+                row.prev_fetch_leader_end = v.prev_fetch_leader_end
+                row.last_caught_up_ms = max(row.last_caught_up_ms, v.last_caught_up_ms)
+                if voters.is_voter(v.key):
+                    s.fetched_since_check.add(v.key.id)
+                    s.begin_quorum_acked.add(v.key.id)
+                    fetched.append(v.last_fetch_ms)
+            if fetched and self._check_quorum_ok(s):
+                # the window restarts when the last of the fetches that made the majority
+                # came, not at the report: a report's lag does not lengthen the lease
+                needed = majority_size(len(voters)) - (1 if self._is_voter() else 0)
+                fetched.sort(reverse=True)
+                at = fetched[min(needed, len(fetched)) - 1] if needed > 0 else self._now
+                self._reset_check_quorum(s, at)
+        end = min(ev.durable_end, self.log.end_offset)
+        if end > self.log.persisted_end:
+            self.log.persisted_end = end
+        self._maybe_advance_hw()
+        if ev.high_watermark is not None and (
+                s.high_watermark is None or s.high_watermark < ev.high_watermark):
+            # the lane answered commits (to clients, to fetchers) the core cannot back
+            raise RaftFatalError(
+                f"node {self.key.id}: a leader lane reported high watermark "
+                f"{ev.high_watermark}; its rows give {s.high_watermark}"
+            )
+        s.hw_advanced_at = max(s.hw_advanced_at, ev.hw_advanced_ms)
+        s.writes_streaming = ev.writes_streaming
+        hw = s.high_watermark if s.high_watermark is not None else -1
+        for append_id, last in ev.pending:
+            if last < hw:
+                self._out.append(AppendCommitted(append_id, ErrorCode.NONE))
+            else:
+                s.pending_appends[append_id] = last
+        if ev.parked:
+            s.parked.extend(ParkedFetch(p.source, p.correlation_id, p.request, p.deadline)
+                            for p in ev.parked)
 
     def _leader_answered(self, s: FollowerState, at_ms: int) -> None:
         """The leader answered a fetch of this epoch without an error at `at_ms`: the fetch

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kraft.frozen import fast_init
+from kraft.raft.leader import ParkedFetch
 from kraft.raft.messages import (
     ApiVersionsResult,
     FetchRequest,
     OffsetAndEpoch,
+    ReplicaKey,
     Request,
     Response,
 )
@@ -175,6 +177,61 @@ class FollowerLaneReport:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
+class VoterFetched:
+    """A voter's progress row as a leader's lane left it: its fetches since the lane was armed
+    or last reported, the last at `last_fetch_ms` from `end_offset` (the fields of
+    `kraft.raft.leader.ReplicaProgress`, which the lane keeps by its rules)."""
+
+    key: ReplicaKey
+    end_offset: int
+    last_fetch_ms: int
+    last_caught_up_ms: int
+    prev_fetch_leader_end: int
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class LeaderLaneReport:
+    """What a leader's native lane did under the lease `RaftCore.leader_lane()` gave it
+    (docs/native-lane.md), since it was armed or last reported.
+
+    The lane took the voters' plain fetches (each an acknowledgement), the clients' appends
+    (one batch each, all of `epoch`, the lease's) and its own syncs; it moved the high
+    watermark by the rules, answered the fetches and the committed appends. The core takes
+    this as if it had handled each of those itself. The runtime hands a report over before
+    any other event of this core, so the core still leads `epoch`.
+
+    - `appended`: the (base, last) offsets of each batch the lane appended, in order;
+    - `appended_bytes`: their records' size, for the snapshot trigger;
+    - `durable_end`: the leader's log is durable below this offset;
+    - `high_watermark`: the lane's; the core's, from the same rows, must reach it;
+    - `voters`: the progress row of each voter that fetched since the last report;
+    - `hw_advanced_ms`, `writes_streaming`: when the high watermark last moved, and whether
+      the last append came within `hw_linger_ms` of it (`LeaderState`'s fields of those names);
+    - `pending`: (append id, last offset) of each append the lane hands over unanswered: the
+      core answers it (`AppendCommitted`) once committed;
+    - `parked`: the fetches the lane holds, handed over; the core answers each by its rules, at
+      the latest at its deadline;
+    - `armed`: the lane goes on under the same lease (a progress report: `pending` and
+      `parked` empty), or it has stopped. The core runs no timer and sends nothing on a
+      progress report.
+    """
+
+    epoch: int
+    appended: tuple[tuple[int, int], ...]
+    appended_bytes: int
+    durable_end: int
+    high_watermark: int | None
+    voters: tuple[VoterFetched, ...]
+    hw_advanced_ms: int
+    writes_streaming: bool
+    pending: tuple[tuple[int, int], ...]
+    parked: tuple[ParkedFetch, ...]
+    armed: bool
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
 class Shutdown:
     """Graceful shutdown: a leader resigns (EndQuorumEpoch) before the process stops."""
 
@@ -192,6 +249,7 @@ Event = (
     | SnapshotInstallFailed
     | ApiVersionsReceived
     | FollowerLaneReport
+    | LeaderLaneReport
     | Shutdown
 )
 """Every input of the core."""

@@ -25,9 +25,10 @@ PROGRESS_EVERY = 100
 
 
 def replay_command(seed: int, nodes: int, native_lane: bool = False,
-                   lane_drive: bool = False) -> str:
+                   lane_drive: bool = False, leader_drive: bool = False) -> str:
     """The command that replays one seed with a trace (with the lanes' options it ran with)."""
-    lane = (" --native-lane" if native_lane else "") + (" --lane-drive" if lane_drive else "")
+    lane = ((" --native-lane" if native_lane else "") + (" --lane-drive" if lane_drive else "")
+            + (" --leader-drive" if leader_drive else ""))
     return f"python -m kraft.sim --seed {seed} --nodes {nodes}{lane} --trace"
 
 
@@ -64,15 +65,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lane-drive", action="store_true",
                     help="the followers' lanes take the leader's answers, append, sync and fetch, "
                          "and report to their cores (kraft.sim.lane_drive)")
+    ap.add_argument("--leader-drive", action="store_true",
+                    help="the leaders' lanes take the voters' fetches, the clients' appends and "
+                         "their own syncs, and report to their cores (kraft.sim.leader_drive)")
     args = ap.parse_args(argv)
-    if args.native_lane and args.no_lane_shadow and not args.lane_drive:
-        ap.error("--native-lane needs the lane's check or --lane-drive: leave out "
+    if (args.native_lane and args.no_lane_shadow and not args.lane_drive
+            and not args.leader_drive):
+        ap.error("--native-lane needs the lane's check or a drive: leave out "
                  "--no-lane-shadow")
     if args.native_lane and native() is None:
         ap.error("--native-lane: the C implementation (kraft.raft._lane) was not built; "
                  "install the project again with a C compiler on the machine")
     params = SimParams(nodes=args.nodes, lane_shadow=not args.no_lane_shadow,
-                       lane_native=args.native_lane, lane_drive=args.lane_drive)
+                       lane_native=args.native_lane, lane_drive=args.lane_drive,
+                       leader_drive=args.leader_drive)
 
     if args.seed is not None:
         trace = print if args.trace else None
@@ -97,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
             results.append(r)
             if not r.ok:
                 print(f"FAIL seed={seed}: {r.violation}", file=sys.stderr)
-                replay = replay_command(seed, args.nodes, args.native_lane, args.lane_drive)
+                replay = replay_command(seed, args.nodes, args.native_lane, args.lane_drive,
+                                        args.leader_drive)
                 print(f"replay: {replay}", file=sys.stderr)
             if len(results) % PROGRESS_EVERY == 0:
                 if args.soak:

@@ -77,12 +77,14 @@ from kraft.raft.messages import (
     ReplicaKey,
     UpdateKRaftVersionRequest,
 )
+from kraft.raft.quorum import majority_size
 from kraft.raft.state import Role
 from kraft.raft.voters import VoterNode, VoterSet
 from kraft.sim.disk import SimDisk, SimSnapshot
 from kraft.sim.invariants import Invariants, InvariantViolation
 from kraft.sim.lane_drive import FollowerDrive
 from kraft.sim.lane_shadow import LaneShadow
+from kraft.sim.leader_drive import LeaderDrive
 
 ADMIN = -100
 """Node id the simulated admin client uses as its source."""
@@ -90,7 +92,7 @@ ADMIN = -100
 LISTENER = "CONTROLLER"
 
 # event-queue item kinds
-_DELIVER, _TICK, _FLUSH, _LOCAL, _FAULT, _CLIENT, _HEAL, _ADMIN, _LANE_SYNC = range(9)
+_DELIVER, _TICK, _FLUSH, _LOCAL, _FAULT, _CLIENT, _HEAL, _ADMIN, _LANE_SYNC, _LEADER_LANE = range(10)
 FAILURE_JITTER_MS = 5
 """A refused connection or a closed one reaches the sender 1..5 ms later (its timers and the
 other replicas' do not line up to the millisecond, as they do not in real processes)."""
@@ -134,6 +136,10 @@ class SimParams:
     lane_drive: bool = False
     """The followers' lanes do the work of the steady state (`kraft.sim.lane_drive`): they
     take the leader's answers, append, sync and fetch, and report to their cores."""
+    leader_drive: bool = False
+    """The leaders' lanes do the work of the steady state (`kraft.sim.leader_drive`): they
+    take the voters' fetches, the clients' appends and their own syncs, answer them, and
+    report to their cores."""
 
 
 @dataclass(slots=True)
@@ -217,6 +223,9 @@ class Simulation:
         self._append_seq = 0
         self._value_seq = 0
         self._after_heal_appends: set[int] = set()
+        self._unanswered: dict[tuple[int, int, int], int] = {}
+        """Requests delivered after healing and not answered yet: (replica, sender, id) ->
+        when. With no fault left, every request gets its answer (`request_answered`)."""
         self.committed_appends = 0
         self._admin_corr = 0
         self.nodes: dict[int, SimNode] = {}
@@ -232,6 +241,9 @@ class Simulation:
         self.drive: FollowerDrive | None = None
         if self.params.lane_drive:
             self.drive = FollowerDrive(self, self.inv.fail, module)
+        self.leader_drive: LeaderDrive | None = None
+        if self.params.leader_drive:
+            self.leader_drive = LeaderDrive(self, self.inv.fail, module)
         self._build()
 
     # ------------------------------------------------------------------ setup
@@ -373,6 +385,7 @@ class Simulation:
                 if self.live_after_heal and self.now > p.fault_ms + 1000:
                     # Liveness shown; run a little more to check the healed steady state.
                     end = min(end, self.now + 1500)
+            self._check_answered(end)
             if not self.live_after_heal:
                 self.inv.fail(
                     "liveness",
@@ -384,6 +397,8 @@ class Simulation:
             violation = f"exception: {type(exc).__name__}: {exc}"
         if self.drive is not None:
             self.stats.update(self.drive.stats)
+        if self.leader_drive is not None:
+            self.stats.update(self.leader_drive.stats)
         if self.lanes is not None:
             self.stats["lane_handled"] = self.lanes.handled
             self.stats["lane_handed_over"] = self.lanes.handed_over
@@ -428,13 +443,16 @@ class Simulation:
                 return
             if n.outstanding and isinstance(payload, ResponseReceived | RequestFailed):
                 n.outstanding.pop(payload.correlation_id, None)
+            if self.healed_at is not None and type(payload) is RequestReceived:
+                assert isinstance(payload, RequestReceived)
+                self._unanswered[(node_id, payload.source, payload.correlation_id)] = self.now
             drive = self.drive
             if drive is not None:
                 if drive.take(n, payload):  # type: ignore[arg-type]
                     self._arm(n)
                     return
                 payload = drive.translate(n, payload)  # type: ignore[arg-type]
-            self._deliver(n, payload)  # type: ignore[arg-type]
+            self._deliver_or_lane(n, payload)  # type: ignore[arg-type]
         elif kind == _TICK:
             n = self.nodes[node_id]
             if n.core is None or inc != n.incarnation or n.timer_at != self.now:
@@ -459,13 +477,24 @@ class Simulation:
                 return
             n.flush_pending = False
             end = n.disk.flush()
-            self._deliver(n, Persisted(end))
+            self._deliver_or_lane(n, Persisted(end))
         elif kind == _LANE_SYNC:
             n = self.nodes[node_id]
             if n.core is None or inc != n.incarnation:
                 return
             assert self.drive is not None and isinstance(payload, int)
             self.drive.synced(n, payload)
+            self._arm(n)
+        elif kind == _LEADER_LANE:
+            n = self.nodes[node_id]
+            if n.core is None or inc != n.incarnation:
+                return
+            assert self.leader_drive is not None and isinstance(payload, tuple)
+            what, token = payload
+            if what == "sync":
+                self.leader_drive.synced(n, token)
+            else:
+                self.leader_drive.timer(n, token)
             self._arm(n)
         elif kind == _CLIENT:
             self._client()
@@ -476,17 +505,43 @@ class Simulation:
         elif kind == _HEAL:
             self._heal()
 
+    def _deliver_or_lane(self, n: SimNode, event: Event) -> None:
+        """`event` to the leader's lane, if armed and it takes it; else to the core."""
+        lead = self.leader_drive
+        if lead is not None and lead.take(n, event):
+            self._arm(n)
+            return
+        self._deliver(n, event)
+
     def _deliver(self, n: SimNode, event: Event) -> None:
         drive = self.drive
-        if drive is None:
+        lead = self.leader_drive
+        if drive is None and lead is None:
             self._deliver_core(n, event)
             return
-        drive.disarm(n, "event")  # the lane reports before the core sees anything else
+        # a lane reports before the core sees anything else
+        if drive is not None:
+            drive.disarm(n, "event")
+        if lead is not None and n.core is not None:
+            lead.disarm(n, "event")
         if n.core is None:
             return
         self._deliver_core(n, event)
         if n.core is not None:
-            drive.arm(n)
+            if drive is not None:
+                drive.arm(n)
+            if lead is not None:
+                lead.arm(n)
+
+    def _leader_lane_later(self, n: SimNode, what: str, token: int, at: int) -> None:
+        """The leader lane's sync completes, or its parked fetches' timer fires, at `at`."""
+        self._push(at, _LEADER_LANE, n.node_id, (what, token), n.incarnation)
+
+    def _append_committed(self, append_id: int) -> None:
+        """A client's append was answered as committed."""
+        self.committed_appends += 1
+        if append_id in self._after_heal_appends:
+            self.live_after_heal = True
 
     def _lane_sync_later(self, n: SimNode, token: int) -> None:
         """The sync a follower's lane started completes 1-8 ms from now (as a flush does)."""
@@ -522,7 +577,19 @@ class Simulation:
 
     # ------------------------------------------------------------------ network
 
+    def _check_answered(self, end: int) -> None:
+        """After healing nothing is lost, delayed past `max_delay_ms`, or crashed: a request
+        still unanswered a request timeout after it arrived was dropped by its replica."""
+        limit = min(n.config.request_timeout_ms for n in self.nodes.values())
+        for (node, source, corr), at in sorted(self._unanswered.items(), key=lambda x: x[1]):
+            if at + limit < min(self.now, end):
+                self.inv.fail("request_answered", f"node {node} never answered request #{corr} "
+                              f"of node {source}, which arrived at {at}")
+
     def _send(self, src: int, dst: int, event: Event) -> None:
+        if self._unanswered and type(event) is ResponseReceived:
+            assert isinstance(event, ResponseReceived)
+            self._unanswered.pop((src, dst, event.correlation_id), None)
         if dst not in self.nodes and dst != ADMIN:
             return
         if (src, dst) in self.blocked or self.rng.random() < self.loss:
@@ -659,9 +726,7 @@ class Simulation:
             elif t is AppendCommitted:
                 assert isinstance(e, AppendCommitted)
                 if e.error_code == ErrorCode.NONE:
-                    self.committed_appends += 1
-                    if e.append_id in self._after_heal_appends:
-                        self.live_after_heal = True
+                    self._append_committed(e.append_id)
             elif t is SendFetchSnapshotResponse:
                 assert isinstance(e, SendFetchSnapshotResponse)
                 r = e.response
@@ -733,9 +798,40 @@ class Simulation:
             n.flush_pending = True
             self._push(self.now + self.rng.randint(1, 8), _FLUSH, n.node_id, None, n.incarnation)
 
+    def check_durable_majority(self, n: SimNode, hw: int) -> None:
+        """Leader `n` claims its log committed below `hw`: a majority of its voters must hold
+        that prefix durably (a crash of any minority then loses none of it)."""
+        core = n.core
+        chain = n.disk.chain_at(hw)
+        if core is None or chain is None:
+            return
+        voters = core.voters()
+        held = 0
+        for v in voters.voters:
+            m = self.nodes.get(v.id)
+            if m is None:
+                continue
+            d = m.disk
+            if v.key.directory_id is not None and d.directory_id != v.key.directory_id:
+                # the voter's disk was lost and replaced since: what it acknowledged went with
+                # it, and the voter can no longer vote (KIP-853), so it cannot be checked
+                held += 1
+                continue
+            if hw < d.start_offset or (hw <= d.start_offset + d.durable_len
+                                        and d.chain_at(hw) == chain):
+                held += 1
+        self.inv.checks += 1
+        if held < majority_size(len(voters)):
+            self.inv.fail("committed_durable_majority",
+                          f"node {n.node_id} (epoch {core.epoch}) moved its high watermark to "
+                          f"{hw}, but only {held} of its {len(voters)} voters hold that prefix "
+                          "durably")
+
     def _commit(self, n: SimNode, hw: int) -> None:
         inv = self.inv
         inv.check_hw_monotonic(n.node_id, n.last_hw, hw)
+        if hw > n.last_hw and n.core is not None and n.core.role is Role.LEADER:
+            self.check_durable_majority(n, hw)
         n.last_hw = hw
         disk = n.disk
         for o in range(max(n.applied_to, disk.start_offset), hw):
@@ -809,7 +905,7 @@ class Simulation:
                 values.append(self._value_seq)
             if self.healed_at is not None:
                 self._after_heal_appends.add(self._append_seq)
-            self._deliver(n, Append(self._append_seq, tuple(values), count))
+            self._deliver_or_lane(n, Append(self._append_seq, tuple(values), count))
         self._push(self.now + self.rng.randint(20, 150), _CLIENT, 0, None)
 
     def _alive(self) -> list[SimNode]:
@@ -824,6 +920,8 @@ class Simulation:
         n.core = None
         if self.drive is not None:
             self.drive.crashed(n)
+        if self.leader_drive is not None:
+            self.leader_drive.crashed(n)
         n.disk.crash()
         n.partials.clear()
         n.immediate.clear()

@@ -15,6 +15,13 @@ Each check is incremental (O(1) or O(new records)) so it can run after every eve
 * `hw_monotonic` - a replica's high watermark never goes back;
 * `state_machine_prefix` - every replica applies a prefix of one single history;
 * `voter_change_single` - consecutive committed voters sets differ by at most one voter.
+
+Two more are checked by `kraft.sim.cluster.Simulation`, which sees the disks:
+
+* `committed_durable_majority` - whenever a leader (its core, or its lane) moves its high
+  watermark, a majority of its voters hold that prefix durably;
+* `request_answered` - once the faults are healed, every request delivered to a replica is
+  answered within a request timeout.
 """
 
 from __future__ import annotations

@@ -208,7 +208,7 @@ def mutate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], None]]:
 
 
 @pytest.mark.parametrize(("which", "expect"), [
-    ("acknowledge before the sync", "acknowledged_committed_lost"),
+    ("acknowledge before the sync", "committed_durable_majority"),
     ("append past a divergence", ""),
     ("report no appended records", "lane-drive"),
 ])
