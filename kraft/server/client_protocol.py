@@ -227,6 +227,45 @@ class ClientProtocol(asyncio.Protocol):
         if self._buf:
             self._parse_buffer()
 
+    # ------------------------------------------------------------------ lending (leader lane)
+
+    def lendable(self) -> bool:
+        """The connection can be lent (`lend`): open, reading, with no request in flight and
+        nothing waiting to be written."""
+        t = self.transport
+        return (t is not None and not t.is_closing() and not self._in_flight and not self._out
+                and not self._read_paused and not self._write_blocked
+                and not t.get_write_buffer_size() and t.get_extra_info("socket") is not None)
+
+    def lend(self) -> tuple[int, bytes]:
+        """Lend the socket to the leader's native lane, which reads the PUTs and answers them:
+        reading pauses. Returns the descriptor (still this connection's) and the bytes read
+        and not handled yet, which the lane reads first."""
+        t = self.transport
+        assert t is not None
+        self._read_paused = True
+        t.pause_reading()
+        unread = bytes(self._buf)
+        self._buf.clear()
+        return t.get_extra_info("socket").fileno(), unread
+
+    def give_back(self, unread: bytes, pending: list[tuple[int, int]]) -> list[Completion]:
+        """The socket back from `lend`: `pending` are the (request id, offset) of PUTs the lane
+        wrote and did not answer; their completions are returned, for the node to complete
+        once they are applied. Then `unread` is handled as if it had just arrived."""
+        replies: list[Completion] = []
+        for rid, _offset in pending:
+            self._in_flight += 1  # every request gets exactly one `_reply`
+            replies.append(_WriteReply(self, rid, OP_PUT))
+        self._buf += unread
+        self._read_paused = False
+        t = self.transport
+        if t is not None and not t.is_closing():
+            t.resume_reading()
+            if self._buf:
+                self._parse_buffer()
+        return replies
+
     def pause_writing(self) -> None:
         # the client does not read its answers: take no more requests from it meanwhile
         self._write_blocked = True

@@ -172,6 +172,15 @@ class NodeConfig(BaseModel):
     interpreter, and reports to the core every `kraft.lane.tick.ms` and before a local read.
     false: the Python path does it all. Ignored (with a warning) where the extension was not
     built or with `kraft.log.fsync=false`."""
+    lane_leader: bool = Field(default=False, alias="kraft.lane.leader")
+    """true: a leader in the steady state of its epoch hands the binary client protocol's
+    connection (when it is the only one), its voters' fetch connections and the active segment
+    to the native lane (`kraft.server.leader_lane`, docs/native-lane.md step 3), a loop in C on
+    a thread of its own that batches the PUTs, writes, replicates and syncs them, counts the
+    voters' acknowledgements, and answers each PUT at its commit; it reports to the core every
+    `kraft.lane.tick.ms` and before a local read. false (the default): the Python path does it
+    all. Ignored (with a warning) where the extension was not built or with
+    `kraft.log.fsync=false`."""
     lane_tick_ms: int = Field(default=2, ge=1, le=60_000, alias="kraft.lane.tick.ms")
     """How often, in ms, the node takes a running follower lane's progress into the core (its
     log end, durable end, high watermark and fetch deadline; the apply follows). A local read
@@ -254,7 +263,7 @@ class NodeConfig(BaseModel):
             out[int(ident)] = f"{host}:{port}"
         return out
 
-    @field_validator("auto_join_enable", "fsync", "lane_follower", mode="before")
+    @field_validator("auto_join_enable", "fsync", "lane_follower", "lane_leader", mode="before")
     @classmethod
     def _parse_bool(cls, value: Any) -> Any:
         if isinstance(value, str):

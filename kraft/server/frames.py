@@ -354,6 +354,46 @@ class _FrameServerProtocol(asyncio.Protocol):
         if self._buf and not self._paused and not self._closing:
             self._process_buffer()
 
+    # ------------------------------------------------------------------ lending (leader lane)
+
+    def lendable(self, pending: int) -> bool:
+        """The connection can be lent (`lend`): open, reading, with nothing waiting to be
+        written, and exactly `pending` requests awaiting their answer."""
+        t = self.transport
+        return (t is not None and not self._closing and not self._paused
+                and not self._write_blocked and len(self._queue) == pending
+                and not t.get_write_buffer_size() and t.get_extra_info("socket") is not None)
+
+    def lend(self) -> tuple[int, bytes]:
+        """Lend the socket to another reader and writer (the leader's native lane): reading
+        pauses, and the requests awaiting an answer are dropped (the borrower answers them).
+        Returns the socket's descriptor, which stays this connection's, and the bytes read and
+        not handled yet, which the borrower reads first."""
+        t = self.transport
+        assert t is not None
+        self._reading = False
+        t.pause_reading()
+        self._queue.clear()
+        self._arm_partial_timer(False)
+        unread = bytes(self._buf)
+        self._buf.clear()
+        return t.get_extra_info("socket").fileno(), unread
+
+    def give_back(self, unread: bytes, waiting: DeferredReply | None = None) -> None:
+        """The socket back from `lend`: `waiting` is a request the borrower read and did not
+        answer (it is answered first, through the reply), then `unread` is handled as if it
+        had just arrived."""
+        if waiting is not None:
+            slot = _Pending()
+            self._queue.append(slot)
+            waiting.bind(lambda body: self._settle(slot, body))
+        if self.transport is None or self._closing:
+            return
+        self._buf += unread
+        self._update_reading()  # reading resumes (lend paused it)
+        if self._buf:
+            self._process_buffer()
+
     def _update_reading(self) -> None:
         want = not (self._paused or self._write_blocked)
         if want != self._reading and self.transport is not None and not self._closing:

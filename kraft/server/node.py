@@ -84,6 +84,7 @@ from kraft.server.frames import (
     PeerInfo,
     ReplyBody,
 )
+from kraft.server.leader_lane import LeaderLaneRunner
 from kraft.server.metrics import DISK_LATENCY_BUCKETS, Registry
 from kraft.server.translate import (
     TopLevelError,
@@ -236,16 +237,18 @@ class _FrameAnswer:
     """A Kafka request frame waiting for the core's answer: encodes it into the frame body
     the listener writes back (or a REQUEST_TIMED_OUT answer when the core never answers)."""
 
-    __slots__ = ("api", "corr", "deadline", "future", "version")
+    __slots__ = ("api", "corr", "deadline", "future", "peer", "version")
 
     def __init__(self, api: ApiKey, version: int, corr: int, future: DeferredReply,
-                 deadline: float) -> None:
+                 deadline: float, peer: int = -1) -> None:
         self.api = api
         self.version = version
         self.corr = corr
         self.future = future
         self.deadline = deadline
         """Loop time after which it is answered REQUEST_TIMED_OUT (`KraftNode._sweep_inbound`)."""
+        self.peer = peer
+        """The listener's id of the connection the frame came on (-1: not kept)."""
 
     def finish(self, response: m.Response, records: bytes | None) -> None:
         if self.future.done():
@@ -388,6 +391,10 @@ class KraftNode:
         (the count of takes that serves each, its future)."""
         self._lane_takes = 0
         """How often the core loop took the lane's progress for the readers (`lane_catch_up`)."""
+        self._leader_lane: LeaderLaneRunner | None = None
+        """The leader's native lane (`kraft.lane.leader`), when on and built."""
+        self._fetch_peers: dict[int, int] = {}
+        """Replica id -> the listener's id of the connection its last fetch came on."""
         self._fetch_sent: tuple[int, KafkaConnection, int, int] | None = None
         """The last fetch sent on an open connection: (the core's correlation id, the
         connection, the correlation id it was sent with, the version): the lane arms with
@@ -458,6 +465,14 @@ class KraftNode:
                             "the native extension kraft.raft._lane was not built")
             else:
                 self._lane = FollowerLaneRunner(self, module)
+        if cfg.lane_leader:
+            module = native()
+            if module is None or not cfg.fsync:
+                log.warning("event=leader_lane_unavailable replica=%d reason=%s", cfg.node_id,
+                            "kraft.log.fsync=false" if cfg.fsync is False else
+                            "the native extension kraft.raft._lane was not built")
+            else:
+                self._leader_lane = LeaderLaneRunner(self, module)
         self._flusher = _Flusher(md.log.flush, self._flushed_from_thread)
         engine = "thread"
         if cfg.fsync and cfg.flush_mode != "inline":
@@ -545,6 +560,8 @@ class KraftNode:
             await self.client_server.stop()
         if self._lane is not None:
             self._lane.close()  # before its connection and its segment are closed
+        if self._leader_lane is not None:
+            self._leader_lane.close()
         self.network.close()
         self._sweep.cancel()
         if self._core_timer is not None:
@@ -635,6 +652,8 @@ class KraftNode:
                     # replicates while this one is applied. One step, then whatever the
                     # transports delivered meanwhile.
                     self._apply_step()
+                    if self._leader_lane is not None and not self._leader_lane.armed:
+                        self._leader_lane.try_arm()  # a writer was answered: the next may come
                     await asyncio.sleep(0)
                     continue
                 if not events and not lone:
@@ -665,7 +684,7 @@ class KraftNode:
                     # before the fetches that arrived with it (see _submit_pending).
                     self._submit_pending()
                 item = lone.popleft() if lone else events.popleft() if events else ev.Tick()
-                lane = self._lane
+                lane = self._active_lane()
                 if isinstance(item, tuple):
                     kind, payload = item
                     if kind == "flushed":
@@ -688,7 +707,8 @@ class KraftNode:
                         item = report
                     else:  # pragma: no cover
                         continue
-                if lane is not None and lane.armed and type(item) is not ev.FollowerLaneReport:
+                if (lane is not None and lane.armed and type(item) is not ev.FollowerLaneReport
+                        and type(item) is not ev.LeaderLaneReport):
                     if type(item) is ev.Tick:
                         due = core.next_deadline()
                         if due is None or due > now_ms():
@@ -699,11 +719,12 @@ class KraftNode:
                         await self._execute(core.handle(report, now_ms()))
                 effects = core.handle(item, now_ms())
                 await self._execute(effects)
-                if lane is not None:
-                    if self._lane_readers:
-                        self._lane_read_done()
-                    if not lane.armed:
-                        lane.try_arm(self._fetch_sent)
+                if self._lane_readers:
+                    self._lane_read_done()
+                if self._lane is not None and not self._lane.armed:
+                    self._lane.try_arm(self._fetch_sent)
+                if self._leader_lane is not None and not self._leader_lane.armed:
+                    self._leader_lane.try_arm()
                 if self._flush_due:
                     self._flush_due += 1
                 if self._apply_target > sm.applied_offset:
@@ -716,6 +737,14 @@ class KraftNode:
                          exc_info=True)
             self._stopped.set()
             raise
+
+    def _active_lane(self) -> FollowerLaneRunner | LeaderLaneRunner | None:
+        """The lane that runs or ended unreported (at most one: a node leads or follows), else
+        the follower's runner, if any."""
+        lead = self._leader_lane
+        if lead is not None and (lead.armed or lead.ended):
+            return lead
+        return self._lane if self._lane is not None else lead
 
     def _core_timer_fired(self) -> None:
         self._core_timer = None
@@ -1319,7 +1348,9 @@ class KraftNode:
             fetch = decode_fetch_request(frame, self.cluster_id)
             if fetch is not None:
                 version, corr, req = fetch
-                return self._defer(ApiKey.FETCH, version, corr, req, req.replica_id)
+                self._fetch_peers[req.replica_id] = peer.connection_id
+                return self._defer(ApiKey.FETCH, version, corr, req, req.replica_id,
+                                   peer.connection_id)
         try:
             header, data = decode_request(frame)
         except UnsupportedVersionError as exc:
@@ -1348,7 +1379,7 @@ class KraftNode:
         return self._defer(ApiKey(api), version, corr, request)
 
     def _defer(self, api: ApiKey, version: int, corr: int, request: m.Request,
-               source: int | None = None) -> DeferredReply:
+               source: int | None = None, peer: int = -1) -> DeferredReply:
         """Hand a decoded request to the core; its answer completes the returned reply."""
         timeout = FRAME_ANSWER_TIMEOUT_S
         if isinstance(request, m.AddRaftVoterRequest):
@@ -1357,7 +1388,7 @@ class KraftNode:
         key = self._inbound_ids
         assert self._loop is not None
         deadline = self._loop.time() + timeout
-        answer = _FrameAnswer(api, version, corr, DeferredReply(), deadline)
+        answer = _FrameAnswer(api, version, corr, DeferredReply(), deadline, peer)
         self._inbound[key] = answer
         self._sweep.ask(deadline)
         self._enqueue(ev.RequestReceived(_source_of(request) if source is None else source, key,
@@ -1538,7 +1569,7 @@ class KraftNode:
         taken answers the core was not told of: the core loop takes the lane's progress next
         and applies what it committed (docs/native-lane.md: every read drains the lane).
         None when there is nothing to wait for."""
-        lane = self._lane
+        lane = self._active_lane()
         if lane is None or not lane.has_progress() or self._loop is None:
             return None
         fut: asyncio.Future[None] = self._loop.create_future()
@@ -1589,6 +1620,8 @@ class KraftNode:
                        for v in core.voters().voters],
             "kraft_version": core.kraft_version,
             **({"lane": self._lane.stats()} if self._lane is not None else {}),
+            **({"leader_lane": self._leader_lane.stats()}
+               if self._leader_lane is not None else {}),
         }
 
     def readiness(self) -> tuple[bool, str]:

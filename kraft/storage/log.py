@@ -678,10 +678,11 @@ class SegmentedLog:
             del self._tail_lasts[:-TAIL_BATCHES]
             del self._tail_pos[:-TAIL_BATCHES]
 
-    def adopt_written(self, write_pos: int) -> int:
-        """Owner thread: take as appended, and durable, the batches that another writer (the
-        follower's native lane) wrote and fdatasynced at the end of the active segment, up to
-        file position `write_pos`; returns the new log end offset.
+    def adopt_written(self, write_pos: int, durable_end: int | None = None) -> int:
+        """Owner thread: take as appended the batches that another writer (a native lane)
+        wrote at the end of the active segment, up to file position `write_pos`, and as
+        durable all of them, or (with `durable_end`) the log below that offset when it is the
+        new log end; returns the new log end offset.
 
         They are read back and checked as `append` checks its batches; the index, the epoch
         cache, the tail and the durable end then move as if `append` and `flush` had written
@@ -697,6 +698,12 @@ class SegmentedLog:
                 f"adopt: write position {write_pos} is before the end {start} of {active.path}"
             )
         if write_pos == start:
+            if durable_end is not None:
+                with self._lock:
+                    end = self._segments[-1].next_offset
+                    if durable_end >= end > self._durable:
+                        self._durable = end  # synced since it was adopted
+                        self._durable_at = (active.base_offset, active.size)
             return self.log_end_offset
         data = self._pread(active, write_pos - start, start)
         if len(data) != write_pos - start:
@@ -708,7 +715,7 @@ class SegmentedLog:
             self._appended_locked(active, start, data, metas, expected)
             if self._direct is not None:
                 self._direct.blk = -1  # its copy of the last block is stale now
-            if expected > self._durable:
+            if expected > self._durable and (durable_end is None or durable_end >= expected):
                 self._durable = expected
                 self._durable_at = (active.base_offset, active.size)
         self._schedule_checkpoint()

@@ -1,0 +1,353 @@
+"""The leader's native lane in the node (docs/native-lane.md step 3; `kraft.lane.leader`).
+
+While a leader is in the steady state of its epoch, `LeaderLaneRunner` hands the binary client
+protocol's connection, its voters' fetch connections and the active segment to
+`kraft.raft._lane.LeaderShell`, a loop on its own thread without the GIL. The loop turns the
+client's PUTs into one batch per turn, writes it, sends it to the parked fetches, fdatasyncs it,
+counts the voters' fetches as acknowledgements, moves the high watermark, and answers each PUT
+once it is committed. Parked fetches are answered at their MaxWaitMs, and with the new high
+watermark when they asked for it (KIP-1166, with `kraft.raft.hw.linger.ms` as the core keeps
+it).
+
+The core learns what the loop did from `LeaderLaneReport`s:
+- a progress report every `kraft.lane.tick.ms`, and before a local read, while the loop did
+  something since the last one (the loop goes on): the segment's new batches are adopted by
+  the log (`adopt_written`), and the core moves its log end, durable end, high watermark and
+  the voters' rows, so the node applies what committed;
+- a last report when the lane stops, before the core handles any other event. It hands back the
+  parked fetches, which the voters' connections answer again when the core does; the PUTs not
+  committed yet, which the node answers when they are applied, as its own writes; and every
+  connection with its unread bytes.
+
+The lane arms only when the core gives a lease (`RaftCore.leader_lane()`), everything appended
+is durable with no flush in flight and no write of the node's own waiting, exactly one client
+connection is open with nothing in flight, and each connected voter's connection holds nothing
+but the fetch the core holds parked for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from kraft.protocol.api import ApiKey
+from kraft.raft import events as ev
+from kraft.raft import messages as m
+from kraft.raft.lane import to_native
+from kraft.raft.leader import LeaderState, ParkedFetch
+from kraft.server.fetch_fast import decode_fetch_request, encode_fetch_request
+from kraft.server.frames import DeferredReply, _FrameServerProtocol
+from kraft.storage.errors import StorageError
+
+if TYPE_CHECKING:
+    from kraft.server.client_protocol import ClientProtocol
+    from kraft.server.node import KraftNode
+
+
+log = logging.getLogger("kraft.server.leader_lane")
+
+
+@dataclass(slots=True)
+class _Armed:
+    """One armed lane: its loop, the lease, and the connections lent to it."""
+
+    shell: Any
+    epoch: int
+    client: ClientProtocol
+    voters: dict[int, _FrameServerProtocol]
+    keys: dict[int, m.ReplicaKey]
+    reported_end: int
+    reported_pos: int
+    reported_hw: int | None = None
+    reported_version: int = 0
+    """The loop's publish count the core was last told of."""
+
+
+class LeaderLaneRunner:
+    """Arms, ticks and stops one node's leader lane (`module` is `kraft.raft._lane`)."""
+
+    def __init__(self, node: KraftNode, module: ModuleType) -> None:
+        self._node = node
+        self._module = module
+        self._armed: _Armed | None = None
+        self._timer: Any = None
+        self._tick_s = node.config.lane_tick_ms / 1000
+        self.ended = False
+        """The loop ended on its own: the core loop takes its last report next."""
+        self.arms = 0
+        self.reports = 0
+        self.stops: dict[str, int] = {}
+        self.not_armed: dict[str, int] = {}
+
+    def stats(self) -> dict[str, Any]:
+        """What the lane has done (for the status page)."""
+        return {"armed": self._armed is not None, "arms": self.arms, "reports": self.reports,
+                "stops": dict(self.stops)}
+
+    @property
+    def armed(self) -> bool:
+        """The loop runs (the core must take its report before any other event)."""
+        return self._armed is not None
+
+    # ------------------------------------------------------------------ arming
+
+    def _why_not(self, why: str) -> None:
+        self.not_armed[why] = self.not_armed.get(why, 0) + 1
+
+    def try_arm(self) -> None:
+        """Arm the lane if the core gives a lease and the connections are in a state to lend."""
+        from kraft.server.node import _FrameAnswer
+
+        node = self._node
+        core, md, clients, listener = node.core, node.md, node.client_server, node.listener
+        if (self._armed is not None or core is None or md is None or clients is None
+                or listener is None or node._loop is None):
+            return
+        lease = core.leader_lane()
+        if lease is None or core.log.last_epoch() != lease.epoch:
+            return
+        s = core.state
+        assert isinstance(s, LeaderState)
+        dlog = md.log
+        if (dlog.flush_in_flight or dlog.durable_end_offset != dlog.log_end_offset
+                or dlog.log_end_offset != lease.log_end or node._flush_due):
+            return self._why_not("log")
+        if (node._events or node._lone_append or node._pending_values or node._waiting
+                or node._appends or node._uncommitted_appends):
+            return self._why_not("busy")
+        conns = [c for c in clients._connections if c.transport is not None]
+        if len(conns) != 1 or not conns[0].lendable():
+            return self._why_not("client")
+        client = conns[0]
+        by_id = {p.peer.connection_id: p for p in listener._connections}
+        parked = {p.source: p for p in s.parked}
+        if len(parked) != len(s.parked):
+            return self._why_not("parked")
+        voters: dict[int, _FrameServerProtocol] = {}
+        keys: dict[int, m.ReplicaKey] = {}
+        for v in lease.voters:
+            if v.is_leader or v.key is None:
+                continue
+            peer = node._fetch_peers.get(v.id)
+            proto = by_id.get(peer) if peer is not None else None
+            if proto is None:
+                continue  # not connected: its fetch, when it comes, stops the lane
+            p = parked.get(v.id)
+            if not proto.lendable(1 if p is not None else 0):
+                return self._why_not("voter")
+            if p is not None:
+                answer = node._inbound.get(p.correlation_id)
+                if type(answer) is not _FrameAnswer or answer.peer != peer:
+                    return self._why_not("voter_parked")
+            voters[v.id] = proto
+            keys[v.id] = v.key
+        if any(rid not in voters for rid in parked):
+            return self._why_not("parked_elsewhere")  # an observer's fetch, or another conn's
+        active = dlog.segments[-1]
+        C = self._module
+        # what the loop starts from: each voter's row and parked fetch, nothing changed yet
+        rows: dict[int, tuple[int, int, int, int, int] | None] = {}
+        waiting: dict[int, tuple[int, bytes, int, bool]] = {}
+        for rid in voters:
+            row = s.progress.get(keys[rid])
+            rows[rid] = None if row is None else (row.end_offset, row.last_fetch_ms,
+                                                  row.last_caught_up_ms, row.prev_fetch_ms,
+                                                  row.prev_fetch_leader_end)
+            p = parked.get(rid)
+            if p is not None:
+                answer = node._inbound[p.correlation_id]
+                assert type(answer) is _FrameAnswer
+                frame = encode_fetch_request(p.request, node.cluster_id, answer.version,
+                                             answer.corr, None)
+                if frame is None:
+                    return self._why_not("voter_parked")
+                waiting[rid] = (answer.corr, frame, p.deadline,
+                                p.request.high_watermark is not None)
+        # lend: from here on the sockets are the loop's
+        for p in core.lend_parked():
+            node._inbound.pop(p.correlation_id, None)
+        setup: list[tuple[Any, ...]] = []
+        for rid, proto in voters.items():
+            fd, unread = proto.lend()
+            setup.append((fd, rid, rows[rid], waiting.get(rid), unread))
+        client_fd, client_unread = client.lend()
+        try:
+            shell = C.LeaderShell(
+                client_fd, setup, active.fd, active.size, to_native(lease, C), s.leader_id,
+                node.cluster_id, lease.log_start, int(time.time() * 1000),
+                linger_ms=core.config.hw_linger_ms, hw_advanced_ms=s.hw_advanced_at,
+                writes_streaming=s.writes_streaming, client_unread=client_unread,
+                write_limit=max(dlog.segment_bytes, active.size))
+            version = shell.version()
+            shell.start()
+        except (OSError, ValueError, RuntimeError, TypeError) as exc:
+            log.warning("event=leader_lane_not_armed replica=%d error=%r",
+                        node.config.node_id, str(exc))
+            # nothing ran: the parked fetches are the core's again, the connections theirs
+            s.parked.extend(self._give_back(
+                voters, client, [(rid, u, waiting.get(rid)) for _fd, rid, _r, _w, u in setup],
+                client_unread, [], -1))
+            return
+        self._armed = _Armed(shell, lease.epoch, client, voters, keys, lease.log_end,
+                             active.size, lease.high_watermark, version)
+        node._loop.add_reader(shell.done_fd, self._ended)
+        self._timer = node._loop.call_later(self._tick_s, self._tick)
+        self.arms += 1
+        log.debug("event=leader_lane_armed replica=%d epoch=%d voters=%s log_end=%d",
+                  node.config.node_id, lease.epoch, sorted(voters), lease.log_end)
+
+    # ------------------------------------------------------------------ ticks
+
+    def _tick(self) -> None:
+        a = self._armed
+        if a is None:
+            self._timer = None
+            return
+        assert self._node._loop is not None
+        self._timer = self._node._loop.call_later(self._tick_s, self._tick)
+        if self.has_progress():
+            self._node._push(("lane", None))
+
+    def _ended(self) -> None:
+        """The loop ended on its own (a handover, a peer closing, a failure)."""
+        if self._armed is not None:
+            assert self._node._loop is not None
+            self._node._loop.remove_reader(self._armed.shell.done_fd)
+            self.ended = True
+            self._node._push(("lane", None))
+
+    def has_progress(self) -> bool:
+        """The running loop did something the core has not been told of."""
+        a = self._armed
+        return a is not None and a.shell.version() != a.reported_version
+
+    def progress_report(self) -> ev.LeaderLaneReport | None:
+        """What the running loop did since the last report (None: nothing new)."""
+        a = self._armed
+        if a is None:
+            return None
+        p = a.shell.progress()
+        if int(p["version"]) == a.reported_version:
+            return None
+        return self._report(a, p, armed=True)
+
+    def stop_report(self, cause: str) -> ev.LeaderLaneReport | None:
+        """Stop the loop, if armed, and return its last report (the core must handle it
+        before anything else); the connections go back at once."""
+        a = self._armed
+        if a is None:
+            return None
+        self._armed = None
+        self.ended = False
+        node = self._node
+        assert node._loop is not None
+        node._loop.remove_reader(a.shell.done_fd)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        r = a.shell.stop()
+        reason = str(r["reason"])
+        key = cause if reason == "stopped" else reason
+        self.stops[key] = self.stops.get(key, 0) + 1
+        if reason == "error" and r["error_at"] in ("write", "fdatasync"):
+            self._adopt(int(r["write_pos"]), int(r["durable"]), None)
+            raise StorageError(f"the leader lane's {r['error_at']} failed: error {r['error']}"
+                               " (the log can no longer be trusted; stopping)")
+        if reason == "error":
+            log.warning("event=leader_lane_stopped replica=%d reason=error at=%s error=%s",
+                        node.config.node_id, r["error_at"], r["error"])
+        report = self._report(a, r, armed=False)
+        parked = self._give_back(a.voters, a.client, r["parked"], bytes(r["client_unread"]),
+                                 [(int(i), int(o)) for i, o in r["pending"]], a.epoch)
+        log.debug("event=leader_lane_stopped replica=%d reason=%s cause=%s batches=%s",
+                  node.config.node_id, reason, cause, r["batches"])
+        return ev.LeaderLaneReport(
+            report.epoch, report.appended, report.appended_bytes, report.durable_end,
+            report.high_watermark, report.voters, report.hw_advanced_ms,
+            report.writes_streaming, (), tuple(parked), False)
+
+    def _report(self, a: _Armed, p: dict[str, Any], armed: bool) -> ev.LeaderLaneReport:
+        log_end = int(p["log_end"])
+        self._adopt(int(p["write_pos"]), int(p["durable"]), log_end)
+        appended = tuple((int(b), int(e)) for b, e in p["appended"])
+        if appended and appended[0][0] != a.reported_end:
+            raise StorageError(f"the leader lane reported batches from {appended[0][0]}, but "
+                               f"the log was told of records up to {a.reported_end}")
+        a.reported_end = log_end
+        a.reported_pos = int(p["write_pos"])
+        a.reported_hw = p["high_watermark"]
+        a.reported_version = int(p["version"])
+        voters = tuple(ev.VoterFetched(a.keys[rid], end, last, caught, prev_end)
+                       for rid, end, last, caught, prev_end in p["voters"] if rid in a.keys)
+        self.reports += 1
+        return ev.LeaderLaneReport(a.epoch, appended, int(p["appended_bytes"]),
+                                   int(p["durable"]), p["high_watermark"], voters,
+                                   int(p["hw_advanced_ms"]), bool(p["writes_streaming"]), (),
+                                   (), armed)
+
+    def _adopt(self, write_pos: int, durable: int, log_end: int | None) -> None:
+        md = self._node.md
+        assert md is not None
+        end = md.log.adopt_written(write_pos, durable)
+        if log_end is not None and end != log_end:
+            raise StorageError(f"the leader lane wrote up to offset {log_end}, but its bytes "
+                               f"in the segment end at {end}")
+
+    def _give_back(self, voters: dict[int, _FrameServerProtocol], client: ClientProtocol,
+                   parked: list[Any], client_unread: bytes, pending: list[tuple[int, int]],
+                   epoch: int) -> list[ParkedFetch]:
+        """The connections back to their transports, each with its unread bytes; the parked
+        fetches as the core's again (returned: the node answers each on its connection when
+        the core does); the PUTs not committed as the node's own writes, answered once
+        applied."""
+        from kraft.server.node import FRAME_ANSWER_TIMEOUT_S, _FrameAnswer
+
+        node = self._node
+        assert node._loop is not None
+        out: list[ParkedFetch] = []
+        for rid, unread, pt in parked:
+            proto = voters.get(rid)
+            if proto is None:
+                continue
+            reply = None
+            if pt is not None:
+                _corr, frame, deadline, _has_hw = pt
+                got = decode_fetch_request(frame, node.cluster_id)
+                if got is None:  # pragma: no cover - the loop keeps what it read and took
+                    raise StorageError("the leader lane handed back a fetch it cannot read")
+                version, wire_corr, req = got
+                node._inbound_ids += 1
+                key = node._inbound_ids
+                reply = DeferredReply()
+                answer = _FrameAnswer(ApiKey.FETCH, version, wire_corr, reply,
+                                      node._loop.time() + FRAME_ANSWER_TIMEOUT_S,
+                                      proto.peer.connection_id)
+                node._inbound[key] = answer
+                node._sweep.ask(answer.deadline)
+                out.append(ParkedFetch(rid, key, req, int(deadline)))
+            proto.give_back(bytes(unread), reply)
+        replies = client.give_back(client_unread, pending)
+        for (_rid, offset), reply_ in zip(pending, replies, strict=True):
+            node._waiting[int(offset)] = (epoch, reply_)
+        return out
+
+    def close(self) -> None:
+        """The node stops: end the loop and keep what it wrote (no report: the core is gone)."""
+        a = self._armed
+        if a is None:
+            return
+        self._armed = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._node._loop is not None:
+            self._node._loop.remove_reader(a.shell.done_fd)
+        r = a.shell.stop()
+        try:
+            self._adopt(int(r["write_pos"]), int(r["durable"]), None)
+        except StorageError as exc:
+            log.warning("event=leader_lane_close_failed replica=%d error=%r",
+                        self._node.config.node_id, str(exc))
