@@ -1607,8 +1607,8 @@ static PyObject *FollowerShell_report(FollowerShellObject *self)
         "write_pos", (long long)self->write_pos, "high_watermark",
         opt_i64(self->lane.has_hw, self->lane.hw), "last_epoch", (int)self->last_epoch,
         "fetch_correlation", (int)self->lane.fetch_correlation, "next_correlation",
-        (int)self->next_correlation, "unread", (const char *)self->in, (Py_ssize_t)self->in_len,
-        "error", self->t.error, "error_at", self->t.error_at ? self->t.error_at : "");
+        (int)self->next_correlation, "unread", self->in ? (const char *)self->in : "",
+        (Py_ssize_t)self->in_len, "error", self->t.error, "error_at", self->t.error_at ? self->t.error_at : "");
 }
 
 static PyObject *FollowerShell_progress(FollowerShellObject *self, PyObject *unused)
@@ -2689,8 +2689,16 @@ static void *leader_run(void *arg)
     LeaderShellObject *sh = arg;
     struct pollfd pf[LEADER_MAX_VOTERS + 2];
     int n = sh->nvoters;
+    /* what the connections had read before they were lent comes first */
+    for (int i = 0; i < n && sh->t.state == SHELL_RUNNING; i++)
+        if (sh->voters[i].in_len)
+            leader_take_fetches(sh, &sh->voters[i]);
+    if (sh->t.state == SHELL_RUNNING && sh->cin_len)
+        leader_take_puts(sh);
     for (;;) {
         int closed = 0, timeout = -1;
+        if (sh->t.state != SHELL_RUNNING)
+            break;
         int64_t now = wall_ms(), next = leader_expire(sh, now);
         if (next == -2)
             break;
@@ -3073,7 +3081,7 @@ static PyObject *LeaderShell_stop(LeaderShellObject *self, PyObject *unused)
         } else {
             Py_INCREF(parked);
         }
-        item = Py_BuildValue("(iy#N)", (int)v->replica_id, (const char *)v->in,
+        item = Py_BuildValue("(iy#N)", (int)v->replica_id, v->in ? (const char *)v->in : "",
                              (Py_ssize_t)v->in_len, parked);
         if (item == NULL)
             goto fail;
@@ -3086,7 +3094,8 @@ static PyObject *LeaderShell_stop(LeaderShellObject *self, PyObject *unused)
     Py_DECREF(voters);
     item = Py_BuildValue("{s:s,s:L,s:y#,s:i,s:s}", "reason", shell_reasons[self->t.state],
                          "batches", (long long)self->batches, "client_unread",
-                         (const char *)self->cin, (Py_ssize_t)self->cin_len, "error",
+                         self->cin ? (const char *)self->cin : "", (Py_ssize_t)self->cin_len,
+                         "error",
                          self->t.error, "error_at", self->t.error_at ? self->t.error_at : "");
     if (item == NULL || PyDict_Update(out, item) < 0) {
         Py_XDECREF(item);

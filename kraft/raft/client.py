@@ -308,7 +308,8 @@ class RaftCore:
         # the steady states first
         if isinstance(s, LeaderState):
             times.append(s.check_quorum_deadline)
-            times.append(s.begin_quorum_resend_at)
+            if self._begin_quorum_due(s):
+                times.append(s.begin_quorum_resend_at)
             times.extend(p.deadline for p in s.parked)
             if s.pending_change is not None:
                 times.append(s.pending_change.deadline)
@@ -818,6 +819,13 @@ class RaftCore:
                 self._reset_check_quorum(s)
             else:
                 self._resign("check-quorum: no majority fetched")
+
+    def _begin_quorum_due(self, s: LeaderState) -> bool:
+        """A voter has not acknowledged this epoch yet: BeginQuorumEpoch may be resent to it
+        (`_leader_timers`); once every voter has, the resend timer needs no Tick."""
+        own = self.key.id
+        acked = s.begin_quorum_acked
+        return any(v.id != own and v.id not in acked for v in self._voters().voters)
 
     def _check_quorum_ok(self, s: LeaderState) -> bool:
         voters = self._voters()

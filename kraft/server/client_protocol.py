@@ -230,11 +230,12 @@ class ClientProtocol(asyncio.Protocol):
     # ------------------------------------------------------------------ lending (leader lane)
 
     def lendable(self) -> bool:
-        """The connection can be lent (`lend`): open, reading, with no request in flight and
-        nothing waiting to be written."""
+        """The connection can be lent (`lend`): open, reading, with no request in flight,
+        nothing read and not handled (what the lane handed back waits for this connection's
+        own turn), and nothing waiting to be written."""
         t = self.transport
         return (t is not None and not t.is_closing() and not self._in_flight and not self._out
-                and not self._read_paused and not self._write_blocked
+                and not self._buf and not self._read_paused and not self._write_blocked
                 and not t.get_write_buffer_size() and t.get_extra_info("socket") is not None)
 
     def lend(self) -> tuple[int, bytes]:
@@ -263,7 +264,9 @@ class ClientProtocol(asyncio.Protocol):
         if t is not None and not t.is_closing():
             t.resume_reading()
             if self._buf:
-                self._parse_buffer()
+                # on the next loop turn: after the core took the lane's last report, so that
+                # a read among these bytes sees every write the lane answered
+                (self._loop or asyncio.get_running_loop()).call_soon(self._parse_buffer)
         return replies
 
     def pause_writing(self) -> None:

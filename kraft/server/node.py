@@ -1570,7 +1570,12 @@ class KraftNode:
         and applies what it committed (docs/native-lane.md: every read drains the lane).
         None when there is nothing to wait for."""
         lane = self._active_lane()
-        if lane is None or not lane.has_progress() or self._loop is None:
+        if lane is None or self._loop is None:
+            return None
+        if not lane.has_progress() and not (
+                lane is self._leader_lane and self._apply_target > self.sm.applied_offset):
+            # (a leader's lane answers a write at its commit, before it is applied: a local
+            # read waits for that apply, so a writer reads what it was told is written)
             return None
         fut: asyncio.Future[None] = self._loop.create_future()
         if not self._lane_readers or self._lane_readers[-1][0] <= self._lane_takes:
