@@ -1322,7 +1322,10 @@ static void shell_publish(FollowerShellObject *sh)
     pthread_mutex_unlock(&sh->lock);
 }
 
-static int shell_send_all(int sock, const uint8_t *p, size_t n)
+/* Send all of p[0..n) on a non-blocking socket, waiting while it is full; -1 on an error, or
+ * (with stop_fd >= 0) when stop_fd becomes readable meanwhile (errno ECANCELED): a peer that
+ * does not read its answers does not keep the loop from stopping. */
+static int send_all_or_stop(int sock, const uint8_t *p, size_t n, int stop_fd)
 {
     while (n > 0) {
         ssize_t w = send(sock, p, n, MSG_NOSIGNAL);
@@ -1330,8 +1333,11 @@ static int shell_send_all(int sock, const uint8_t *p, size_t n)
             if (errno == EINTR)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                struct pollfd pf = {sock, POLLOUT, 0};
-                poll(&pf, 1, 1000);
+                struct pollfd pf[2] = {{sock, POLLOUT, 0}, {stop_fd, POLLIN, 0}};
+                if (poll(pf, stop_fd >= 0 ? 2 : 1, 1000) > 0 && stop_fd >= 0 && pf[1].revents) {
+                    errno = ECANCELED;
+                    return -1;
+                }
                 continue;
             }
             return -1;
@@ -1340,6 +1346,11 @@ static int shell_send_all(int sock, const uint8_t *p, size_t n)
         n -= (size_t)w;
     }
     return 0;
+}
+
+static int shell_send_all(int sock, const uint8_t *p, size_t n)
+{
+    return send_all_or_stop(sock, p, n, -1);
 }
 
 /* Take every whole frame at the head of the input: 1 to go on reading, 0 when the loop ends
@@ -2360,12 +2371,12 @@ static int leader_answer_puts(LeaderShellObject *sh)
     for (i = 0; i < count; i++) {
         write_put_answer(out + k * PUT_ANSWER_SIZE, sh->pending_id[i], sh->pending_offset[i]);
         if (++k == 64) {
-            if (shell_send_all(sh->client, out, k * PUT_ANSWER_SIZE) != 0)
+            if (send_all_or_stop(sh->client, out, k * PUT_ANSWER_SIZE, sh->t.stop_pipe[0]) != 0)
                 return leader_fail(sh, "send");
             k = 0;
         }
     }
-    if (k && shell_send_all(sh->client, out, k * PUT_ANSWER_SIZE) != 0)
+    if (k && send_all_or_stop(sh->client, out, k * PUT_ANSWER_SIZE, sh->t.stop_pipe[0]) != 0)
         return leader_fail(sh, "send");
     memmove(sh->pending_id, sh->pending_id + count,
             (sh->npending - count) * sizeof sh->pending_id[0]);
@@ -2393,7 +2404,7 @@ static int leader_send_answer(LeaderShellObject *sh, shell_voter *v, int32_t cor
     buf[1] = (uint8_t)(n >> 16);
     buf[2] = (uint8_t)(n >> 8);
     buf[3] = (uint8_t)n;
-    rc = n ? shell_send_all(v->sock, buf, n + 4) : -1;
+    rc = n ? send_all_or_stop(v->sock, buf, n + 4, sh->t.stop_pipe[0]) : -1;
     if (buf != stackbuf)
         free(buf);
     return rc == 0 ? 1 : leader_fail(sh, "send");

@@ -262,6 +262,13 @@ class LeaderLaneRunner:
         report = self._report(a, r, armed=False)
         parked = self._give_back(a.voters, a.client, r["parked"], bytes(r["client_unread"]),
                                  [(int(i), int(o)) for i, o in r["pending"]], a.epoch)
+        if reason == "error":
+            # an answer may have been cut short on one of them: none can be trusted to be at a
+            # frame's boundary (the peers reconnect; a PUT not answered is then unknown to them)
+            for proto in a.voters.values():
+                proto.close()
+            if a.client.transport is not None:
+                a.client.transport.close()
         log.debug("event=leader_lane_stopped replica=%d reason=%s cause=%s batches=%s",
                   node.config.node_id, reason, cause, r["batches"])
         return ev.LeaderLaneReport(

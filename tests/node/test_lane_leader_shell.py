@@ -101,6 +101,8 @@ def leader_shell(tmp_path: Path, extra_voters: int = 0, **kw: Any,
              for i in range(extra_voters)]
     lease = LeaderLane(1, 0, 0, 1, 1, 1, [LaneVoter(1, None, True)] + [
         LaneVoter(rid, ReplicaKey(rid, d), False, 1) for rid, d in DIRS.items()] + extra)
+    for sock in [client_mine] + [mine for mine, _ in pairs.values()]:
+        sock.setblocking(False)  # as the node's (asyncio's) sockets are
     voters = kw.pop("voters", None) or [(mine.fileno(), rid) for rid, (mine, _) in pairs.items()]
     shell = C.LeaderShell(client_mine.fileno(), voters, fd, 0, to_native(lease, C), 1, CLUSTER,
                           0, 1_700_000_000_000, **kw)
@@ -296,13 +298,10 @@ def _wait_for(done: Any) -> None:
 
 def _unread(sock: socket.socket) -> bytes:
     """What the loop left in the socket (it stops before it reads what came with the stop)."""
-    sock.setblocking(False)
     try:
         return sock.recv(1 << 16)
     except BlockingIOError:
         return b""
-    finally:
-        sock.setblocking(True)
 
 
 def _stop_and_hand_over(shell: Any, client: socket.socket, voters: dict[int, Voter],
@@ -398,3 +397,16 @@ def test_unread_bytes_handed_in_are_read_first(tmp_path: Path) -> None:
     finally:
         for sock in (mine2, theirs2, mine3, theirs3):
             sock.close()
+
+
+def test_a_voter_that_reads_nothing_does_not_keep_the_loop_from_stopping(
+        quorum: Any) -> None:
+    shell, client, voters, _path = quorum
+    shell.start()
+    voters[2].fetch(1)  # parked; voter 2 then reads nothing more
+    before = shell.version()
+    _wait_for(lambda: shell.version() > before)
+    client.sendall(encode_request(1, OP_PUT, "big", b"x" * 900_000))  # more than a socket holds
+    time.sleep(0.3)  # the loop is now stuck sending the batch to voter 2
+    r = shell.stop()  # and still stops
+    assert (r["reason"], r["error_at"]) == ("error", "send")

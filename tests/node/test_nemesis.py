@@ -14,7 +14,10 @@ error.
 sets minutes and more seeds. `KRAFT_NEMESIS_PREALLOCATE` (bytes; unset: off) runs the nodes
 with `kraft.log.preallocate.bytes`, so that followers write through into zero-filled space
 and every crash leaves zeros for recovery to trim. `KRAFT_NEMESIS_LANE=1` runs them with the
-followers' native lane (`kraft.lane.follower`).
+followers' native lane (`kraft.lane.follower`). `KRAFT_NEMESIS_LEADER_LANE=1` runs the leaders'
+native lane (`kraft.lane.leader`) too, and adds a client of the binary protocol to the workload
+(one connection that follows the leader, as the lane serves it), with three HTTP clients
+instead of six.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ if os.environ.get("KRAFT_NEMESIS_PREALLOCATE"):  # followers write through (byte
     NEMESIS_PROPERTIES["kraft.log.preallocate.bytes"] = os.environ["KRAFT_NEMESIS_PREALLOCATE"]
 if os.environ.get("KRAFT_NEMESIS_LANE") == "1":  # followers hand the steady state to C
     NEMESIS_PROPERTIES["kraft.lane.follower"] = "true"
+LEADER_LANE = os.environ.get("KRAFT_NEMESIS_LEADER_LANE") == "1"
+if LEADER_LANE:  # the leader too, for a binary-protocol client that joins the workload
+    NEMESIS_PROPERTIES["kraft.lane.leader"] = "true"
 
 
 async def _voters_whole(cluster: LocalCluster, patience: float = 2.0) -> tuple[bool, str]:
@@ -209,8 +215,10 @@ async def test_random_crashes_and_pauses_stay_linearizable_and_converge(
     cluster = clusters(NEMESIS_VOTERS, properties=NEMESIS_PROPERTIES)
     await asyncio.to_thread(cluster.start_all)
     await asyncio.to_thread(cluster.wait_for_leader, 60)
-    workload = KVWorkload([n.http for n in cluster.nodes.values()], keys=5, clients=6,
-                          seed=seed, timeout=5.0)
+    binary = {nid: n.client for nid, n in cluster.nodes.items()} if LEADER_LANE else None
+    workload = KVWorkload([n.http for n in cluster.nodes.values()], keys=5,
+                          clients=3 if LEADER_LANE else 6, seed=seed, timeout=5.0,
+                          binary=binary)
     runner = asyncio.ensure_future(workload.run())
     actions = await _nemesis(cluster, random.Random(seed), NEMESIS_SECONDS)
     # heal: every node running, none frozen (SIGCONT was sent after every pause)
@@ -253,6 +261,11 @@ async def test_random_crashes_and_pauses_stay_linearizable_and_converge(
         reports = sum(s.get("reports", 0) for s in stats)
         assert reports > 0, stats
         lanes = f"; lanes armed {sum(s.get('arms', 0) for s in stats)}, reports {reports}"
+    if LEADER_LANE:
+        stats = [(await asyncio.to_thread(cluster.status, nid) or {}).get("leader_lane", {})
+                 for nid in cluster.nodes]
+        lanes += (f"; leader lanes armed {sum(s.get('arms', 0) for s in stats)}, "
+                  f"reports {sum(s.get('reports', 0) for s in stats)}")
     print(f"nemesis seed {seed}: {len(actions)} faults; ops ok={workload.stats.ok} "
           f"unknown={workload.stats.unknown} checked={result.ops_checked}; "
           f"snapshot files {snapshots}{lanes}")

@@ -97,8 +97,13 @@ class KVWorkload:
     """Random put/get/cas/delete on a few keys from several clients, recorded as a history."""
 
     def __init__(self, addresses: list[str], keys: int = 4, clients: int = 4, seed: int = 0,
-                 timeout: float = 8.0, read_ratio: float = 0.4, stale_reads: bool = False) -> None:
+                 timeout: float = 8.0, read_ratio: float = 0.4, stale_reads: bool = False,
+                 binary: dict[int, tuple[str, int]] | None = None) -> None:
         self.addresses = addresses
+        self.binary = binary or {}
+        """Node id -> the binary client protocol's address: one more client writes and reads
+        through it (`kraft.server.client.KraftClient`), on one connection to the leader, as
+        a producer would (the leader's native lane serves such a connection)."""
         self.keys = [f"key{i}" for i in range(keys)]
         self.clients = clients
         self.rng = random.Random(seed)
@@ -119,7 +124,9 @@ class KVWorkload:
     async def run(self) -> None:
         """Run the clients until `stop()`."""
         async with new_session() as session:
-            await asyncio.gather(*(self._client(session, c) for c in range(self.clients)))
+            extra = [self._binary_client(self.clients)] if self.binary else []
+            await asyncio.gather(*(self._client(session, c) for c in range(self.clients)),
+                                 *extra)
 
     async def _client(self, session: aiohttp.ClientSession, client: int) -> None:
         rng = random.Random(self.rng.random())
@@ -136,6 +143,58 @@ class KVWorkload:
             else:
                 await self._cas(session, client, address, key, rng)
             await asyncio.sleep(rng.random() * 0.01)
+
+    async def _binary_client(self, client: int) -> None:
+        """PUTs and linearizable GETs over the binary protocol, one at a time, on one
+        connection that follows the leader (NOT_LEADER names it)."""
+        from kraft.server.client import ClientError, KraftClient, NotLeader
+
+        rng = random.Random(self.rng.random())
+        ids = sorted(self.binary)
+        target = rng.choice(ids)
+        conn: KraftClient | None = None
+        while not self._stop.is_set():
+            if conn is None or not conn.connected:
+                try:
+                    conn = await KraftClient(*self.binary[target]).connect(self.timeout)
+                except (OSError, TimeoutError):
+                    conn = None
+                    target = ids[(ids.index(target) + 1) % len(ids)]
+                    await asyncio.sleep(0.05)
+                    continue
+            key = rng.choice(self.keys)
+            call = time.monotonic()
+            try:
+                if rng.random() < self.read_ratio:
+                    got = await asyncio.wait_for(conn.get(key), self.timeout)
+                    self._record(Op(client, GET, key, call, time.monotonic(), output=got),
+                                 Outcome(200, b"", True))
+                    continue
+                value = self._value(client)
+                try:
+                    await asyncio.wait_for(conn.put(key, value), self.timeout)
+                except NotLeader as exc:  # never proposed: to the leader it names
+                    self._record(Op(client, PUT, key, call, None, value=value),
+                                 Outcome(503, b"not leader", True))
+                    if exc.leader_id in self.binary:
+                        target = exc.leader_id
+                    await conn.close()
+                    conn = None
+                    await asyncio.sleep(0.02)
+                    continue
+                except (ClientError, OSError, TimeoutError):  # sent: may or may not be written
+                    self._record(Op(client, PUT, key, call, None, value=value),
+                                 Outcome(0, b"", False))
+                    raise
+                self.stats.acked_writes[key] = value
+                self._record(Op(client, PUT, key, call, time.monotonic(), value=value),
+                             Outcome(200, b"", True))
+            except (ClientError, OSError, TimeoutError):
+                if conn is not None:
+                    await conn.close()
+                conn = None
+                target = ids[(ids.index(target) + 1) % len(ids)]
+                await asyncio.sleep(0.05)
 
     def _value(self, client: int) -> bytes:
         self._counter += 1
