@@ -228,9 +228,10 @@ def run(seconds: float, properties: dict[str, str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="kraft-write-path-") as tmp:
         trace = Path(tmp) / "steps"
         trace.mkdir()
-        # the Python path is what is traced: the followers' native lane stays off
+        # the Python path is what is traced: the native lanes stay off
         cluster = KraftCluster(Path(tmp) / "cluster",
-                               properties={"kraft.lane.follower": "false", **properties})
+                               properties={"kraft.lane.follower": "false",
+                                           "kraft.lane.leader": "false", **properties})
         # the nodes inherit the environment they are started with (BENCH_KRAFT_SRC, which
         # sets their PYTHONPATH itself, leaves the hook out: no steps are then recorded)
         saved = {k: os.environ.get(k) for k in ("BENCH_WRITE_TRACE", "PYTHONPATH")}

@@ -172,7 +172,7 @@ class NodeConfig(BaseModel):
     interpreter, and reports to the core every `kraft.lane.tick.ms` and before a local read.
     false: the Python path does it all. Ignored (with a warning) where the extension was not
     built or with `kraft.log.fsync=false`."""
-    lane_leader: bool = Field(default=False, alias="kraft.lane.leader")
+    lane_leader: bool = Field(default=True, alias="kraft.lane.leader")
     """true: a leader in the steady state of its epoch hands the binary client protocol's
     connection (when it is the only one), its voters' fetch connections and the active segment
     to the native lane (`kraft.server.leader_lane`, docs/native-lane.md step 3), a loop in C on

@@ -104,24 +104,28 @@ class LeaderLaneRunner:
         node = self._node
         core, md, clients, listener = node.core, node.md, node.client_server, node.listener
         if (self._armed is not None or core is None or md is None or clients is None
-                or listener is None or node._loop is None):
+                or listener is None or node._loop is None
+                or not isinstance(core.state, LeaderState)):
             return
+        # the cheap checks first: this runs after every event of a leader
+        if len(clients._connections) != 1:
+            return  # none, or several: the lane serves one client connection
+        client = next(iter(clients._connections))
+        if not client.lendable():
+            return self._why_not("client")
+        if (node._events or node._lone_append or node._pending_values or node._waiting
+                or node._appends or node._uncommitted_appends or node._flush_due):
+            return self._why_not("busy")
+        dlog = md.log
+        if dlog.flush_in_flight or dlog.durable_end_offset != dlog.log_end_offset:
+            return self._why_not("log")
         lease = core.leader_lane()
         if lease is None or core.log.last_epoch() != lease.epoch:
             return
+        if dlog.log_end_offset != lease.log_end:
+            return self._why_not("log")
         s = core.state
         assert isinstance(s, LeaderState)
-        dlog = md.log
-        if (dlog.flush_in_flight or dlog.durable_end_offset != dlog.log_end_offset
-                or dlog.log_end_offset != lease.log_end or node._flush_due):
-            return self._why_not("log")
-        if (node._events or node._lone_append or node._pending_values or node._waiting
-                or node._appends or node._uncommitted_appends):
-            return self._why_not("busy")
-        conns = [c for c in clients._connections if c.transport is not None]
-        if len(conns) != 1 or not conns[0].lendable():
-            return self._why_not("client")
-        client = conns[0]
         by_id = {p.peer.connection_id: p for p in listener._connections}
         parked = {p.source: p for p in s.parked}
         if len(parked) != len(s.parked):
