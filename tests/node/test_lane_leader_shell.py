@@ -401,12 +401,13 @@ def test_unread_bytes_handed_in_are_read_first(tmp_path: Path) -> None:
 
 def test_a_voter_that_reads_nothing_does_not_keep_the_loop_from_stopping(
         quorum: Any) -> None:
-    shell, client, voters, _path = quorum
+    shell, client, voters, path = quorum
     shell.start()
     voters[2].fetch(1)  # parked; voter 2 then reads nothing more
     before = shell.version()
     _wait_for(lambda: shell.version() > before)
     client.sendall(encode_request(1, OP_PUT, "big", b"x" * 900_000))  # more than a socket holds
-    time.sleep(0.3)  # the loop is now stuck sending the batch to voter 2
+    # written: the loop now sends the batch to voter 2, which takes a fifth of it at most
+    _wait_for(lambda: path.stat().st_size > 900_000)
     r = shell.stop()  # and still stops
     assert (r["reason"], r["error_at"]) == ("error", "send")
