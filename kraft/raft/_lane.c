@@ -13,6 +13,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -1306,6 +1307,10 @@ typedef struct {
     int32_t p_last_epoch, p_fetch_correlation;
     int p_has_hw;
     int64_t p_hw;
+    /* a byte here when an answer with no records moved the high watermark (KIP-1166's
+     * answer): the node takes the progress at once, not at its next tick */
+    int news_pipe[2];
+    int news_open;
 } FollowerShellObject;
 
 /* The progress fields from the loop's own (under the lock). */
@@ -1382,6 +1387,7 @@ static int shell_take_frames(FollowerShellObject *sh)
             lb[k].epoch = batches[k].epoch;
             lb[k].is_control = 0;
         }
+        int hw_moved;
         {
             follower_lane trial = sh->lane;
             if (!follower_answer(&trial, sh->lane.fetch_correlation, 0, a.leader_id,
@@ -1420,6 +1426,8 @@ static int shell_take_frames(FollowerShellObject *sh)
                 sh->last_epoch = batches[n - 1].epoch;
                 sh->records += last - first + 1;
             }
+            hw_moved = n == 0 && trial.has_hw
+                       && (!sh->lane.has_hw || trial.hw != sh->lane.hw);
             sh->lane = trial;
         }
         len = write_fetch_request(out, sizeof out - 4, &sh->tmpl, sh->next_correlation,
@@ -1442,6 +1450,11 @@ static int shell_take_frames(FollowerShellObject *sh)
         sh->in_len -= 4 + (size_t)size;
         sh->answers++;
         shell_publish(sh);
+        if (hw_moved && sh->news_open) {
+            uint8_t one = 1;
+            ssize_t ignored = write(sh->news_pipe[1], &one, 1); /* full: news already there */
+            (void)ignored;
+        }
         if (shell_send_all(sh->sock, out, len + 4) != 0) {
             sh->t.error = errno;
             sh->t.error_at = "send";
@@ -1521,6 +1534,11 @@ static void *shell_run(void *arg)
 static void FollowerShell_dealloc(FollowerShellObject *self)
 {
     thread_close(&self->t);
+    if (self->news_open) {
+        close(self->news_pipe[0]);
+        close(self->news_pipe[1]);
+        self->news_open = 0;
+    }
     if (self->lock_ready)
         pthread_mutex_destroy(&self->lock);
     free(self->in);
@@ -1600,6 +1618,15 @@ static int FollowerShell_init(FollowerShellObject *self, PyObject *args, PyObjec
         self->lock_ready = 1;
     }
     shell_publish(self);
+    if (!self->news_open) {
+        if (pipe(self->news_pipe) != 0)
+            return PyErr_SetFromErrno(PyExc_OSError), -1;
+        for (int i = 0; i < 2; i++) {
+            fcntl(self->news_pipe[i], F_SETFL, O_NONBLOCK);
+            fcntl(self->news_pipe[i], F_SETFD, FD_CLOEXEC);
+        }
+        self->news_open = 1;
+    }
     return thread_open(&self->t);
 }
 
@@ -1664,9 +1691,18 @@ static PyObject *FollowerShell_get_done_fd(FollowerShellObject *self, void *clos
     return PyLong_FromLong(self->t.pipes_open ? self->t.done_pipe[0] : -1);
 }
 
+static PyObject *FollowerShell_get_news_fd(FollowerShellObject *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLong(self->news_open ? self->news_pipe[0] : -1);
+}
+
 static PyGetSetDef FollowerShell_getset[] = {
     {"done_fd", (getter)FollowerShell_get_done_fd, NULL,
      "a descriptor that becomes readable when the loop has ended", NULL},
+    {"news_fd", (getter)FollowerShell_get_news_fd, NULL,
+     "a descriptor that becomes readable when an answer with no records moved the high "
+     "watermark (read it empty, then take progress())", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -2572,7 +2608,7 @@ static int leader_take_puts(LeaderShellObject *sh)
     hw_before = sh->lane.hw;
     leader_persisted(&sh->lane, sh->lane.log_end);
     if (sh->lane.has_hw != had_hw || sh->lane.hw != hw_before) {
-        if (!leader_answer_puts(sh) || !leader_hw_moved(sh, wall_ms()))
+        if (!leader_hw_moved(sh, wall_ms()) || !leader_answer_puts(sh))
             return 0;
         return 1;
     }
@@ -2620,7 +2656,9 @@ static int leader_take_fetches(LeaderShellObject *sh, shell_voter *v)
                 return 0;
         }
         if (sh->lane.has_hw != had_hw || sh->lane.hw != hw_before) {
-            if (!leader_answer_puts(sh) || !leader_hw_moved(sh, now))
+            /* the voters that wait for it learn the high watermark before the client its
+             * commit: a reader of a follower sees the write sooner after its answer */
+            if (!leader_hw_moved(sh, now) || !leader_answer_puts(sh))
                 return 0;
         }
         behind = r.high_watermark != FETCH_HW_NOT_PROVIDED && sh->lane.has_hw

@@ -29,7 +29,9 @@ flight was sent on an open connection that holds nothing else.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import time
 from dataclasses import dataclass, replace
 from types import ModuleType
@@ -145,6 +147,7 @@ class FollowerLaneRunner:
                              lease.log_end, active.size)
         assert node._loop is not None
         node._loop.add_reader(shell.done_fd, self._ended)
+        node._loop.add_reader(shell.news_fd, self._news)
         self._timer = node._loop.call_later(self._tick_s, self._tick)
         self.arms += 1
         log.debug("event=lane_armed replica=%d epoch=%d leader=%d log_end=%d",
@@ -162,6 +165,18 @@ class FollowerLaneRunner:
             return
         assert self._node._loop is not None
         self._timer = self._node._loop.call_later(self._tick_s, self._tick)
+        if a.shell.progress()[0] != a.reported_answers:
+            self._node._push(("lane", None))
+
+    def _news(self) -> None:
+        """The loop took an answer that moved the high watermark with no records (KIP-1166's
+        answer to an acknowledgement): the core takes it now, and the node applies the commit,
+        rather than at the next tick."""
+        a = self._armed
+        if a is None:
+            return
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            os.read(a.shell.news_fd, 4096)
         if a.shell.progress()[0] != a.reported_answers:
             self._node._push(("lane", None))
 
@@ -200,6 +215,7 @@ class FollowerLaneRunner:
         node = self._node
         assert node._loop is not None
         node._loop.remove_reader(a.shell.done_fd)
+        node._loop.remove_reader(a.shell.news_fd)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -280,6 +296,7 @@ class FollowerLaneRunner:
             self._timer = None
         if self._node._loop is not None:
             self._node._loop.remove_reader(a.shell.done_fd)
+            self._node._loop.remove_reader(a.shell.news_fd)
         r = a.shell.stop()
         try:
             self._adopt(a, int(r["write_pos"]), int(r["log_end"]), strict=False)

@@ -400,8 +400,15 @@ def test_unread_bytes_handed_in_are_read_first(tmp_path: Path) -> None:
 
 
 def test_a_voter_that_reads_nothing_does_not_keep_the_loop_from_stopping(
-        quorum: Any) -> None:
-    shell, client, voters, path = quorum
+        tmp_path: Path) -> None:
+    with leader_shell(tmp_path) as (shell, client, voters, path, mine):
+        # a small send buffer toward voter 2: the batch cannot fit in it
+        mine[2].setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        _stuck_send(shell, client, voters, path)
+
+
+def _stuck_send(shell: Any, client: socket.socket, voters: dict[int, Voter],
+                path: Path) -> None:
     shell.start()
     voters[2].fetch(1)  # parked; voter 2 then reads nothing more
     before = shell.version()
