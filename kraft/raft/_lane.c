@@ -2615,6 +2615,20 @@ static int leader_take_puts(LeaderShellObject *sh)
     return leader_publish(sh);
 }
 
+/* Every whole PUT in the client's input, a turn (at most 512 PUTs, one batch) at a time:
+ * what the client sent before it waits for its answers is all taken, even when no more bytes
+ * come to wake the poll. */
+static int leader_take_all_puts(LeaderShellObject *sh)
+{
+    for (;;) {
+        size_t before = sh->cin_len;
+        if (!leader_take_puts(sh))
+            return 0;
+        if (sh->cin_len == 0 || sh->cin_len == before)
+            return 1;
+    }
+}
+
 /* A voter's whole fetches. */
 static int leader_take_fetches(LeaderShellObject *sh, shell_voter *v)
 {
@@ -2743,7 +2757,7 @@ static void *leader_run(void *arg)
         if (sh->voters[i].in_len)
             leader_take_fetches(sh, &sh->voters[i]);
     if (sh->t.state == SHELL_RUNNING && sh->cin_len)
-        leader_take_puts(sh);
+        leader_take_all_puts(sh);
     for (;;) {
         int closed = 0, timeout = -1;
         if (sh->t.state != SHELL_RUNNING)
@@ -2797,7 +2811,7 @@ static void *leader_run(void *arg)
                 sh->t.state = SHELL_CLOSED;
                 break;
             }
-            if (!leader_take_puts(sh))
+            if (!leader_take_all_puts(sh))
                 break;
         }
     }

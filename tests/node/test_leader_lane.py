@@ -82,15 +82,17 @@ def test_the_leaders_lane_carries_the_writes_and_every_log_is_the_leaders(
     async def writes() -> list[int]:
         async with KraftClient(*c.nodes[leader].client) as client:
             offsets = [await client.put(f"k{i}", b"v%d" % i) for i in range(200)]
-            # pipelined: many PUTs in one loop turn, one batch
+            # pipelined: many PUTs in one loop turn, one batch, and more than one turn takes
+            # (512) with nothing more to come until they are answered
             offsets += await client.put_many((f"p{i}", b"w%d" % i) for i in range(300))
+            offsets += await client.put_many((f"q{i}", b"u%d" % i) for i in range(1500))
             return offsets
 
     offsets = asyncio.run(writes())
-    assert offsets == sorted(offsets) and len(set(offsets)) == 500
+    assert offsets == sorted(offsets) and len(set(offsets)) == 2000
     lane = _lane(c, leader)
     assert lane["arms"] >= 1 and lane["reports"] >= 5, lane
-    _applied_everywhere(c, "p299", b"w299")
+    _applied_everywhere(c, "q1499", b"u1499")
     for nid in c.nodes:
         for i in range(0, 200, 7):
             assert _local(c, nid, f"k{i}") == b"v%d" % i, (nid, i)
@@ -101,6 +103,7 @@ def test_the_leaders_lane_carries_the_writes_and_every_log_is_the_leaders(
     logs = {nid: _log_bytes(node.dir, end) for nid, node in c.nodes.items()}
     start, leader_log = logs[leader]
     assert leader_log.count(b"v199") == 1 and leader_log.count(b"w299") == 1
+    assert leader_log.count(b"u1499") == 1
     for nid in c.nodes:
         assert logs[nid] == (start, leader_log), f"node {nid}'s log differs from the leader's"
     _clean_logs(c)
