@@ -48,7 +48,7 @@ bench-quick: $(STAMP)
 	$(BIN)/python -m bench compare --quick
 
 soak: $(STAMP)
-	$(BIN)/python -m kraft.sim --soak --lane-drive --native-lane
+	$(BIN)/python -m kraft.sim --soak --lane-drive --leader-drive --native-lane
 
 # Real processes under random kill -9 / SIGTERM / SIGSTOP / lost disks / torn tails, 5 minutes
 # per seed: four seeds on 3 voters, two on 5.

@@ -1797,14 +1797,7 @@ class RaftCore:
                 f"{ev.leader_id}, reached a {s.role.value} of epoch {s.epoch} "
                 f"(fetch in flight: {self._fetch_corr})"
             )
-        for base, last in ev.appended:
-            if base != self.log.end_offset or last < base:
-                raise RaftFatalError(
-                    f"node {self.key.id}: a follower lane appended {base}-{last}, but the "
-                    f"log ends at {self.log.end_offset}"
-                )
-            self.log.append(base, last, ev.epoch)
-        self._bytes_since_snapshot += ev.appended_bytes
+        self._take_lane_appended("follower", ev.appended, ev.appended_bytes, ev.epoch)
         if ev.answered_ms is not None:
             self._leader_answered(s, ev.answered_ms)
         if ev.durable_end > self.log.persisted_end:
@@ -1823,6 +1816,18 @@ class RaftCore:
             self._fetch_corr = corr
             self._out.append(FetchAdopted(corr))
 
+    def _take_lane_appended(self, side: str, appended: tuple[tuple[int, int], ...],
+                            size: int, epoch: int) -> None:
+        """The batches a lane appended, each continuing the log, into the log's metadata."""
+        for base, last in appended:
+            if base != self.log.end_offset or last < base:
+                raise RaftFatalError(
+                    f"node {self.key.id}: a {side} lane appended {base}-{last}, but the log "
+                    f"ends at {self.log.end_offset}"
+                )
+            self.log.append(base, last, epoch)
+        self._bytes_since_snapshot += size
+
     def _on_leader_lane_report(self, ev: LeaderLaneReport) -> None:
         """The leader lane's work since it was armed (or last reported), taken as the fetches,
         appends and syncs it stands for: the records appended, the voters' rows and
@@ -1834,14 +1839,7 @@ class RaftCore:
                 f"node {self.key.id}: a leader lane's report for epoch {ev.epoch} reached a "
                 f"{s.role.value} of epoch {s.epoch}"
             )
-        for base, last in ev.appended:
-            if base != self.log.end_offset or last < base:
-                raise RaftFatalError(
-                    f"node {self.key.id}: a leader lane appended {base}-{last}, but the log "
-                    f"ends at {self.log.end_offset}"
-                )
-            self.log.append(base, last, ev.epoch)
-        self._bytes_since_snapshot += ev.appended_bytes
+        self._take_lane_appended("leader", ev.appended, ev.appended_bytes, ev.epoch)
         if ev.voters:
             voters = self._voters()
             fetched: list[int] = []

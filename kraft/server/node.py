@@ -457,22 +457,12 @@ class KraftNode:
         )
         self._static_addresses = {v.node_id: (v.host, v.port) for v in cfg.quorum_voters}
         self.core = RaftCore(raft_cfg, log_state, self._rng, now_ms())
-        if cfg.lane_follower:
-            module = native()
-            if module is None or not cfg.fsync:
-                log.warning("event=lane_unavailable replica=%d reason=%s", cfg.node_id,
-                            "kraft.log.fsync=false" if cfg.fsync is False else
-                            "the native extension kraft.raft._lane was not built")
-            else:
-                self._lane = FollowerLaneRunner(self, module)
-        if cfg.lane_leader:
-            module = native()
-            if module is None or not cfg.fsync:
-                log.warning("event=leader_lane_unavailable replica=%d reason=%s", cfg.node_id,
-                            "kraft.log.fsync=false" if cfg.fsync is False else
-                            "the native extension kraft.raft._lane was not built")
-            else:
-                self._leader_lane = LeaderLaneRunner(self, module)
+        module = self._lane_module("lane") if cfg.lane_follower else None
+        if module is not None:
+            self._lane = FollowerLaneRunner(self, module)
+        module = self._lane_module("leader_lane") if cfg.lane_leader else None
+        if module is not None:
+            self._leader_lane = LeaderLaneRunner(self, module)
         self._flusher = _Flusher(md.log.flush, self._flushed_from_thread)
         engine = "thread"
         if cfg.fsync and cfg.flush_mode != "inline":
@@ -507,6 +497,18 @@ class KraftNode:
         )
         effects = self.core.start()
         self._core_task = asyncio.ensure_future(self._core_loop(effects))
+
+    def _lane_module(self, which: str) -> Any:
+        """The native lane's module for a lane that is switched on, or None (logged) where it
+        cannot run: the extension was not built, or nothing is synced
+        (`kraft.log.fsync=false`)."""
+        module = native()
+        if module is None or not self.config.fsync:
+            log.warning("event=%s_unavailable replica=%d reason=%s", which, self.config.node_id,
+                        "kraft.log.fsync=false" if self.config.fsync is False else
+                        "the native extension kraft.raft._lane was not built")
+            return None
+        return module
 
     def _log_state(self, md: MetadataDir) -> LogState:
         qs = md.quorum_state

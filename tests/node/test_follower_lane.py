@@ -8,54 +8,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from kraft.raft.lane import native
 from kraft.server.client import KraftClient
-from kraft.server.local import LocalCluster, http_call
+from kraft.server.local import LocalCluster
 from kraft.storage.layout import partition_dir
-from kraft.storage.log import SegmentedLog
+from tests.support.lanes import applied_everywhere, lane_stats, local_value, log_bytes
 
 pytestmark = pytest.mark.skipif(native() is None,
                                 reason="kraft.raft._lane was not built (no C compiler)")
 
 LANE = {"kraft.lane.follower": "true"}
-
-
-def _local(cluster: LocalCluster, nid: int, key: str) -> bytes | None:
-    """What node `nid` itself has applied for `key` (a stale read: no leadership check)."""
-    r = http_call(cluster.nodes[nid].http, "GET", f"/v1/kv/{key}?stale=true")
-    return r.body if r.status == 200 else None
-
-
-def _lane(cluster: LocalCluster, nid: int) -> dict[str, Any]:
-    status = cluster.status(nid)
-    assert status is not None and "lane" in status, f"node {nid} reports no lane"
-    lane: dict[str, Any] = status["lane"]
-    return lane
-
-
-def _applied_everywhere(cluster: LocalCluster, key: str, value: bytes,
-                        nodes: list[int] | None = None, timeout: float = 30) -> None:
-    for nid in nodes if nodes is not None else list(cluster.nodes):
-        deadline = time.monotonic() + timeout
-        while _local(cluster, nid, key) != value:
-            assert time.monotonic() < deadline, f"node {nid} never applied {key}"
-            time.sleep(0.05)
-
-
-def _log_bytes(node_dir: Path, end: int) -> tuple[int, bytes]:
-    """A stopped node's log below offset `end`: (start offset, the batches from there, as
-    stored)."""
-    log = SegmentedLog.open(partition_dir(node_dir), recovery_checkpoint_interval_s=None)
-    try:
-        start = log.log_start_offset
-        return start, b"".join(bytes(b.raw) for b in log.batches() if b.last_offset < end)
-    finally:
-        log.close()
 
 
 @pytest.mark.parametrize("preallocate", [0, 64 * 1024])
@@ -68,19 +33,19 @@ def test_the_followers_lanes_carry_the_writes_and_every_log_is_the_leaders(
     followers = [n for n in c.nodes if n != leader]
     for i in range(150):
         assert c.put(f"k{i}", b"v%d" % i).status in (200, 204)
-    _applied_everywhere(c, "k149", b"v149")
+    applied_everywhere(c, "k149", b"v149")
     for nid in followers:
-        lane = _lane(c, nid)
+        lane = lane_stats(c, nid)
         # armed once for the whole run, and its work reached the core in reports
         assert lane["arms"] >= 1 and lane["reports"] >= 10, (nid, lane)
         for i in range(150):
-            assert _local(c, nid, f"k{i}") == b"v%d" % i
-    assert _lane(c, leader)["arms"] == 0
+            assert local_value(c, nid, f"k{i}") == b"v%d" % i
+    assert lane_stats(c, leader)["arms"] == 0
     status = c.status(leader)
     assert status is not None
     end = status["high_watermark"]  # every write is below it, on every replica
     c.stop_all(timeout=20)  # a clean stop ends each lane and keeps what it wrote
-    logs = {nid: _log_bytes(node.dir, end) for nid, node in c.nodes.items()}
+    logs = {nid: log_bytes(node.dir, end) for nid, node in c.nodes.items()}
     start, leader_log = logs[leader]
     assert leader_log.count(b"v149") == 1
     for nid in followers:
@@ -102,15 +67,15 @@ def test_segment_rolls_hand_over_to_python_and_the_lane_arms_on_the_new_segment(
     followers = [n for n in c.nodes if n != leader]
     for i in range(120):
         assert c.put(f"k{i}", b"v%03d" % i * 20).status in (200, 204)
-    _applied_everywhere(c, "k119", b"v119" * 20)
+    applied_everywhere(c, "k119", b"v119" * 20)
     for nid in followers:
-        lane = _lane(c, nid)
+        lane = lane_stats(c, nid)
         assert lane["stops"].get("handover", 0) >= 3 and lane["arms"] >= 4, (nid, lane)
     status = c.status(leader)
     assert status is not None
     end = status["high_watermark"]
     c.stop_all(timeout=20)
-    logs = {nid: _log_bytes(node.dir, end) for nid, node in c.nodes.items()}
+    logs = {nid: log_bytes(node.dir, end) for nid, node in c.nodes.items()}
     for nid in followers:
         assert logs[nid] == logs[leader], f"node {nid}'s log differs from the leader's"
         assert len(list(partition_dir(c.nodes[nid].dir).glob("*.log"))) >= 4, nid
@@ -123,22 +88,22 @@ def test_a_killed_leader_stops_the_lanes_and_they_arm_again_under_the_next(
     first = c.wait_for_leader(60)
     for i in range(40):
         assert c.put(f"a{i}", b"x%d" % i).status in (200, 204)
-    _applied_everywhere(c, "a39", b"x39")
+    applied_everywhere(c, "a39", b"x39")
     c.kill(first)  # kill -9: the lanes see their connection closed
     second = c.wait_for_leader(60, exclude=first)
     survivor = next(n for n in c.nodes if n not in (first, second))
     for i in range(40):
         assert c.put(f"b{i}", b"y%d" % i, via=second).status in (200, 204)
-    _applied_everywhere(c, "b39", b"y39", nodes=[second, survivor])
-    lane = _lane(c, survivor)
+    applied_everywhere(c, "b39", b"y39", nodes=[second, survivor])
+    lane = lane_stats(c, survivor)
     assert lane["arms"] >= 2, lane  # stopped with the first leader, armed under the second
     assert sum(lane["stops"].values()) >= 1, lane
     c.start(first)
     c.wait_ready(first, 60)
-    _applied_everywhere(c, "b39", b"y39", nodes=[first])
+    applied_everywhere(c, "b39", b"y39", nodes=[first])
     for i in range(40):
-        assert _local(c, first, f"a{i}") == b"x%d" % i
-    assert _lane(c, first)["arms"] >= 1  # the old leader follows with its lane
+        assert local_value(c, first, f"a{i}") == b"x%d" % i
+    assert lane_stats(c, first)["arms"] >= 1  # the old leader follows with its lane
 
 
 def test_a_follower_killed_under_writes_restarts_with_what_its_lane_synced(
@@ -154,10 +119,10 @@ def test_a_follower_killed_under_writes_restarts_with_what_its_lane_synced(
         assert c.put(f"k{i}", b"v%d" % i).status in (200, 204)
     c.start(victim)
     c.wait_ready(victim, 60)
-    _applied_everywhere(c, "k99", b"v99", nodes=[victim])
+    applied_everywhere(c, "k99", b"v99", nodes=[victim])
     for i in range(100):
-        assert _local(c, victim, f"k{i}") == b"v%d" % i
-    assert _lane(c, victim)["arms"] >= 1
+        assert local_value(c, victim, f"k{i}") == b"v%d" % i
+    assert lane_stats(c, victim)["arms"] >= 1
     text = c.nodes[victim].log_path.read_text()
     assert "event=fatal" not in text, text[-2000:]
 
@@ -172,10 +137,10 @@ def test_a_local_read_on_a_follower_takes_the_lanes_progress_first(
     for i in range(3):  # the lane arms with the first fetch after the epoch's start
         assert c.put(f"w{i}", b"warm").status in (200, 204)
     deadline = time.monotonic() + 30
-    while not _lane(c, follower)["armed"]:
+    while not lane_stats(c, follower)["armed"]:
         assert time.monotonic() < deadline, "the follower's lane never armed"
         time.sleep(0.05)
-    before = _lane(c, follower)
+    before = lane_stats(c, follower)
 
     async def run() -> list[int]:
         polls = []
@@ -193,7 +158,7 @@ def test_a_local_read_on_a_follower_takes_the_lanes_progress_first(
         return polls
 
     asyncio.run(run())
-    after = _lane(c, follower)
+    after = lane_stats(c, follower)
     # every write showed through the reads' drains: the lane ran on, never stopped meanwhile
     assert after["armed"] and after["arms"] == before["arms"], (before, after)
     assert after["stops"] == before["stops"]

@@ -7,55 +7,19 @@ stop hand everything back, and every replica ends with the leader's bytes."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from kraft.raft.lane import native
 from kraft.server.client import KraftClient, NotLeader, OutcomeUnknown
-from kraft.server.local import LocalCluster, http_call
-from kraft.storage.layout import partition_dir
-from kraft.storage.log import SegmentedLog
+from kraft.server.local import LocalCluster
+from tests.support.lanes import applied_everywhere, lane_stats, local_value, log_bytes
 
 pytestmark = pytest.mark.skipif(native() is None,
                                 reason="kraft.raft._lane was not built (no C compiler)")
 
 LANE = {"kraft.lane.leader": "true"}
-
-
-def _local(cluster: LocalCluster, nid: int, key: str) -> bytes | None:
-    """What node `nid` itself has applied for `key` (a stale read: no leadership check)."""
-    r = http_call(cluster.nodes[nid].http, "GET", f"/v1/kv/{key}?stale=true")
-    return r.body if r.status == 200 else None
-
-
-def _lane(cluster: LocalCluster, nid: int) -> dict[str, Any]:
-    status = cluster.status(nid)
-    assert status is not None and "leader_lane" in status, f"node {nid} reports no leader lane"
-    lane: dict[str, Any] = status["leader_lane"]
-    return lane
-
-
-def _applied_everywhere(cluster: LocalCluster, key: str, value: bytes,
-                        nodes: list[int] | None = None, timeout: float = 30) -> None:
-    for nid in nodes if nodes is not None else list(cluster.nodes):
-        deadline = time.monotonic() + timeout
-        while _local(cluster, nid, key) != value:
-            assert time.monotonic() < deadline, f"node {nid} never applied {key}"
-            time.sleep(0.05)
-
-
-def _log_bytes(node_dir: Path, end: int) -> tuple[int, bytes]:
-    """A stopped node's log below offset `end`: (start offset, the batches from there)."""
-    log = SegmentedLog.open(partition_dir(node_dir), recovery_checkpoint_interval_s=None)
-    try:
-        start = log.log_start_offset
-        return start, b"".join(bytes(b.raw) for b in log.batches() if b.last_offset < end)
-    finally:
-        log.close()
 
 
 def _ready(clusters: Callable[..., LocalCluster], **props: str) -> tuple[LocalCluster, int]:
@@ -90,17 +54,17 @@ def test_the_leaders_lane_carries_the_writes_and_every_log_is_the_leaders(
 
     offsets = asyncio.run(writes())
     assert offsets == sorted(offsets) and len(set(offsets)) == 2000
-    lane = _lane(c, leader)
+    lane = lane_stats(c, leader, "leader_lane")
     assert lane["arms"] >= 1 and lane["reports"] >= 5, lane
-    _applied_everywhere(c, "q1499", b"u1499")
+    applied_everywhere(c, "q1499", b"u1499")
     for nid in c.nodes:
         for i in range(0, 200, 7):
-            assert _local(c, nid, f"k{i}") == b"v%d" % i, (nid, i)
+            assert local_value(c, nid, f"k{i}") == b"v%d" % i, (nid, i)
     status = c.status(leader)
     assert status is not None
     end = status["high_watermark"]
     c.stop_all(timeout=20)  # a clean stop ends the lane and keeps what it wrote
-    logs = {nid: _log_bytes(node.dir, end) for nid, node in c.nodes.items()}
+    logs = {nid: log_bytes(node.dir, end) for nid, node in c.nodes.items()}
     start, leader_log = logs[leader]
     assert leader_log.count(b"v199") == 1 and leader_log.count(b"w299") == 1
     assert leader_log.count(b"u1499") == 1
@@ -123,10 +87,10 @@ def test_reads_and_other_writers_see_every_answered_write(
                     assert await client.get(f"r{i}", stale=True) == b"x%d" % i
                 else:  # another writer (HTTP): its write goes after the lane's
                     assert c.put(f"h{i}", b"y").status in (200, 204)
-                    assert _local(c, leader, f"r{i}") == b"x%d" % i
+                    assert local_value(c, leader, f"r{i}") == b"x%d" % i
 
     asyncio.run(scenario())
-    lane = _lane(c, leader)
+    lane = lane_stats(c, leader, "leader_lane")
     assert lane["arms"] >= 20 and lane["stops"], lane
     c.stop_all(timeout=20)
     _clean_logs(c)
@@ -154,4 +118,4 @@ def test_every_write_the_lane_answered_survives_the_leaders_kill(
     for key in answered:
         r = c.get(key, via=new)
         assert r.status == 200 and r.body == b"z" + key[1:].encode(), key
-    assert _lane(c, new) is not None
+    assert lane_stats(c, new, "leader_lane") is not None
