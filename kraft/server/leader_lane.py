@@ -60,8 +60,7 @@ class _Armed:
     voters: dict[int, _FrameServerProtocol]
     keys: dict[int, m.ReplicaKey]
     reported_end: int
-    reported_pos: int
-    reported_hw: int | None = None
+    """The log end offset the core was last told of."""
     reported_version: int = 0
     """The loop's publish count the core was last told of."""
 
@@ -83,9 +82,11 @@ class LeaderLaneRunner:
         self.not_armed: dict[str, int] = {}
 
     def stats(self) -> dict[str, Any]:
-        """What the lane has done (for the status page)."""
+        """What the lane has done (for the status page): times armed, reports taken by the
+        core, stops by cause, why arming was passed over (by what was not ready), and whether
+        it runs now."""
         return {"armed": self._armed is not None, "arms": self.arms, "reports": self.reports,
-                "stops": dict(self.stops)}
+                "stops": dict(self.stops), "not_armed": dict(self.not_armed)}
 
     @property
     def armed(self) -> bool:
@@ -195,8 +196,7 @@ class LeaderLaneRunner:
                 voters, client, [(rid, u, waiting.get(rid)) for _fd, rid, _r, _w, u in setup],
                 client_unread, [], -1))
             return
-        self._armed = _Armed(shell, lease.epoch, client, voters, keys, lease.log_end,
-                             active.size, lease.high_watermark, version)
+        self._armed = _Armed(shell, lease.epoch, client, voters, keys, lease.log_end, version)
         node._loop.add_reader(shell.done_fd, self._ended)
         self._timer = node._loop.call_later(self._tick_s, self._tick)
         self.arms += 1
@@ -288,8 +288,6 @@ class LeaderLaneRunner:
             raise StorageError(f"the leader lane reported batches from {appended[0][0]}, but "
                                f"the log was told of records up to {a.reported_end}")
         a.reported_end = log_end
-        a.reported_pos = int(p["write_pos"])
-        a.reported_hw = p["high_watermark"]
         a.reported_version = int(p["version"])
         voters = tuple(ev.VoterFetched(a.keys[rid], end, last, caught, prev_end)
                        for rid, end, last, caught, prev_end in p["voters"] if rid in a.keys)
