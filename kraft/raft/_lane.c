@@ -1308,9 +1308,14 @@ typedef struct {
     int p_has_hw;
     int64_t p_hw;
     /* a byte here when an answer with no records moved the high watermark (KIP-1166's
-     * answer): the node takes the progress at once, not at its next tick */
+     * answer), or when the loop wrote records while the node's core loop slept (`waiting`):
+     * the node takes the progress at once, not at its next tick */
     int news_pipe[2];
     int news_open;
+    /* set by the node (waiting()) while its core loop sleeps, taken by the loop's next write
+     * of records: the node adopts them while the acknowledgement is on its way, so the
+     * answer that commits them finds its core ready (and its caches warm) */
+    int node_waiting;
 } FollowerShellObject;
 
 /* The progress fields from the loop's own (under the lock). */
@@ -1450,16 +1455,19 @@ static int shell_take_frames(FollowerShellObject *sh)
         sh->in_len -= 4 + (size_t)size;
         sh->answers++;
         shell_publish(sh);
-        if (hw_moved && sh->news_open) {
-            uint8_t one = 1;
-            ssize_t ignored = write(sh->news_pipe[1], &one, 1); /* full: news already there */
-            (void)ignored;
-        }
         if (shell_send_all(sh->sock, out, len + 4) != 0) {
             sh->t.error = errno;
             sh->t.error_at = "send";
             sh->t.state = SHELL_ERROR;
             return 0;
+        }
+        /* the news after the fetch: the node's thread that the byte wakes may take this CPU,
+         * and the acknowledgement must not wait for it */
+        if ((hw_moved || (n > 0 && __atomic_exchange_n(&sh->node_waiting, 0, __ATOMIC_SEQ_CST)))
+            && sh->news_open) {
+            uint8_t one = 1;
+            ssize_t ignored = write(sh->news_pipe[1], &one, 1); /* full: news already there */
+            (void)ignored;
         }
     }
     return 1;
@@ -1602,6 +1610,7 @@ static int FollowerShell_init(FollowerShellObject *self, PyObject *args, PyObjec
     self->next_correlation = next_corr;
     self->max_wait_ms = max_wait;
     self->max_bytes = max_bytes;
+    self->node_waiting = 0;
     if (self->in == NULL) {
         self->in_cap = 1 << 17;
         self->in = malloc(self->in_cap);
@@ -1706,8 +1715,20 @@ static PyGetSetDef FollowerShell_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+static PyObject *FollowerShell_waiting(FollowerShellObject *self, PyObject *arg)
+{
+    int flag = PyObject_IsTrue(arg);
+    if (flag < 0)
+        return NULL;
+    __atomic_store_n(&self->node_waiting, flag, __ATOMIC_SEQ_CST);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef FollowerShell_methods[] = {
     {"start", (PyCFunction)FollowerShell_start, METH_NOARGS, "start the loop on its thread"},
+    {"waiting", (PyCFunction)FollowerShell_waiting, METH_O,
+     "waiting(flag): the node's core loop sleeps (True) or runs (False); while it sleeps, the "
+     "loop's next write of records also puts a byte on news_fd (once)"},
     {"stop", (PyCFunction)FollowerShell_stop, METH_NOARGS,
      "end the loop (if it runs), wait for its thread, and return its report"},
     {"progress", (PyCFunction)FollowerShell_progress, METH_NOARGS,

@@ -51,6 +51,7 @@ def time_follower_step(frame: bytes | bytearray | memoryview, correlation_id: in
 
 class FollowerShell:
     done_fd: int
+    news_fd: int
     def __init__(self, sock: int, log_fd: int, write_pos: int, lane: FollowerLane,
                  last_epoch: int, next_correlation: int, version: int, client_id: str | None,
                  cluster_id: str, replica_id: int, directory_id: Uuid | None, max_wait_ms: int,
@@ -58,6 +59,7 @@ class FollowerShell:
     def start(self) -> None: ...
     def stop(self) -> dict[str, object]: ...
     def progress(self) -> tuple[int, int, int, int | None, int, int]: ...
+    def waiting(self, flag: bool, /) -> None: ...
 
 def read_fetch_request(
     frame: bytes | bytearray | memoryview, cluster_id: str

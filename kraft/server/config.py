@@ -182,9 +182,13 @@ class NodeConfig(BaseModel):
     all. Ignored (with a warning) where the extension was not built or with
     `kraft.log.fsync=false`."""
     lane_tick_ms: int = Field(default=2, ge=1, le=60_000, alias="kraft.lane.tick.ms")
-    """How often, in ms, the node takes a running follower lane's progress into the core (its
-    log end, durable end, high watermark and fetch deadline; the apply follows). A local read
-    takes it at once whatever the period (docs/native-lane.md, "the bookkeeping tick")."""
+    """How often, in ms, the node takes a running lane's progress into the core (a follower's:
+    its log end, durable end, high watermark and fetch deadline; a leader's: its appends, the
+    voters' rows and the high watermark; the apply follows). A check that finds nothing new
+    doubles the period, up to 50 ms, until one finds progress again
+    (`kraft.server.lane_tick`). A local read takes it at once whatever the period, and a
+    follower's lane wakes the node for a new high watermark, or for records while the node's
+    loop sleeps (docs/native-lane.md, "the bookkeeping tick")."""
     event_loop: Literal["auto", "asyncio", "uvloop"] = Field(default="auto", alias="kraft.event.loop")
     """`auto`: uvloop when it is installed (less CPU per request), else asyncio's loop."""
 

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from kraft.protocol.api import ApiKey
 from kraft.raft import events as ev
 from kraft.raft import messages as m
+from kraft.server.lane_tick import LaneTicker
 from kraft.storage.errors import StorageError
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ class FollowerLaneRunner:
         self._node = node
         self._module = module
         self._armed: _Armed | None = None
-        self._timer: Any = None
+        self._ticker: LaneTicker | None = None
         self._tick_s = node.config.lane_tick_ms / 1000
         self._give_back: tuple[KafkaConnection, int, int, bytes, str, m.FetchRequest, int,
                                int] | None = None
@@ -97,6 +98,23 @@ class FollowerLaneRunner:
     def armed(self) -> bool:
         """The loop runs (the core must take its report before any other event)."""
         return self._armed is not None
+
+    def waiting(self, flag: bool) -> bool:
+        """The node's core loop is about to sleep (True) or has woken (False). While it
+        sleeps, the loop's next write of records wakes it, once: the core adopts them while
+        the acknowledgement travels, and the answer that commits them finds it ready (a write
+        after a quiet spell shows on this follower sooner after its commit). Under load the
+        core loop rarely sleeps, and the reports keep the tick's pace.
+
+        With True, returns whether the loop has progress the core was not told of (made
+        while the core loop ran): the core loop takes it instead of sleeping. The flag is set
+        before the check and the loop publishes before it reads the flag, so progress is
+        either seen here or wakes the sleep."""
+        a = self._armed
+        if a is None:
+            return False
+        a.shell.waiting(flag)
+        return flag and a.shell.progress()[0] != a.reported_answers
 
     # ------------------------------------------------------------------ arming
 
@@ -148,7 +166,7 @@ class FollowerLaneRunner:
         assert node._loop is not None
         node._loop.add_reader(shell.done_fd, self._ended)
         node._loop.add_reader(shell.news_fd, self._news)
-        self._timer = node._loop.call_later(self._tick_s, self._tick)
+        self._ticker = LaneTicker(node._loop, self._tick_s, self._tick)
         self.arms += 1
         log.debug("event=lane_armed replica=%d epoch=%d leader=%d log_end=%d",
                   node.config.node_id, lease.epoch, lease.leader_id, lease.log_end)
@@ -158,20 +176,19 @@ class FollowerLaneRunner:
 
     # ------------------------------------------------------------------ ticks
 
-    def _tick(self) -> None:
+    def _tick(self) -> bool:
+        """The bookkeeping tick: hands the loop's progress on, if any (True)."""
         a = self._armed
-        if a is None:
-            self._timer = None
-            return
-        assert self._node._loop is not None
-        self._timer = self._node._loop.call_later(self._tick_s, self._tick)
-        if a.shell.progress()[0] != a.reported_answers:
-            self._node._push(("lane", None))
+        if a is None or a.shell.progress()[0] == a.reported_answers:
+            return False
+        self._node._push(("lane", None))
+        return True
 
     def _news(self) -> None:
         """The loop took an answer that moved the high watermark with no records (KIP-1166's
-        answer to an acknowledgement): the core takes it now, and the node applies the commit,
-        rather than at the next tick."""
+        answer to an acknowledgement), or wrote records while the core loop slept
+        (`waiting`): the core takes it now, and the node applies the commit, rather than at
+        the next tick."""
         a = self._armed
         if a is None:
             return
@@ -216,9 +233,9 @@ class FollowerLaneRunner:
         assert node._loop is not None
         node._loop.remove_reader(a.shell.done_fd)
         node._loop.remove_reader(a.shell.news_fd)
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._ticker is not None:
+            self._ticker.stop()
+            self._ticker = None
         r = a.shell.stop()
         reason = str(r["reason"])
         key = cause if reason == "stopped" else reason
@@ -291,9 +308,9 @@ class FollowerLaneRunner:
         if a is None:
             return
         self._armed = None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._ticker is not None:
+            self._ticker.stop()
+            self._ticker = None
         if self._node._loop is not None:
             self._node._loop.remove_reader(a.shell.done_fd)
             self._node._loop.remove_reader(a.shell.news_fd)

@@ -40,6 +40,7 @@ from kraft.raft.lane import to_native
 from kraft.raft.leader import LeaderState, ParkedFetch
 from kraft.server.fetch_fast import decode_fetch_request, encode_fetch_request
 from kraft.server.frames import DeferredReply, _FrameServerProtocol
+from kraft.server.lane_tick import LaneTicker
 from kraft.storage.errors import StorageError
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ class LeaderLaneRunner:
         self._node = node
         self._module = module
         self._armed: _Armed | None = None
-        self._timer: Any = None
+        self._ticker: LaneTicker | None = None
         self._tick_s = node.config.lane_tick_ms / 1000
         self.ended = False
         """The loop ended on its own: the core loop takes its last report next."""
@@ -198,22 +199,19 @@ class LeaderLaneRunner:
             return
         self._armed = _Armed(shell, lease.epoch, client, voters, keys, lease.log_end, version)
         node._loop.add_reader(shell.done_fd, self._ended)
-        self._timer = node._loop.call_later(self._tick_s, self._tick)
+        self._ticker = LaneTicker(node._loop, self._tick_s, self._tick)
         self.arms += 1
         log.debug("event=leader_lane_armed replica=%d epoch=%d voters=%s log_end=%d",
                   node.config.node_id, lease.epoch, sorted(voters), lease.log_end)
 
     # ------------------------------------------------------------------ ticks
 
-    def _tick(self) -> None:
-        a = self._armed
-        if a is None:
-            self._timer = None
-            return
-        assert self._node._loop is not None
-        self._timer = self._node._loop.call_later(self._tick_s, self._tick)
-        if self.has_progress():
-            self._node._push(("lane", None))
+    def _tick(self) -> bool:
+        """The bookkeeping tick: hands the loop's progress on, if any (True)."""
+        if self._armed is None or not self.has_progress():
+            return False
+        self._node._push(("lane", None))
+        return True
 
     def _ended(self) -> None:
         """The loop ended on its own (a handover, a peer closing, a failure)."""
@@ -249,9 +247,9 @@ class LeaderLaneRunner:
         node = self._node
         assert node._loop is not None
         node._loop.remove_reader(a.shell.done_fd)
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._ticker is not None:
+            self._ticker.stop()
+            self._ticker = None
         r = a.shell.stop()
         reason = str(r["reason"])
         key = cause if reason == "stopped" else reason
@@ -349,9 +347,9 @@ class LeaderLaneRunner:
         if a is None:
             return
         self._armed = None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._ticker is not None:
+            self._ticker.stop()
+            self._ticker = None
         if self._node._loop is not None:
             self._node._loop.remove_reader(a.shell.done_fd)
         r = a.shell.stop()

@@ -674,11 +674,20 @@ class KraftNode:
                                 self._core_timer.cancel()
                             self._core_timer_at = deadline
                             self._core_timer = loop.call_later(delay, self._core_timer_fired)
-                        wake = self._wake = loop.create_future()
-                        try:
-                            await wake
-                        finally:
-                            self._wake = None
+                        follow = self._lane
+                        if follow is not None and follow.waiting(True):
+                            # the follower's lane made progress while this loop ran: the core
+                            # takes it now rather than at the lane's next tick
+                            follow.waiting(False)
+                            events.append(("lane", None))
+                        else:
+                            wake = self._wake = loop.create_future()
+                            try:
+                                await wake
+                            finally:
+                                self._wake = None
+                                if follow is not None:
+                                    follow.waiting(False)
                     else:
                         await asyncio.sleep(0)
                 if self._submit_now:

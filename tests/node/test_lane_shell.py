@@ -122,6 +122,47 @@ def test_an_answer_with_only_the_high_watermark_is_acknowledged_at_once(setup: A
     assert path.read_bytes() == b"h" * 100
 
 
+def news(shell: Any) -> int:
+    """The bytes waiting on the shell's news_fd (taken)."""
+    if not select.select([shell.news_fd], [], [], 0.2)[0]:
+        return 0
+    return len(os.read(shell.news_fd, 4096))
+
+
+def test_news_comes_for_a_new_high_watermark_and_for_records_only_while_the_node_waits(
+        setup: Any) -> None:
+    shell, leader, _fd, _path = setup
+    shell.start()
+    # records while the node runs: no news (its tick or its next sleep takes them)
+    leader.send(leader.answer(7, batch(10), hw=10))
+    corr, _req = leader.fetch()
+    assert news(shell) == 0
+    # an answer with no records that moves the high watermark: news
+    leader.send(leader.answer(corr, None, hw=11))
+    corr, _req = leader.fetch()
+    assert news(shell) == 1
+    # the same high watermark again: none
+    leader.send(leader.answer(corr, None, hw=11))
+    corr, _req = leader.fetch()
+    assert news(shell) == 0
+    # the node sleeps: the next records wake it, once, and after their acknowledgement left
+    shell.waiting(True)
+    leader.send(leader.answer(corr, batch(11), hw=11))
+    corr, req = leader.fetch()
+    assert req.fetch_offset == 12
+    assert news(shell) == 1
+    leader.send(leader.answer(corr, batch(12), hw=11))
+    corr, _req = leader.fetch()
+    assert news(shell) == 0
+    # waiting, then awake again before any records: none
+    shell.waiting(True)
+    shell.waiting(False)
+    leader.send(leader.answer(corr, batch(13), hw=12))
+    corr, _req = leader.fetch()
+    assert news(shell) == 0
+    assert shell.progress()[:3] == (6, 14, 100 + 4 * len(batch(10)))
+
+
 @pytest.mark.parametrize(("why", "kw"), [
     ("an error", {"error": ErrorCode.NOT_LEADER_OR_FOLLOWER}),
     ("a divergence", {"diverging_epoch": m.OffsetAndEpoch(2, 5)}),
