@@ -410,7 +410,9 @@ def test_a_voter_that_reads_nothing_does_not_keep_the_loop_from_stopping(
 def _stuck_send(shell: Any, client: socket.socket, voters: dict[int, Voter],
                 path: Path) -> None:
     shell.start()
-    voters[2].fetch(1)  # parked; voter 2 then reads nothing more
+    # parked (for a minute: a MaxWaitMs of 500 could pass before the PUT is written on a
+    # loaded machine, and the loop would have nothing to send); voter 2 then reads nothing more
+    voters[2].fetch(1, max_wait_ms=60_000)
     before = shell.version()
     _wait_for(lambda: shell.version() > before)
     client.sendall(encode_request(1, OP_PUT, "big", b"x" * 900_000))  # more than a socket holds

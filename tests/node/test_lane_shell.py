@@ -122,9 +122,11 @@ def test_an_answer_with_only_the_high_watermark_is_acknowledged_at_once(setup: A
     assert path.read_bytes() == b"h" * 100
 
 
-def news(shell: Any) -> int:
-    """The bytes waiting on the shell's news_fd (taken)."""
-    if not select.select([shell.news_fd], [], [], 0.2)[0]:
+def news(shell: Any, wait_s: float = 0.2) -> int:
+    """The bytes on the shell's news_fd (taken) within `wait_s` (the loop writes its byte just
+    after the fetch the test has read: a byte that is due gets a long wait, one that is not a
+    short one)."""
+    if not select.select([shell.news_fd], [], [], wait_s)[0]:
         return 0
     return len(os.read(shell.news_fd, 4096))
 
@@ -140,7 +142,7 @@ def test_news_comes_for_a_new_high_watermark_and_for_records_only_while_the_node
     # an answer with no records that moves the high watermark: news
     leader.send(leader.answer(corr, None, hw=11))
     corr, _req = leader.fetch()
-    assert news(shell) == 1
+    assert news(shell, 10) == 1
     # the same high watermark again: none
     leader.send(leader.answer(corr, None, hw=11))
     corr, _req = leader.fetch()
@@ -150,7 +152,7 @@ def test_news_comes_for_a_new_high_watermark_and_for_records_only_while_the_node
     leader.send(leader.answer(corr, batch(11), hw=11))
     corr, req = leader.fetch()
     assert req.fetch_offset == 12
-    assert news(shell) == 1
+    assert news(shell, 10) == 1
     leader.send(leader.answer(corr, batch(12), hw=11))
     corr, _req = leader.fetch()
     assert news(shell) == 0
