@@ -412,8 +412,8 @@ def _stuck_send(shell: Any, client: socket.socket, voters: dict[int, Voter],
     shell.start()
     # parked (for a minute: a MaxWaitMs of 500 could pass before the PUT is written on a
     # loaded machine, and the loop would have nothing to send); voter 2 then reads nothing more
+    before = shell.version()  # read before the fetch: the loop may park it at once
     voters[2].fetch(1, max_wait_ms=60_000)
-    before = shell.version()
     _wait_for(lambda: shell.version() > before)
     client.sendall(encode_request(1, OP_PUT, "big", b"x" * 900_000))  # more than a socket holds
     # written: the loop now sends the batch to voter 2, which takes a fifth of it at most
