@@ -6,8 +6,11 @@ its own thread without the GIL. The loop takes the leader's plain answers, write
 fdatasyncs their batches, and sends the next fetch, which acknowledges them.
 
 The core learns what the loop did from `FollowerLaneReport`s:
-- a progress report every `kraft.lane.tick.ms`, and before a local read, while the loop has
-  taken answers since the last one (the loop goes on): the segment's new batches are adopted by the log (`adopt_written`), and the
+- a progress report while the loop has taken answers since the last one (the loop goes on):
+  at the bookkeeping tick (`kraft.lane.tick.ms`, backing off while the loop is quiet:
+  `kraft.server.lane_tick`), before a local read, before the core loop sleeps, and when the
+  loop's `news_fd` wakes the node (a new high watermark, or records written while the core
+  loop slept). The segment's new batches are adopted by the log (`adopt_written`), and the
   core moves its log end, durable end, high watermark and fetch deadline, so the node applies
   what committed;
 - a last report when the lane stops, before the core handles any other event.

@@ -10,7 +10,8 @@ watermark when they asked for it (KIP-1166, with `kraft.raft.hw.linger.ms` as th
 it).
 
 The core learns what the loop did from `LeaderLaneReport`s:
-- a progress report every `kraft.lane.tick.ms`, and before a local read, while the loop did
+- a progress report at the bookkeeping tick (`kraft.lane.tick.ms`, backing off while the loop
+  is quiet: `kraft.server.lane_tick`), and before a local read, while the loop did
   something since the last one (the loop goes on): the segment's new batches are adopted by
   the log (`adopt_written`), and the core moves its log end, durable end, high watermark and
   the voters' rows, so the node applies what committed;
