@@ -117,7 +117,7 @@ class FollowerLaneRunner:
         if a is None:
             return False
         a.shell.waiting(flag)
-        return flag and a.shell.progress()[0] != a.reported_answers
+        return flag and self.has_progress()
 
     # ------------------------------------------------------------------ arming
 
@@ -181,8 +181,7 @@ class FollowerLaneRunner:
 
     def _tick(self) -> bool:
         """The bookkeeping tick: hands the loop's progress on, if any (True)."""
-        a = self._armed
-        if a is None or a.shell.progress()[0] == a.reported_answers:
+        if not self.has_progress():
             return False
         self._node._push(("lane", None))
         return True
@@ -197,7 +196,7 @@ class FollowerLaneRunner:
             return
         with contextlib.suppress(BlockingIOError, InterruptedError):
             os.read(a.shell.news_fd, 4096)
-        if a.shell.progress()[0] != a.reported_answers:
+        if self.has_progress():
             self._node._push(("lane", None))
 
     def _ended(self) -> None:
