@@ -48,7 +48,8 @@ typedef struct {
     int32_t epoch, leader_id, fetch_correlation;
     int64_t log_end;
     int has_hw;
-    int64_t hw;
+    int64_t hw;        /* this follower's: the leader's, capped at the log's end */
+    int64_t leader_hw; /* the leader's, as its last taken answer sent it; -1 before any */
 } follower_lane;
 
 typedef struct {
@@ -166,6 +167,7 @@ static int follower_answer(follower_lane *f, int32_t correlation_id, int32_t err
     }
     if (high_watermark >= 0) {
         int64_t hw = high_watermark < f->log_end ? high_watermark : f->log_end;
+        f->leader_hw = high_watermark;
         if (!f->has_hw || hw > f->hw) {
             f->hw = hw;
             f->has_hw = 1;
@@ -486,6 +488,7 @@ static int FollowerLane_init(FollowerLaneObject *self, PyObject *args, PyObject 
         || get_i64(log_end, "log_end", &s.log_end) < 0
         || set_opt_i64(hw, "high_watermark", &s.has_hw, &s.hw) < 0)
         return -1;
+    s.leader_hw = -1;
     self->s = s;
     return 0;
 }
@@ -588,6 +591,12 @@ static PyObject *FollowerLane_get_hw(FollowerLaneObject *self, void *closure)
     return opt_i64(self->s.has_hw, self->s.hw);
 }
 
+static PyObject *FollowerLane_get_leader_hw(FollowerLaneObject *self, void *closure)
+{
+    (void)closure;
+    return opt_i64(self->s.leader_hw >= 0, self->s.leader_hw);
+}
+
 static PyGetSetDef FollowerLane_getset[] = {
     {"epoch", (getter)FollowerLane_get_epoch, NULL, "the lease's epoch", NULL},
     {"leader_id", (getter)FollowerLane_get_leader_id, NULL, "the lease's leader", NULL},
@@ -595,6 +604,8 @@ static PyGetSetDef FollowerLane_getset[] = {
     {"fetch_correlation", (getter)FollowerLane_get_fetch_correlation,
      (setter)FollowerLane_set_fetch_correlation, "the correlation id of the fetch in flight", NULL},
     {"high_watermark", (getter)FollowerLane_get_hw, NULL, "the high watermark, or None", NULL},
+    {"leader_high_watermark", (getter)FollowerLane_get_leader_hw, NULL,
+     "the leader's high watermark as its last taken answer sent it, or None", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1306,7 +1317,7 @@ typedef struct {
     int64_t p_answers, p_log_end, p_write_pos;
     int32_t p_last_epoch, p_fetch_correlation;
     int p_has_hw;
-    int64_t p_hw;
+    int64_t p_hw, p_leader_hw;
     /* a byte here when an answer with no records moved the high watermark (KIP-1166's
      * answer), or when the loop wrote records while the node's core loop slept (`waiting`):
      * the node takes the progress at once, not at its next tick */
@@ -1329,6 +1340,7 @@ static void shell_publish(FollowerShellObject *sh)
     sh->p_fetch_correlation = sh->lane.fetch_correlation;
     sh->p_has_hw = sh->lane.has_hw;
     sh->p_hw = sh->lane.hw;
+    sh->p_leader_hw = sh->lane.leader_hw;
     pthread_mutex_unlock(&sh->lock);
 }
 
@@ -1648,11 +1660,12 @@ static PyObject *FollowerShell_start(FollowerShellObject *self, PyObject *unused
 static PyObject *FollowerShell_report(FollowerShellObject *self)
 {
     return Py_BuildValue(
-        "{s:s,s:L,s:L,s:L,s:L,s:N,s:i,s:i,s:i,s:y#,s:i,s:s}",
+        "{s:s,s:L,s:L,s:L,s:L,s:N,s:N,s:i,s:i,s:i,s:y#,s:i,s:s}",
         "reason", shell_reasons[self->t.state], "answers", (long long)self->answers,
         "records", (long long)self->records, "log_end", (long long)self->lane.log_end,
         "write_pos", (long long)self->write_pos, "high_watermark",
-        opt_i64(self->lane.has_hw, self->lane.hw), "last_epoch", (int)self->last_epoch,
+        opt_i64(self->lane.has_hw, self->lane.hw), "leader_high_watermark",
+        opt_i64(self->lane.leader_hw >= 0, self->lane.leader_hw), "last_epoch", (int)self->last_epoch,
         "fetch_correlation", (int)self->lane.fetch_correlation, "next_correlation",
         (int)self->next_correlation, "unread", self->in ? (const char *)self->in : "",
         (Py_ssize_t)self->in_len, "error", self->t.error, "error_at", self->t.error_at ? self->t.error_at : "");
@@ -1660,7 +1673,7 @@ static PyObject *FollowerShell_report(FollowerShellObject *self)
 
 static PyObject *FollowerShell_progress(FollowerShellObject *self, PyObject *unused)
 {
-    int64_t answers, log_end, write_pos, hw;
+    int64_t answers, log_end, write_pos, hw, leader_hw;
     int32_t last_epoch, corr;
     int has_hw;
     (void)unused;
@@ -1677,10 +1690,12 @@ static PyObject *FollowerShell_progress(FollowerShellObject *self, PyObject *unu
     corr = self->p_fetch_correlation;
     has_hw = self->p_has_hw;
     hw = self->p_hw;
+    leader_hw = self->p_leader_hw;
     pthread_mutex_unlock(&self->lock);
     Py_END_ALLOW_THREADS
-    return Py_BuildValue("(LLLNii)", (long long)answers, (long long)log_end,
-                         (long long)write_pos, opt_i64(has_hw, hw), (int)last_epoch, (int)corr);
+    return Py_BuildValue("(LLLNiiN)", (long long)answers, (long long)log_end,
+                         (long long)write_pos, opt_i64(has_hw, hw), (int)last_epoch, (int)corr,
+                         opt_i64(leader_hw >= 0, leader_hw));
 }
 
 static PyObject *FollowerShell_stop(FollowerShellObject *self, PyObject *unused)
@@ -1733,7 +1748,9 @@ static PyMethodDef FollowerShell_methods[] = {
      "end the loop (if it runs), wait for its thread, and return its report"},
     {"progress", (PyCFunction)FollowerShell_progress, METH_NOARGS,
      "what the loop has made durable and acknowledged so far, while it runs: (answers, "
-     "log_end, write_pos, high_watermark, last_epoch, fetch_correlation)"},
+     "log_end, write_pos, high_watermark, last_epoch, fetch_correlation, "
+     "leader_high_watermark): high_watermark is this follower's (capped at its log's end), "
+     "leader_high_watermark the leader's as its last taken answer sent it"},
     {NULL, NULL, 0, NULL},
 };
 

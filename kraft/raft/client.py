@@ -1554,13 +1554,22 @@ class RaftCore:
             return
         key = ReplicaKey(req.voter_id, req.voter_directory_id)
         p = s.progress.get(key)
-        if (
-            p is None
-            or p.last_caught_up_ms < 0
-            or p.last_fetch_ms < self._now - CAUGHT_UP_WINDOW_MS
-            or p.end_offset < (s.high_watermark or 0)
-        ):
-            fail(ErrorCode.REQUEST_TIMED_OUT, f"replica {key} has not caught up")
+        hw = s.high_watermark or 0
+        lag: str | None = None
+        if p is None:
+            lag = "the leader has had no fetch from it"
+        elif p.last_caught_up_ms < 0:
+            lag = f"it has not reached the leader's log end (fetched to {p.end_offset})"
+        elif p.last_fetch_ms < self._now - CAUGHT_UP_WINDOW_MS:
+            lag = f"its last fetch was {self._now - p.last_fetch_ms} ms ago"
+        elif p.end_offset < hw:
+            lag = f"it fetched to {p.end_offset}, behind the high watermark {hw}"
+        if lag is not None:
+            logger.info(
+                "raft add-voter refused node=%s replica=%s reason=%r log_end=%s hw=%s",
+                self.key.id, key, lag, self.log.end_offset, hw,
+            )
+            fail(ErrorCode.REQUEST_TIMED_OUT, f"replica {key} has not caught up: {lag}")
             return
         s.pending_change = PendingChange(
             ChangeKind.ADD,

@@ -126,7 +126,8 @@ class LaneAnswer:
 class FollowerLane:
     """A follower's lane: the lease's fields, and the rules the lane may apply under it."""
 
-    __slots__ = ("epoch", "fetch_correlation", "high_watermark", "leader_id", "log_end")
+    __slots__ = ("epoch", "fetch_correlation", "high_watermark", "leader_high_watermark",
+                 "leader_id", "log_end")
 
     def __init__(self, epoch: int, leader_id: int, fetch_correlation: int, log_end: int,
                  high_watermark: int | None) -> None:
@@ -136,6 +137,10 @@ class FollowerLane:
         """The correlation id of the fetch in flight: only its answer is taken."""
         self.log_end = log_end
         self.high_watermark = high_watermark
+        """This follower's high watermark: the leader's, capped at the log's end."""
+        self.leader_high_watermark: int | None = None
+        """The leader's high watermark as its last taken answer sent it (None before any):
+        what a follower's readiness compares its applied state with."""
 
     def answer(self, correlation_id: int, error: int, leader_id: int, leader_epoch: int,
                high_watermark: int, diverging: bool, snapshot: bool,
@@ -160,6 +165,7 @@ class FollowerLane:
             appended = (self.log_end, next_offset - 1)
             self.log_end = next_offset
         if high_watermark >= 0:
+            self.leader_high_watermark = high_watermark
             new = min(high_watermark, self.log_end)
             if self.high_watermark is None or new > self.high_watermark:
                 self.high_watermark = new

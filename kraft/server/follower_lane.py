@@ -218,10 +218,11 @@ class FollowerLaneRunner:
         a = self._armed
         if a is None:
             return None
-        answers, log_end, write_pos, hw, last_epoch, _corr = a.shell.progress()
+        answers, log_end, write_pos, hw, last_epoch, _corr, leader_hw = a.shell.progress()
         if answers == a.reported_answers:
             return None
-        return self._report(a, answers, log_end, write_pos, hw, last_epoch, armed=True)
+        return self._report(a, answers, log_end, write_pos, hw, leader_hw, last_epoch,
+                            armed=True)
 
     def stop_report(self, cause: str) -> ev.FollowerLaneReport | None:
         """Stop the loop, if armed, and return its last report (the core must handle it
@@ -247,8 +248,8 @@ class FollowerLaneRunner:
             raise StorageError(f"the follower lane's {r['error_at']} failed: error {r['error']}"
                                " (the log can no longer be trusted; stopping)")
         report = self._report(a, int(r["answers"]), int(r["log_end"]), int(r["write_pos"]),
-                              r["high_watermark"], int(r["last_epoch"]),
-                              armed=False)
+                              r["high_watermark"], r["leader_high_watermark"],
+                              int(r["last_epoch"]), armed=False)
         close = reason if reason in ("closed", "error") else ""
         if reason == "error":
             log.warning("event=lane_stopped replica=%d reason=error at=%s error=%s",
@@ -263,7 +264,7 @@ class FollowerLaneRunner:
         return report
 
     def _report(self, a: _Armed, answers: int, log_end: int, write_pos: int, hw: int | None,
-                last_epoch: int, armed: bool) -> ev.FollowerLaneReport:
+                leader_hw: int | None, last_epoch: int, armed: bool) -> ev.FollowerLaneReport:
         node = self._node
         self._adopt(a, write_pos, log_end, strict=True)
         appended = ((a.reported_end, log_end - 1),) if log_end > a.reported_end else ()
@@ -273,8 +274,10 @@ class FollowerLaneRunner:
         now = int(time.time() * 1000)
         fetch = replace(a.template, fetch_offset=log_end, last_fetched_epoch=last_epoch,
                         high_watermark=hw if hw is not None else -1)
-        if hw is not None and took:
-            node._leader_hw = hw
+        if leader_hw is not None and took:
+            # the leader's own high watermark, not this follower's (which is capped at its
+            # log's end): a follower still fetching its way up must not look caught up
+            node._leader_hw = leader_hw
             node._leader_hw_at = time.monotonic()
         self.reports += 1
         return ev.FollowerLaneReport(a.epoch, a.leader, appended, grown, log_end, hw,

@@ -6,6 +6,7 @@ hand back what the lane did, and every replica ends with the leader's bytes."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import Callable
 
@@ -13,7 +14,7 @@ import pytest
 
 from kraft.raft.lane import native
 from kraft.server.client import KraftClient
-from kraft.server.local import LocalCluster
+from kraft.server.local import LocalCluster, http_call
 from kraft.storage.layout import partition_dir
 from tests.support.lanes import applied_everywhere, lane_stats, local_value, log_bytes
 
@@ -163,3 +164,66 @@ def test_a_local_read_on_a_follower_takes_the_lanes_progress_first(
     assert after["armed"] and after["arms"] == before["arms"], (before, after)
     assert after["stops"] == before["stops"]
     assert after["reports"] >= before["reports"] + 20
+
+
+def test_a_follower_catching_up_through_its_lane_is_not_ready_before_the_leaders_high_watermark(
+        clusters: Callable[..., LocalCluster]) -> None:
+    # a follower paused with its lane armed wakes far behind and fetches its way up in answers
+    # that each carry the leader's high watermark; its own is capped at its log's end.
+    # Readiness (and the status' leader_high_watermark) must use the leader's: else the
+    # follower looks caught up after every answer, and an AddRaftVoter sent on its readiness
+    # is refused as not caught up. The fetch timeout outlasts the pause, so it wakes a follower
+    c = clusters(properties={**LANE, "controller.quorum.fetch.timeout.ms": "30000"})
+    c.start_all()
+    leader = c.wait_for_leader(60)
+    victim = next(n for n in c.nodes if n != leader)
+    process = c.nodes[victim].process
+    assert process is not None
+    behind_with_lane = 0
+    for round_ in range(2):  # the lane carries only the last stretch: two looks at it
+        # the lane arms with the first fetch after the epoch's start
+        assert c.put(f"w{round_}", b"warm", via=leader).status in (200, 204)
+        applied_everywhere(c, f"w{round_}", b"warm", nodes=[victim])
+        deadline = time.monotonic() + 30
+        while not lane_stats(c, victim)["armed"]:
+            assert time.monotonic() < deadline, "the follower's lane never armed"
+            time.sleep(0.05)
+        before = c.status(victim)
+        assert before is not None
+        process.send_signal(signal.SIGSTOP)
+        try:
+            # the fetch it left in flight is answered empty (MaxWaitMs 500) before the writes:
+            # an answer sent before them would carry the old high watermark with their first
+            # records
+            time.sleep(1.5)
+            value = b"x" * 1_000_000
+            for i in range(120):  # 120 MB: fifteen or so fetches of up to 8 MiB
+                # through the leader named: finding it would ask the paused node too
+                assert c.put(f"big{i}", value, via=leader, timeout=30).status in (200, 204)
+            status = c.status(leader)
+            assert status is not None
+            hw = status["high_watermark"]
+        finally:
+            process.send_signal(signal.SIGCONT)
+        samples = 0
+        deadline = time.monotonic() + 120
+        while True:
+            assert time.monotonic() < deadline, "the follower never caught up"
+            ready = http_call(c.nodes[victim].http, "GET", "/readyz", timeout=5).status == 200
+            s = c.status(victim, timeout=5)
+            assert s is not None and s["role"] == "follower", s
+            samples += 1
+            # until it takes an answer with records it is as ready as before the pause (within
+            # the fetch timeout); from the first on, it knows the leader's high watermark
+            if s["log_end_offset"] > before["log_end_offset"]:
+                assert s["leader_high_watermark"] >= hw, (round_, samples, s, hw)
+                if ready:
+                    # applied only grows: behind now means it was behind when it said ready
+                    assert s["applied_offset"] >= hw, (round_, samples, s, hw)
+                if s["log_end_offset"] < hw and s["lane"]["armed"]:
+                    behind_with_lane += 1
+                if ready:
+                    break
+    # the lane carried some of the catching up while the test looked: the checks above ran
+    # on the path they are about
+    assert behind_with_lane > 0

@@ -278,7 +278,7 @@ def test_a_bad_setup_is_refused_with_what_is_wrong(tmp_path: Path) -> None:
 
 def test_progress_says_what_is_durable_and_the_fetch_in_flight_while_the_loop_runs(setup: Any) -> None:
     shell, leader, _fd, _path = setup
-    assert shell.progress() == (0, 10, 100, 8, EPOCH, 7)  # as set up, before it starts
+    assert shell.progress() == (0, 10, 100, 8, EPOCH, 7, None)  # as set up, before it starts
     shell.start()
     offset, corr, pos = 10, 7, 100
     for n in (1, 2, 3):
@@ -289,11 +289,32 @@ def test_progress_says_what_is_durable_and_the_fetch_in_flight_while_the_loop_ru
         offset += n
         pos += len(records)
         # the progress that covers a fetch is published before the fetch leaves
-        answers, log_end, write_pos, hw, last_epoch, in_flight = shell.progress()
+        answers, log_end, write_pos, hw, last_epoch, in_flight, leader_hw = shell.progress()
         assert (log_end, write_pos, last_epoch, in_flight) == (offset, pos, EPOCH, corr)
         assert answers == n and hw == min(offset - n + 1, offset)
+        assert leader_hw == offset - n + 1
     report = shell.stop()
     assert shell.progress()[:3] == (report["answers"], report["log_end"], report["write_pos"])
+
+
+def test_the_leaders_high_watermark_past_the_records_is_kept_apart_from_the_followers(
+        setup: Any) -> None:
+    # a follower still fetching its way up (after a snapshot, say) hears a high watermark far
+    # past the records it has: its own is capped at its log's end, and the leader's is kept
+    # as sent, for the node's readiness
+    shell, leader, _fd, _path = setup
+    shell.start()
+    leader.send(leader.answer(7, batch(10, 2), hw=500))
+    corr, req = leader.fetch()
+    assert req.fetch_offset == 12
+    assert req.high_watermark == 12  # KIP-1166: the follower's own
+    _answers, log_end, _pos, hw, _epoch, _corr, leader_hw = shell.progress()
+    assert (log_end, hw, leader_hw) == (12, 12, 500)
+    leader.send(leader.answer(corr, batch(12), hw=501))
+    leader.fetch()
+    report = shell.stop()
+    assert (report["log_end"], report["high_watermark"], report["leader_high_watermark"]) == (
+        13, 13, 501)
 
 
 def test_an_answer_past_the_write_limit_is_handed_over_unwritten(tmp_path: Path) -> None:

@@ -116,16 +116,20 @@ def answer(lane: FollowerLane, corr: int = 7, error: int = 0, leader: int = 2, e
 
 def test_a_plain_answer_is_appended_and_its_high_watermark_taken_up_to_the_log_end() -> None:
     lane = FollowerLane(3, 2, 7, 15, 12)
+    assert lane.leader_high_watermark is None
     assert answer(lane, got=batches((15, 16, 3), (17, 17, 3))) == LaneAnswer((15, 17), 18)
     assert lane.log_end == 18 and lane.high_watermark == 18  # min(20, 18)
+    assert lane.leader_high_watermark == 20  # the leader's own, not capped: readiness reads it
     assert answer(lane) is None  # that fetch is answered: a second answer to it is not taken
 
 
 def test_an_answer_without_records_moves_only_the_high_watermark_and_never_back() -> None:
     lane = FollowerLane(3, 2, 7, 15, 14)
     assert answer(lane, hw=13) == LaneAnswer(None, 14)
+    assert lane.leader_high_watermark == 13
     lane.fetch_correlation = 8
     assert answer(lane, corr=8, hw=-1) == LaneAnswer(None, 14)
+    assert lane.leader_high_watermark == 13  # an answer without one leaves the last
 
 
 @pytest.mark.parametrize(("why", "kw"), [

@@ -32,7 +32,7 @@ def leader_state(lane: Any) -> tuple[Any, ...]:
 
 def follower_state(lane: Any) -> tuple[Any, ...]:
     return (lane.epoch, lane.leader_id, lane.fetch_correlation, lane.log_end,
-            lane.high_watermark)
+            lane.high_watermark, lane.leader_high_watermark)
 
 
 small = st.integers(-2, 40)
@@ -176,7 +176,7 @@ def test_a_bad_input_is_refused_with_what_is_wrong() -> None:
         f.answer(7, 0, 2, 3, 20, False, False, 5)
     with pytest.raises(AttributeError):
         f.answer(7, 0, 2, 3, 20, False, False, [object()])
-    assert follower_state(f) == (3, 2, 7, 15, None)  # nothing changed
+    assert follower_state(f) == (3, 2, 7, 15, None, None)  # nothing changed
 
 
 def test_the_simulator_runs_the_c_rules_with_the_same_result() -> None:
