@@ -2680,7 +2680,7 @@ static int leader_take_fetches(LeaderShellObject *sh, shell_voter *v)
         }
         if (v->in_len - 4 < size)
             return 1;
-        int had_hw = sh->lane.has_hw, behind;
+        int had_hw = sh->lane.has_hw, behind, moved;
         int64_t hw_before = sh->lane.hw, now, leader_end = sh->lane.log_end;
         memset(&r, 0, sizeof r);
         if (!read_fetch_request(v->in + 4, size, sh->cluster_id, sh->cluster_id_len, &r)
@@ -2707,18 +2707,21 @@ static int leader_take_fetches(LeaderShellObject *sh, shell_voter *v)
             if (!leader_send_answer(sh, v, v->parked_corr, NULL, 0))
                 return 0;
         }
-        if (sh->lane.has_hw != had_hw || sh->lane.hw != hw_before) {
-            /* the voters that wait for it learn the high watermark before the client its
-             * commit: a reader of a follower sees the write sooner after its answer */
-            if (!leader_hw_moved(sh, now) || !leader_answer_puts(sh))
-                return 0;
-        }
+        /* a fetch that moves the high watermark: the voters learn it before the client its
+         * commit (a reader of a follower sees the write sooner after its answer). This
+         * fetch's own answer goes first when it is answered at once (it is, behind the new
+         * high watermark, unless writes stream in), then the parked fetches', then the
+         * client's */
+        moved = sh->lane.has_hw != had_hw || sh->lane.hw != hw_before;
         behind = r.high_watermark != FETCH_HW_NOT_PROVIDED && sh->lane.has_hw
                  && r.high_watermark < sh->lane.hw;
         if (!has_read && r.max_wait_ms > 0 && (!behind || sh->writes_streaming)) {
             int64_t wait = r.max_wait_ms;
             if (behind && sh->linger_ms < wait)
                 wait = sh->linger_ms;
+            /* parked: the move reaches the others first, as before the fetch */
+            if (moved && (!leader_hw_moved(sh, now) || !leader_answer_puts(sh)))
+                return 0;
             if (!grow(&v->parked_frame, &v->parked_frame_cap, size))
                 return leader_fail(sh, "buffer");
             memcpy(v->parked_frame, v->in + 4, size);
@@ -2751,6 +2754,8 @@ static int leader_take_fetches(LeaderShellObject *sh, shell_voter *v)
             }
             if (from < 0 || total > (size_t)(r.max_bytes > 0 ? r.max_bytes : 0)
                 || !grow(&sh->answer_buf, &sh->answer_cap, total)) {
+                if (moved && (!leader_hw_moved(sh, now) || !leader_answer_puts(sh)))
+                    return 0;
                 sh->t.state = SHELL_HANDOVER; /* older records: the log's, not the lane's */
                 return 0;
             }
@@ -2763,6 +2768,8 @@ static int leader_take_fetches(LeaderShellObject *sh, shell_voter *v)
             if (!leader_send_answer(sh, v, r.correlation_id, sh->answer_buf, total))
                 return 0;
         }
+        if (moved && (!leader_hw_moved(sh, now) || !leader_answer_puts(sh)))
+            return 0;
     }
     return 1;
 }

@@ -85,16 +85,41 @@ def _exactly(sock: socket.socket, n: int) -> bytes:
     return out
 
 
+def _tcp_pair() -> tuple[socket.socket, socket.socket]:
+    """A connected pair over loopback TCP (the loop's end first): unlike a socketpair's, its
+    reads can carry the kernel's receive time (SO_TIMESTAMPNS)."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        theirs = socket.create_connection(server.getsockname())
+        mine, _ = server.accept()
+    return mine, theirs
+
+
+SO_TIMESTAMPNS = 35
+"""Linux's (asm-generic) option number; the socket module does not name it."""
+
+
+def received_at(sock: socket.socket) -> int:
+    """When the kernel received the next unread byte on `sock` (SO_TIMESTAMPNS set), in ns;
+    the byte stays unread."""
+    _data, anc, _flags, _addr = sock.recvmsg(1, socket.CMSG_SPACE(16), socket.MSG_PEEK)
+    (level, kind, stamp), = anc
+    assert (level, kind) == (socket.SOL_SOCKET, SO_TIMESTAMPNS)
+    sec, nsec = struct.unpack("qq", stamp)
+    return sec * 1_000_000_000 + nsec
+
+
 @contextlib.contextmanager
-def leader_shell(tmp_path: Path, extra_voters: int = 0, **kw: Any,
+def leader_shell(tmp_path: Path, extra_voters: int = 0, tcp: bool = False, **kw: Any,
                  ) -> Iterator[tuple[Any, socket.socket, dict[int, Voter], Path,
                                      dict[object, socket.socket]]]:
     """A LeaderShell of epoch 1 (log 0-0, committed) over a client and voters 2 and 3, with
     `extra_voters` more voters in the lease that have no connection (they never fetch). The
-    last item holds the loop's ends of the sockets ("client", 2, 3)."""
+    last item holds the loop's ends of the sockets ("client", 2, 3). With `tcp`, the
+    connections are loopback TCP instead of socketpairs."""
     assert C is not None
-    client_mine, client = socket.socketpair()
-    pairs = {rid: socket.socketpair() for rid in DIRS}
+    make = _tcp_pair if tcp else socket.socketpair
+    client_mine, client = make()
+    pairs = {rid: make() for rid in DIRS}
     path = tmp_path / "leader.log"
     fd = os.open(path, os.O_RDWR | os.O_CREAT)
     extra = [LaneVoter(10 + i, ReplicaKey(10 + i, Uuid(bytes([10 + i]) * 16)), False, 1)
@@ -237,6 +262,29 @@ def test_the_high_watermark_goes_to_the_parked_fetches_that_asked_for_it(
         r = voters[2].answer()  # voter 2 asked for the high watermark: it gets it now
         assert (r.batches, r.high_watermark) == ((), 2)
         assert voters[3].nothing()  # voter 3 did not ask: it waits for records or its deadline
+
+
+def test_the_voter_whose_fetch_commits_hears_the_high_watermark_before_the_client(
+        tmp_path: Path) -> None:
+    # the acknowledging fetch is answered (with the new high watermark) before the client's
+    # answer leaves: a reader of that follower then sees the write sooner after its answer.
+    # The kernel's receive times of the two answers tell their order
+    with leader_shell(tmp_path, tcp=True, linger_ms=0) as (shell, client, voters, _path, _mine):
+        for sock in (client, voters[2].sock):
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        shell.start()
+        voters[2].fetch(1)
+        for n in range(5):
+            client.sendall(encode_request(n, OP_PUT, f"k{n}", b"v"))
+            assert voters[2].answer().batches[0].base_offset == 1 + n
+            voters[2].fetch(2 + n)  # the leader and voter 2: a majority of three
+            client_at = received_at(client)
+            assert answers(client, 1) == [(n, OK, 1 + n)]
+            voter_at = received_at(voters[2].sock)
+            r = voters[2].answer()
+            assert (r.batches, r.high_watermark) == ((), 2 + n)
+            assert voter_at < client_at, (n, client_at - voter_at)
+            voters[2].fetch(2 + n)
 
 
 def test_while_writes_stream_in_the_high_watermark_waits_for_the_next_records(
