@@ -16,7 +16,13 @@ from kraft.raft.lane import native
 from kraft.server.client import KraftClient
 from kraft.server.local import LocalCluster, http_call
 from kraft.storage.layout import partition_dir
-from tests.support.lanes import applied_everywhere, lane_stats, local_value, log_bytes
+from tests.support.lanes import (
+    applied_everywhere,
+    lane_stats,
+    local_value,
+    log_bytes,
+    wait_lane_armed,
+)
 
 pytestmark = pytest.mark.skipif(native() is None,
                                 reason="kraft.raft._lane was not built (no C compiler)")
@@ -137,10 +143,7 @@ def test_a_local_read_on_a_follower_takes_the_lanes_progress_first(
     follower = next(n for n in c.nodes if n != leader)
     for i in range(3):  # the lane arms with the first fetch after the epoch's start
         assert c.put(f"w{i}", b"warm").status in (200, 204)
-    deadline = time.monotonic() + 30
-    while not lane_stats(c, follower)["armed"]:
-        assert time.monotonic() < deadline, "the follower's lane never armed"
-        time.sleep(0.05)
+    wait_lane_armed(c, follower)
     before = lane_stats(c, follower)
 
     async def run() -> list[int]:
@@ -184,10 +187,7 @@ def test_a_follower_catching_up_through_its_lane_is_not_ready_before_the_leaders
         # the lane arms with the first fetch after the epoch's start
         assert c.put(f"w{round_}", b"warm", via=leader).status in (200, 204)
         applied_everywhere(c, f"w{round_}", b"warm", nodes=[victim])
-        deadline = time.monotonic() + 30
-        while not lane_stats(c, victim)["armed"]:
-            assert time.monotonic() < deadline, "the follower's lane never armed"
-            time.sleep(0.05)
+        wait_lane_armed(c, victim)
         before = c.status(victim)
         assert before is not None
         process.send_signal(signal.SIGSTOP)

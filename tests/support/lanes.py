@@ -28,6 +28,14 @@ def lane_stats(cluster: LocalCluster, nid: int, which: str = "lane") -> dict[str
     return lane
 
 
+def wait_lane_armed(cluster: LocalCluster, nid: int, timeout: float = 30) -> None:
+    """Wait until node `nid`'s follower lane runs."""
+    deadline = time.monotonic() + timeout
+    while not lane_stats(cluster, nid)["armed"]:
+        assert time.monotonic() < deadline, f"node {nid}'s lane never armed"
+        time.sleep(0.05)
+
+
 def applied_everywhere(cluster: LocalCluster, key: str, value: bytes,
                        nodes: list[int] | None = None, timeout: float = 30) -> None:
     """Wait until every node (or `nodes`) has applied `key` = `value`."""
