@@ -2506,6 +2506,12 @@ static int leader_hw_moved(LeaderShellObject *sh, int64_t now)
     return 1;
 }
 
+/* The high watermark moved at `now`: the parked fetches, then the client's PUTs it commits. */
+static int leader_tell_move(LeaderShellObject *sh, int64_t now)
+{
+    return leader_hw_moved(sh, now) && leader_answer_puts(sh);
+}
+
 /* Answer the parked fetches whose deadline has come; the earliest deadline left (or -1). */
 static int64_t leader_expire(LeaderShellObject *sh, int64_t now)
 {
@@ -2646,9 +2652,7 @@ static int leader_take_puts(LeaderShellObject *sh)
     hw_before = sh->lane.hw;
     leader_persisted(&sh->lane, sh->lane.log_end);
     if (sh->lane.has_hw != had_hw || sh->lane.hw != hw_before) {
-        if (!leader_hw_moved(sh, wall_ms()) || !leader_answer_puts(sh))
-            return 0;
-        return 1;
+        return leader_tell_move(sh, wall_ms());
     }
     return leader_publish(sh);
 }
@@ -2720,7 +2724,7 @@ static int leader_take_fetches(LeaderShellObject *sh, shell_voter *v)
             if (behind && sh->linger_ms < wait)
                 wait = sh->linger_ms;
             /* parked: the move reaches the others first, as before the fetch */
-            if (moved && (!leader_hw_moved(sh, now) || !leader_answer_puts(sh)))
+            if (moved && !leader_tell_move(sh, now))
                 return 0;
             if (!grow(&v->parked_frame, &v->parked_frame_cap, size))
                 return leader_fail(sh, "buffer");
@@ -2754,7 +2758,7 @@ static int leader_take_fetches(LeaderShellObject *sh, shell_voter *v)
             }
             if (from < 0 || total > (size_t)(r.max_bytes > 0 ? r.max_bytes : 0)
                 || !grow(&sh->answer_buf, &sh->answer_cap, total)) {
-                if (moved && (!leader_hw_moved(sh, now) || !leader_answer_puts(sh)))
+                if (moved && !leader_tell_move(sh, now))
                     return 0;
                 sh->t.state = SHELL_HANDOVER; /* older records: the log's, not the lane's */
                 return 0;
@@ -2768,7 +2772,7 @@ static int leader_take_fetches(LeaderShellObject *sh, shell_voter *v)
             if (!leader_send_answer(sh, v, r.correlation_id, sh->answer_buf, total))
                 return 0;
         }
-        if (moved && (!leader_hw_moved(sh, now) || !leader_answer_puts(sh)))
+        if (moved && !leader_tell_move(sh, now))
             return 0;
     }
     return 1;
