@@ -179,6 +179,45 @@ def test_periodic_checkpoint_follows_flushes(tmp_path: Path, batches: Batches) -
     log.close()
 
 
+def test_periodic_checkpoints_are_written_by_one_thread_that_ends_at_close(
+        tmp_path: Path, batches: Batches, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One checkpoint thread per log serves every request (a thread started per checkpoint
+    put its start in the path of an append); the checkpoints keep following the flushes, at
+    most one per interval, and the thread is gone once the log is closed."""
+    import threading
+    import time
+
+    writers: list[threading.Thread] = []  # (the objects: a thread's ident can be reused)
+    write = SegmentedLog._write_checkpoint_locked
+
+    def recording(self: SegmentedLog, *, clean: bool) -> None:
+        writers.append(threading.current_thread())
+        write(self, clean=clean)
+
+    monkeypatch.setattr(SegmentedLog, "_write_checkpoint_locked", recording)
+    log = SegmentedLog.open(tmp_path, recovery_checkpoint_interval_s=0.02)
+    assert writers.pop() is threading.current_thread()  # the checkpoint written by open
+    offset = 0
+    for _ in range(4):  # four rounds, each waits for the checkpoint of its flush
+        for b in batches(offset, 3):
+            log.append(b)
+        offset += 6
+        durable = log.flush()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            cp = read_recovery_checkpoint(tmp_path)
+            if cp is not None and cp.recovery_point == durable:
+                break
+            time.sleep(0.005)
+        assert cp is not None and cp.recovery_point == durable
+    assert len(writers) >= 4 and all(t is writers[0] for t in writers)
+    checkpointer = writers[0]
+    assert checkpointer.is_alive() and checkpointer.daemon
+    log.close()
+    assert not checkpointer.is_alive()
+    assert writers[-1] is threading.current_thread()  # the clean mark, written by close
+
+
 # ------------------------------------------------------------------ what is (not) checked
 
 
