@@ -903,6 +903,80 @@ static PyObject *lane_crc32c(PyObject *module, PyObject *args)
     return PyLong_FromUnsignedLong(crc);
 }
 
+/* The batches of an append at the log's end, as `FileLog._scan_appended` takes them (its fast
+ * path: the owner thread scans every append, and every batch a lane wrote and the log adopts).
+ * The same checks, in the same order: each batch whole with a possible header
+ * (batch._check_header_fields), its CRC-32C good, its base offset continuing the log, at most
+ * `max_batch` bytes, and an epoch not below the one before. Returns ([(position, base offset,
+ * last offset, epoch, max timestamp), ...], the end offset after them), or None at the first
+ * batch that fails a check: the Python scan then names what is wrong. */
+static PyObject *lane_scan_appended(PyObject *module, PyObject *args)
+{
+    Py_buffer view;
+    long long expected, last_epoch;
+    Py_ssize_t max_batch;
+    PyObject *metas = NULL, *out = NULL;
+    const uint8_t *b;
+    size_t len, pos = 0;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "y*LLn", &view, &expected, &last_epoch, &max_batch))
+        return NULL;
+    b = view.buf;
+    len = (size_t)view.len;
+    metas = PyList_New(0);
+    if (metas == NULL)
+        goto done;
+    while (pos < len) {
+        const uint8_t *h = b + pos;
+        int64_t base, last_delta, max_ts;
+        int32_t length, count, epoch;
+        uint16_t attributes;
+        size_t size;
+        PyObject *meta;
+        if (len - pos < BATCH_HEADER)
+            goto fallback;
+        base = (int64_t)be64(h);
+        length = (int32_t)be32(h + 8);
+        epoch = (int32_t)be32(h + 12);
+        attributes = be16(h + 21);
+        last_delta = (int32_t)be32(h + 23);
+        max_ts = (int64_t)be64(h + 35);
+        count = (int32_t)be32(h + 57);
+        if (length < BATCH_HEADER - LOG_OVERHEAD || h[16] != 2 || count < 0 || base < 0)
+            goto fallback;
+        if ((attributes & 0x07) == 0
+            && (int64_t)count * 7 > (int64_t)length + LOG_OVERHEAD - BATCH_HEADER)
+            goto fallback;
+        if (last_delta < 0 || (count > 0 && last_delta < (int64_t)count - 1))
+            goto fallback;
+        size = (size_t)length + LOG_OVERHEAD;
+        if (size > len - pos)
+            goto fallback;
+        if (crc32c(h + 21, size - 21) != be32(h + 17))
+            goto fallback;
+        if (base != expected || size > (size_t)max_batch || epoch < last_epoch)
+            goto fallback;
+        meta = Py_BuildValue("(nLLiL)", (Py_ssize_t)pos, (long long)base,
+                             (long long)(base + last_delta), (int)epoch, (long long)max_ts);
+        if (meta == NULL || PyList_Append(metas, meta) < 0) {
+            Py_XDECREF(meta);
+            goto done;
+        }
+        Py_DECREF(meta);
+        last_epoch = epoch;
+        expected = base + last_delta + 1;
+        pos += size;
+    }
+    out = Py_BuildValue("(OL)", metas, expected);
+    goto done;
+fallback:
+    out = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(metas);
+    PyBuffer_Release(&view);
+    return out;
+}
+
 
 /* ------------------------------------------------------------------ the follower's next fetch */
 
@@ -3266,6 +3340,10 @@ static PyMethodDef lane_functions[] = {
      "v17/v18 response frame (no size prefix) read as the follower's lane reads it; None for "
      "anything but a plain answer of the voters' shape with whole, valid, non-control batches"},
     {"crc32c", lane_crc32c, METH_VARARGS, "crc32c(data) -> the CRC-32C the lane checks batches with"},
+    {"scan_appended", lane_scan_appended, METH_VARARGS,
+     "scan_appended(data, expected, last_epoch, max_batch) -> ([(position, base offset, last "
+     "offset, epoch, max timestamp), ...], end offset) or None: the batches of an append at "
+     "the log's end when every check passes (None: the Python scan says what fails)"},
     {"read_puts", lane_read_puts, METH_VARARGS,
      "read_puts(buffer) -> (bytes used, [(request_id, kv_record), ...]): the whole PUT frames "
      "of the binary client protocol at the head of the buffer, up to the first frame the "

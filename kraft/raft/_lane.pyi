@@ -42,6 +42,9 @@ def read_fetch_answer(
     frame: bytes | bytearray | memoryview, correlation_id: int
 ) -> tuple[int, int, int, int, tuple[tuple[int, int, int, int, int], ...]] | None: ...
 def crc32c(data: bytes | bytearray | memoryview) -> int: ...
+def scan_appended(
+    data: bytes | bytearray | memoryview, expected: int, last_epoch: int, max_batch: int
+) -> tuple[list[tuple[int, int, int, int, int]], int] | None: ...
 def fetch_request(
     version: int, correlation_id: int, client_id: str | None, cluster_id: str, replica_id: int,
     directory_id: Uuid | None, max_wait_ms: int, max_bytes: int, current_leader_epoch: int,
