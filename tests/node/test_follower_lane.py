@@ -227,3 +227,22 @@ def test_a_follower_catching_up_through_its_lane_is_not_ready_before_the_leaders
     # the lane carried some of the catching up while the test looked: the checks above ran
     # on the path they are about
     assert behind_with_lane > 0
+
+
+def test_a_report_carries_the_lease_fetch_with_only_the_lanes_fields_moved() -> None:
+    """`next_fetch` builds the fetch field by field: every field of the lease's fetch is kept
+    (a field added to FetchRequest and not carried over would fail here) but the three the
+    lane moves."""
+    import dataclasses
+
+    from kraft.protocol.uuid import Uuid
+    from kraft.raft import messages as m
+    from kraft.server.follower_lane import next_fetch
+
+    template = m.FetchRequest(7, Uuid.random(), 12, 40, 11, max_wait_ms=321,
+                              max_bytes=12345, high_watermark=33, cluster_id="c-1")
+    assert all(getattr(template, f.name) != f.default for f in dataclasses.fields(m.FetchRequest))
+    got = next_fetch(template, 55, 12, 50)
+    assert got == dataclasses.replace(template, fetch_offset=55, last_fetched_epoch=12,
+                                      high_watermark=50)
+    assert next_fetch(template, 55, 12, None).high_watermark == -1
