@@ -903,8 +903,9 @@ static PyObject *lane_crc32c(PyObject *module, PyObject *args)
     return PyLong_FromUnsignedLong(crc);
 }
 
-/* The batches of an append at the log's end, as `FileLog._scan_appended` takes them (its fast
- * path: the owner thread scans every append, and every batch a lane wrote and the log adopts).
+/* The batches of an append at the log's end, as `SegmentedLog._scan_appended` takes them (its
+ * fast path: the owner thread scans every append, and every batch a lane wrote and the log
+ * adopts).
  * The same checks, in the same order: each batch whole with a possible header
  * (batch._check_header_fields), its CRC-32C good, its base offset continuing the log, at most
  * `max_batch` bytes, and an epoch not below the one before. Returns ([(position, base offset,
