@@ -6,14 +6,18 @@ hand back what the lane did, and every replica ends with the leader's bytes."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 import time
 from collections.abc import Callable
 
 import pytest
 
+from kraft.protocol.uuid import Uuid
+from kraft.raft import messages as m
 from kraft.raft.lane import native
 from kraft.server.client import KraftClient
+from kraft.server.follower_lane import next_fetch
 from kraft.server.local import LocalCluster, http_call
 from kraft.storage.layout import partition_dir
 from tests.support.lanes import (
@@ -233,12 +237,6 @@ def test_a_report_carries_the_lease_fetch_with_only_the_lanes_fields_moved() -> 
     """`next_fetch` builds the fetch field by field: every field of the lease's fetch is kept
     (a field added to FetchRequest and not carried over would fail here) but the three the
     lane moves."""
-    import dataclasses
-
-    from kraft.protocol.uuid import Uuid
-    from kraft.raft import messages as m
-    from kraft.server.follower_lane import next_fetch
-
     template = m.FetchRequest(7, Uuid.random(), 12, 40, 11, max_wait_ms=321,
                               max_bytes=12345, high_watermark=33, cluster_id="c-1")
     assert all(getattr(template, f.name) != f.default for f in dataclasses.fields(m.FetchRequest))
