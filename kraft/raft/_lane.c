@@ -734,8 +734,11 @@ static const uint8_t METADATA_TOPIC_ID[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
 #define BATCH_HEADER 61
 #define LOG_OVERHEAD 12
 
-/* One batch at `pos` of `f` (which ends at `end`): 1 when whole and valid, 0 otherwise. */
-static int read_batch(const uint8_t *f, size_t pos, size_t end, frame_batch *b)
+/* The batch at `pos` of `f` (which ends at `end`): 1 when it is whole, its header possible
+ * (batch._check_header_fields) and its CRC-32C good, with its fields in `b` and its attributes
+ * and max timestamp in the optional outputs; 0 otherwise. */
+static int whole_batch(const uint8_t *f, size_t pos, size_t end, frame_batch *b,
+                       uint16_t *attributes_out, int64_t *max_ts_out)
 {
     const uint8_t *h = f + pos;
     int64_t base, last_delta;
@@ -748,7 +751,6 @@ static int read_batch(const uint8_t *f, size_t pos, size_t end, frame_batch *b)
     attributes = be16(h + 21);
     last_delta = (int32_t)be32(h + 23);
     count = (int32_t)be32(h + 57);
-    /* batch._check_header_fields */
     if (length < BATCH_HEADER - LOG_OVERHEAD || h[16] != 2 || count < 0 || base < 0)
         return 0;
     if ((attributes & 0x07) == 0
@@ -758,8 +760,6 @@ static int read_batch(const uint8_t *f, size_t pos, size_t end, frame_batch *b)
         return 0;
     if ((size_t)length + LOG_OVERHEAD > end - pos)
         return 0;
-    if (attributes & 0x20)
-        return 0; /* a control batch: the core's */
     if (crc32c(h + 21, (size_t)length + LOG_OVERHEAD - 21) != be32(h + 17))
         return 0;
     b->base_offset = base;
@@ -767,7 +767,19 @@ static int read_batch(const uint8_t *f, size_t pos, size_t end, frame_batch *b)
     b->epoch = (int32_t)be32(h + 12);
     b->pos = pos;
     b->size = (size_t)length + LOG_OVERHEAD;
+    if (attributes_out != NULL)
+        *attributes_out = attributes;
+    if (max_ts_out != NULL)
+        *max_ts_out = (int64_t)be64(h + 35);
     return 1;
+}
+
+/* One batch of a leader's answer at `pos` of `f` (which ends at `end`): 1 when whole and
+ * valid and not a control batch (those are the core's), 0 otherwise. */
+static int read_batch(const uint8_t *f, size_t pos, size_t end, frame_batch *b)
+{
+    uint16_t attributes;
+    return whole_batch(f, pos, end, b, &attributes, NULL) && !(attributes & 0x20);
 }
 
 /* The plain answer in `f`: 1 with its fields and batches (at most `max` of them; *n set), 0 to
@@ -928,45 +940,23 @@ static PyObject *lane_scan_appended(PyObject *module, PyObject *args)
     if (metas == NULL)
         goto done;
     while (pos < len) {
-        const uint8_t *h = b + pos;
-        int64_t base, last_delta, max_ts;
-        int32_t length, count, epoch;
-        uint16_t attributes;
-        size_t size;
+        frame_batch fb;
+        int64_t max_ts;
         PyObject *meta;
-        if (len - pos < BATCH_HEADER)
+        if (!whole_batch(b, pos, len, &fb, NULL, &max_ts))
             goto fallback;
-        base = (int64_t)be64(h);
-        length = (int32_t)be32(h + 8);
-        epoch = (int32_t)be32(h + 12);
-        attributes = be16(h + 21);
-        last_delta = (int32_t)be32(h + 23);
-        max_ts = (int64_t)be64(h + 35);
-        count = (int32_t)be32(h + 57);
-        if (length < BATCH_HEADER - LOG_OVERHEAD || h[16] != 2 || count < 0 || base < 0)
+        if (fb.base_offset != expected || fb.size > (size_t)max_batch || fb.epoch < last_epoch)
             goto fallback;
-        if ((attributes & 0x07) == 0
-            && (int64_t)count * 7 > (int64_t)length + LOG_OVERHEAD - BATCH_HEADER)
-            goto fallback;
-        if (last_delta < 0 || (count > 0 && last_delta < (int64_t)count - 1))
-            goto fallback;
-        size = (size_t)length + LOG_OVERHEAD;
-        if (size > len - pos)
-            goto fallback;
-        if (crc32c(h + 21, size - 21) != be32(h + 17))
-            goto fallback;
-        if (base != expected || size > (size_t)max_batch || epoch < last_epoch)
-            goto fallback;
-        meta = Py_BuildValue("(nLLiL)", (Py_ssize_t)pos, (long long)base,
-                             (long long)(base + last_delta), (int)epoch, (long long)max_ts);
+        meta = Py_BuildValue("(nLLiL)", (Py_ssize_t)pos, (long long)fb.base_offset,
+                             (long long)fb.last_offset, (int)fb.epoch, (long long)max_ts);
         if (meta == NULL || PyList_Append(metas, meta) < 0) {
             Py_XDECREF(meta);
             goto done;
         }
         Py_DECREF(meta);
-        last_epoch = epoch;
-        expected = base + last_delta + 1;
-        pos += size;
+        last_epoch = fb.epoch;
+        expected = fb.last_offset + 1;
+        pos += fb.size;
     }
     out = Py_BuildValue("(OL)", metas, expected);
     goto done;
