@@ -169,7 +169,7 @@ def start_sandbox(state_dir: Path, *, nodes: int = 3, network: str | None = None
     with contextlib.suppress(FileNotFoundError):
         info_path.unlink()
     network = network or f"127.{random.randint(64, 249)}"
-    cmd = [sys.executable, "-m", "kraft_operator.sandbox", "up", "--state-dir", str(state_dir),
+    cmd = [sys.executable, "-m", "kraft_operator.sandbox", "--state-dir", str(state_dir), "up",
            "--nodes", str(nodes), "--network", network, "--backoff-base", str(backoff_base_s),
            "--heartbeat", str(heartbeat_s), "--quiet", *(extra_args or [])]
     log = open(state_dir / "sandbox.log", "ab")  # noqa: SIM115 - closed below
