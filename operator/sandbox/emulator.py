@@ -50,6 +50,7 @@ import aiohttp.web
 import attrs
 import jsonpatch
 import kmock
+from kraft_operator.sandbox import printing
 
 Obj = dict[str, Any]
 
@@ -204,8 +205,13 @@ class SandboxEmulator(kmock.KubernetesEmulator):
     _watchers: dict[Any, set[asyncio.Queue[tuple[int, str, Obj]]]] = attrs.field(
         factory=lambda: collections.defaultdict(set), init=False)
     _scale_paths: dict[Any, dict[str, str]] = attrs.field(factory=dict, init=False)
+    _printers: dict[Any, list[Obj]] = attrs.field(factory=dict, init=False)
     _cluster_ips: int = attrs.field(default=0, init=False)
     write_hooks: list[Callable[[str, Any, Obj], None]] = attrs.field(factory=list, init=False)
+    default_storage_class: str = attrs.field(default="sandbox-local", init=False)
+    log_reader: Callable[[Obj, str | None, bool], str | None] | None = attrs.field(
+        default=None, init=False)
+    """Answers `pods/NAME/log` (the kubelet sets it): (pod, container, previous) -> text."""
     """Callables told (event type, resource, object) after every stored change."""
 
     def __attrs_post_init__(self) -> None:
@@ -319,16 +325,27 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                      request.method).upper()
         self._info(res)
         params = dict(request.params or {})
+        as_table = printing.wants_table(request.headers.get("Accept"))
         if request.action == kmock.action.WATCH:
-            return await self._watch(request, params)
+            return await self._watch(request, params, as_table)
         if method == "GET" and request.name is None:
-            return aiohttp.web.json_response(self._list(res, request.namespace, params))
+            listed = self._list(res, request.namespace, params)
+            if as_table:
+                listed = printing.table(self._columns(res), listed["items"],
+                                        listed["metadata"]["resourceVersion"],
+                                        params.get("includeObject", "Metadata"))
+            return aiohttp.web.json_response(listed)
         if request.subresource == "scale":
             async with self._wlock:
                 return aiohttp.web.json_response(self._scale(request, method))
+        if method == "GET" and request.subresource == "log":
+            return self._log(request, params)
         if method == "GET":
-            return aiohttp.web.json_response(
-                self._must_get(res, request.namespace, request.name))
+            obj = self._must_get(res, request.namespace, request.name)
+            if as_table and request.subresource is None:
+                obj = printing.table(self._columns(res), [obj], str(self._rv),
+                                     params.get("includeObject", "Metadata"))
+            return aiohttp.web.json_response(obj)
         dry = "dryRun" in params
         async with self._wlock:
             if method == "POST" and request.subresource in ("binding", "eviction"):
@@ -361,7 +378,27 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         return {"apiVersion": self._api_version(res), "kind": self._kind(res) + "List",
                 "metadata": {"resourceVersion": str(self._rv)}, "items": items}
 
-    async def _watch(self, request: kmock.Request, params: dict[str, str]) -> Any:
+    def _columns(self, res: Any) -> list[printing.Column]:
+        builtin = printing.BUILTIN.get((res.group, res.plural))
+        if builtin is not None:
+            return builtin
+        return printing.crd_columns(self._printers.get(res))
+
+    def _log(self, request: kmock.Request, params: dict[str, str]) -> aiohttp.web.Response:
+        res = request.resource
+        if res.group != "" or res.plural != "pods" or self.log_reader is None:
+            raise ApiError(404, "NotFound", "logs are served for pods only")
+        pod = self._must_get(res, request.namespace, request.name)
+        text = self.log_reader(pod, params.get("container"), params.get("previous") == "true")
+        if text is None:
+            raise ApiError(400, "BadRequest", f'no log for pod "{request.name}" (a container '
+                                              "name may be needed: ?container=NAME)")
+        if params.get("tailLines", "").isdigit():
+            text = "".join(text.splitlines(keepends=True)[-int(params["tailLines"]):])
+        return aiohttp.web.Response(text=text, content_type="text/plain")
+
+    async def _watch(self, request: kmock.Request, params: dict[str, str],
+                     as_table: bool = False) -> Any:
         res, ns = request.resource, request.namespace
         labels = label_matcher(params.get("labelSelector"))
         fields = field_matcher(params.get("fieldSelector"))
@@ -400,8 +437,16 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                 await response.write(json.dumps({"type": "ERROR", "object": err.status()})
                                      .encode() + b"\n")
                 return response
+            columns = self._columns(res) if as_table else None
+
+            def line(kind: str, obj: Obj) -> bytes:
+                if columns is not None:
+                    obj = printing.table(columns, [obj], obj["metadata"]["resourceVersion"],
+                                         params.get("includeObject", "Metadata"))
+                return json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+
             for kind, obj in first:
-                await response.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+                await response.write(line(kind, obj))
             if params.get("sendInitialEvents") == "true" and bookmarks:
                 mark = {"apiVersion": self._api_version(res), "kind": self._kind(res),
                         "metadata": {"resourceVersion": str(self._rv), "annotations": {
@@ -423,8 +468,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                         break
                     continue
                 if wanted(obj):
-                    await response.write(json.dumps({"type": kind, "object": obj}).encode()
-                                         + b"\n")
+                    await response.write(line(kind, obj))
         except (ConnectionError, RuntimeError, asyncio.CancelledError):
             pass
         finally:
@@ -488,6 +532,9 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
         elif res.plural == "persistentvolumeclaims":
             obj["status"] = {"phase": "Pending"}
+            obj.setdefault("spec", {})
+            if "storageClassName" not in obj["spec"]:  # the default class, as admission does
+                obj["spec"]["storageClassName"] = self.default_storage_class
         elif res.plural == "namespaces":
             obj["status"] = {"phase": "Active"}
         elif res.plural == "services":
@@ -520,6 +567,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                 subresources={s for s in ("status", "scale") if s in subs})
             if "scale" in subs:
                 self._scale_paths[key] = subs["scale"]
+            self._printers[key] = version.get("additionalPrinterColumns") or []
         crd["status"] = {
             "acceptedNames": names,
             "storedVersions": [v["name"] for v in spec.get("versions") or [] if v.get("storage")],

@@ -65,6 +65,8 @@ PVS = kmock.resource("", "v1", "persistentvolumes")
 CONFIGMAPS = kmock.resource("", "v1", "configmaps")
 SECRETS = kmock.resource("", "v1", "secrets")
 EVENTS = kmock.resource("", "v1", "events")
+STORAGECLASSES = kmock.resource("storage.k8s.io", "v1", "storageclasses")
+STORAGE_CLASS = "sandbox-local"
 
 SHIMS = ("kraft", "kraft-operator", "kopf", "kraft-sandbox")
 HOSTNAME_KEY = "kubernetes.io/hostname"
@@ -466,7 +468,14 @@ class Kubelet:
         self._session = aiohttp.ClientSession()
         for node in self.node_names:
             self._register_node(node)
+        if self.api._get(STORAGECLASSES, None, STORAGE_CLASS) is None:
+            self.api._create(STORAGECLASSES, None, {
+                "metadata": {"name": STORAGE_CLASS, "annotations": {
+                    "storageclass.kubernetes.io/is-default-class": "true"}},
+                "provisioner": "kraft.dev/sandbox-local", "reclaimPolicy": "Delete",
+                "volumeBindingMode": "WaitForFirstConsumer"})
         self.api.write_hooks.append(self._on_write)
+        self.api.log_reader = self.read_log
         self._tasks = [asyncio.ensure_future(self._sync_loop()),
                        asyncio.ensure_future(self._heartbeat_loop())]
         self._dirty.set()
@@ -822,7 +831,7 @@ class Kubelet:
                 "capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
                 "persistentVolumeReclaimPolicy": "Delete",
                 "storageClassName": (pvc.get("spec") or {}).get("storageClassName")
-                or "sandbox-local",
+                or STORAGE_CLASS,
                 "local": {"path": str(path)},
                 "claimRef": {"kind": "PersistentVolumeClaim", "namespace": ns, "name": claim,
                              "uid": pvc["metadata"]["uid"]},
@@ -1088,6 +1097,30 @@ class Kubelet:
         except (OSError, TimeoutError, aiohttp.ClientError, ValueError):
             return False
         return False
+
+    def read_log(self, pod: Obj, container: str | None, previous: bool) -> str | None:
+        """A container's output of its current run (or the one before, `previous`)."""
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        names = [c["name"] for c in (spec.get("initContainers") or []) +
+                 (spec.get("containers") or [])]
+        if container is None:
+            mains = [c["name"] for c in spec.get("containers") or []]
+            if len(mains) != 1:
+                return None
+            container = mains[0]
+        if container not in names:
+            return None
+        path = (self.settings.state_dir / "pods" /
+                f"{meta.get('namespace', 'default')}_{meta['name']}_{meta['uid'][:8]}" /
+                f"{container}.log")
+        try:
+            text = path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        runs = re.split(r"^--- \S+ start .*\n", text, flags=re.MULTILINE)[1:]
+        if previous:
+            return runs[-2] if len(runs) >= 2 else None
+        return runs[-1] if runs else ""
 
     # ---------------------------------------------------------------- lookups for faults
 

@@ -1,0 +1,100 @@
+"""The real kubectl (v1.35) against the sandbox: apply a CRD and its objects, print the CRD's
+columns and the built-in kinds' columns, scale, wait, logs, and graceful delete."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+
+from kraft_operator.sandbox.handle import SandboxHandle
+from kraft_operator.sandbox.printing import human_age, jsonpath
+
+from tests.sandbox.conftest import wait_for
+
+CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "widgets.example.dev"},
+    "spec": {"group": "example.dev", "scope": "Namespaced",
+             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget",
+                       "shortNames": ["wd"]},
+             "versions": [{
+                 "name": "v1", "served": True, "storage": True,
+                 "schema": {"openAPIV3Schema": {"type": "object",
+                                                "x-kubernetes-preserve-unknown-fields": True}},
+                 "subresources": {"status": {}, "scale": {
+                     "specReplicasPath": ".spec.replicas",
+                     "statusReplicasPath": ".status.replicas"}},
+                 "additionalPrinterColumns": [
+                     {"name": "Ready", "type": "string",
+                      "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+                     {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
+                     {"name": "Age", "type": "date",
+                      "jsonPath": ".metadata.creationTimestamp"}]}]},
+}
+
+
+def rows(text: str) -> list[list[str]]:
+    return [line.split() for line in text.strip().splitlines()]
+
+
+def test_kubectl_custom_resources_columns_and_scale(sandbox: SandboxHandle) -> None:
+    sandbox.kubectl("apply", "--validate=false", "-f", "-", input=json.dumps(CRD))
+    sandbox.kubectl("wait", "--for=condition=Established", "crd/widgets.example.dev",
+                    "--timeout=30s")
+    sandbox.kubectl("apply", "--validate=false", "-f", "-", input=json.dumps({
+        "apiVersion": "example.dev/v1", "kind": "Widget", "metadata": {"name": "w1"},
+        "spec": {"replicas": 3}}))
+    sandbox.kubectl("patch", "wd", "w1", "--subresource=status", "--type=merge", "-p",
+                    json.dumps({"status": {"conditions": [{"type": "Ready",
+                                                           "status": "True"}]}}))
+    table = rows(sandbox.kubectl("get", "wd").stdout)
+    assert table[0] == ["NAME", "READY", "REPLICAS", "AGE"]
+    assert table[1][:3] == ["w1", "True", "3"]
+    out = sandbox.kubectl("scale", "widget/w1", "--replicas=5").stdout
+    assert "scaled" in out
+    obj = json.loads(sandbox.kubectl("get", "wd", "w1", "-o", "json").stdout)
+    assert obj["spec"]["replicas"] == 5 and obj["metadata"]["generation"] == 2
+    assert obj["status"]["conditions"][0]["status"] == "True"
+
+
+def test_kubectl_pod_columns_logs_wait_and_delete(sandbox: SandboxHandle) -> None:
+    script = ("import signal, sys, time\n"
+              "print('hello from', sys.argv[1], flush=True)\n"
+              "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
+              "time.sleep(3600)\n")
+    sandbox.kubectl("apply", "--validate=false", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "talker"},
+        "spec": {"containers": [{"name": "main", "image": "x",
+                                 "command": [sys.executable, "-c", script, "$(NAME)"],
+                                 "env": [{"name": "NAME", "valueFrom": {"fieldRef": {
+                                     "fieldPath": "metadata.name"}}}]}]}}))
+    sandbox.kubectl("wait", "--for=condition=Ready", "pod/talker", "--timeout=60s")
+    table = rows(sandbox.kubectl("get", "pods", "-o", "wide").stdout)
+    assert table[0][:5] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    assert table[0][5:] == ["IP", "NODE"]
+    assert table[1][:4] == ["talker", "1/1", "Running", "0"]
+    assert table[1][6] in sandbox.nodes
+    wait_for("the log line", lambda: "hello from talker" in sandbox.kubectl(
+        "logs", "talker").stdout)
+    nodes = rows(sandbox.kubectl("get", "nodes").stdout)
+    assert [r[1] for r in nodes[1:]] == ["Ready"] * 3
+    pvc_class = json.loads(sandbox.kubectl("get", "storageclass", "-o", "json").stdout)
+    assert [sc["metadata"]["name"] for sc in pvc_class["items"]] == ["sandbox-local"]
+    sandbox.kubectl("delete", "pod", "talker", "--timeout=30s")
+    assert "talker" not in sandbox.kubectl("get", "pods").stdout
+
+
+def test_printing_helpers() -> None:
+    obj = {"status": {"conditions": [{"type": "A", "status": "x"},
+                                     {"type": "Ready", "status": "True"}]},
+           "spec": {"l": [1, 2]}}
+    assert jsonpath(obj, '.status.conditions[?(@.type=="Ready")].status') == "True"
+    assert jsonpath(obj, ".spec.l[1]") == 2
+    assert jsonpath(obj, ".spec.missing.deeper") is None
+    assert jsonpath(obj, "{.spec.l[5]}") is None
+    now = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+    assert human_age("2026-01-02T03:03:50Z", now) == "15s"
+    assert human_age("2026-01-02T02:59:05Z", now) == "5m0s"
+    assert human_age("2026-01-01T03:04:05Z", now) == "24h"
+    assert human_age("2025-12-28T03:04:05Z", now) == "5d"
