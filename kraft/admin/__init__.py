@@ -1,0 +1,35 @@
+"""kraft.admin: the public API to manage a quorum (what the operator and users call).
+
+- `QuorumClient`: async client of the controller listeners (Kafka protocol):
+  `describe_quorum`, `describe_cluster`, `add_voter`, `remove_voter`, `update_voter`,
+  `update_features`, and `node_health` (a node's admin HTTP port).
+- Results are frozen pydantic models: `QuorumInfo`, `ReplicaInfo`, `Endpoint`, `ClusterInfo`,
+  `ControllerInfo`, `NodeHealth`.
+- Errors: `AdminError` (Kafka code and name, `retriable`, `already_done`) and
+  `AdminConnectionError` (no answer; retriable).
+- `ServerProperties`: read, validate and write `server.properties`.
+
+See docs/admin.md.
+"""
+
+from kraft.admin.errors import RETRIABLE_CODES, AdminConnectionError, AdminError
+from kraft.admin.models import (
+    ClusterInfo,
+    ControllerInfo,
+    Endpoint,
+    NodeHealth,
+    QuorumInfo,
+    ReplicaInfo,
+)
+
+__all__ = [
+    "RETRIABLE_CODES",
+    "AdminConnectionError",
+    "AdminError",
+    "ClusterInfo",
+    "ControllerInfo",
+    "Endpoint",
+    "NodeHealth",
+    "QuorumInfo",
+    "ReplicaInfo",
+]
