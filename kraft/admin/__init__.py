@@ -12,6 +12,7 @@
 See docs/admin.md.
 """
 
+from kraft.admin.client import QuorumClient
 from kraft.admin.errors import RETRIABLE_CODES, AdminConnectionError, AdminError
 from kraft.admin.models import (
     ClusterInfo,
@@ -30,6 +31,7 @@ __all__ = [
     "ControllerInfo",
     "Endpoint",
     "NodeHealth",
+    "QuorumClient",
     "QuorumInfo",
     "ReplicaInfo",
 ]
