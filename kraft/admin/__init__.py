@@ -22,6 +22,11 @@ from kraft.admin.models import (
     QuorumInfo,
     ReplicaInfo,
 )
+from kraft.admin.server_properties import (
+    PropertyProblem,
+    ServerProperties,
+    ServerPropertiesError,
+)
 
 __all__ = [
     "RETRIABLE_CODES",
@@ -31,7 +36,10 @@ __all__ = [
     "ControllerInfo",
     "Endpoint",
     "NodeHealth",
+    "PropertyProblem",
     "QuorumClient",
     "QuorumInfo",
     "ReplicaInfo",
+    "ServerProperties",
+    "ServerPropertiesError",
 ]

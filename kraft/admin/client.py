@@ -18,9 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any
-
-import aiohttp
+from typing import TYPE_CHECKING, Any
 
 from kraft.admin.connection import AdminConnection, WireError, split_address
 from kraft.admin.errors import AdminConnectionError, AdminError
@@ -36,6 +34,9 @@ from kraft.protocol import messages as w
 from kraft.protocol.api import ApiKey
 from kraft.protocol.errors import ErrorCode
 from kraft.protocol.uuid import Uuid
+
+if TYPE_CHECKING:
+    import aiohttp
 
 METADATA_TOPIC = "__cluster_metadata"
 CONTROLLER_ENDPOINTS = 2
@@ -395,6 +396,8 @@ class QuorumClient:
         """
         base = http_address if "://" in http_address else f"http://{http_address}"
         base = base.rstrip("/")
+        import aiohttp  # here: describing a quorum or formatting never pays for it
+
         if self._http is None:
             self._http = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s))

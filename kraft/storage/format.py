@@ -127,66 +127,29 @@ class ServerConfig:
         return "controller" in self.process_roles
 
 
-def _csv(value: str) -> tuple[str, ...]:
-    return tuple(x.strip() for x in value.split(",") if x.strip())
-
-
-def parse_listeners(key: str, value: str) -> dict[str, tuple[str, int]]:
-    """`NAME://host:port,...` -> {NAME: (host, port)}; raises StorageConfigError."""
-    out: dict[str, tuple[str, int]] = {}
-    for entry in _csv(value):
-        m = re.match(r"^([A-Za-z0-9_\-]+)://(\[[^\]]*\]|[^:]*):(\d+)$", entry)
-        if m is None:
-            raise StorageConfigError(
-                f"config {key}: bad listener {entry!r}; expected NAME://host:port"
-            )
-        host = m.group(2)[1:-1] if m.group(2).startswith("[") else m.group(2)
-        port = int(m.group(3))
-        if not 0 <= port < 65536:
-            raise StorageConfigError(f"config {key}: listener {entry!r}: port out of range")
-        out[m.group(1)] = (host, port)
-    return out
-
-
 def server_config(props: dict[str, str], source: str = "config") -> ServerConfig:
-    """Validate the keys format reads; errors name the key and the bad value."""
-    raw_id = props.get("node.id")
-    if raw_id is None:
-        raise StorageConfigError(f"{source}: node.id is required")
+    """Validate the properties (every known key, with `ServerProperties`; unknown keys are
+    tolerated, as Kafka does) and take the keys format needs; errors name the key and value."""
+    from kraft.admin.server_properties import ServerProperties, ServerPropertiesError
+
     try:
-        node_id = int(raw_id.strip())
-    except ValueError:
-        raise StorageConfigError(f"{source}: node.id {raw_id!r} is not an integer") from None
-    if node_id < 0:
-        raise StorageConfigError(f"{source}: node.id {node_id} must be >= 0")
-    roles = _csv(props.get("process.roles", ""))
-    for r in roles:
-        if r not in ("broker", "controller"):
-            raise StorageConfigError(
-                f"{source}: process.roles has unknown role {r!r} (broker, controller)"
-            )
-    dirs_text = props.get("log.dirs") or props.get("log.dir") or ""
-    log_dirs = tuple(Path(d) for d in _csv(dirs_text))
-    meta_text = props.get("metadata.log.dir", "").strip()
-    if meta_text:
-        metadata_dir = Path(meta_text)
-    elif log_dirs:
-        metadata_dir = log_dirs[0]
-    else:
+        sp = ServerProperties.from_mapping(props, source)
+    except ServerPropertiesError as exc:
+        raise StorageConfigError(str(exc)) from None
+    metadata_dir = sp.metadata_directory
+    if metadata_dir is None:
         raise StorageConfigError(
             f"{source}: no directory to format: set metadata.log.dir or log.dirs"
         )
     return ServerConfig(
-        node_id=node_id,
-        process_roles=roles,
-        log_dirs=log_dirs,
+        node_id=sp.node_id,
+        process_roles=tuple(sp.process_roles),
+        log_dirs=tuple(sp.log_directories),
         metadata_log_dir=metadata_dir,
-        controller_listener_names=_csv(props.get("controller.listener.names", "")),
-        listeners=parse_listeners("listeners", props.get("listeners", "")),
-        advertised_listeners=parse_listeners(
-            "advertised.listeners", props.get("advertised.listeners", "")
-        ),
-        quorum_voters=props.get("controller.quorum.voters", "").strip(),
+        controller_listener_names=tuple(sp.controller_listener_names),
+        listeners={a.name: (a.host, a.port) for a in sp.listeners},
+        advertised_listeners={a.name: (a.host, a.port) for a in sp.advertised_listeners},
+        quorum_voters=",".join(str(v) for v in sp.quorum_voters),
     )
 
 
