@@ -29,7 +29,11 @@ from kraft.storage.bootstrap import (
     write_bootstrap_checkpoint,
 )
 from kraft.storage.durability import fsync_dir
-from kraft.storage.errors import AlreadyFormattedError, StorageConfigError
+from kraft.storage.errors import (
+    AlreadyFormattedError,
+    FormattedForAnotherError,
+    StorageConfigError,
+)
 from kraft.storage.layout import BOOTSTRAP_SNAPSHOT_ID, LOG_SUFFIX, partition_dir
 from kraft.storage.meta_properties import (
     MetaProperties,
@@ -202,6 +206,24 @@ def _standalone_voter(cfg: ServerConfig) -> InitialVoter:
     return InitialVoter(cfg.node_id, host or "localhost", port, Uuid.random())
 
 
+def _check_identity(d: Path, meta: MetaProperties | None, cluster_id: str, node_id: int) -> None:
+    """Refuse a directory formatted for another cluster or node (FormattedForAnotherError)."""
+    if meta is None:
+        return
+    if meta.cluster_id != cluster_id:
+        raise FormattedForAnotherError(
+            f"{d / 'meta.properties'} is formatted for cluster {meta.cluster_id}, not "
+            f"{cluster_id}: this volume holds another cluster's data. Give the cluster id it "
+            "was formatted with, or empty the directory to start it anew (losing its data)."
+        )
+    if meta.node_id != node_id:
+        raise FormattedForAnotherError(
+            f"{d / 'meta.properties'} is formatted for node {meta.node_id}, not node.id "
+            f"{node_id}: this volume belongs to another node. Mount the volume of node "
+            f"{node_id}, or empty the directory to start it anew (losing its data)."
+        )
+
+
 def format_storage(
     props: dict[str, str],
     cluster_id: str,
@@ -218,9 +240,13 @@ def format_storage(
 ) -> FormatResult:
     """Format the directories named by `props` (a parsed server.properties).
 
-    Raises StorageConfigError for bad input (before anything is written) and
-    AlreadyFormattedError when a directory holds meta.properties and `ignore_formatted` is
-    false. Directories already formatted are never modified.
+    Raises StorageConfigError for bad input (before anything is written),
+    FormattedForAnotherError when a directory is formatted for another cluster id or node id
+    (whatever `ignore_formatted` says), and AlreadyFormattedError when a directory holds
+    meta.properties and `ignore_formatted` is false. With `ignore_formatted` (Kafka's
+    `--ignore-formatted`) formatted directories of this cluster and node are left as they
+    are and the others are formatted: run again, it does nothing, which is what an init
+    container needs. Directories already formatted are never modified.
     """
     stream = out if out is not None else sys.stdout
     try:
@@ -270,6 +296,9 @@ def format_storage(
     for d in (cfg.metadata_log_dir, *cfg.log_dirs):
         if d not in dirs:
             dirs.append(d)
+    for d in dirs:  # as Kafka: every formatted directory is checked before anything else
+        if (d / "meta.properties").exists():
+            _check_identity(d, read_meta_properties(d), cluster_id, cfg.node_id)
     to_format: list[Path] = []
     skipped: list[Path] = []
     for d in dirs:
