@@ -26,7 +26,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from kraft.storage.durability import atomic_write
 from kraft.storage.properties import (
     PropertiesSyntaxError,
-    format_properties,
     parse_properties,
     read_properties,
 )
@@ -396,8 +395,10 @@ class ServerProperties(BaseModel):
         """The `server.properties` text: optional `#` comment lines, then sorted `key=value`
         lines escaped so that `parse` reads back the same properties."""
         lines = [f"# {line}".rstrip() for line in (comment or "").splitlines()]
-        body = format_properties(self.to_properties(), comment=None)
-        return "\n".join(lines) + ("\n" if lines else "") + body
+        props = self.to_properties()
+        lines += [f"{_escape(key, key=True)}={_escape(props[key], key=False)}"
+                  for key in sorted(props)]
+        return "\n".join(lines) + "\n"
 
     def write(self, path: str | Path, comment: str | None = None) -> None:
         """Write `render(comment)` to `path` atomically (temporary file, fsync, rename)."""
@@ -463,6 +464,33 @@ class ServerPropertiesError(ValueError):
         self.source = source
         self.problems = problems
         super().__init__(f"{source}: " + "; ".join(str(p) for p in problems))
+
+
+_CONTROL_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r", "\f": "\\f"}
+
+
+def _escape(text: str, *, key: bool) -> str:
+    """Escape for a properties line. Unlike Java's `store`, a value keeps its `=`, `:`, `#`
+    and `!` as they are (only a key's end and a line's start give them a meaning), so a
+    rendered file stays readable: `listeners=CONTROLLER://0.0.0.0:9093`."""
+    out: list[str] = []
+    for i, c in enumerate(text):
+        if c == "\\":
+            out.append("\\\\")
+        elif c in _CONTROL_ESCAPES:
+            out.append(_CONTROL_ESCAPES[c])
+        elif key and c in "=: #!":
+            out.append("\\" + c)
+        elif c == " " and i == 0:
+            out.append("\\ ")
+        elif ord(c) > 0xFFFF:  # as Java writes it: a UTF-16 surrogate pair
+            pair = c.encode("utf-16-be")
+            out.append(f"\\u{pair[:2].hex().upper()}\\u{pair[2:].hex().upper()}")
+        elif ord(c) < 0x20 or ord(c) > 0x7E:
+            out.append(f"\\u{ord(c):04X}")
+        else:
+            out.append(c)
+    return "".join(out)
 
 
 def _text(value: object) -> str:

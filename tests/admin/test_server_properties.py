@@ -7,6 +7,8 @@ import io
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kraft.admin.server_properties import (
     PropertyProblem,
@@ -16,6 +18,7 @@ from kraft.admin.server_properties import (
 from kraft.server.config import ConfigError, NodeConfig, build_config
 from kraft.storage.errors import StorageConfigError
 from kraft.storage.format import format_storage
+from kraft.storage.properties import parse_properties
 
 CLUSTER = "QF8mVzcRaw30atEJTDbDUQ"
 
@@ -61,6 +64,9 @@ def test_write_then_read_gives_the_same_properties(tmp_path: Path) -> None:
     sp = ServerProperties.parse(TEXT)
     rendered = sp.render(comment="rendered for pod ctl-3\nby the operator")
     assert rendered.startswith("# rendered for pod ctl-3\n# by the operator\n")
+    # readable, as a pod's ConfigMap should be: values keep their ':' and '='
+    assert "\nlisteners=CONTROLLER://[::1]:9093,PLAIN://0.0.0.0:9092\n" in rendered
+    assert "\nmetadata.log.dir=/var/lib/kraft/meta\\u00E9 dir\n" in rendered
     again = ServerProperties.parse(rendered)
     assert again == sp
     assert again.to_properties() == sp.to_properties()
@@ -148,3 +154,22 @@ def test_the_node_and_format_know_the_same_keys(tmp_path: Path) -> None:
                    CLUSTER, standalone=True, out=io.StringIO())
     with pytest.raises(ConfigError, match=r"num\.io\.threads"):
         build_config({**base, "log.dir": str(tmp_path / "three"), "num.io.threads": "8"}, {})
+
+
+_TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=20)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(_TEXT.map(lambda k: "x." + k), _TEXT, max_size=6))
+def test_any_key_and_value_survive_render_and_parse(extra: dict[str, str]) -> None:
+    sp = ServerProperties.from_mapping({"node.id": "1", "process.roles": "controller", **extra})
+    again = ServerProperties.parse(sp.render(comment="c\nd"))
+    assert again.unknown_keys() == extra
+    assert again == sp
+
+
+def test_a_surrogate_pair_escape_is_one_character_as_in_java() -> None:
+    assert parse_properties("k=\\uD83D\\uDE00 \\u00e9\n") == {"k": "\U0001F600 \u00e9"}
+    sp = ServerProperties.from_mapping({"node.id": "1", "process.roles": "controller",
+                                        "x.smile": "\U0001F600"})
+    assert "x.smile=\\uD83D\\uDE00\n" in sp.render()
