@@ -125,6 +125,10 @@ class QuorumClient:
                 # a kept connection the peer closed meanwhile (it restarted): one new one
         conn = AdminConnection(address[0], address[1], self.client_id)
         await conn.connect(self.timeout_s)
+        other = self._conns.get(address)
+        if other is not None and not other.closed:  # a concurrent call connected first
+            conn.close()
+            conn = other
         self._conns[address] = conn
         try:
             _, data = await conn.request(api_key, body, t)

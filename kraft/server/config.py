@@ -14,6 +14,7 @@ from).
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -147,7 +148,9 @@ def build_config(
     known = set(known_keys())
     for key in merged:
         if key not in known:
-            raise ConfigError(f"unknown configuration key {key!r}")
+            near = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ConfigError(f"unknown configuration key {key!r}{hint}")
     try:
         return NodeConfig.model_validate(merged)
     except ValidationError as exc:

@@ -173,3 +173,14 @@ def test_a_surrogate_pair_escape_is_one_character_as_in_java() -> None:
     sp = ServerProperties.from_mapping({"node.id": "1", "process.roles": "controller",
                                         "x.smile": "\U0001F600"})
     assert "x.smile=\\uD83D\\uDE00\n" in sp.render()
+
+
+def test_the_node_names_the_key_a_typo_meant() -> None:
+    props = {"node.id": "1", "process.roles": "controller",
+             "listeners": "CONTROLLER://127.0.0.1:9093", "controller.listener.names": "CONTROLLER",
+             "controller.quorum.voters": "1@127.0.0.1:9093", "metadata.log.dir": "/tmp/x",
+             "controller.quorum.fetch.timeout": "500"}
+    with pytest.raises(ConfigError, match=r"unknown configuration key "
+                       r"'controller\.quorum\.fetch\.timeout' \(did you mean "
+                       r"'controller\.quorum\.fetch\.timeout\.ms'\?\)"):
+        build_config(props, {})

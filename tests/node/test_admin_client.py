@@ -85,6 +85,10 @@ async def test_describe_add_remove_and_the_already_done_answers(
         assert observer is not None and observer.directory_id == dir4
         assert observer.last_fetch_timestamp_ms is not None
 
+        # concurrent calls on one client share its connections
+        together = await asyncio.gather(*(admin.describe_quorum() for _ in range(5)))
+        assert {t.leader_id for t in together} == {q.leader_id}
+
         health = await admin.node_health(cluster.nodes[q.leader_id].http)
         assert health.live and health.ready, health
         assert health.leader_id == q.leader_id and health.epoch == q.leader_epoch
