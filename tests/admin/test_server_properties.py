@@ -178,7 +178,7 @@ def test_a_surrogate_pair_escape_is_one_character_as_in_java() -> None:
 def test_the_node_names_the_key_a_typo_meant() -> None:
     props = {"node.id": "1", "process.roles": "controller",
              "listeners": "CONTROLLER://127.0.0.1:9093", "controller.listener.names": "CONTROLLER",
-             "controller.quorum.voters": "1@127.0.0.1:9093", "metadata.log.dir": "/tmp/x",
+             "controller.quorum.voters": "1@127.0.0.1:9093", "metadata.log.dir": "/var/lib/kraft/x",
              "controller.quorum.fetch.timeout": "500"}
     with pytest.raises(ConfigError, match=r"unknown configuration key "
                        r"'controller\.quorum\.fetch\.timeout' \(did you mean "
