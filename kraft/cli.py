@@ -1,7 +1,8 @@
 """The `kraft` command line: subcommands are registered in a table so others can add theirs.
 
 Exit codes: 0 success, 1 failure (e.g. corruption found, directory already formatted),
-2 usage error (bad arguments, bad config key/value, bad uuid).
+2 usage error (bad arguments, bad config key/value, bad uuid), 3 `format` found a directory
+formatted for another cluster id or node id.
 
 To add a subcommand elsewhere::
 
@@ -19,11 +20,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kraft.protocol.uuid import Uuid
-from kraft.storage.errors import AlreadyFormattedError, StorageConfigError, StorageError
+from kraft.storage.errors import (
+    AlreadyFormattedError,
+    FormattedForAnotherError,
+    StorageConfigError,
+    StorageError,
+)
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_FORMATTED_FOR_ANOTHER = 3
+"""`format`: a directory holds another cluster's (or node's) data."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +72,10 @@ def _configure_format(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", "-c", required=True, type=Path, help="server.properties file")
     p.add_argument("--cluster-id", "-t", required=True, help="cluster id (from random-uuid)")
     p.add_argument("--ignore-formatted", "-g", action="store_true",
-                   help="skip directories that are already formatted")
+                   help="leave directories already formatted for this cluster and node as "
+                        "they are and format the others (idempotent: an init container can "
+                        "run it on every start); a directory formatted for another cluster "
+                        "or node exits with code 3")
     p.add_argument("--release-version", "-r", default=None,
                    help="metadata.version to bootstrap (default 4.1-IV1)")
     p.add_argument("--feature", "-f", action="append", default=[], metavar="NAME=LEVEL",
@@ -160,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (0 ok, 1 failure, 2 usage error)."""
+    """Run the CLI; returns the exit code (0 ok, 1 failure, 2 usage error, 3 a directory
+    formatted for another cluster or node)."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -182,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     except AlreadyFormattedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
+    except FormattedForAnotherError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FORMATTED_FOR_ANOTHER
     except StorageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
