@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -55,9 +56,9 @@ async def _up(args: argparse.Namespace) -> int:
     from kraft_operator.sandbox.kubelet import PODS, KubeletSettings
     from kraft_operator.sandbox.runtime import run_sandbox
 
+    network, lock = claim_network(args.network)
     settings = KubeletSettings(
-        state_dir=_state_dir(args).resolve(), nodes=args.nodes,
-        network=args.network or f"127.{random.randint(64, 249)}",
+        state_dir=_state_dir(args).resolve(), nodes=args.nodes, network=network,
         backoff_base_s=args.backoff_base, heartbeat_s=args.heartbeat)
     async with run_sandbox(settings, api_port=args.port) as sandbox:
         if args.operator:
@@ -72,7 +73,26 @@ async def _up(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
+    lock.close()
     return 0
+
+
+def claim_network(wanted: str | None) -> tuple[str, Any]:
+    """A pod network (127.N) no other sandbox on this machine uses: each sandbox holds an
+    flock on a file named for its network for as long as it runs."""
+    locks = Path(tempfile.gettempdir()) / "kraft-sandbox-networks"
+    locks.mkdir(exist_ok=True)
+    choices = [wanted] if wanted else [f"127.{n}" for n in random.sample(range(64, 250), 186)]
+    for network in choices:
+        handle = open(locks / network, "a")  # noqa: SIM115 - held open while the sandbox runs
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            continue
+        return network, handle
+    raise SystemExit(f"kraft-sandbox: network {wanted} is in use by another sandbox"
+                     if wanted else "kraft-sandbox: no free pod network")
 
 
 def _fault(args: argparse.Namespace) -> int:
@@ -108,7 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"the sandbox's directory (default $SANDBOX_STATE_DIR or "
                              f"{DEFAULT_STATE_DIR})")
     subs = parser.add_subparsers(dest="command", required=True)
-    up = subs.add_parser("up", help="run the API server and the nodes until interrupted")
+    state = argparse.ArgumentParser(add_help=False)
+    state.add_argument("--state-dir", default=argparse.SUPPRESS,
+                       help="the sandbox's directory (also accepted before the command)")
+    up = subs.add_parser("up", help="run the API server and the nodes until interrupted",
+                         parents=[state])
     up.add_argument("--nodes", type=int, default=3)
     up.add_argument("--port", type=int, default=0, help="API port (0: any free port)")
     up.add_argument("--network", default=None,
@@ -121,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "kraft-operator)")
     up.add_argument("--quiet", action="store_true")
     up.add_argument("--log-level", default="WARNING")
-    fault = subs.add_parser("fault", help="inject a fault into the running sandbox")
+    fault = subs.add_parser("fault", help="inject a fault into the running sandbox",
+                            parents=[state])
     fault.add_argument("kind", choices=["crash", "pause", "resume", "wipe-pvc", "node-down",
                                         "node-up", "kill-operator"])
     fault.add_argument("target", nargs="?", default=None, help="pod, claim or node name")
@@ -130,9 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
     fault.add_argument("--signal", default="KILL", help="for crash: KILL (default), TERM, ...")
     fault.add_argument("--no-crash", action="store_true",
                        help="for wipe-pvc: leave the pods using the claim running")
-    subs.add_parser("pods", help="the pods the nodes run, with their process ids")
-    subs.add_parser("claims", help="each bound claim's directory")
-    subs.add_parser("env", help="print `export KUBECONFIG=...` for the running sandbox")
+    subs.add_parser("pods", help="the pods the nodes run, with their process ids",
+                    parents=[state])
+    subs.add_parser("claims", help="each bound claim's directory", parents=[state])
+    subs.add_parser("env", help="print `export KUBECONFIG=...` for the running sandbox",
+                    parents=[state])
     return parser
 
 

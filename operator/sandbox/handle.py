@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -168,10 +167,11 @@ def start_sandbox(state_dir: Path, *, nodes: int = 3, network: str | None = None
     info_path = state_dir / "sandbox.json"
     with contextlib.suppress(FileNotFoundError):
         info_path.unlink()
-    network = network or f"127.{random.randint(64, 249)}"
     cmd = [sys.executable, "-m", "kraft_operator.sandbox", "--state-dir", str(state_dir), "up",
-           "--nodes", str(nodes), "--network", network, "--backoff-base", str(backoff_base_s),
+           "--nodes", str(nodes), "--backoff-base", str(backoff_base_s),
            "--heartbeat", str(heartbeat_s), "--quiet", *(extra_args or [])]
+    if network:
+        cmd += ["--network", network]
     log = open(state_dir / "sandbox.log", "ab")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)

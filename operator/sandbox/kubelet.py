@@ -299,9 +299,16 @@ class PodWorker:
 
     async def _run_once(self, spec: Obj, st: ContainerState, probes: bool = False) -> int:
         """Start the container's process, wait for it to end; its exit code."""
+        started_at = now_rfc3339()
+        problem = self.kubelet.prepare_volumes(self)  # config maps as they are now
+        if problem is not None:
+            st.state = {"terminated": {"exitCode": 128, "reason": "StartError",
+                                       "message": problem, "startedAt": started_at,
+                                       "finishedAt": now_rfc3339()}}
+            self.publish()
+            return 128
         argv, env, cwd = self.kubelet.container_command(self, spec)
         log_path = self.dir / f"{st.name}.log"
-        started_at = now_rfc3339()
         with open(log_path, "ab") as out:
             out.write(f"--- {started_at} start {json.dumps(argv)}\n".encode())
             out.flush()
