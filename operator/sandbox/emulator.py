@@ -206,6 +206,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         factory=lambda: collections.defaultdict(set), init=False)
     _scale_paths: dict[Any, dict[str, str]] = attrs.field(factory=dict, init=False)
     _printers: dict[Any, list[Obj]] = attrs.field(factory=dict, init=False)
+    _orphans: dict[str, bool] = attrs.field(factory=dict, init=False)
     _cluster_ips: int = attrs.field(default=0, init=False)
     write_hooks: list[Callable[[str, Any, Obj], None]] = attrs.field(factory=list, init=False)
     default_storage_class: str = attrs.field(default="sandbox-local", init=False)
@@ -291,7 +292,8 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         gone["metadata"]["resourceVersion"] = self._next_rv()
         del self._objects[key]
         self._publish(res, "DELETED", gone)
-        self._collect_dependents(meta.get("uid"))
+        if self._orphans.pop(meta.get("uid"), None) is None:
+            self._collect_dependents(meta.get("uid"))
 
     def _collect_dependents(self, uid: str | None) -> None:
         """Background garbage collection: delete what the removed object owned."""
@@ -676,6 +678,8 @@ class SandboxEmulator(kmock.KubernetesEmulator):
     def _delete(self, res: Any, ns: str | None, name: str, opts: Obj) -> Obj:
         current = self._must_get(res, ns, name)
         meta = current["metadata"]
+        if opts.get("propagationPolicy") == "Orphan" or opts.get("orphanDependents"):
+            self._orphans[meta["uid"]] = True
         is_pod = res.group == "" and res.plural == "pods"
         grace = 0
         if is_pod:

@@ -205,6 +205,29 @@ async def test_owned_objects_are_garbage_collected(http: aiohttp.ClientSession) 
     await call(http, "DELETE", f"{THINGS}/owner")
     assert (await call(http, "GET", f"{cms}/owned"))[0] == 404
     assert (await call(http, "GET", f"{cms}/free"))[0] == 200
+    _, owner = await call(http, "POST", THINGS, {"metadata": {"name": "owner2"}})
+    ref = {**ref, "name": "owner2", "uid": owner["metadata"]["uid"]}
+    await call(http, "POST", cms, {"metadata": {"name": "kept", "ownerReferences": [ref]}})
+    await call(http, "DELETE", f"{THINGS}/owner2", {"propagationPolicy": "Orphan"})
+    assert (await call(http, "GET", f"{cms}/kept"))[0] == 200
+
+
+async def test_pod_binding_and_eviction(http: aiohttp.ClientSession) -> None:
+    pods = "/api/v1/namespaces/default/pods"
+    await call(http, "POST", pods, {"metadata": {"name": "p"}, "spec": {"containers": []}})
+    status, _ = await call(http, "POST", f"{pods}/p/binding", {
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}})
+    assert status == 201
+    _, obj = await call(http, "GET", f"{pods}/p")
+    assert obj["spec"]["nodeName"] == "n1"
+    status, _ = await call(http, "POST", f"{pods}/p/binding", {"target": {"name": "n2"}})
+    assert status == 409
+    status, _ = await call(http, "POST", f"{pods}/p/eviction", {
+        "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p"}})
+    assert status == 201
+    _, obj = await call(http, "GET", f"{pods}/p")
+    assert obj["metadata"]["deletionGracePeriodSeconds"] == 30
 
 
 async def test_strategic_merge_directives_are_not_stored(http: aiohttp.ClientSession) -> None:
