@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
+import subprocess
 import sys
+import threading
+from pathlib import Path
 
 from kraft_operator.sandbox.handle import SandboxHandle
 from kraft_operator.sandbox.printing import human_age, jsonpath
@@ -98,3 +102,57 @@ def test_printing_helpers() -> None:
     assert human_age("2026-01-02T02:59:05Z", now) == "5m0s"
     assert human_age("2026-01-01T03:04:05Z", now) == "24h"
     assert human_age("2025-12-28T03:04:05Z", now) == "5d"
+
+
+OPERATOR = '''
+import kopf
+
+@kopf.on.startup()
+def configure(settings, **_):
+    settings.posting.level = 100
+
+@kopf.on.create("example.dev", "v1", "widgets")
+def created(spec, patch, **_):
+    patch.status["replicas"] = spec.get("replicas", 0)
+    patch.status["conditions"] = [{"type": "Ready", "status": "True"}]
+'''
+
+
+def test_a_kopf_operator_pod_reconciles_and_survives_kill_operator(
+        sandbox: SandboxHandle, tmp_path: Path, kubectl_path: str) -> None:
+    script = tmp_path / "widget_operator.py"
+    script.write_text(OPERATOR)
+    sandbox.kubectl("apply", "--validate=false", "-f", "-", input=json.dumps(CRD))
+    sandbox.kubectl("apply", "--validate=false", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "widget-operator",
+                     "labels": {"app.kubernetes.io/name": "kraft-operator"}},
+        "spec": {"terminationGracePeriodSeconds": 2, "containers": [{
+            "name": "operator", "image": "kraft-quorum:dev",
+            "command": ["kopf", "run", "--standalone", "--all-namespaces", str(script)]}]}}))
+    watch = subprocess.Popen([kubectl_path, "get", "wd", "-w"],
+                             env={**os.environ, "KUBECONFIG": str(sandbox.kubeconfig)},
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    killer = threading.Timer(90, watch.kill)  # a bound, should the line never come
+    killer.start()
+    try:
+        for name in ("w1", "w2"):
+            if name == "w2":  # the operator killed, restarted, and still reconciling
+                assert sandbox.faults.kill_operator() == ["default/widget-operator"]
+            sandbox.kubectl("apply", "--validate=false", "-f", "-", input=json.dumps({
+                "apiVersion": "example.dev/v1", "kind": "Widget",
+                "metadata": {"name": name}, "spec": {"replicas": 3}}))
+            assert watch.stdout is not None
+            seen = []
+            for line in watch.stdout:
+                seen.append(line.split())
+                if seen[-1][:3] == [name, "True", "3"]:
+                    break
+            assert seen[-1][:3] == [name, "True", "3"], (seen, sandbox.log_of(
+                "default", "widget-operator", "operator"))
+    finally:
+        killer.cancel()
+        watch.kill()
+        watch.wait()
+    pod = json.loads(sandbox.kubectl("get", "pod", "widget-operator", "-o", "json").stdout)
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 1
