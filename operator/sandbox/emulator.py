@@ -51,6 +51,7 @@ import attrs
 import jsonpatch
 import kmock
 from kraft_operator.sandbox import printing
+from kraft_operator.sandbox.schema import StructuralSchema
 
 Obj = dict[str, Any]
 
@@ -207,6 +208,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
     _scale_paths: dict[Any, dict[str, str]] = attrs.field(factory=dict, init=False)
     _printers: dict[Any, list[Obj]] = attrs.field(factory=dict, init=False)
     _orphans: dict[str, bool] = attrs.field(factory=dict, init=False)
+    _schemas: dict[Any, StructuralSchema] = attrs.field(factory=dict, init=False)
     _cluster_ips: int = attrs.field(default=0, init=False)
     write_hooks: list[Callable[[str, Any, Obj], None]] = attrs.field(factory=list, init=False)
     default_storage_class: str = attrs.field(default="sandbox-local", init=False)
@@ -514,13 +516,36 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         if "status" in info.subresources:
             obj.pop("status", None)
         self._defaults(res, obj)
+        obj = self._admit(res, obj, None)
         if dry:
             return obj
-        meta["resourceVersion"] = self._next_rv()
-        if res.group == "apiextensions.k8s.io" and res.plural == "customresourcedefinitions":
+        obj["metadata"]["resourceVersion"] = self._next_rv()
+        if self._is_crd(res):
             self._register_crd(obj)
         self._store(res, obj, "ADDED")
         return obj
+
+    @staticmethod
+    def _is_crd(res: Any) -> bool:
+        return bool(res.group == "apiextensions.k8s.io"
+                    and res.plural == "customresourcedefinitions")
+
+    def _admit(self, res: Any, obj: Obj, old: Obj | None) -> Obj:
+        """A custom resource through its CRD's schema: defaults, pruning, validation."""
+        schema = self._schemas.get(res)
+        if schema is None:
+            return obj
+        admitted, problems = schema.admit(obj, old)
+        if problems:
+            meta = obj.get("metadata") or {}
+            kind = f"{self._kind(res)}.{res.group}"
+            text = "; ".join(f"{field}: Invalid value: {msg}" for field, msg in problems)
+            raise ApiError(422, "Invalid", f'{kind} "{meta.get("name")}" is invalid: {text}',
+                           {"name": meta.get("name"), "group": res.group,
+                            "kind": self._kind(res),
+                            "causes": [{"reason": "FieldValueInvalid", "message": msg,
+                                        "field": field} for field, msg in problems]})
+        return admitted
 
     def _defaults(self, res: Any, obj: Obj) -> None:
         """What the API server fills in on create for the kinds the sandbox runs."""
@@ -570,6 +595,11 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             if "scale" in subs:
                 self._scale_paths[key] = subs["scale"]
             self._printers[key] = version.get("additionalPrinterColumns") or []
+            openapi = (version.get("schema") or {}).get("openAPIV3Schema")
+            if openapi:
+                self._schemas[key] = StructuralSchema(openapi)
+            else:
+                self._schemas.pop(key, None)
         crd["status"] = {
             "acceptedNames": names,
             "storedVersions": [v["name"] for v in spec.get("versions") or [] if v.get("storage")],
@@ -650,6 +680,9 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                 else:
                     new.pop("status", None)
         new["metadata"]["resourceVersion"] = cur_meta["resourceVersion"]
+        new = self._admit(res, new, current)
+        if self._is_crd(res) and subresource != "status":
+            self._register_crd(new)
         if new == current:
             return current  # a no-op write changes nothing and tells no watcher
         if _without(new, "metadata", "status") != _without(current, "metadata", "status"):

@@ -18,7 +18,8 @@ CRD = {
              "names": {"plural": "things", "singular": "thing", "kind": "Thing",
                        "shortNames": ["th"]},
              "versions": [{"name": "v1", "served": True, "storage": True,
-                           "schema": {"openAPIV3Schema": {"type": "object"}},
+                           "schema": {"openAPIV3Schema": {
+                               "type": "object", "x-kubernetes-preserve-unknown-fields": True}},
                            "subresources": {"status": {}, "scale": {
                                "specReplicasPath": ".spec.replicas",
                                "statusReplicasPath": ".status.replicas"}}}]},
@@ -258,3 +259,59 @@ def test_label_selector_forms() -> None:
     assert field_matcher("spec.nodeName=n1,status.phase!=Failed")(
         {"spec": {"nodeName": "n1"}, "status": {"phase": "Running"}})
     assert not field_matcher("spec.nodeName=n1")({"spec": {"nodeName": "n2"}})
+
+
+TYPED_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "quorums.example.dev"},
+    "spec": {"group": "example.dev", "scope": "Namespaced",
+             "names": {"plural": "quorums", "singular": "quorum", "kind": "Quorum"},
+             "versions": [{"name": "v1", "served": True, "storage": True,
+                           "subresources": {"status": {}},
+                           "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                               "spec": {"type": "object", "properties": {
+                                   "replicas": {"type": "integer", "minimum": 1,
+                                                "maximum": 9, "default": 3},
+                                   "clusterId": {"type": "string", "nullable": True},
+                                   "config": {"type": "object",
+                                              "additionalProperties": {"type": "string"}},
+                                   "paused": {"type": "boolean", "default": False}},
+                                   "x-kubernetes-validations": [{
+                                       "rule": "!has(oldSelf.clusterId) || "
+                                               "self.clusterId == oldSelf.clusterId",
+                                       "message": "clusterId is immutable"}]},
+                               "status": {"type": "object",
+                                          "x-kubernetes-preserve-unknown-fields": True}}}}}]},
+}
+QUORUMS = "/apis/example.dev/v1/namespaces/ns1/quorums"
+
+
+async def test_custom_resources_are_defaulted_pruned_and_validated(
+        http: aiohttp.ClientSession) -> None:
+    status, _ = await call(http, "POST",
+                           "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", TYPED_CRD)
+    assert status == 201
+    status, obj = await call(http, "POST", QUORUMS, {
+        "metadata": {"name": "q"}, "spec": {"clusterId": "abc", "bogus": 1,
+                                            "config": {"a": "b"}}})
+    assert status == 201
+    assert obj["spec"] == {"replicas": 3, "clusterId": "abc", "config": {"a": "b"},
+                           "paused": False}  # defaults filled, the unknown field pruned
+    status, err = await call(http, "POST", QUORUMS, {"metadata": {"name": "r"},
+                                                     "spec": {"replicas": 10}})
+    assert status == 422 and err["reason"] == "Invalid"
+    assert err["details"]["causes"][0]["field"] == "spec.replicas"
+    assert "10 is greater than the maximum of 9" in err["message"]
+    status, err = await call(http, "PATCH", f"{QUORUMS}/q", {"spec": {"clusterId": "xyz"}},
+                             MERGE)
+    assert status == 422 and "clusterId is immutable" in err["message"]
+    status, err = await call(http, "PATCH", f"{QUORUMS}/q", {"spec": {"replicas": "five"}},
+                             MERGE)
+    assert status == 422 and "is not of type 'integer'" in err["message"]
+    status, obj = await call(http, "PATCH", f"{QUORUMS}/q", {"spec": {"replicas": 5}}, MERGE)
+    assert status == 200 and obj["spec"]["replicas"] == 5
+    status, obj = await call(http, "PATCH", f"{QUORUMS}/q/status",
+                             {"status": {"anything": {"goes": 1}}}, MERGE)
+    assert status == 200 and obj["status"] == {"anything": {"goes": 1}}
+    _, stored = await call(http, "GET", f"{QUORUMS}/q")
+    assert stored["spec"]["clusterId"] == "abc" and stored["spec"]["replicas"] == 5
