@@ -8,6 +8,9 @@
     kraft-sandbox fault kill-operator
     kraft-sandbox pods | claims
     kraft-sandbox env            (prints `export KUBECONFIG=...` of the running sandbox)
+    kraft-sandbox run PROGRAM ARGS   (an installed program with the cluster's DNS and KUBECONFIG,
+                                      e.g. `run kraft quorum --bootstrap-controller kraft-0.kraft:9093
+                                      describe --status`, or `run kraft-operator`)
 """
 
 from __future__ import annotations
@@ -160,6 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
     subs.add_parser("claims", help="each bound claim's directory", parents=[state])
     subs.add_parser("env", help="print `export KUBECONFIG=...` for the running sandbox",
                     parents=[state])
+    run = subs.add_parser("run", help="run an installed program (kraft, kraft-operator, kopf) "
+                                      "with the cluster's DNS and KUBECONFIG", parents=[state])
+    run.add_argument("-n", "--namespace", default="default",
+                     help="the namespace whose search path short names use")
+    run.add_argument("program")
+    run.add_argument("args", nargs=argparse.REMAINDER)
     return parser
 
 
@@ -182,4 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "env":
         print(f"export KUBECONFIG={_info(args)['kubeconfig']}")
         return 0
+    if args.command == "run":
+        info = _info(args)
+        env = {**os.environ, "KUBECONFIG": info["kubeconfig"], "SANDBOX_HOSTS": info["hosts"],
+               "SANDBOX_NAMESPACE": args.namespace}
+        env.pop("SANDBOX_POD_IP", None)
+        os.execvpe(sys.executable, [sys.executable, "-m", "kraft_operator.sandbox.launch",
+                                    args.program, *args.args], env)
     return 2

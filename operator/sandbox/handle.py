@@ -122,6 +122,26 @@ class SandboxHandle:
         """Cluster DNS as a pod of `namespace` sees it."""
         return Resolver(self.info["hosts"], namespace)
 
+    @contextlib.contextmanager
+    def cluster_dns(self, namespace: str = "default") -> Iterator[None]:
+        """Resolve cluster names (`kraft-0.kraft`, `svc.ns.svc.cluster.local`) in this process
+        for the `with` body, as a pod of `namespace` would."""
+        from kraft_operator.sandbox.launch import install_dns
+
+        restore = install_dns(self.resolver(namespace))
+        try:
+            yield
+        finally:
+            restore()
+
+    def run(self, program: str, *args: str, namespace: str = "default",
+            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """`kraft-sandbox run PROGRAM ARGS`: an installed program with the cluster's DNS."""
+        return subprocess.run([sys.executable, "-m", "kraft_operator.sandbox", "run",
+                               "--state-dir", str(self.state_dir), "-n", namespace, program,
+                               *args], capture_output=True, text=True, timeout=timeout,
+                              check=False)
+
     def kubectl(self, *args: str, check: bool = True, timeout: float = 60,
                 input: str | None = None) -> subprocess.CompletedProcess[str]:
         """Run the real kubectl against the sandbox."""

@@ -33,14 +33,15 @@ from kraft_operator.sandbox.dns import Resolver
 WILDCARDS = {None, "", "0.0.0.0", "::", "localhost", "127.0.0.1", "::1"}
 
 
-def install(pod_ip: str, resolver: Resolver) -> None:
-    """Patch name resolution and binding for this process (see the module docstring)."""
+def install_dns(resolver: Resolver, pod_ip: str | None = None) -> Callable[[], None]:
+    """Answer cluster names in `socket.getaddrinfo` from `resolver` (and `localhost` with
+    `pod_ip` when given); returns a function that restores the previous resolver."""
     real_getaddrinfo = socket.getaddrinfo
 
     def getaddrinfo(host: Any, port: Any, family: int = 0, type: int = 0, proto: int = 0,
                     flags: int = 0) -> list[Any]:
         name = host.decode() if isinstance(host, bytes) else host
-        if name in ("localhost", "localhost."):
+        if pod_ip and name in ("localhost", "localhost."):
             return real_getaddrinfo(pod_ip, port, family, type, proto, flags)
         if isinstance(name, str) and name and not _is_ip(name):
             ips = resolver.lookup(name)
@@ -56,6 +57,14 @@ def install(pod_ip: str, resolver: Resolver) -> None:
 
     socket.getaddrinfo = getaddrinfo  # type: ignore[assignment]
 
+    def restore() -> None:
+        socket.getaddrinfo = real_getaddrinfo  # type: ignore[assignment]
+
+    return restore
+
+
+def install_address(pod_ip: str) -> None:
+    """Bind servers on the wildcard address or localhost to `pod_ip`, and leave from it."""
     base = asyncio.base_events.BaseEventLoop
     real_create_server = base.create_server
     real_create_connection = base.create_connection
@@ -78,6 +87,12 @@ def install(pod_ip: str, resolver: Resolver) -> None:
 
     base.create_server = create_server  # type: ignore[method-assign]
     base.create_connection = create_connection  # type: ignore[method-assign]
+
+
+def install(pod_ip: str, resolver: Resolver) -> None:
+    """Patch name resolution and binding for this process (see the module docstring)."""
+    install_dns(resolver, pod_ip)
+    install_address(pod_ip)
 
 
 def _is_ip(text: str) -> bool:
@@ -106,8 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     program, rest = os.path.basename(args[0]), args[1:]
     pod_ip = os.environ.get("SANDBOX_POD_IP")
     hosts = os.environ.get("SANDBOX_HOSTS")
-    if pod_ip and hosts:
-        install(pod_ip, Resolver(hosts, os.environ.get("SANDBOX_NAMESPACE", "default")))
+    if hosts:  # in a pod, or `kraft-sandbox run` (cluster DNS, the machine's address)
+        install_dns(Resolver(hosts, os.environ.get("SANDBOX_NAMESPACE", "default")), pod_ip)
+    if pod_ip:
+        install_address(pod_ip)
     if program == "kraft":
         os.environ["KRAFT_KRAFT_EVENT_LOOP"] = "asyncio"
     fn = _entrypoint(program)

@@ -136,3 +136,15 @@ def test_three_pods_form_a_quorum_by_dns_names(sandbox: SandboxHandle) -> None:
         sandbox.log_of("default", "describe", "describe")
     log = sandbox.log_of("default", "describe", "describe")
     assert f"LeaderId:               {leader_id}" in log
+
+    # and from outside the pods: a program run with the cluster's DNS, and this process
+    done = sandbox.run("kraft", "quorum", "--bootstrap-controller",
+                       "kq-2.kq.default.svc:9093", "describe", "--status")
+    assert done.returncode == 0, done.stderr
+    assert f"LeaderId:               {leader_id}" in done.stdout
+    with sandbox.cluster_dns("default"):
+        status = json.loads(urllib.request.urlopen(
+            f"http://{reader}.kq:{HTTP_PORT}/v1/status", timeout=5).read())
+    assert status["node_id"] == int(reader.rsplit("-", 1)[1])
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://{reader}.kq:{HTTP_PORT}/v1/status", timeout=5)
