@@ -172,6 +172,12 @@ class Context:
             return True
         return self.healthy_count() - 1 >= majority(len(self.voters))
 
+    def may_pause(self) -> bool:
+        """A quorum of one or two voters cannot restart a pod without a pause in availability;
+        it is allowed (the volume is kept) when every voter is healthy, or the quorum could
+        never be rolled or scaled down at all."""
+        return 0 < len(self.voters) <= 2 and self.healthy_count() == len(self.voters)
+
     def can_remove(self, voter: ReplicaInfo) -> bool:
         """Removing this voter leaves a healthy majority of the smaller set."""
         rest = tuple(v for v in self.voters if v.key != voter.key)

@@ -97,6 +97,10 @@ def _continue_operation(ctx: Context, op: Operation) -> Decision | None:
     if ctx.now - op.started_at < MEMBERSHIP_RETRY_SECONDS:
         return Decision(Wait("MembershipChangeInFlight", f"{op.type} {op.target} sent; "
                              "waiting for the quorum to show it"), reason)
+    others = [p.name for p in ctx.pending_joiners() if (p.node_id, p.directory_id) != key]
+    if others:
+        return Decision(Wait("MembershipChangeInFlight", f"{', '.join(sorted(others))} may "
+                             "still add itself (auto-join)"), reason)
     if op.type == OP_ADDING:
         observer = ctx.observer(key)
         if observer is not None and ctx.can_add(observer):

@@ -58,9 +58,11 @@ def cold_start(ctx: Context) -> Decision:
     for node_id, directory_id in sorted(ctx.obs.last_known_voters):
         if node_id not in members or node_id in ctx.pods:
             continue
+        # A node that is leaving comes back without auto-join, so it can be removed while it
+        # runs (a quorum of two voters has no majority while one of them is stopped).
+        auto_join = ctx.spec.auto_join and node_id < ctx.replicas
         return Decision(
-            CreatePod(node_id, directory_id, FormatMode.JOIN, ctx.spec.auto_join,
-                      ctx.desired_hash),
+            CreatePod(node_id, directory_id, FormatMode.JOIN, auto_join, ctx.desired_hash),
             "Rolling", message=f"voter {node_id}'s pod is re-created on its volume")
     for node_id in sorted(members):
         pod = ctx.live_pod(node_id)

@@ -28,7 +28,7 @@ def remove_step(ctx: Context, voter: ReplicaInfo, reason: str) -> Decision:
     if runs_it and pod is not None and pod.deleting:
         return Decision(Wait("PodStopping", f"{pod.name} is stopping before its removal"), reason)
     if runs_it and pod is not None and pod.auto_join:
-        if not ctx.can_stop(pod):
+        if not ctx.can_stop(pod) and not ctx.may_pause():
             return Decision(
                 Wait("RemovalWouldLoseMajority",
                      f"stopping {pod.name} would leave no healthy majority"),

@@ -76,7 +76,7 @@ def roll(ctx: Context) -> Decision | None:
                             message=f"leader {pod.node_id} resigns before its restart")
         return Decision(Wait("NoHealthySuccessor", "no caught-up voter could take over"),
                         REASON, degraded="VoterLagging")
-    if not ctx.can_stop(pod):
+    if not ctx.can_stop(pod) and not ctx.may_pause():
         return Decision(Wait("RollWouldLoseMajority",
                              f"restarting {pod.name} would leave no healthy majority"),
                         REASON, degraded="VoterLagging")
