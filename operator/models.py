@@ -448,6 +448,16 @@ class ConfigChecker:
         return problems
 
 
+def server_properties_check(key: str, value: str) -> str | None:
+    """One spec.config entry checked against kraft.admin's ServerProperties model: an unknown
+    key (with the nearest known one as a hint) or a bad value; None when it is acceptable."""
+    from kraft.admin import ServerProperties
+
+    problems = ServerProperties.validate_overrides({key: value})
+    return "; ".join(p.message for p in problems) or None
+
+
 def check_config(config: Mapping[str, str], checker: ConfigChecker | None = None) -> list[ConfigProblem]:
-    """The problems of spec.config (empty when it is acceptable)."""
-    return (checker or ConfigChecker()).check(config)
+    """The problems of spec.config (empty when it is acceptable); by default each entry is
+    also checked against the ServerProperties model."""
+    return (checker or ConfigChecker(property_check=server_properties_check)).check(config)
