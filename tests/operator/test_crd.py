@@ -138,19 +138,54 @@ def test_replicas_bounds_and_cluster_id_rule_in_schema() -> None:
     assert any("oldSelf.clusterId" in r for r in rules)
 
 
-def _cel_cluster_id_rule(old: dict[str, Any], new: dict[str, Any]) -> bool:
-    """The spec's CEL rule, evaluated by hand on Python dicts (no CEL engine here)."""
-    if "clusterId" not in old:
-        return True
-    return "clusterId" in new and new["clusterId"] == old["clusterId"]
+def _admit(doc: dict[str, Any], old: dict[str, Any] | None = None):
+    """What an API server does with a write: defaults, pruning, schema and CEL rules."""
+    from kraft_operator.sandbox.schema import StructuralSchema
+
+    return StructuralSchema(_open_api(_crd())).admit(doc, old)
 
 
-def test_cluster_id_rule_semantics() -> None:
-    cid = "MkU3OEVBNTcwNTJENDM2Qg"
-    assert _cel_cluster_id_rule({}, {"clusterId": cid})
-    assert _cel_cluster_id_rule({"clusterId": cid}, {"clusterId": cid})
-    assert not _cel_cluster_id_rule({"clusterId": cid}, {"clusterId": "A" * 22})
-    assert not _cel_cluster_id_rule({"clusterId": cid}, {})
+def _drop_empty(value: Any) -> Any:
+    """Empty maps and lists left out (the model writes them, the API server has none)."""
+    if isinstance(value, dict):
+        kept = {k: _drop_empty(v) for k, v in value.items()}
+        return {k: v for k, v in kept.items() if v not in ({}, [])}
+    if isinstance(value, list):
+        return [_drop_empty(v) for v in value]
+    return value
+
+
+def _quorum(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "kraft.dev/v1alpha1", "kind": "KRaftQuorum",
+            "metadata": {"name": "demo"}, "spec": spec}
+
+
+def test_cluster_id_is_immutable_once_set_by_its_cel_rule() -> None:
+    cid, other = "MkU3OEVBNTcwNTJENDM2Qg", "A" * 22
+    old, problems = _admit(_quorum({"clusterId": cid}))
+    assert problems == []
+    assert _admit(_quorum({"clusterId": cid, "replicas": 5}), old)[1] == []
+    changed = _admit(_quorum({"clusterId": other}), old)[1]
+    assert changed == [("spec", "spec.clusterId is immutable once set")]
+    dropped = _admit(_quorum({}), old)[1]
+    assert dropped == [("spec", "spec.clusterId is immutable once set")]
+    unset, _ = _admit(_quorum({}))
+    assert _admit(_quorum({"clusterId": cid}), unset)[1] == []  # setting it once is allowed
+
+
+def test_api_server_defaults_an_empty_spec_to_the_model_defaults() -> None:
+    admitted, problems = _admit(_quorum({}))
+    assert problems == []
+    assert _drop_empty(admitted["spec"]) == _drop_empty(models.KRaftQuorumSpec().to_k8s())
+
+
+@pytest.mark.parametrize(("name", "doc"), _samples(), ids=[n for n, _ in _samples()])
+def test_samples_are_admitted_unchanged_but_for_defaults(name: str, doc: dict[str, Any]) -> None:
+    admitted, problems = _admit(doc)
+    assert problems == []
+    model = models.KRaftQuorum.model_validate(doc)
+    # nothing pruned, and the defaults filled in are the model's
+    assert _drop_empty(admitted["spec"]) == _drop_empty(model.spec.to_k8s())
 
 
 def test_samples_exist() -> None:
