@@ -130,6 +130,9 @@ def _decide(ctx: Context) -> Decision | None:
         decision = step(ctx)
         if decision is not None:
             return decision
+    if ctx.leader_id is None:
+        # Answered, but mid-election: caught-up flags are stale and membership calls fail.
+        return Decision(Wait("ElectionInProgress", "the quorum has no leader right now"), None)
     op = ctx.obs.operation
     if op is not None and not ctx.op_done(op):
         decision = _continue_operation(ctx, op)

@@ -544,3 +544,16 @@ def test_claim_lost_phase_counts_as_a_lost_volume() -> None:
     world.tick()
     result = plan(spec, world.observe())
     assert result.action in (DeletePod(2, "kq-2", "VolumeLost", force=True),)
+
+
+def test_no_membership_step_while_the_quorum_has_no_leader() -> None:
+    world, spec = converged(5)
+    smaller = with_spec(spec, replicas=3)
+    world.generation += 1
+    observed = world.observe()
+    assert observed.quorum is not None
+    leaderless = replace(observed, quorum=replace(observed.quorum, leader_id=-1))
+    result = plan(smaller, leaderless)
+    assert result.action == Wait("ElectionInProgress", "the quorum has no leader right now")
+    assert result.condition("Quorate").status == "False"
+    assert result.status_fields["leader"] is None
