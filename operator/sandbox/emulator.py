@@ -50,10 +50,31 @@ import aiohttp.web
 import attrs
 import jsonpatch
 import kmock
-from kraft_operator.sandbox import printing
+from kmock._internal import parsing as _kmock_parsing
+from kraft_operator.sandbox import printing, protobuf
 from kraft_operator.sandbox.schema import StructuralSchema
 
 Obj = dict[str, Any]
+
+NAMESPACES = kmock.resource("", "v1", "namespaces")
+
+
+def _parse_path(path: str) -> Any:
+    """kmock's URL parser, except for the Namespace objects themselves: it reads
+    `/api/v1/namespaces[/NAME[/status|finalize]]` as the start of a namespaced URL and fails
+    (so `kubectl create namespace` and `kubectl get ns` could not work)."""
+    parts = path.strip("/").split("/")
+    if len(parts) >= 3 and parts[0] == "api" and parts[2] == "namespaces" and (
+            len(parts) in (3, 4) or (len(parts) == 5 and parts[4] in ("status", "finalize"))):
+        return _kmock_parsing.ParsedPath("", parts[1], "namespaces", None,
+                                         parts[3] if len(parts) > 3 else None,
+                                         parts[4] if len(parts) == 5 else None)
+    return _kmock_parse_path(path)
+
+
+_kmock_parse_path = getattr(_kmock_parsing.parse_path, "wrapped", _kmock_parsing.parse_path)
+_parse_path.wrapped = _kmock_parse_path  # type: ignore[attr-defined]
+_kmock_parsing.parse_path = _parse_path
 
 KEPT_EVENTS = 4096
 """Watch events kept per resource for resuming a watch from a resourceVersion."""
@@ -296,6 +317,8 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         self._publish(res, "DELETED", gone)
         if self._orphans.pop(meta.get("uid"), None) is None:
             self._collect_dependents(meta.get("uid"))
+        if res != NAMESPACES:
+            self._finish_namespace(meta.get("namespace"))
 
     def _collect_dependents(self, uid: str | None) -> None:
         """Background garbage collection: delete what the removed object owned."""
@@ -351,14 +374,21 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                                      params.get("includeObject", "Metadata"))
             return aiohttp.web.json_response(obj)
         dry = "dryRun" in params
+        data = request.data
+        ctype = request.headers.get("Content-Type") or ""
+        if method in ("POST", "PUT") and "protobuf" in ctype:
+            try:
+                data = protobuf.decode(request.body)
+            except protobuf.ProtobufError as exc:
+                raise ApiError(415, "UnsupportedMediaType", str(exc)) from None
         async with self._wlock:
             if method == "POST" and request.subresource in ("binding", "eviction"):
                 return aiohttp.web.json_response(self._pod_subresource(request), status=201)
             if method == "POST":
-                obj = self._create(res, request.namespace, request.data, dry=dry)
+                obj = self._create(res, request.namespace, data, dry=dry)
                 return aiohttp.web.json_response(obj, status=201)
             if method in ("PATCH", "PUT"):
-                obj = self._update(request, method, dry=dry)
+                obj = self._update(request, method, data, dry=dry)
                 return aiohttp.web.json_response(obj)
             if method == "DELETE":
                 opts = dict(request.data) if isinstance(request.data, dict) else {}
@@ -502,6 +532,14 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                 raise ApiError(400, "BadRequest", "the namespace of the provided object does "
                                                   "not match the namespace sent on the request")
             meta["namespace"] = ns or meta.get("namespace") or "default"
+            space = self._get(NAMESPACES, None, meta["namespace"])
+            if space is None:
+                raise ApiError(404, "NotFound", f'namespaces "{meta["namespace"]}" not found',
+                               {"name": meta["namespace"], "kind": "namespaces"})
+            if space["metadata"].get("deletionTimestamp"):
+                raise ApiError(403, "Forbidden", f'unable to create new content in namespace '
+                                                 f'{meta["namespace"]} because it is being '
+                                                 "terminated")
         else:
             meta.pop("namespace", None)
         if self._get(res, meta.get("namespace"), meta["name"]) is not None:
@@ -564,6 +602,8 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                 obj["spec"]["storageClassName"] = self.default_storage_class
         elif res.plural == "namespaces":
             obj["status"] = {"phase": "Active"}
+        elif res.plural == "secrets" and not obj.get("type"):
+            obj["type"] = "Opaque"
         elif res.plural == "services":
             spec = obj.setdefault("spec", {})
             spec.setdefault("type", "ClusterIP")
@@ -634,13 +674,14 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         merged: Obj = merge_patch(current, body)
         return merged
 
-    def _update(self, request: kmock.Request, method: str, *, dry: bool = False) -> Obj:
+    def _update(self, request: kmock.Request, method: str, data: Any, *,
+                dry: bool = False) -> Obj:
         res, ns, name = request.resource, request.namespace, request.name
         current = self._must_get(res, ns, name)
         if method == "PUT":
-            if not isinstance(request.data, dict):
+            if not isinstance(data, dict):
                 raise ApiError(415, "UnsupportedMediaType", "the body must be a JSON object")
-            wanted = copy.deepcopy(request.data)
+            wanted = copy.deepcopy(data)
             if not (wanted.get("metadata") or {}).get("resourceVersion"):
                 wanted.setdefault("metadata", {})["resourceVersion"] = \
                     current["metadata"]["resourceVersion"]
@@ -711,6 +752,8 @@ class SandboxEmulator(kmock.KubernetesEmulator):
     def _delete(self, res: Any, ns: str | None, name: str, opts: Obj) -> Obj:
         current = self._must_get(res, ns, name)
         meta = current["metadata"]
+        if res == NAMESPACES:
+            return self._delete_namespace(current)
         if opts.get("propagationPolicy") == "Orphan" or opts.get("orphanDependents"):
             self._orphans[meta["uid"]] = True
         is_pod = res.group == "" and res.plural == "pods"
@@ -742,6 +785,36 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         if self._removable(res, new):
             self._remove(res, new)
         return new
+
+    def _delete_namespace(self, space: Obj) -> Obj:
+        """The namespace controller: Terminating, its content deleted (pods gracefully),
+        then the namespace itself once nothing is left in it."""
+        name = space["metadata"]["name"]
+        if not space["metadata"].get("deletionTimestamp"):
+            new = copy.deepcopy(space)
+            new["metadata"]["deletionTimestamp"] = now_rfc3339()
+            new["metadata"]["deletionGracePeriodSeconds"] = 0
+            new["status"] = {"phase": "Terminating"}
+            new["metadata"]["resourceVersion"] = self._next_rv()
+            self._store(NAMESPACES, new, "MODIFIED")
+            space = new
+        for (res, ns, obj_name), box in list(self._objects.items()):
+            if ns == name and not box.deleted and not box.raw["metadata"].get(
+                    "deletionTimestamp"):
+                with contextlib.suppress(ApiError):
+                    self._delete(res, ns, obj_name, {})
+        self._finish_namespace(name)
+        return self._get(NAMESPACES, None, name) or space
+
+    def _finish_namespace(self, name: str | None) -> None:
+        if name is None:
+            return
+        space = self._get(NAMESPACES, None, name)
+        if space is None or not space["metadata"].get("deletionTimestamp"):
+            return
+        if any(ns == name and not box.deleted for (_r, ns, _n), box in self._objects.items()):
+            return
+        self._remove(NAMESPACES, space)
 
     def _scale(self, request: kmock.Request, method: str) -> Obj:
         res, ns, name = request.resource, request.namespace, request.name

@@ -67,6 +67,8 @@ async def test_kopf_operator_runs_its_handlers(api: RunningApi) -> None:
         async with http.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                              json=CRD) as resp:
             assert resp.status == 201
+        async with http.post("/api/v1/namespaces", json={"metadata": {"name": "ns1"}}) as resp:
+            assert resp.status == 201
         task = asyncio.create_task(kopf.operator(registry=registry, clusterwide=True,
                                                  standalone=True))
         try:
@@ -120,6 +122,7 @@ async def test_kubernetes_client_create_watch_and_replace(api: RunningApi) -> No
         custom = client.CustomObjectsApi(api_client)
         ext = client.ApiextensionsV1Api(api_client)
         ext.create_custom_resource_definition(copy.deepcopy(CRD))
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="ns1")))
         made = custom.create_namespaced_custom_object(
             "example.dev", "v1", "ns1", "things", {"apiVersion": "example.dev/v1",
                                                    "kind": "Thing", "metadata": {"name": "a"},

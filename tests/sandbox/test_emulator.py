@@ -42,6 +42,9 @@ async def http(api: RunningApi) -> Any:
         status, _ = await call(session, "POST",
                                "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", CRD)
         assert status == 201
+        status, _ = await call(session, "POST", "/api/v1/namespaces", {"metadata": {
+            "name": "ns1"}})
+        assert status == 201
         yield session
 
 
@@ -315,3 +318,23 @@ async def test_custom_resources_are_defaulted_pruned_and_validated(
     assert status == 200 and obj["status"] == {"anything": {"goes": 1}}
     _, stored = await call(http, "GET", f"{QUORUMS}/q")
     assert stored["spec"]["clusterId"] == "abc" and stored["spec"]["replicas"] == 5
+
+
+async def test_namespaces_must_exist_and_take_their_content_when_deleted(
+        http: aiohttp.ClientSession) -> None:
+    status, err = await call(http, "POST", "/api/v1/namespaces/nowhere/configmaps",
+                             {"metadata": {"name": "c"}})
+    assert status == 404 and err["message"] == 'namespaces "nowhere" not found'
+    await call(http, "POST", "/api/v1/namespaces", {"metadata": {"name": "gone"}})
+    await call(http, "POST", "/api/v1/namespaces/gone/configmaps", {"metadata": {"name": "c"}})
+    await call(http, "POST", "/api/v1/namespaces/gone/pods", {"metadata": {"name": "p"},
+                                                              "spec": {"nodeName": "n1"}})
+    status, space = await call(http, "DELETE", "/api/v1/namespaces/gone")
+    assert status == 200 and space["status"]["phase"] == "Terminating"
+    assert (await call(http, "GET", "/api/v1/namespaces/gone/configmaps/c"))[0] == 404
+    status, err = await call(http, "POST", "/api/v1/namespaces/gone/configmaps",
+                             {"metadata": {"name": "d"}})
+    assert status == 403
+    # the scheduled pod is still being stopped; once its kubelet confirms, all is gone
+    await call(http, "DELETE", "/api/v1/namespaces/gone/pods/p", {"gracePeriodSeconds": 0})
+    assert (await call(http, "GET", "/api/v1/namespaces/gone"))[0] == 404

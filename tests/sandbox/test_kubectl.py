@@ -156,3 +156,38 @@ def test_a_kopf_operator_pod_reconciles_and_survives_kill_operator(
         watch.wait()
     pod = json.loads(sandbox.kubectl("get", "pod", "widget-operator", "-o", "json").stdout)
     assert pod["status"]["containerStatuses"][0]["restartCount"] == 1
+
+
+def test_kubectl_namespaces_come_and_go_with_their_pods(sandbox: SandboxHandle) -> None:
+    sandbox.kubectl("create", "namespace", "scratch")  # kubectl create sends protobuf
+    names = [r[0] for r in rows(sandbox.kubectl("get", "namespaces").stdout)[1:]]
+    assert names == ["default", "kube-system", "scratch"]
+    sandbox.kubectl("create", "configmap", "-n", "scratch", "conf", "--from-literal=a=1",
+                    "--from-literal=b=two")
+    sandbox.kubectl("create", "secret", "generic", "-n", "scratch", "pw",
+                    "--from-literal=password=s3cret")
+    sandbox.kubectl("label", "configmap", "-n", "scratch", "conf", "tier=x")
+    conf = json.loads(sandbox.kubectl("get", "cm", "-n", "scratch", "conf", "-o",
+                                      "json").stdout)
+    assert conf["data"] == {"a": "1", "b": "two"} and conf["metadata"]["labels"] == {
+        "tier": "x"}
+    secret = json.loads(sandbox.kubectl("get", "secret", "-n", "scratch", "pw", "-o",
+                                        "json").stdout)
+    assert secret["data"] == {"password": "czNjcmV0"} and secret["type"] == "Opaque"
+    sandbox.kubectl("apply", "--validate=false", "-n", "scratch", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tenant"},
+        "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+            "name": "main", "image": "x",
+            "command": [sys.executable, "-c", "import time; time.sleep(3600)"]}]}}))
+    sandbox.kubectl("wait", "-n", "scratch", "--for=condition=Ready", "pod/tenant",
+                    "--timeout=60s")
+    pid = next(p["processes"]["main"] for p in sandbox.faults.pods() if p["name"] == "tenant")
+    missing = sandbox.kubectl("apply", "--validate=false", "-n", "nowhere", "-f", "-",
+                              check=False, input=json.dumps({
+                                  "apiVersion": "v1", "kind": "ConfigMap",
+                                  "metadata": {"name": "c"}}))
+    assert missing.returncode != 0 and 'namespaces "nowhere" not found' in missing.stderr
+    sandbox.kubectl("delete", "namespace", "scratch", "--timeout=60s")  # waits until gone
+    assert "scratch" not in sandbox.kubectl("get", "namespaces").stdout
+    assert not Path(f"/proc/{pid}").exists() or \
+        Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
