@@ -80,8 +80,11 @@ def _continue_operation(ctx: Context, op: Operation) -> Decision | None:
     """Carry on with a recorded membership change or restart the quorum does not show done."""
     if op.type == OP_ROLLING:
         node_id = int(op.target)
-        if node_id not in ctx.pods:
+        pod = ctx.pods.get(node_id)
+        if pod is None:
             return None  # restore_missing re-creates it
+        if not pod.deleting and pod.spec_hash != ctx.desired_hash:
+            return None  # the spec changed again (a fixed one after a halt): roll afresh
         return roll.continue_rolling(ctx)
     if op.type not in (OP_ADDING, OP_REMOVING):
         return None

@@ -557,3 +557,16 @@ def test_no_membership_step_while_the_quorum_has_no_leader() -> None:
     assert result.action == Wait("ElectionInProgress", "the quorum has no leader right now")
     assert result.condition("Quorate").status == "False"
     assert result.status_fields["leader"] is None
+
+
+def test_a_halted_rollout_resumes_once_the_spec_is_fixed() -> None:
+    world, spec = converged(3)
+    broken = with_spec(spec, image="kraft-quorum:broken")
+    world.broken_hashes.add(models_hash(broken))
+    world.generation += 1
+    plans = run(world, broken, steps=80)
+    assert plans[-1].action.reason == "RolloutHalted"
+    fixed = with_spec(spec, image="kraft-quorum:fixed")
+    world.generation += 1
+    actions_until_done(world, fixed)
+    assert realized(world, fixed)
