@@ -279,6 +279,8 @@ class PodWorker:
             st_crashes = getattr(st, "_crashes", 0) + 1
         st._crashes = st_crashes  # type: ignore[attr-defined]
         delay = min(s.backoff_max_s, s.backoff_base_s * (2 ** max(0, st_crashes - 1)))
+        self.kubelet.record_event(self.pod, "BackOff", f"Back-off {delay:g}s restarting "
+                                  f"failed container {st.name}", "Warning")
         st.state = {"waiting": {"reason": "CrashLoopBackOff",
                                 "message": f"back-off {delay:g}s restarting failed container="
                                            f"{st.name} pod={self.name}"}}
@@ -325,6 +327,7 @@ class PodWorker:
                 return 128
         st.process = proc
         st.container_id = f"sandbox://{proc.pid}"
+        self.kubelet.record_event(self.pod, "Started", f"Started container {st.name}")
         st.state = {"running": {"startedAt": started_at}}
         st.ready = False
         st.started = not probes or "startupProbe" not in spec
@@ -437,6 +440,8 @@ class PodWorker:
     async def terminate(self, grace: float) -> None:
         """Graceful stop of every container; the worker's run() ends after it."""
         self.terminating.set()
+        for st, _proc in self.processes():
+            self.kubelet.record_event(self.pod, "Killing", f"Stopping container {st.name}")
         procs = [p for _c, p in self.processes()]
         await asyncio.gather(*(self.stop_process(p, grace) for p in procs))
         if self.task is not None:

@@ -140,6 +140,10 @@ def test_crash_restarts_with_backoff_and_restart_count(sandbox: SandboxHandle) -
                   and c["restartCount"] == 1 and "running" in c["state"] and c)
     assert st["lastState"]["terminated"]["exitCode"] == 137
     assert pid_of(sandbox, "crashy") != first
+    events = json.loads(sandbox.kubectl("get", "events", "--field-selector",
+                                        "involvedObject.name=crashy", "-o", "json").stdout)
+    reasons = [e["reason"] for e in events["items"]]
+    assert reasons.count("Started") == 2 and "BackOff" in reasons and "Scheduled" in reasons
     apply(sandbox, pod("oneshot", "raise SystemExit(3)", restartPolicy="Never"))
     final = wait_for("Failed", lambda: (s := status_of(sandbox, "oneshot"))
                      and s.get("phase") == "Failed" and s)
