@@ -57,6 +57,7 @@ from kraft_operator.sandbox.schema import StructuralSchema
 Obj = dict[str, Any]
 
 NAMESPACES = kmock.resource("", "v1", "namespaces")
+PVC_PROTECTION = "kubernetes.io/pvc-protection"
 
 
 def _parse_path(path: str) -> Any:
@@ -600,6 +601,9 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             obj.setdefault("spec", {})
             if "storageClassName" not in obj["spec"]:  # the default class, as admission does
                 obj["spec"]["storageClassName"] = self.default_storage_class
+            finalizers = obj["metadata"].setdefault("finalizers", [])
+            if PVC_PROTECTION not in finalizers:  # released once no pod uses the claim
+                finalizers.append(PVC_PROTECTION)
         elif res.plural == "namespaces":
             obj["status"] = {"phase": "Active"}
         elif res.plural == "secrets" and not obj.get("type"):

@@ -51,7 +51,12 @@ from typing import Any
 import aiohttp
 import kmock
 from kraft_operator.sandbox import dns
-from kraft_operator.sandbox.emulator import ApiError, SandboxEmulator, now_rfc3339
+from kraft_operator.sandbox.emulator import (
+    PVC_PROTECTION,
+    ApiError,
+    SandboxEmulator,
+    now_rfc3339,
+)
 
 log = logging.getLogger("kraft_operator.sandbox.kubelet")
 
@@ -697,7 +702,28 @@ class Kubelet:
             if uid not in live and uid not in self.workers:
                 self.ips.pop(uid)
         self._terminating &= live | set(self.workers)
+        self._protect_claims(pods)
         self._write_dns(pods)
+
+    def _protect_claims(self, pods: list[Obj]) -> None:
+        """The pvc-protection controller: a deleted claim goes once no pod uses it."""
+        for pvc in self.api.objects_of("v1/persistentvolumeclaims"):
+            meta = pvc["metadata"]
+            if not meta.get("deletionTimestamp") or PVC_PROTECTION not in (
+                    meta.get("finalizers") or []):
+                continue
+            in_use = any(p["metadata"].get("namespace") == meta["namespace"]
+                         and meta["name"] in self._claims_of(p)
+                         and (p.get("status") or {}).get("phase") not in ("Succeeded",
+                                                                           "Failed")
+                         for p in pods)
+            if in_use:
+                continue
+            new = copy.deepcopy(pvc)
+            new["metadata"]["finalizers"] = [f for f in meta["finalizers"]
+                                             if f != PVC_PROTECTION]
+            with contextlib.suppress(ApiError):
+                self.api._commit(PVCS, pvc, new, None)
 
     def _background(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -779,6 +805,9 @@ class Kubelet:
             pvc = self.api._get(PVCS, ns, claim)
             if pvc is None:
                 self._unschedulable(pod, f'persistentvolumeclaim "{claim}" not found')
+                return
+            if pvc["metadata"].get("deletionTimestamp"):
+                self._unschedulable(pod, f'persistentvolumeclaim "{claim}" is being deleted')
                 return
             bound = (pvc["metadata"].get("annotations") or {}).get(
                 "volume.kubernetes.io/selected-node")

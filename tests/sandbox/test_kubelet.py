@@ -288,3 +288,27 @@ def test_kubectl_get_watch_streams_pod_changes(sandbox: SandboxHandle,
         killer.cancel()
         watch.kill()
         watch.wait()
+
+
+def test_a_claim_in_use_goes_only_after_its_pod(sandbox: SandboxHandle) -> None:
+    apply(sandbox, claim("held"), pod("holder", "import time; time.sleep(3600)", volumes=[
+        {"name": "d", "persistentVolumeClaim": {"claimName": "held"}}],
+        container={"volumeMounts": [{"name": "d", "mountPath": "/d"}]}))
+    wait_for("a process", lambda: pid_of(sandbox, "holder"))
+    path = Path(sandbox.faults.claims()["default/held"])
+    pv_name = json.loads(sandbox.kubectl("get", "pvc", "held", "-o", "json").stdout)[
+        "spec"]["volumeName"]
+    sandbox.kubectl("delete", "pvc", "held", "--wait=false")
+    pvc = json.loads(sandbox.kubectl("get", "pvc", "held", "-o", "json").stdout)
+    assert pvc["metadata"]["deletionTimestamp"]
+    assert pvc["metadata"]["finalizers"] == ["kubernetes.io/pvc-protection"]
+    assert path.is_dir() and pid_of(sandbox, "holder")
+    apply(sandbox, pod("latecomer", "import time; time.sleep(3600)", volumes=[
+        {"name": "d", "persistentVolumeClaim": {"claimName": "held"}}]))
+    wait_for("latecomer unschedulable", lambda: condition(status_of(sandbox, "latecomer"),
+                                                          "PodScheduled") == "False")
+    sandbox.kubectl("delete", "pod", "holder", "latecomer")
+    wait_for("the claim gone", lambda: sandbox.kubectl("get", "pvc", "held",
+                                                       check=False).returncode != 0)
+    assert sandbox.kubectl("get", "pv", pv_name, check=False).returncode != 0
+    assert not path.exists()
