@@ -148,6 +148,21 @@ class ServerProperties(BaseModel):
     snapshot_interval_ms: int = Field(
         default=3_600_000, alias="metadata.log.max.snapshot.interval.ms", ge=0
     )
+    fetch_snapshot_max_bytes: int = Field(
+        default=8 * 1024 * 1024, ge=1, alias="controller.quorum.fetch.snapshot.max.bytes")
+    """FetchSnapshot's MaxBytes: the most a follower asks for in one chunk of a snapshot
+    download (Kafka 4.2, KIP-1219; 8 MiB as Kafka's fixed value before it)."""
+    retention_max_bytes: int = Field(default=104_857_600, alias="metadata.max.retention.bytes")
+    """Kafka's soft limit on the log plus its snapshots: while they hold more, the leader's
+    retention check deletes the oldest snapshot and moves the log start up to the next one
+    (never the latest snapshot, nor one a FetchSnapshot is reading; docs/raft.md,
+    "Snapshot retention"). Negative: no limit."""
+    retention_max_ms: int = Field(default=604_800_000, alias="metadata.max.retention.ms")
+    """The same for age: a snapshot whose last record is older than this goes (while a newer
+    snapshot exists). Negative: no limit."""
+    retention_check_interval_ms: int = Field(
+        default=60_000, ge=1, alias="kraft.metadata.retention.check.interval.ms")
+    """How often the leader applies the two limits above (Kafka's fixed 60 s)."""
     http_listener: HostPort | None = Field(default=None, alias="http.listener")
     client_listener: HostPort | None = Field(default=None, alias="client.listener")
     """host:port of the binary pipelined KV client protocol (`kraft.server.client_protocol`)."""
