@@ -43,7 +43,7 @@ import re
 import string
 import uuid
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import aiohttp.web
@@ -234,6 +234,9 @@ class SandboxEmulator(kmock.KubernetesEmulator):
     _cluster_ips: int = attrs.field(default=0, init=False)
     write_hooks: list[Callable[[str, Any, Obj], None]] = attrs.field(factory=list, init=False)
     default_storage_class: str = attrs.field(default="sandbox-local", init=False)
+    exec_handler: Callable[[Any, Obj, list[str], dict[str, str]], Awaitable[Any]] | None = \
+        attrs.field(default=None, init=False)
+    """Answers `pods/NAME/exec` (the kubelet sets it): (request, pod, command, query)."""
     log_reader: Callable[[Obj, str | None, bool], str | None] | None = attrs.field(
         default=None, init=False)
     """Answers `pods/NAME/log` (the kubelet sets it): (pod, container, previous) -> text."""
@@ -368,6 +371,13 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                 return aiohttp.web.json_response(self._scale(request, method))
         if method == "GET" and request.subresource == "log":
             return self._log(request, params)
+        if request.subresource == "exec" and method in ("GET", "POST"):
+            if res.group != "" or res.plural != "pods" or self.exec_handler is None:
+                raise ApiError(404, "NotFound", "exec is served for pods only")
+            pod = self._must_get(res, request.namespace, request.name)
+            raw = request._raw_request
+            return await self.exec_handler(raw, pod, raw.query.getall("command", []),
+                                           dict(raw.query))
         if method == "GET":
             obj = self._must_get(res, request.namespace, request.name)
             if as_table and request.subresource is None:

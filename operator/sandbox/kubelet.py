@@ -493,6 +493,7 @@ class Kubelet:
                 "volumeBindingMode": "WaitForFirstConsumer"})
         self.api.write_hooks.append(self._on_write)
         self.api.log_reader = self.read_log
+        self.api.exec_handler = self.exec_in_pod
         self._tasks = [asyncio.ensure_future(self._sync_loop()),
                        asyncio.ensure_future(self._heartbeat_loop())]
         self._dirty.set()
@@ -1162,6 +1163,73 @@ class Kubelet:
         if previous:
             return runs[-2] if len(runs) >= 2 else None
         return runs[-1] if runs else ""
+
+    async def exec_in_pod(self, raw: Any, pod: Obj, command: list[str],
+                          query: dict[str, str]) -> Any:
+        """`kubectl exec`: the command in the pod's context (its env, mounts, address and
+        DNS), streamed over kubectl's WebSocket protocol (v5.channel.k8s.io: a channel byte
+        before each message; 0 stdin, 1 stdout, 2 stderr, 3 the final Status, 255 close)."""
+        meta = pod["metadata"]
+        worker = self.workers.get(meta["uid"])
+        if worker is None or not worker.processes():
+            raise ApiError(400, "BadRequest", f'pod {meta["name"]} is not running')
+        if not command:
+            raise ApiError(400, "BadRequest", "exec needs a command")
+        containers = worker.pod["spec"].get("containers") or []
+        name = query.get("container") or containers[0]["name"]
+        spec = next((c for c in containers if c["name"] == name), None)
+        if spec is None:
+            raise ApiError(400, "BadRequest", f"container {name} is not valid for pod "
+                                              f"{meta['name']}")
+        ws = aiohttp.web.WebSocketResponse(protocols=("v5.channel.k8s.io",
+                                                      "v4.channel.k8s.io"))
+        await ws.prepare(raw)
+        argv, env, cwd = self.container_command(worker, {**spec, "command": command,
+                                                         "args": []})
+        want_stdin = query.get("stdin") in ("true", "1")
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, env=env, cwd=cwd, preexec_fn=_set_pdeathsig,
+                stdin=asyncio.subprocess.PIPE if want_stdin else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        except OSError as exc:
+            await ws.send_bytes(b"\x03" + json.dumps({
+                "metadata": {}, "status": "Failure", "reason": "InternalError",
+                "message": f"could not run {command[0]}: {exc}"}).encode())
+            await ws.close()
+            return ws
+
+        async def pump(stream: asyncio.StreamReader | None, channel: bytes) -> None:
+            while stream is not None:
+                chunk = await stream.read(65536)
+                if not chunk:
+                    return
+                await ws.send_bytes(channel + chunk)
+
+        async def feed() -> None:
+            async for msg in ws:
+                if msg.type != aiohttp.WSMsgType.BINARY or not msg.data or proc.stdin is None:
+                    continue
+                channel, data = msg.data[0], msg.data[1:]
+                if channel == 0 and data:
+                    proc.stdin.write(data)
+                    await proc.stdin.drain()
+                elif channel == 255 and data[:1] == b"\x00":
+                    proc.stdin.close()
+
+        feeder = asyncio.ensure_future(feed())
+        await asyncio.gather(pump(proc.stdout, b"\x01"), pump(proc.stderr, b"\x02"))
+        code = await proc.wait()
+        feeder.cancel()
+        if code == 0:
+            status: Obj = {"metadata": {}, "status": "Success"}
+        else:
+            status = {"metadata": {}, "status": "Failure", "reason": "NonZeroExitCode",
+                      "message": f"command terminated with non-zero exit code: {code}",
+                      "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]}}
+        await ws.send_bytes(b"\x03" + json.dumps(status).encode())
+        await ws.close()
+        return ws
 
     # ---------------------------------------------------------------- lookups for faults
 

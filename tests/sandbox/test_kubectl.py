@@ -191,3 +191,32 @@ def test_kubectl_namespaces_come_and_go_with_their_pods(sandbox: SandboxHandle) 
     assert "scratch" not in sandbox.kubectl("get", "namespaces").stdout
     assert not Path(f"/proc/{pid}").exists() or \
         Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+
+
+def test_kubectl_exec_runs_in_the_pods_context(sandbox: SandboxHandle) -> None:
+    sandbox.kubectl("apply", "--validate=false", "-f", "-", input="\n---\n".join(json.dumps(o) for o in (
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "box"},
+         "spec": {"accessModes": ["ReadWriteOnce"],
+                  "resources": {"requests": {"storage": "1Gi"}}}},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "shell"},
+         "spec": {"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "box"}}],
+                  "containers": [{
+                      "name": "main", "image": "x",
+                      "command": [sys.executable, "-c",
+                                  "import time; open('/data/f', 'w').write('in the claim');"
+                                  " time.sleep(3600)"],
+                      "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {
+                          "fieldPath": "status.podIP"}}}],
+                      "volumeMounts": [{"name": "d", "mountPath": "/data"}]}]}})))
+    sandbox.kubectl("wait", "--for=condition=Ready", "pod/shell", "--timeout=60s")
+    out = sandbox.kubectl("exec", "shell", "--", sys.executable, "-c",
+                          "import os; print(open('/data/f').read(), os.environ['POD_IP'])").stdout
+    ip = json.loads(sandbox.kubectl("get", "pod", "shell", "-o", "json").stdout)[
+        "status"]["podIP"]
+    assert out.split() == ["in", "the", "claim", ip]
+    failed = sandbox.kubectl("exec", "shell", "--", sys.executable, "-c",
+                             "import sys; print('oops', file=sys.stderr); sys.exit(3)",
+                             check=False)
+    assert failed.returncode == 3 and "oops" in failed.stderr
+    echoed = sandbox.kubectl("exec", "-i", "shell", "--", "cat", input="through stdin\n")
+    assert echoed.stdout == "through stdin\n"
