@@ -38,6 +38,7 @@ import contextlib
 import copy
 import datetime
 import json
+import logging
 import random
 import re
 import string
@@ -76,6 +77,8 @@ def _parse_path(path: str) -> Any:
 _kmock_parse_path = getattr(_kmock_parsing.parse_path, "wrapped", _kmock_parsing.parse_path)
 _parse_path.wrapped = _kmock_parse_path  # type: ignore[attr-defined]
 _kmock_parsing.parse_path = _parse_path
+
+log = logging.getLogger("kraft_operator.sandbox.api")
 
 KEPT_EVENTS = 4096
 """Watch events kept per resource for resuming a watch from a resourceVersion."""
@@ -349,6 +352,11 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             return await self._serve(request)
         except ApiError as exc:
             return aiohttp.web.json_response(exc.status(), status=exc.code)
+        except Exception as exc:  # answered and logged here: kmock would keep them all
+            log.exception("event=api_internal_error method=%s path=%s", request.method,
+                          request.url)
+            err = ApiError(500, "InternalError", f"an error on the server: {exc!r}")
+            return aiohttp.web.json_response(err.status(), status=500)
 
     async def _serve(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         res = request.resource

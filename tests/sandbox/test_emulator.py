@@ -338,3 +338,19 @@ async def test_namespaces_must_exist_and_take_their_content_when_deleted(
     # the scheduled pod is still being stopped; once its kubelet confirms, all is gone
     await call(http, "DELETE", "/api/v1/namespaces/gone/pods/p", {"gracePeriodSeconds": 0})
     assert (await call(http, "GET", "/api/v1/namespaces/gone"))[0] == 404
+
+
+async def test_an_internal_error_is_answered_and_the_server_goes_on(
+        api: RunningApi, http: aiohttp.ClientSession) -> None:
+    def broken(*_: Any) -> None:
+        raise RuntimeError("hook failed")
+
+    api.emulator.write_hooks.append(broken)
+    status, err = await call(http, "POST", "/api/v1/namespaces/ns1/configmaps",
+                             {"metadata": {"name": "c"}})
+    assert status == 500 and err["reason"] == "InternalError" and "hook failed" in err["message"]
+    api.emulator.write_hooks.remove(broken)
+    status, _ = await call(http, "POST", "/api/v1/namespaces/ns1/configmaps",
+                           {"metadata": {"name": "d"}})
+    assert status == 201
+    assert not api.emulator.errors  # nothing left for kmock to raise at exit
