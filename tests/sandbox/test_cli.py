@@ -77,11 +77,12 @@ def test_up_prints_kubeconfig_and_faults_work_from_the_command_line(
 
 
 def test_two_sandboxes_never_share_a_network(tmp_path: Path) -> None:
-    first = subprocess.Popen([*SANDBOX, "--state-dir", str(tmp_path / "a"), "up", "--quiet",
-                              "--network", "127.251"], start_new_session=True)
+    first = subprocess.Popen([*SANDBOX, "--state-dir", str(tmp_path / "a"), "up", "--quiet"],
+                             start_new_session=True)
     try:
         wait_for("the first sandbox", lambda: (tmp_path / "a" / "sandbox.json").exists())
-        second = run("--state-dir", str(tmp_path / "b"), "up", "--network", "127.251",
+        taken = json.loads((tmp_path / "a" / "sandbox.json").read_text())["network"]
+        second = run("--state-dir", str(tmp_path / "b"), "up", "--network", taken,
                      check=False)
         assert second.returncode != 0 and "in use by another sandbox" in second.stderr
     finally:
