@@ -308,8 +308,9 @@ class RaftCore:
         # the steady states first
         if isinstance(s, LeaderState):
             times.append(s.check_quorum_deadline)
-            if self._begin_quorum_due(s):
-                times.append(s.begin_quorum_resend_at)
+            resend = self._begin_quorum_next(s)
+            if resend is not None:
+                times.append(resend)
             times.extend(p.deadline for p in s.parked)
             if s.pending_change is not None:
                 times.append(s.pending_change.deadline)
@@ -807,12 +808,14 @@ class RaftCore:
             s.pending_change = None
             self._reply_change(pc, ErrorCode.REQUEST_TIMED_OUT, "timed out")
         if s.begin_quorum_resend_at <= now:
-            s.begin_quorum_resend_at = now + self.config.fetch_timeout_ms // 2
-            for v in self._voters().voters:
-                if v.id == self.key.id or v.id in s.begin_quorum_acked:
-                    continue
-                progress = s.voter_progress(v)
-                if progress is None or progress.last_fetch_ms < 0:
+            # Kafka's LeaderState.needToSendBeginQuorumRequests: every other voter that has
+            # not fetched within fetch timeout / 2, whether or not it ever fetched in this
+            # epoch (a voter that restarted without knowing the leader learns it here).
+            silent = [v for v in self._voters().voters
+                      if v.id != self.key.id and self._begin_quorum_due_at(s, v) <= now]
+            if silent:
+                s.begin_quorum_resend_at = now + self.config.fetch_timeout_ms // 2
+                for v in silent:
                     self._send_begin_quorum(v)
         if s.check_quorum_deadline <= now:
             if self._check_quorum_ok(s):
@@ -820,12 +823,23 @@ class RaftCore:
             else:
                 self._resign("check-quorum: no majority fetched")
 
-    def _begin_quorum_due(self, s: LeaderState) -> bool:
-        """A voter has not acknowledged this epoch yet: BeginQuorumEpoch may be resent to it
-        (`_leader_timers`); once every voter has, the resend timer needs no Tick."""
+    def _begin_quorum_due_at(self, s: LeaderState, v: VoterNode) -> int:
+        """When voter `v` is due a BeginQuorumEpoch: fetch timeout / 2 after its last fetch
+        (at once when it has not fetched in this epoch)."""
+        p = s.voter_progress(v)
+        if p is None or p.last_fetch_ms < 0:
+            return -1
+        return p.last_fetch_ms + self.config.fetch_timeout_ms // 2
+
+    def _begin_quorum_next(self, s: LeaderState) -> int | None:
+        """When the BeginQuorumEpoch resend has work (`_leader_timers`): the resend timer, or
+        later when no other voter is due by then (None for a single voter). Voters that keep
+        fetching keep it in the future, so a steady leader gets no Tick for it."""
         own = self.key.id
-        acked = s.begin_quorum_acked
-        return any(v.id != own and v.id not in acked for v in self._voters().voters)
+        due = [self._begin_quorum_due_at(s, v) for v in self._voters().voters if v.id != own]
+        if not due:
+            return None
+        return max(s.begin_quorum_resend_at, min(due))
 
     def _check_quorum_ok(self, s: LeaderState) -> bool:
         voters = self._voters()
@@ -1276,7 +1290,6 @@ class RaftCore:
             voters = self._voters()
             if voters.is_voter(key):
                 s.fetched_since_check.add(key.id)
-                s.begin_quorum_acked.add(key.id)
                 if self._check_quorum_ok(s):
                     self._reset_check_quorum(s)
                 self._maybe_advance_hw()
@@ -1419,7 +1432,6 @@ class RaftCore:
                 p.last_fetch_ms = self._now
                 if self._voters().is_voter(key):
                     s.fetched_since_check.add(key.id)
-                    s.begin_quorum_acked.add(key.id)
         resp = FetchSnapshotResponse(
             err,
             s.leader_id,
@@ -1744,9 +1756,6 @@ class RaftCore:
         elif isinstance(resp, BeginQuorumEpochResponse | EndQuorumEpochResponse):
             if self._maybe_transition_on_epoch(resp.leader_epoch, resp.leader_id, ()):
                 return
-            s = self.state
-            if isinstance(s, LeaderState) and resp.error_code == ErrorCode.NONE:
-                s.begin_quorum_acked.add(f.destination)
         elif isinstance(resp, FetchSnapshotResponse):
             self._on_fetch_snapshot_response(resp)
         elif isinstance(resp, UpdateRaftVoterResponse):
@@ -1862,7 +1871,6 @@ class RaftCore:
                 row.last_caught_up_ms = max(row.last_caught_up_ms, v.last_caught_up_ms)
                 if voters.is_voter(v.key):
                     s.fetched_since_check.add(v.key.id)
-                    s.begin_quorum_acked.add(v.key.id)
                     fetched.append(v.last_fetch_ms)
             if fetched and self._check_quorum_ok(s):
                 # the window restarts when the last of the fetches that made the majority

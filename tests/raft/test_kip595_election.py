@@ -146,9 +146,26 @@ def test_kip595_leader_sends_begin_quorum_epoch_to_every_other_voter() -> None:
 def test_kip595_leader_resends_begin_quorum_epoch_to_voters_not_fetching() -> None:
     h = CoreHarness.leader(voters=(1, 2, 3))
     h.clear()
+    h.advance(500)
     h.fetch_from(2, h.log_end, h.epoch)
-    h.advance(1000)  # fetch timeout / 2
+    h.advance(500)  # fetch timeout / 2 since the election: 2 fetched 500 ms ago
     assert [r.destination for r in h.sent(BeginQuorumEpochRequest)] == [3]
+
+
+def test_kip595_leader_resends_begin_quorum_epoch_to_a_voter_that_stopped_fetching() -> None:
+    # Kafka's LeaderState.needToSendBeginQuorumRequests: every voter whose last fetch is
+    # fetch timeout / 2 old, not only the voters that never fetched in the epoch.
+    h = CoreHarness.leader(voters=(1, 2, 3))
+    h.fetch_from(2, h.log_end, h.epoch, max_wait_ms=0)
+    h.fetch_from(3, h.log_end, h.epoch, max_wait_ms=0)
+    start = h.now
+    sent: list[tuple[int, int]] = []
+    for _ in range(35):  # 3 keeps fetching every 100 ms, 2 went silent
+        h.clear()
+        h.advance(100)
+        sent += [(h.now - start, r.destination) for r in h.sent(BeginQuorumEpochRequest)]
+        h.fetch_from(3, h.log_end, h.epoch, max_wait_ms=0)
+    assert sent == [(1000, 2), (2000, 2), (3000, 2)]
 
 
 def test_kip595_leader_appends_leader_change_first_in_its_epoch() -> None:
