@@ -29,6 +29,7 @@ import random
 from dataclasses import dataclass
 
 from kraft.protocol.errors import ErrorCode
+from kraft.protocol.uuid import Uuid
 from kraft.raft.config import LogState, QuorumStateData, RaftConfig
 from kraft.raft.effects import (
     AbortSnapshotDownload,
@@ -1075,6 +1076,15 @@ class RaftCore:
             error, self.state.leader_id, self.state.epoch, granted, self._leader_endpoints()
         )
 
+    def _own_voter_key(self, voter_id: int, voter_directory_id: Uuid | None) -> bool:
+        """Whether a Vote / BeginQuorumEpoch names this replica as its receiver. A VoterId
+        below 0 (v0 requests have none) is no key and names nobody in particular, as in Kafka
+        (`RaftUtil.voteRequestVoterKey`); a key without a directory id matches by id."""
+        if voter_id < 0:
+            return True
+        return voter_id == self.key.id and (
+            voter_directory_id is None or voter_directory_id == self.key.directory_id)
+
     def _on_vote(self, src: int, corr: int, req: VoteRequest) -> None:
         bad_epoch = (
             req.last_offset_epoch > req.replica_epoch
@@ -1084,10 +1094,7 @@ class RaftCore:
         if req.replica_id < 0 or req.last_offset < 0 or req.last_offset_epoch < 0 or bad_epoch:
             self._respond(src, corr, self._vote_response(ErrorCode.INVALID_REQUEST, False))
             return
-        if req.voter_id != self.key.id or (
-            req.voter_directory_id is not None
-            and req.voter_directory_id != self.key.directory_id
-        ):
+        if not self._own_voter_key(req.voter_id, req.voter_directory_id):
             self._respond(src, corr, self._vote_response(ErrorCode.INVALID_VOTER_KEY, False))
             return
         if req.replica_epoch < self.state.epoch:
@@ -1195,9 +1202,7 @@ class RaftCore:
     # ---------------------------------------------------------------- Begin/EndQuorumEpoch
 
     def _on_begin_quorum(self, src: int, corr: int, req: BeginQuorumEpochRequest) -> None:
-        if req.voter_id != self.key.id or (
-            req.voter_directory_id is not None and req.voter_directory_id != self.key.directory_id
-        ):
+        if not self._own_voter_key(req.voter_id, req.voter_directory_id):
             err = ErrorCode.INVALID_VOTER_KEY
         elif req.leader_epoch < self.state.epoch:
             err = ErrorCode.FENCED_LEADER_EPOCH
