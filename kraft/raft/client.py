@@ -1548,6 +1548,17 @@ class RaftCore:
         self._append_control((voters_record(voters),))
         return self.log.end_offset - 1
 
+    def _missing_controller_listener(self, endpoints: tuple[Endpoint, ...]) -> str | None:
+        """The cluster's controller listener (the first of this replica's listeners) when
+        `endpoints` have none by that name, else None. Kafka refuses AddRaftVoter and
+        UpdateRaftVoter without it: no voter could reach the new endpoints."""
+        if not self.config.listeners:
+            return None
+        name = self.config.listeners[0].name
+        if any(e.name.upper() == name.upper() for e in endpoints):
+            return None
+        return name
+
     def _on_add_voter(self, src: int, corr: int, req: AddRaftVoterRequest) -> None:
         s = self.state
 
@@ -1564,6 +1575,12 @@ class RaftCore:
             return
         if not req.listeners:
             fail(ErrorCode.INVALID_REQUEST, "the new voter has no endpoint")
+            return
+        missing = self._missing_controller_listener(req.listeners)
+        if missing is not None:
+            fail(ErrorCode.INVALID_REQUEST,
+                 f"the new voter's endpoints {[e.name for e in req.listeners]} do not include "
+                 f"the controller listener {missing}")
             return
         voters = self._voters()
         if voters.is_voter_id(req.voter_id):
@@ -1667,6 +1684,13 @@ class RaftCore:
             or rng.max_supported < rng.min_supported
             or not req.listeners
         ):
+            reply(ErrorCode.INVALID_REQUEST)
+            return
+        if not rng.supports(self.kraft_version) or self._missing_controller_listener(
+                req.listeners) is not None:
+            # Kafka's UpdateVoterHandler: the voter must still support the finalized
+            # kraft.version and still listen on the controller listener; nothing is written,
+            # nor remembered for a later upgrade
             reply(ErrorCode.INVALID_REQUEST)
             return
         voters = self._voters()
