@@ -475,9 +475,10 @@ class RaftCore:
         )
         if data != self._persisted:
             self._persisted = data
-            self._out.append(
-                PersistQuorumState(leader_id, epoch, data.voted_id, data.voted_directory_id)
-            )
+            v0 = self.kraft_version == 0
+            self._out.append(PersistQuorumState(
+                leader_id, epoch, data.voted_id, data.voted_directory_id,
+                0 if v0 else 1, tuple(sorted(self._voters().ids())) if v0 else ()))
 
     def _emit_state(self) -> None:
         s = self.state

@@ -842,8 +842,10 @@ class KraftNode:
                             self.config.node_id, self._epoch(), e.end_offset)
             elif t is fx.PersistQuorumState:
                 assert isinstance(e, fx.PersistQuorumState)
-                data = StoredQuorumState(e.leader_epoch, e.leader_id, e.voted_id,
-                                         e.voted_directory_id)
+                data = StoredQuorumState(
+                    e.leader_epoch, e.leader_id, e.voted_id,
+                    e.voted_directory_id if e.data_version >= 1 else None, e.data_version,
+                    e.voter_ids if e.data_version == 0 else None)
                 await asyncio.get_running_loop().run_in_executor(
                     None, md.quorum_state_store.write, data)
             elif t is fx.Committed:
