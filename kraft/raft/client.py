@@ -1236,7 +1236,11 @@ class RaftCore:
         """Strict exponential backoff by rank among the resigning leader's preferred
         candidates: the best one starts its election at once."""
         cap = self.config.election_backoff_max_ms
-        pos = next((i for i, k in enumerate(preferred) if k.id == self.key.id), None)
+        own = self.key
+        # this replica by id and, where the entry names one, directory id (Kafka's
+        # endEpochElectionBackoff): an entry of this id with another directory is another replica
+        pos = next((i for i, k in enumerate(preferred) if k.id == own.id and (
+            k.directory_id is None or k.directory_id == own.directory_id)), None)
         if pos is None:
             return cap
         if pos == 0:

@@ -207,6 +207,23 @@ def test_kip595_end_quorum_epoch_backoff_follows_preferred_position() -> None:
     assert h.role is Role.PROSPECTIVE
 
 
+def test_kip595_end_quorum_ranks_preferred_candidates_by_id_and_directory_id() -> None:
+    # Kafka's KafkaRaftClient.endEpochElectionBackoff: a preferred candidate is this replica
+    # only when its id and, if it names one, its directory id match. An entry for this id with
+    # another directory id (a replica of this id that lost its disk) is someone else.
+    from kraft.raft.messages import ReplicaKey as Key
+    h = CoreHarness.follower(node_id=1, leader_id=2, epoch=1, voters=(1, 2, 3, 4),
+                             election_backoff_max_ms=1000)
+    h.request(2, EndQuorumEpochRequest(2, 1, (Key(1, dir_id(1, generation=9)),
+                                              Key(3, dir_id(3)))))
+    assert h.role is Role.FOLLOWER
+    assert h.core.state.fetch_deadline - h.now == 1000  # type: ignore[union-attr]
+    # without a directory id the entry matches by id (kraft.version 0)
+    h = CoreHarness.follower(node_id=1, leader_id=2, epoch=1, voters=(1, 2, 3, 4))
+    h.request(2, EndQuorumEpochRequest(2, 1, (Key(1, None), Key(3, dir_id(3)))))
+    assert h.role is Role.PROSPECTIVE
+
+
 def test_kip595_check_quorum_leader_resigns_without_majority_fetching() -> None:
     h = CoreHarness.leader(voters=(1, 2, 3))
     h.advance(2999)
