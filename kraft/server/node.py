@@ -519,7 +519,9 @@ class KraftNode:
         voters: list[tuple[int, VoterSet]] = []
         versions: list[tuple[int, int]] = []
         for entry in md.voters_history:
-            offset = -1 if entry.from_snapshot else entry.offset
+            # a snapshot's sets stand at its last offset (the bootstrap checkpoint's at -1):
+            # they came from the log, so the next leader does not write them again
+            offset = entry.offset
             if isinstance(entry.record, VotersRecord):
                 voters.append((offset, voters_from_record(entry.record)))
             elif isinstance(entry.record, KRaftVersionRecord):
