@@ -1178,9 +1178,12 @@ class KraftNode:
     # ------------------------------------------------------------------ outbound requests
 
     def _address_of(self, dest: int, endpoints: tuple[m.Endpoint, ...]) -> tuple[str, int] | None:
-        # Explicitly configured static voter addresses win: the operator (or a test's fault
-        # proxy) decides the route to a static voter.
-        if dest in self._static_addresses:
+        # At kraft.version 0 controller.quorum.voters is the voters set: its addresses decide
+        # the route to a voter (the operator's, or a test's fault proxy). From kraft.version 1
+        # the voters set in the log is, with the endpoints UpdateRaftVoter published, and the
+        # static addresses are ignored (as Kafka does; see kraft_ignored_static_voters).
+        if dest in self._static_addresses and (
+                self.core is None or self.core.kraft_version == 0):
             return self._static_addresses[dest]
         if endpoints and endpoints is self._address_memo[0]:
             return self._address_memo[1]  # the leader's endpoints of the last fetch, again
