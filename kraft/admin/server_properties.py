@@ -130,7 +130,7 @@ class ServerProperties(BaseModel):
     fetch_timeout_ms: int = Field(default=2000, alias="controller.quorum.fetch.timeout.ms", ge=1)
     request_timeout_ms: int = Field(default=2000, alias="controller.quorum.request.timeout.ms", ge=1)
     retry_backoff_ms: int = Field(default=20, alias="controller.quorum.retry.backoff.ms", ge=0)
-    hw_linger_ms: int = Field(default=2, alias="kraft.fetch.hw.linger.ms", ge=0)
+    hw_linger_ms: int = Field(default=0, alias="kraft.fetch.hw.linger.ms", ge=0)
     """While writes stream in (each within this long of the last commit), a new high watermark
     waits up to this long to ride on the next records instead of completing the followers'
     parked fetches alone (KIP-1166); 0 completes them at once. A follower then learns a commit

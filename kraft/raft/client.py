@@ -29,6 +29,7 @@ import random
 from dataclasses import dataclass
 
 from kraft.protocol.errors import ErrorCode
+from kraft.protocol.uuid import Uuid
 from kraft.raft.config import LogState, QuorumStateData, RaftConfig
 from kraft.raft.effects import (
     AbortSnapshotDownload,
@@ -317,8 +318,9 @@ class RaftCore:
             times.append(s.check_quorum_deadline)
             if len(self.log.snapshots) > 1:  # the retention rule only deletes with two
                 times.append(self._retention_at)
-            if self._begin_quorum_due(s):
-                times.append(s.begin_quorum_resend_at)
+            resend = self._begin_quorum_next(s)
+            if resend is not None:
+                times.append(resend)
             times.extend(p.deadline for p in s.parked)
             if s.pending_change is not None:
                 times.append(s.pending_change.deadline)
@@ -482,9 +484,10 @@ class RaftCore:
         )
         if data != self._persisted:
             self._persisted = data
-            self._out.append(
-                PersistQuorumState(leader_id, epoch, data.voted_id, data.voted_directory_id)
-            )
+            v0 = self.kraft_version == 0
+            self._out.append(PersistQuorumState(
+                leader_id, epoch, data.voted_id, data.voted_directory_id,
+                0 if v0 else 1, tuple(sorted(self._voters().ids())) if v0 else ()))
 
     def _emit_state(self) -> None:
         s = self.state
@@ -821,12 +824,14 @@ class RaftCore:
             s.pending_change = None
             self._reply_change(pc, ErrorCode.REQUEST_TIMED_OUT, "timed out")
         if s.begin_quorum_resend_at <= now:
-            s.begin_quorum_resend_at = now + self.config.fetch_timeout_ms // 2
-            for v in self._voters().voters:
-                if v.id == self.key.id or v.id in s.begin_quorum_acked:
-                    continue
-                progress = s.voter_progress(v)
-                if progress is None or progress.last_fetch_ms < 0:
+            # Kafka's LeaderState.needToSendBeginQuorumRequests: every other voter that has
+            # not fetched within fetch timeout / 2, whether or not it ever fetched in this
+            # epoch (a voter that restarted without knowing the leader learns it here).
+            silent = [v for v in self._voters().voters
+                      if v.id != self.key.id and self._begin_quorum_due_at(s, v) <= now]
+            if silent:
+                s.begin_quorum_resend_at = now + self.config.fetch_timeout_ms // 2
+                for v in silent:
                     self._send_begin_quorum(v)
         if s.check_quorum_deadline <= now:
             if self._check_quorum_ok(s):
@@ -834,12 +839,23 @@ class RaftCore:
             else:
                 self._resign("check-quorum: no majority fetched")
 
-    def _begin_quorum_due(self, s: LeaderState) -> bool:
-        """A voter has not acknowledged this epoch yet: BeginQuorumEpoch may be resent to it
-        (`_leader_timers`); once every voter has, the resend timer needs no Tick."""
+    def _begin_quorum_due_at(self, s: LeaderState, v: VoterNode) -> int:
+        """When voter `v` is due a BeginQuorumEpoch: fetch timeout / 2 after its last fetch
+        (at once when it has not fetched in this epoch)."""
+        p = s.voter_progress(v)
+        if p is None or p.last_fetch_ms < 0:
+            return -1
+        return p.last_fetch_ms + self.config.fetch_timeout_ms // 2
+
+    def _begin_quorum_next(self, s: LeaderState) -> int | None:
+        """When the BeginQuorumEpoch resend has work (`_leader_timers`): the resend timer, or
+        later when no other voter is due by then (None for a single voter). Voters that keep
+        fetching keep it in the future, so a steady leader gets no Tick for it."""
         own = self.key.id
-        acked = s.begin_quorum_acked
-        return any(v.id != own and v.id not in acked for v in self._voters().voters)
+        due = [self._begin_quorum_due_at(s, v) for v in self._voters().voters if v.id != own]
+        if not due:
+            return None
+        return max(s.begin_quorum_resend_at, min(due))
 
     def _check_quorum_ok(self, s: LeaderState) -> bool:
         voters = self._voters()
@@ -1075,6 +1091,15 @@ class RaftCore:
             error, self.state.leader_id, self.state.epoch, granted, self._leader_endpoints()
         )
 
+    def _own_voter_key(self, voter_id: int, voter_directory_id: Uuid | None) -> bool:
+        """Whether a Vote / BeginQuorumEpoch names this replica as its receiver. A VoterId
+        below 0 (v0 requests have none) is no key and names nobody in particular, as in Kafka
+        (`RaftUtil.voteRequestVoterKey`); a key without a directory id matches by id."""
+        if voter_id < 0:
+            return True
+        return voter_id == self.key.id and (
+            voter_directory_id is None or voter_directory_id == self.key.directory_id)
+
     def _on_vote(self, src: int, corr: int, req: VoteRequest) -> None:
         bad_epoch = (
             req.last_offset_epoch > req.replica_epoch
@@ -1084,10 +1109,7 @@ class RaftCore:
         if req.replica_id < 0 or req.last_offset < 0 or req.last_offset_epoch < 0 or bad_epoch:
             self._respond(src, corr, self._vote_response(ErrorCode.INVALID_REQUEST, False))
             return
-        if req.voter_id != self.key.id or (
-            req.voter_directory_id is not None
-            and req.voter_directory_id != self.key.directory_id
-        ):
+        if not self._own_voter_key(req.voter_id, req.voter_directory_id):
             self._respond(src, corr, self._vote_response(ErrorCode.INVALID_VOTER_KEY, False))
             return
         if req.replica_epoch < self.state.epoch:
@@ -1195,9 +1217,7 @@ class RaftCore:
     # ---------------------------------------------------------------- Begin/EndQuorumEpoch
 
     def _on_begin_quorum(self, src: int, corr: int, req: BeginQuorumEpochRequest) -> None:
-        if req.voter_id != self.key.id or (
-            req.voter_directory_id is not None and req.voter_directory_id != self.key.directory_id
-        ):
+        if not self._own_voter_key(req.voter_id, req.voter_directory_id):
             err = ErrorCode.INVALID_VOTER_KEY
         elif req.leader_epoch < self.state.epoch:
             err = ErrorCode.FENCED_LEADER_EPOCH
@@ -1230,7 +1250,11 @@ class RaftCore:
         """Strict exponential backoff by rank among the resigning leader's preferred
         candidates: the best one starts its election at once."""
         cap = self.config.election_backoff_max_ms
-        pos = next((i for i, k in enumerate(preferred) if k.id == self.key.id), None)
+        own = self.key
+        # this replica by id and, where the entry names one, directory id (Kafka's
+        # endEpochElectionBackoff): an entry of this id with another directory is another replica
+        pos = next((i for i, k in enumerate(preferred) if k.id == own.id and (
+            k.directory_id is None or k.directory_id == own.directory_id)), None)
         if pos is None:
             return cap
         if pos == 0:
@@ -1290,7 +1314,6 @@ class RaftCore:
             voters = self._voters()
             if voters.is_voter(key):
                 s.fetched_since_check.add(key.id)
-                s.begin_quorum_acked.add(key.id)
                 if self._check_quorum_ok(s):
                     self._reset_check_quorum(s)
                 self._maybe_advance_hw()
@@ -1434,7 +1457,6 @@ class RaftCore:
                 p.last_fetch_ms = self._now
                 if self._voters().is_voter(key):
                     s.fetched_since_check.add(key.id)
-                    s.begin_quorum_acked.add(key.id)
         resp = FetchSnapshotResponse(
             err,
             s.leader_id,
@@ -1546,6 +1568,17 @@ class RaftCore:
         self._append_control((voters_record(voters),))
         return self.log.end_offset - 1
 
+    def _missing_controller_listener(self, endpoints: tuple[Endpoint, ...]) -> str | None:
+        """The cluster's controller listener (the first of this replica's listeners) when
+        `endpoints` have none by that name, else None. Kafka refuses AddRaftVoter and
+        UpdateRaftVoter without it: no voter could reach the new endpoints."""
+        if not self.config.listeners:
+            return None
+        name = self.config.listeners[0].name
+        if any(e.name.upper() == name.upper() for e in endpoints):
+            return None
+        return name
+
     def _on_add_voter(self, src: int, corr: int, req: AddRaftVoterRequest) -> None:
         s = self.state
 
@@ -1562,6 +1595,12 @@ class RaftCore:
             return
         if not req.listeners:
             fail(ErrorCode.INVALID_REQUEST, "the new voter has no endpoint")
+            return
+        missing = self._missing_controller_listener(req.listeners)
+        if missing is not None:
+            fail(ErrorCode.INVALID_REQUEST,
+                 f"the new voter's endpoints {[e.name for e in req.listeners]} do not include "
+                 f"the controller listener {missing}")
             return
         voters = self._voters()
         if voters.is_voter_id(req.voter_id):
@@ -1667,6 +1706,13 @@ class RaftCore:
         ):
             reply(ErrorCode.INVALID_REQUEST)
             return
+        if not rng.supports(self.kraft_version) or self._missing_controller_listener(
+                req.listeners) is not None:
+            # Kafka's UpdateVoterHandler: the voter must still support the finalized
+            # kraft.version and still listen on the controller listener; nothing is written,
+            # nor remembered for a later upgrade
+            reply(ErrorCode.INVALID_REQUEST)
+            return
         voters = self._voters()
         current = voters.get(req.voter_id)
         key = ReplicaKey(req.voter_id, req.voter_directory_id)
@@ -1759,9 +1805,6 @@ class RaftCore:
         elif isinstance(resp, BeginQuorumEpochResponse | EndQuorumEpochResponse):
             if self._maybe_transition_on_epoch(resp.leader_epoch, resp.leader_id, ()):
                 return
-            s = self.state
-            if isinstance(s, LeaderState) and resp.error_code == ErrorCode.NONE:
-                s.begin_quorum_acked.add(f.destination)
         elif isinstance(resp, FetchSnapshotResponse):
             self._on_fetch_snapshot_response(resp)
         elif isinstance(resp, UpdateRaftVoterResponse):
@@ -1880,7 +1923,6 @@ class RaftCore:
                 row.last_caught_up_ms = max(row.last_caught_up_ms, v.last_caught_up_ms)
                 if voters.is_voter(v.key):
                     s.fetched_since_check.add(v.key.id)
-                    s.begin_quorum_acked.add(v.key.id)
                     fetched.append(v.last_fetch_ms)
             if fetched and self._check_quorum_ok(s):
                 # the window restarts when the last of the fetches that made the majority

@@ -42,12 +42,19 @@ from kraft.raft.voters import VoterSet
 @fast_init
 @dataclass(frozen=True, slots=True)
 class PersistQuorumState:
-    """Write the quorum-state file (and fsync) before any later send."""
+    """Write the quorum-state file (and fsync) before any later send.
+
+    `data_version` is the file's format, as Kafka's FileQuorumStateStore picks it from the
+    finalized kraft.version: 0 (with `voter_ids` as currentVoters, no voted directory id) at
+    kraft.version 0, 1 from kraft.version 1 on.
+    """
 
     leader_id: int
     leader_epoch: int
     voted_id: int
     voted_directory_id: Uuid | None
+    data_version: int = 1
+    voter_ids: tuple[int, ...] = ()
 
 
 @fast_init

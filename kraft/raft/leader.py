@@ -106,7 +106,6 @@ class LeaderState:
     progress: dict[ReplicaKey, ReplicaProgress] = field(default_factory=dict)
     latest_key_by_id: dict[int, ReplicaKey] = field(default_factory=dict)
     fetched_since_check: set[int] = field(default_factory=set)
-    begin_quorum_acked: set[int] = field(default_factory=set)
     parked: list[ParkedFetch] = field(default_factory=list)
     pending_appends: dict[int, int] = field(default_factory=dict)
     pending_change: PendingChange | None = None

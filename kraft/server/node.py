@@ -528,7 +528,9 @@ class KraftNode:
         voters: list[tuple[int, VoterSet]] = []
         versions: list[tuple[int, int]] = []
         for entry in md.voters_history:
-            offset = -1 if entry.from_snapshot else entry.offset
+            # a snapshot's sets stand at its last offset (the bootstrap checkpoint's at -1):
+            # they came from the log, so the next leader does not write them again
+            offset = entry.offset
             if isinstance(entry.record, VotersRecord):
                 voters.append((offset, voters_from_record(entry.record)))
             elif isinstance(entry.record, KRaftVersionRecord):
@@ -851,8 +853,10 @@ class KraftNode:
                             self.config.node_id, self._epoch(), e.end_offset)
             elif t is fx.PersistQuorumState:
                 assert isinstance(e, fx.PersistQuorumState)
-                data = StoredQuorumState(e.leader_epoch, e.leader_id, e.voted_id,
-                                         e.voted_directory_id)
+                data = StoredQuorumState(
+                    e.leader_epoch, e.leader_id, e.voted_id,
+                    e.voted_directory_id if e.data_version >= 1 else None, e.data_version,
+                    e.voter_ids if e.data_version == 0 else None)
                 await asyncio.get_running_loop().run_in_executor(
                     None, md.quorum_state_store.write, data)
             elif t is fx.Committed:
@@ -1227,9 +1231,12 @@ class KraftNode:
     # ------------------------------------------------------------------ outbound requests
 
     def _address_of(self, dest: int, endpoints: tuple[m.Endpoint, ...]) -> tuple[str, int] | None:
-        # Explicitly configured static voter addresses win: the operator (or a test's fault
-        # proxy) decides the route to a static voter.
-        if dest in self._static_addresses:
+        # At kraft.version 0 controller.quorum.voters is the voters set: its addresses decide
+        # the route to a voter (the operator's, or a test's fault proxy). From kraft.version 1
+        # the voters set in the log is, with the endpoints UpdateRaftVoter published, and the
+        # static addresses are ignored (as Kafka does; see kraft_ignored_static_voters).
+        if dest in self._static_addresses and (
+                self.core is None or self.core.kraft_version == 0):
             return self._static_addresses[dest]
         if endpoints and endpoints is self._address_memo[0]:
             return self._address_memo[1]  # the leader's endpoints of the last fetch, again

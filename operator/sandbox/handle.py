@@ -29,19 +29,25 @@ class SandboxError(RuntimeError):
     """The sandbox did not start, or a fault request was refused."""
 
 
-def find_kubectl() -> str | None:
-    """The project's kubectl (`make k8s-bins` puts it in .tools/bin), else one on PATH."""
-    env = os.environ.get("SANDBOX_KUBECTL")
+def find_tool(name: str) -> str | None:
+    """The project's `kubectl` or `helm` (`make k8s-bins` puts them in .tools/bin), else one
+    on PATH; `SANDBOX_KUBECTL` / `SANDBOX_HELM` name another."""
+    env = os.environ.get(f"SANDBOX_{name.upper()}")
     if env:
         return env
     here = Path(__file__).resolve()
     for parent in here.parents:
-        candidate = parent / ".tools" / "bin" / "kubectl"
+        candidate = parent / ".tools" / "bin" / name
         if candidate.is_file():
             return str(candidate)
     from shutil import which
 
-    return which("kubectl")
+    return which(name)
+
+
+def find_kubectl() -> str | None:
+    """The project's kubectl (see `find_tool`)."""
+    return find_tool("kubectl")
 
 
 class FaultClient:
@@ -153,6 +159,23 @@ class SandboxHandle:
                               timeout=timeout, input=input, check=False)
         if check and done.returncode != 0:
             raise SandboxError(f"kubectl {' '.join(args)} failed ({done.returncode}): "
+                               f"{done.stderr.strip()}")
+        return done
+
+    def helm(self, *args: str, check: bool = True,
+             timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run the real helm against the sandbox (its cache and config in the state
+        directory). The sandbox serves no OpenAPI: pass --disable-openapi-validation."""
+        helm = find_tool("helm")
+        if helm is None:
+            raise SandboxError("no helm: run `make k8s-bins`")
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        for key in ("CACHE", "CONFIG", "DATA"):
+            env[f"HELM_{key}_HOME"] = str(self.state_dir / "helm" / key.lower())
+        done = subprocess.run([helm, *args], env=env, capture_output=True, text=True,
+                              timeout=timeout, check=False)
+        if check and done.returncode != 0:
+            raise SandboxError(f"helm {' '.join(args)} failed ({done.returncode}): "
                                f"{done.stderr.strip()}")
         return done
 

@@ -64,9 +64,10 @@ def test_the_client_writes_exactly_the_documented_frames() -> None:
     asyncio.run(scenario())
 
 
-def _ready_quorum(clusters: Callable[..., LocalCluster]) -> tuple[LocalCluster, int, int]:
+def _ready_quorum(clusters: Callable[..., LocalCluster],
+                  **properties: str) -> tuple[LocalCluster, int, int]:
     """A started 3-voter quorum with every node ready: (cluster, leader id, a follower id)."""
-    cluster = clusters(3)
+    cluster = clusters(3, properties=properties)
     cluster.start_all()
     leader = cluster.wait_for_leader(60)
     for nid in cluster.nodes:
@@ -76,10 +77,11 @@ def _ready_quorum(clusters: Callable[..., LocalCluster]) -> tuple[LocalCluster, 
 
 def test_sequential_writes_reach_every_follower_with_the_high_watermark_held(
         clusters: Callable[..., LocalCluster]) -> None:
-    """One write at a time streams (kraft.fetch.hw.linger.ms, default 2): each commit's high
-    watermark rides on the next write's records, and the last one goes alone when the linger
-    runs out. Every follower applies every write, the last included, with no write after it."""
-    cluster, leader, _ = _ready_quorum(clusters)
+    """One write at a time streams (with the opt-in kraft.fetch.hw.linger.ms=2): each commit's
+    high watermark rides on the next write's records, and the last one goes alone when the
+    linger runs out. Every follower applies every write, the last included, with no write
+    after it."""
+    cluster, leader, _ = _ready_quorum(clusters, **{"kraft.fetch.hw.linger.ms": "2"})
     followers = [n for n in cluster.nodes if n != leader]
 
     async def scenario() -> None:

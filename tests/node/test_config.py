@@ -28,8 +28,10 @@ def test_a_minimal_static_controller_config() -> None:
     assert cfg.controller_listener.port == 9093
     assert cfg.election_timeout_ms == 1000 and cfg.fetch_timeout_ms == 2000
     assert cfg.append_linger_ms == 25 and cfg.auto_join_enable is False
-    assert cfg.hw_linger_ms == 2
-    assert build_config({**BASE, "kraft.fetch.hw.linger.ms": "0"}).hw_linger_ms == 0
+    # KIP-1166's rule is the default: a follower whose high watermark is stale is answered
+    # at once; the linger is opt-in
+    assert cfg.hw_linger_ms == 0
+    assert build_config({**BASE, "kraft.fetch.hw.linger.ms": "2"}).hw_linger_ms == 2
     assert str(cfg.metadata_dir) == "/tmp/x"
 
 

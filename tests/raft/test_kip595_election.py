@@ -146,9 +146,26 @@ def test_kip595_leader_sends_begin_quorum_epoch_to_every_other_voter() -> None:
 def test_kip595_leader_resends_begin_quorum_epoch_to_voters_not_fetching() -> None:
     h = CoreHarness.leader(voters=(1, 2, 3))
     h.clear()
+    h.advance(500)
     h.fetch_from(2, h.log_end, h.epoch)
-    h.advance(1000)  # fetch timeout / 2
+    h.advance(500)  # fetch timeout / 2 since the election: 2 fetched 500 ms ago
     assert [r.destination for r in h.sent(BeginQuorumEpochRequest)] == [3]
+
+
+def test_kip595_leader_resends_begin_quorum_epoch_to_a_voter_that_stopped_fetching() -> None:
+    # Kafka's LeaderState.needToSendBeginQuorumRequests: every voter whose last fetch is
+    # fetch timeout / 2 old, not only the voters that never fetched in the epoch.
+    h = CoreHarness.leader(voters=(1, 2, 3))
+    h.fetch_from(2, h.log_end, h.epoch, max_wait_ms=0)
+    h.fetch_from(3, h.log_end, h.epoch, max_wait_ms=0)
+    start = h.now
+    sent: list[tuple[int, int]] = []
+    for _ in range(35):  # 3 keeps fetching every 100 ms, 2 went silent
+        h.clear()
+        h.advance(100)
+        sent += [(h.now - start, r.destination) for r in h.sent(BeginQuorumEpochRequest)]
+        h.fetch_from(3, h.log_end, h.epoch, max_wait_ms=0)
+    assert sent == [(1000, 2), (2000, 2), (3000, 2)]
 
 
 def test_kip595_leader_appends_leader_change_first_in_its_epoch() -> None:
@@ -187,6 +204,23 @@ def test_kip595_end_quorum_epoch_backoff_follows_preferred_position() -> None:
     h = CoreHarness.follower(node_id=1, leader_id=2, epoch=1, voters=(1, 2, 3, 4))
     from kraft.raft.messages import ReplicaKey as Key
     h.request(2, EndQuorumEpochRequest(2, 1, (Key(1, dir_id(1)), Key(3, dir_id(3)))))
+    assert h.role is Role.PROSPECTIVE
+
+
+def test_kip595_end_quorum_ranks_preferred_candidates_by_id_and_directory_id() -> None:
+    # Kafka's KafkaRaftClient.endEpochElectionBackoff: a preferred candidate is this replica
+    # only when its id and, if it names one, its directory id match. An entry for this id with
+    # another directory id (a replica of this id that lost its disk) is someone else.
+    from kraft.raft.messages import ReplicaKey as Key
+    h = CoreHarness.follower(node_id=1, leader_id=2, epoch=1, voters=(1, 2, 3, 4),
+                             election_backoff_max_ms=1000)
+    h.request(2, EndQuorumEpochRequest(2, 1, (Key(1, dir_id(1, generation=9)),
+                                              Key(3, dir_id(3)))))
+    assert h.role is Role.FOLLOWER
+    assert h.core.state.fetch_deadline - h.now == 1000  # type: ignore[union-attr]
+    # without a directory id the entry matches by id (kraft.version 0)
+    h = CoreHarness.follower(node_id=1, leader_id=2, epoch=1, voters=(1, 2, 3, 4))
+    h.request(2, EndQuorumEpochRequest(2, 1, (Key(1, None), Key(3, dir_id(3)))))
     assert h.role is Role.PROSPECTIVE
 
 

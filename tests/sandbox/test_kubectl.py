@@ -220,3 +220,35 @@ def test_kubectl_exec_runs_in_the_pods_context(sandbox: SandboxHandle) -> None:
     assert failed.returncode == 3 and "oops" in failed.stderr
     echoed = sandbox.kubectl("exec", "-i", "shell", "--", "cat", input="through stdin\n")
     assert echoed.stdout == "through stdin\n"
+
+
+def test_server_side_apply_creates_then_merges(sandbox: SandboxHandle) -> None:
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"},
+          "data": {"a": "1"}}
+    out = sandbox.kubectl("apply", "--server-side", "--validate=false", "-f", "-",
+                          input=json.dumps(cm)).stdout
+    assert "serverside-applied" in out
+    cm["data"] = {"a": "2", "b": "3"}
+    sandbox.kubectl("apply", "--server-side", "--validate=false", "-f", "-",
+                    input=json.dumps(cm))
+    got = json.loads(sandbox.kubectl("get", "cm", "ssa", "-o", "json").stdout)
+    assert got["data"] == {"a": "2", "b": "3"}
+
+
+def test_helm_installs_upgrades_and_uninstalls_a_chart(sandbox: SandboxHandle,
+                                                       tmp_path: Path) -> None:
+    sandbox.helm("create", str(tmp_path / "demo"))
+    sandbox.helm("install", "demo", str(tmp_path / "demo"), "--disable-openapi-validation")
+    releases = json.loads(sandbox.helm("list", "-o", "json").stdout)
+    assert [(r["name"], r["status"], r["revision"]) for r in releases] == [
+        ("demo", "deployed", "1")]
+    kinds = sandbox.kubectl("get", "service,serviceaccount,deployment", "-o", "name").stdout
+    assert kinds.split() == ["service/demo", "serviceaccount/demo", "deployment.apps/demo"]
+    sandbox.helm("upgrade", "demo", str(tmp_path / "demo"), "--set", "replicaCount=2",
+                 "--disable-openapi-validation")
+    deployment = json.loads(sandbox.kubectl("get", "deployment", "demo", "-o", "json").stdout)
+    assert deployment["spec"]["replicas"] == 2
+    assert json.loads(sandbox.helm("list", "-o", "json").stdout)[0]["revision"] == "2"
+    sandbox.helm("uninstall", "demo")
+    assert sandbox.kubectl("get", "service,serviceaccount,deployment,secret", "-o",
+                           "name").stdout.strip() == ""

@@ -1,0 +1,44 @@
+"""The node writes quorum-state as Kafka does for the quorum's kraft.version: a static quorum
+(controller.quorum.voters, kraft.version 0) gets data_version 0 with currentVoters."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from pathlib import Path
+
+from kraft.protocol.uuid import Uuid
+from kraft.raft.state import Role
+from kraft.server.config import build_config
+from kraft.server.local import free_port
+from kraft.server.node import KraftNode
+from kraft.storage.format import format_storage
+from tests.node.conftest import own_host
+
+
+async def test_static_quorum_writes_quorum_state_data_version_0(tmp_path: Path) -> None:
+    host = own_host()
+    port = free_port(host)
+    props = {
+        "node.id": "1", "process.roles": "controller",
+        "listeners": f"CONTROLLER://{host}:{port}", "controller.listener.names": "CONTROLLER",
+        "controller.quorum.voters": f"1@{host}:{port}", "metadata.log.dir": str(tmp_path / "m"),
+        "controller.quorum.election.timeout.ms": "200",
+    }
+    format_storage(props, str(Uuid.random()), out=io.StringIO())
+    node = KraftNode(build_config(props, {}))
+    await node.start()
+    try:
+        for _ in range(600):
+            if node.core is not None and node.core.role == Role.LEADER:
+                break
+            await asyncio.sleep(0.01)
+        assert node.core is not None and node.core.role == Role.LEADER
+    finally:
+        await node.stop()
+    stored = json.loads((tmp_path / "m" / "__cluster_metadata-0" / "quorum-state").read_text())
+    assert stored["data_version"] == 0
+    assert stored["currentVoters"] == [{"voterId": 1}]
+    assert "votedDirectoryId" not in stored
+    assert stored["leaderId"] == 1 and stored["votedId"] == 1
