@@ -165,12 +165,19 @@ class Context:
         return next((o for o in self.observers if o.key == key), None)
 
     def can_stop(self, pod: PodState) -> bool:
-        """Stopping this pod leaves a healthy majority of the current voters."""
-        key = (pod.node_id, pod.directory_id or "")
-        voter = self.voter(key)
-        if voter is None or not self.healthy(voter):
+        """Stopping this pod leaves a healthy majority of the current voters.
+
+        A voter that lags still fetches and still votes: stopping it can take the leader's
+        majority of fetching voters away, so the other voters must be a healthy majority on
+        their own. Only a pod whose process cannot be running (not Running, or on a Node that
+        is not Ready) costs nothing to stop."""
+        if pod.phase != PodPhase.RUNNING or self.node_down_since(pod.node_name) is not None:
             return True
-        return self.healthy_count() - 1 >= majority(len(self.voters))
+        key = (pod.node_id, pod.directory_id or "")
+        if self.voter(key) is None:
+            return True
+        others = tuple(v for v in self.voters if v.key != key)
+        return self.healthy_count(others) >= majority(len(self.voters))
 
     def may_pause(self) -> bool:
         """A quorum of one or two voters cannot restart a pod without a pause in availability;

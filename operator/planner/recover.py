@@ -55,20 +55,27 @@ def no_quorum(ctx: Context) -> Decision:
 
 def cold_start(ctx: Context) -> Decision:
     members = {n for n, d in ctx.obs.last_known_voters if not volume_gone(ctx, n, d)}
-    for node_id, directory_id in sorted(ctx.obs.last_known_voters):
-        if node_id not in members or node_id in ctx.pods:
+    # Every volume that is still there gets its pod back: restarting an existing node needs
+    # no quorum, and the voter set last written to status may be older than the quorum's
+    # (a node that joined since then is a voter too).
+    restartable = sorted(
+        n for n, pvc in ctx.pvcs.items()
+        if (n in members or n < ctx.replicas) and not pvc.deleting and not ctx.volume_lost(n))
+    for node_id in restartable:
+        if node_id in ctx.pods:
             continue
         # A node that is leaving comes back without auto-join, so it can be removed while it
         # runs (a quorum of two voters has no majority while one of them is stopped).
         auto_join = ctx.spec.auto_join and node_id < ctx.replicas
         return Decision(
-            CreatePod(node_id, directory_id, FormatMode.JOIN, auto_join, ctx.desired_hash),
-            "Rolling", message=f"voter {node_id}'s pod is re-created on its volume")
-    for node_id in sorted(members):
+            CreatePod(node_id, ctx.pvcs[node_id].directory_id, FormatMode.JOIN, auto_join,
+                      ctx.desired_hash),
+            "Rolling", message=f"node {node_id}'s pod is re-created on its volume")
+    for node_id in restartable:
         pod = ctx.live_pod(node_id)
         if pod is not None and ctx.down_beyond_grace(pod.node_name):
             return Decision(DeletePod(node_id, pod.name, "NodeFailed", force=True), "ReplacingNode")
-    restart = restart_unready_outdated(ctx, members)
+    restart = restart_unready_outdated(ctx, set(restartable))
     if restart is not None:
         return restart
     return Decision(Wait("WaitingForQuorum", "no quorum answers yet; a majority of the voters "

@@ -203,8 +203,13 @@ def check_safety(spec: models.KRaftQuorumSpec, observed: Observed, action: objec
     if isinstance(action, DeletePod):
         pod = next(p for p in observed.pods if p.name == action.name)
         key = (pod.node_id, pod.directory_id)
-        if key in healthy and not tiny_outage(observed, action):
-            assert len(healthy) - 1 >= majority(len(voters)), f"stop breaks majority: {action}"
+        node = next((n for n in observed.nodes if n.name == pod.node_name), None)
+        process_may_run = pod.phase == PodPhase.RUNNING and (node is None or node.ready)
+        # a lagging voter still fetches and votes: the others must be a healthy majority
+        if key in {v.key for v in voters} and process_may_run \
+                and not tiny_outage(observed, action):
+            assert len(healthy - {key}) >= majority(len(voters)), \
+                f"stop breaks majority: {action}"
     if isinstance(action, RemoveVoter):
         key = (action.node_id, action.directory_id)
         rest = [v for v in voters if v.key != key]
@@ -274,15 +279,19 @@ def test_lost_quorum_without_annotation_destroys_nothing(data: st.DataObject) ->
 # --- simulated runs -------------------------------------------------------------------------
 
 
-EVENTS = st.sampled_from(["scale", "image", "lose_disk", "restart", "node_fail", "auto_join"])
+EVENTS = st.sampled_from(["scale", "image", "lose_disk", "restart", "node_fail", "auto_join",
+                          "bad_image", "cold_start", "leader_leaves"])
 
 
 @settings(max_examples=80 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(start=st.integers(1, 5), events=st.lists(st.tuples(EVENTS, st.integers(0, 9)),
                                                 min_size=1, max_size=4),
-       auto_join=st.booleans())
+       auto_join=st.booleans(),
+       faults=st.lists(st.tuples(st.integers(1, 12), st.sampled_from(["kill", "stall"]),
+                                 st.integers(0, 9)), max_size=3))
 def test_simulated_loop_stays_safe_and_converges(start: int, events: list[tuple[str, int]],
-                                                 auto_join: bool) -> None:
+                                                 auto_join: bool,
+                                                 faults: list[tuple[int, str, int]]) -> None:
     spec = models.KRaftQuorumSpec(replicas=start, auto_join=auto_join,
                                   node_failure_grace_period_seconds=30)
     world = World()
@@ -297,6 +306,16 @@ def test_simulated_loop_stays_safe_and_converges(start: int, events: list[tuple[
                 assert probe.quorum_answers() or not w.quorum_answers(), \
                     f"quorum lost by {result.action}"  # type: ignore[attr-defined]
 
+    def disturb(w: World, step: int) -> None:
+        """Faults while the operator works: a pod dies (its volume stays) or falls behind."""
+        for at, kind, node in faults:
+            if at == step and w.pods:
+                pod = w.pods[sorted(w.pods)[node % len(w.pods)]]
+                if kind == "kill":
+                    del w.pods[pod.node_id]
+                else:
+                    pod.age = -3  # lags for a few ticks
+
     run(world, spec, check=check)
     assert realized(world, spec)
     for kind, arg in events:
@@ -306,6 +325,20 @@ def test_simulated_loop_stays_safe_and_converges(start: int, events: list[tuple[
             spec = with_spec(spec, image=f"kraft-quorum:{arg}")
         elif kind == "auto_join":
             spec = with_spec(spec, auto_join=not spec.auto_join)
+        elif kind == "bad_image":
+            # a spec whose pods never start: the quorum must survive it, then a fix converges
+            bad = with_spec(spec, image=f"kraft-quorum:bad{arg}")
+            world.broken_hashes.add(pod_spec_hash(bad))
+            world.generation += 1
+            run(world, bad, steps=40, check=check)
+            assert world.quorum_answers() or spec.replicas <= 2
+            spec = with_spec(spec, image=f"kraft-quorum:fixed{arg}")
+        elif kind == "cold_start":
+            world.pods.clear()
+        elif kind == "leader_leaves":
+            highest = max(world.voters)
+            world.leader = highest
+            spec = with_spec(spec, replicas=max(1, spec.replicas - 1 - arg % 2))
         elif kind == "lose_disk" and spec.replicas >= 3:
             world.lose_disk(arg % spec.replicas)
         elif kind == "restart":
@@ -317,6 +350,6 @@ def test_simulated_loop_stays_safe_and_converges(start: int, events: list[tuple[
             world.fail_k8s_node("k8s-a")
         world.generation += 1
         world.tick()
-        plans = run(world, spec, steps=300, check=check)
+        plans = run(world, spec, steps=300, check=check, disturb=disturb)
         assert realized(world, spec), (kind, arg, [type(p.action).__name__ for p in plans[-8:]])
         world.nodes = {n: NodeState(n, True, world.now) for n in world.nodes}

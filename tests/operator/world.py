@@ -242,8 +242,10 @@ def realized(world: World, spec: models.KRaftQuorumSpec) -> bool:
 
 
 def run(world: World, spec: models.KRaftQuorumSpec, steps: int = 200,
-        check: object = None) -> list[Plan]:
-    """Plan, act, tick until the planner reports the spec realized (or steps run out)."""
+        check: object = None, disturb: object = None) -> list[Plan]:
+    """Plan, act, tick until the planner reports the spec realized (or steps run out);
+    `check(world, observed, plan)` sees each plan before it is applied, `disturb(world, step)`
+    may inject a fault after each tick."""
     from kraft_operator.planner import plan
 
     plans = []
@@ -258,6 +260,8 @@ def run(world: World, spec: models.KRaftQuorumSpec, steps: int = 200,
             return plans
         world.apply(result.action)
         world.tick()
+        if callable(disturb):
+            disturb(world, len(plans))
     return plans
 
 
