@@ -1769,7 +1769,16 @@ class KraftNode:
         }
 
     def readiness(self) -> tuple[bool, str]:
-        """Ready = leader with a high watermark applied, or a follower caught up to it."""
+        """Ready = in a working quorum and caught up (docs/node.md, "Probes"):
+
+        * a leader: a majority of the voters (itself included) fetched from it within the
+          fetch timeout, its epoch has a high watermark, and its state machine applied it;
+        * a follower or an observer: a Fetch of the current leader was answered within the
+          fetch timeout, and its state machine applied up to the leader's high watermark
+          carried by the latest such answer;
+        * anything else (no leader known, an election, a resigned leader, a fatal error):
+          not ready.
+        """
         core = self.core
         if core is None:
             return False, "starting"
@@ -1777,6 +1786,10 @@ class KraftNode:
             return False, f"failed: {self._fatal}"
         hw = core.high_watermark
         if core.role == Role.LEADER:
+            fetched, needed = self._voters_in_touch()
+            if fetched < needed:
+                return False, (f"leader without a majority: {fetched} of the voters (needs "
+                               f"{needed}) fetched within the fetch timeout")
             if hw is None:
                 return False, "leader without a committed record in its epoch yet"
             if self.sm.applied_offset < hw:
@@ -1791,6 +1804,24 @@ class KraftNode:
                                f"watermark {self._leader_hw}")
             return True, "follower caught up"
         return False, f"{core.role.value} in epoch {core.epoch}"
+
+    def _voters_in_touch(self) -> tuple[int, int]:
+        """On a leader: (voters that fetched within the fetch timeout, itself counted when a
+        voter; the majority of the voters set)."""
+        core = self.core
+        assert core is not None and isinstance(core.state, LeaderState)
+        s = core.state
+        voters = core.voters()
+        since = now_ms() - self.config.fetch_timeout_ms
+        fetched = 0
+        for v in voters.voters:
+            if v.key == s.node_key:
+                fetched += 1
+                continue
+            p = s.voter_progress(v)
+            if p is not None and p.last_fetch_ms >= since:
+                fetched += 1
+        return fetched, len(voters) // 2 + 1
 
     async def describe_quorum(self) -> dict[str, Any]:
         """DescribeQuorum from the leader (locally when leader, else over the wire)."""
