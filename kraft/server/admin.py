@@ -4,8 +4,8 @@ Routes:
 
 | route | answer |
 | --- | --- |
-| `GET /healthz` | 200 while the process and its event loop run |
-| `GET /readyz` | 200 when this node is the leader with a high watermark, or a follower whose applied state has reached the leader's high watermark; else 503 with the reason |
+| `GET /healthz` | liveness: 200 `ok` while the process and its event loop run |
+| `GET /readyz` | readiness: 200 when this node is in a working quorum and caught up (`KraftNode.readiness`, docs/node.md "Probes"); else 503; JSON `{"ready", "reason"}` |
 | `GET /metrics` | Prometheus text |
 | `GET /v1/status` | this node's view (role, epoch, leader, offsets) as JSON |
 | `GET /v1/quorum` | DescribeQuorum of the leader as JSON |
