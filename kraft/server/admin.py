@@ -5,7 +5,7 @@ Routes:
 | route | answer |
 | --- | --- |
 | `GET /healthz` | liveness: 200 `ok` while the process and its event loop run |
-| `GET /readyz` | readiness: 200 when this node is in a working quorum and caught up (`KraftNode.readiness`, docs/node.md "Probes"); else 503; JSON `{"ready", "reason"}` |
+| `GET /readyz` | readiness: 200 when this node is in a working quorum and caught up (`KraftNode.readiness`, docs/node.md "Probes"); else 503; JSON `{"ready", "reason", "role", "epoch", "leader_id", "applied_offset", "leader_high_watermark"}` |
 | `GET /metrics` | Prometheus text |
 | `GET /v1/status` | this node's view (role, epoch, leader, offsets) as JSON |
 | `GET /v1/quorum` | DescribeQuorum of the leader as JSON |
@@ -104,6 +104,10 @@ class NodeAPI(Protocol):
 
     def readiness(self) -> tuple[bool, str]:
         """(ready, reason)."""
+        ...
+
+    def probe_view(self) -> dict[str, Any]:
+        """What a readiness answer shows besides its verdict: role, epoch, leader, offsets."""
         ...
 
     def render_metrics(self) -> str:
@@ -215,7 +219,8 @@ class AdminServer:
     async def readyz(self, request: web.Request) -> web.Response:
         """Readiness (see the module docstring)."""
         ready, reason = self.node.readiness()
-        return _json(200 if ready else 503, {"ready": ready, "reason": reason})
+        return _json(200 if ready else 503,
+                     {"ready": ready, "reason": reason, **self.node.probe_view()})
 
     async def metrics(self, request: web.Request) -> web.Response:
         """Prometheus metrics."""

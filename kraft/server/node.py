@@ -379,6 +379,9 @@ class KraftNode:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._leader_hw = -1
         self._leader_hw_at = 0.0
+        self._leader_hw_epoch = -1
+        """The epoch of the leader whose Fetch answer set `_leader_hw` (readiness counts only
+        the current epoch's leader)."""
         self._last_applied_ts = -1
         self._stopped = asyncio.Event()
         self._fatal: BaseException | None = None
@@ -1291,6 +1294,7 @@ class KraftNode:
         if isinstance(resp, m.FetchResponse) and resp.error_code == ErrorCode.NONE:
             self._leader_hw = resp.high_watermark
             self._leader_hw_at = time.monotonic()
+            self._leader_hw_epoch = resp.leader_epoch
         self._enqueue(ev.ResponseReceived(e.destination, e.correlation_id, resp))
 
     async def _send_request(self, e: fx.SendRequest) -> None:
@@ -1773,9 +1777,9 @@ class KraftNode:
 
         * a leader: a majority of the voters (itself included) fetched from it within the
           fetch timeout, its epoch has a high watermark, and its state machine applied it;
-        * a follower or an observer: a Fetch of the current leader was answered within the
-          fetch timeout, and its state machine applied up to the leader's high watermark
-          carried by the latest such answer;
+        * a follower or an observer: a Fetch to the leader of its current epoch was answered
+          within the fetch timeout, and its state machine applied up to the leader's high
+          watermark carried by the latest such answer;
         * anything else (no leader known, an election, a resigned leader, a fatal error):
           not ready.
         """
@@ -1799,11 +1803,28 @@ class KraftNode:
             fresh = time.monotonic() - self._leader_hw_at < self.config.fetch_timeout_ms / 1000
             if not fresh or self._leader_hw < 0:
                 return False, "no recent fetch response from the leader"
+            if self._leader_hw_epoch != core.epoch:
+                return False, (f"no fetch response from the leader of epoch {core.epoch} yet "
+                               f"(the last was of epoch {self._leader_hw_epoch})")
             if self.sm.applied_offset < self._leader_hw:
                 return False, (f"applied {self.sm.applied_offset} behind the leader's high "
                                f"watermark {self._leader_hw}")
             return True, "follower caught up"
         return False, f"{core.role.value} in epoch {core.epoch}"
+
+    def probe_view(self) -> dict[str, Any]:
+        """The position a readiness answer shows: role, epoch, leader, this node's applied
+        offset and the leader's high watermark it compares it with (-1: none known)."""
+        core = self.core
+        if core is None:
+            return {"role": "starting", "epoch": -1, "leader_id": -1,
+                    "applied_offset": self.sm.applied_offset, "leader_high_watermark": -1}
+        if core.role == Role.LEADER:
+            leader_hw = core.high_watermark if core.high_watermark is not None else -1
+        else:
+            leader_hw = self._leader_hw
+        return {"role": core.role.value, "epoch": core.epoch, "leader_id": core.leader_id,
+                "applied_offset": self.sm.applied_offset, "leader_high_watermark": leader_hw}
 
     def _voters_in_touch(self) -> tuple[int, int]:
         """On a leader: (voters that fetched within the fetch timeout, itself counted when a

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -47,6 +49,16 @@ def test_a_follower_whose_leader_is_gone_is_live_and_not_ready(
     assert status is not None and status["role"] != "leader", status
 
 
+def _sample_readiness(cluster: LocalCluster, node_id: int, stop: threading.Event,
+                      out: list[tuple[float, int, dict[str, Any]]]) -> None:
+    """Probe a node's /readyz as fast as it answers until `stop`: (sent at, status, body)."""
+    http = cluster.nodes[node_id].http
+    while not stop.is_set():
+        sent_at = time.monotonic()
+        r = http_call(http, "GET", "/readyz", timeout=5)
+        out.append((sent_at, r.status, r.json()))
+
+
 def test_a_paused_leader_makes_the_others_unready_until_a_new_leader(
         clusters: Callable[..., LocalCluster]) -> None:
     fetch_timeout_s = 2.0
@@ -58,34 +70,37 @@ def test_a_paused_leader_makes_the_others_unready_until_a_new_leader(
     survivors = [n for n in cluster.nodes if n != leader]
     process = cluster.nodes[leader].process
     assert process is not None
+    samples: dict[int, list[tuple[float, int, dict[str, Any]]]] = {n: [] for n in survivors}
+    stop = threading.Event()
+    threads = [threading.Thread(target=_sample_readiness, args=(cluster, n, stop, samples[n]))
+               for n in survivors]
     process.send_signal(signal.SIGSTOP)
     paused_at = time.monotonic()
     try:
-        unready_seen = set()
-        deadline = paused_at + 60
-        # Until a new leader exists, nothing is ready: a sample taken once the last answer
-        # of the paused leader is older than the fetch timeout (plus a margin for an answer
-        # still in the kernel's buffers at the pause) says ready only in a new epoch.
-        while time.monotonic() < deadline:
-            for nid in survivors:
-                taken_at = time.monotonic()
-                live, ready, body = _probe(cluster, nid)
-                assert live == 200
-                status = cluster.status(nid)
-                assert status is not None
-                if ready != 200:
-                    unready_seen.add(nid)
-                elif taken_at > paused_at + fetch_timeout_s + 0.5:
-                    assert status["epoch"] > old_epoch and status["leader_id"] != leader, (
-                        nid, body, status)
-            if unready_seen == set(survivors) and cluster.leader(survivors) is not None:
-                break
-            time.sleep(0.01)
-        assert unready_seen == set(survivors), "a survivor never showed unready"
-        new = cluster.wait_for_leader(30, leader, survivors)
-        assert new != leader
+        for t in threads:
+            t.start()
+        new = cluster.wait_for_leader(60, leader, survivors)
         _all_ready(cluster, survivors)  # ready again under the new leader
+        stop.set()
+        for t in threads:
+            t.join(30)
+        for nid in survivors:
+            seen = samples[nid]
+            assert seen, nid
+            # not ready at some point between the pause and the new leader ...
+            assert any(status != 200 for _, status, _ in seen), (nid, len(seen))
+            for sent_at, status, body in seen:
+                # ... and ready after the pause only in the new leader's epoch: once the
+                # paused leader's last answer is older than the fetch timeout (plus a margin
+                # for an answer still in the kernel's buffers at the pause), or at once when
+                # the node's epoch changed
+                if status == 200 and (sent_at > paused_at + fetch_timeout_s + 0.5
+                                      or body["epoch"] != old_epoch):
+                    assert body["epoch"] > old_epoch and body["leader_id"] == new, (nid, body)
+        print("unready samples per survivor:",
+              {n: sum(1 for _, st, _ in samples[n] if st != 200) for n in survivors})
     finally:
+        stop.set()
         process.send_signal(signal.SIGCONT)
     cluster.wait_ready(leader, 60)  # the old leader, back, follows and catches up
     status = cluster.status(leader)
@@ -162,3 +177,45 @@ def test_an_observer_downloading_the_log_is_live_and_not_ready_until_caught_up(
             break
         behind += 1
     assert behind > 0, f"never seen unready while catching up; log {observer.log_path}"
+
+
+async def test_a_follower_of_a_new_epoch_is_not_ready_before_the_new_leader_answers_it(
+        clusters: Callable[..., LocalCluster]) -> None:
+    # The last answer of the old leader is still within the fetch timeout when the node
+    # follows the next epoch's leader, whose answers it does not get: caught up to the old
+    # leader is not caught up to the new one.
+    from tests.node.test_faults import ProxiedQuorum
+    from tests.support.proxy import FORWARD
+
+    q = ProxiedQuorum(clusters(3, static=True, properties={
+        "controller.quorum.fetch.timeout.ms": "20000"}))
+    await q.start()
+    try:
+        cluster = q.cluster
+        old = await asyncio.to_thread(cluster.wait_for_leader, 60)
+        for nid in cluster.nodes:
+            await asyncio.to_thread(cluster.wait_ready, nid, 60)
+        old_epoch = (await asyncio.to_thread(cluster.status, old))["epoch"]  # type: ignore[index]
+        follower, new = (n for n in cluster.nodes if n != old)
+        # the follower's requests are lost (its fetches, and its own votes: so `new` is the
+        # one elected), while the others' requests to it and their answers pass
+        q.links[(follower, new)].blackhole(FORWARD)
+        q.links[(follower, old)].blackhole(FORWARD)
+        await asyncio.to_thread(cluster.kill, old, signal.SIGTERM)  # resigns, then exits
+        deadline = time.monotonic() + 15
+        body: dict[str, Any] = {}
+        while True:
+            assert time.monotonic() < deadline, ("the follower never followed the new leader", body)
+            ready = await asyncio.to_thread(http_call, cluster.nodes[follower].http, "GET",
+                                            "/readyz")
+            body = ready.json()
+            if body["role"] == "follower" and body["epoch"] > old_epoch:
+                break
+            await asyncio.sleep(0.01)
+        assert body["leader_id"] == new, body
+        assert (ready.status, body["ready"]) == (503, False), body
+        assert f"leader of epoch {body['epoch']}" in body["reason"], body
+        q.heal()
+        await asyncio.to_thread(cluster.wait_ready, follower, 60)
+    finally:
+        await q.stop()
