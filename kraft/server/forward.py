@@ -11,9 +11,10 @@ voter added or moved is followed at once.
 The call travels in one request of the project's own: `ForwardKv`, api key
 `FORWARD_KV_API_KEY`, version 0, in Kafka's framing (a size-prefixed frame, request header
 v1, response header v0) with a body of its own (below). It is not one of Kafka's RPCs and
-Kafka's own RPCs are unchanged: ApiVersions does not list it, and a leader that does not know
-it (an older node, a Java controller) answers UNSUPPORTED_VERSION as it does for any unknown
-api (KIP-511), which the forwarder reports as "the leader cannot take forwarded calls". The
+Kafka's own RPCs are unchanged: ApiVersions does not list it. A leader of this project that
+does not know it (an older version) answers UNSUPPORTED_VERSION as for any unknown api
+(KIP-511), which the forwarder reports as "the leader cannot take forwarded calls"; a Java
+controller closes the connection instead (a write is then of unknown outcome). The
 forwarder keeps its own connection to the leader, apart from the replication connection, so a
 call never waits behind a parked Fetch (a listener answers a connection's requests in order).
 
