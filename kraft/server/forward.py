@@ -356,9 +356,15 @@ class Forwarder:
         conn = FrameConnection(address[0], address[1])
         try:
             await conn.open(timeout_s)
-        except (OSError, TimeoutError) as exc:
-            fut.set_exception(exc)
+        except BaseException as exc:
+            # also when this call is cancelled (its client went away): the calls waiting for
+            # the same connection must not wait for an open nobody finishes
+            conn.close()
+            fut.set_exception(exc if isinstance(exc, OSError | TimeoutError)
+                              else ConnectionError(f"connect abandoned: {exc!r}"))
             fut.exception()  # retrieved: waiters see it through shield
+            if not isinstance(exc, OSError | TimeoutError):
+                raise
             raise _NotSent(f"connect to {address[0]}:{address[1]}: {exc!r}") from None
         finally:
             self._opening.pop(address, None)
