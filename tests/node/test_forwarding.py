@@ -211,3 +211,27 @@ async def test_random_nodes_through_two_leader_kills_stay_linearizable(
     assert result.ok, (result.detail, str(cluster.base / "bad-history.jsonl"))
     print(f"ops ok={workload.stats.ok} unknown={workload.stats.unknown} "
           f"rejected={workload.stats.rejected} checked={result.ops_checked}")
+
+
+def test_a_call_no_leader_takes_is_refused_as_never_applied(
+        clusters: Callable[..., LocalCluster]) -> None:
+    cluster = _without_address_map(clusters(3))
+    cluster.start_all()
+    leader = cluster.wait_for_leader(60)
+    for nid in cluster.nodes:
+        cluster.wait_ready(nid, 60)
+    survivor, other = (n for n in cluster.nodes if n != leader)
+    cluster.kill(leader, signal.SIGKILL)
+    cluster.kill(other, signal.SIGKILL)
+    # no leader can be elected: the survivor tries for the call's time, then says that
+    # nothing was applied (no "outcome": "unknown")
+    r = http_call(cluster.nodes[survivor].http, "PUT", "/v1/kv/never", b"v", timeout=60)
+    assert r.status == 503, (r.status, r.body)
+    assert r.json()["error"] == "NOT_LEADER_OR_FOLLOWER" and "outcome" not in r.json(), r.json()
+    cluster.start(leader)
+    cluster.start(other)
+    cluster.wait_for_leader(60)
+    for nid in cluster.nodes:
+        cluster.wait_ready(nid, 60)
+    got = http_call(cluster.nodes[survivor].http, "GET", "/v1/kv/never")
+    assert got.status == 404, (got.status, got.body)
