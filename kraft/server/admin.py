@@ -4,8 +4,8 @@ Routes:
 
 | route | answer |
 | --- | --- |
-| `GET /healthz` | 200 while the process and its event loop run |
-| `GET /readyz` | 200 when this node is the leader with a high watermark, or a follower whose applied state has reached the leader's high watermark; else 503 with the reason |
+| `GET /healthz` | liveness: 200 `ok` while the process and its event loop run |
+| `GET /readyz` | readiness: 200 when this node is in a working quorum and caught up (`KraftNode.readiness`, docs/node.md "Probes"); else 503; JSON `{"ready", "reason", "role", "epoch", "leader_id", "applied_offset", "leader_high_watermark"}` |
 | `GET /metrics` | Prometheus text |
 | `GET /v1/status` | this node's view (role, epoch, leader, offsets) as JSON |
 | `GET /v1/quorum` | DescribeQuorum of the leader as JSON |
@@ -15,9 +15,12 @@ Routes:
 | `GET /v1/export` | a consistent tar bundle of this replica's segments and snapshots (`kraft export`), streamed |
 | `POST /v1/kv/{key}/cas` | JSON `{"expected": b64|null, "value": b64|null}` → `{"swapped": bool, "previous": b64|null}` |
 
-KV calls on a node that is not the leader answer `307` with the leader's admin address in
-`Location` when it is known, else `503` naming the leader id. A write whose outcome is unknown
-(leader changed before commit, timeout) answers `503` with `"outcome": "unknown"`.
+Any node takes KV calls: a node that is not the leader forwards each to the leader over the
+controller listener (`kraft.server.forward`) and relays its answer. Only when no leader takes
+it within the call's time does it answer `307` with the leader's admin address in `Location`
+(when `http.peers` names it), else `503` `NOT_LEADER_OR_FOLLOWER` naming the leader id; nothing
+was applied then. A write whose outcome is unknown (leader changed before commit, timeout, the
+forwarded call's answer lost) answers `503` with `"outcome": "unknown"`.
 
 `GET /v1/kv/{key}?stale=true` reads this node's local state without any leadership check. It is
 NOT linearizable; it exists so the test suite can show that its linearizability checker catches
@@ -29,8 +32,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import enum
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol, cast
 
@@ -55,6 +60,41 @@ class OutcomeUnknownError(Exception):
     """A write was accepted but its fate is unknown (leader change, timeout)."""
 
 
+class ForwardRefusedError(Exception):
+    """The leader refused a forwarded call as invalid (nothing was applied)."""
+
+
+class KvOp(enum.IntEnum):
+    """The operations of the KV API (their codes travel in forwarded calls)."""
+
+    GET = 0
+    PUT = 1
+    DELETE = 2
+    CAS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class KvCall:
+    """One KV call: `value` is PUT's value and CAS's new value (None: delete), `expected`
+    CAS's expected value (None: the key must be absent)."""
+
+    op: KvOp
+    key: str
+    value: bytes | None = None
+    expected: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KvAnswer:
+    """The answer to a KvCall: `offset` is PUT's committed offset (-1 otherwise); `ok` is
+    GET's "found", DELETE's "existed" and CAS's "swapped"; `value` GET's value and CAS's
+    previous value."""
+
+    offset: int = -1
+    ok: bool = False
+    value: bytes | None = None
+
+
 class NodeAPI(Protocol):
     """What the admin server needs from the node runtime."""
 
@@ -64,6 +104,10 @@ class NodeAPI(Protocol):
 
     def readiness(self) -> tuple[bool, str]:
         """(ready, reason)."""
+        ...
+
+    def probe_view(self) -> dict[str, Any]:
+        """What a readiness answer shows besides its verdict: role, epoch, leader, offsets."""
         ...
 
     def render_metrics(self) -> str:
@@ -92,6 +136,11 @@ class NodeAPI(Protocol):
 
     def kv_get_stale(self, key: str) -> bytes | None:
         """Local, non-linearizable read."""
+        ...
+
+    async def kv_call(self, call: KvCall) -> KvAnswer:
+        """Run a KV call at the leader: here when this node leads, else forwarded to it.
+        Raises NotLeaderError (nothing applied), OutcomeUnknownError or ForwardRefusedError."""
         ...
 
     def lane_catch_up(self) -> asyncio.Future[None] | None:
@@ -170,7 +219,8 @@ class AdminServer:
     async def readyz(self, request: web.Request) -> web.Response:
         """Readiness (see the module docstring)."""
         ready, reason = self.node.readiness()
-        return _json(200 if ready else 503, {"ready": ready, "reason": reason})
+        return _json(200 if ready else 503,
+                     {"ready": ready, "reason": reason, **self.node.probe_view()})
 
     async def metrics(self, request: web.Request) -> web.Response:
         """Prometheus metrics."""
@@ -248,16 +298,27 @@ class AdminServer:
                                 content_type="application/json")
         return _json(503, {"error": "NOT_LEADER_OR_FOLLOWER", "leader_id": exc.leader_id})
 
-    async def _run(self, request: web.Request, coro: Any) -> web.Response:
+    async def _call(self, request: web.Request, call: KvCall) -> web.Response:
+        """Run `call` at the leader (see `NodeAPI.kv_call`) and render its answer."""
         try:
-            result: web.Response = await coro
-            return result
+            answer = await self.node.kv_call(call)
         except NotLeaderError as exc:
             return self._redirect(request, exc)
         except OutcomeUnknownError as exc:
             return _json(503, {"error": str(exc), "outcome": "unknown"})
         except TimeoutError:
             return _json(503, {"error": "timed out", "outcome": "unknown"})
+        except ForwardRefusedError as exc:
+            return _json(400, {"error": str(exc)})
+        if call.op == KvOp.GET:
+            if not answer.ok or answer.value is None:
+                return _json(404, {"error": "not found"})
+            return web.Response(body=answer.value, content_type="application/octet-stream")
+        if call.op == KvOp.PUT:
+            return _json(200, {"offset": answer.offset})
+        if call.op == KvOp.DELETE:
+            return _json(200, {"existed": answer.ok})
+        return _json(200, {"swapped": answer.ok, "previous": _b64(answer.value)})
 
     async def kv_put(self, request: web.Request) -> web.Response:
         """PUT a value."""
@@ -266,12 +327,7 @@ class AdminServer:
             value = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return _json(413, {"error": f"value larger than {MAX_VALUE_BYTES} bytes"})
-
-        async def go() -> web.Response:
-            offset = await self.node.kv_put(key, value)
-            return _json(200, {"offset": offset})
-
-        return await self._run(request, go())
+        return await self._call(request, KvCall(KvOp.PUT, key, value))
 
     async def kv_get(self, request: web.Request) -> web.Response:
         """GET a value (linearizable unless ?stale=true)."""
@@ -284,24 +340,11 @@ class AdminServer:
             if value is None:
                 return _json(404, {"error": "not found"})
             return web.Response(body=value, content_type="application/octet-stream")
-
-        async def go() -> web.Response:
-            value = await self.node.kv_get(key)
-            if value is None:
-                return _json(404, {"error": "not found"})
-            return web.Response(body=value, content_type="application/octet-stream")
-
-        return await self._run(request, go())
+        return await self._call(request, KvCall(KvOp.GET, key))
 
     async def kv_delete(self, request: web.Request) -> web.Response:
         """DELETE a key."""
-        key = self._key(request)
-
-        async def go() -> web.Response:
-            existed = await self.node.kv_delete(key)
-            return _json(200, {"existed": existed})
-
-        return await self._run(request, go())
+        return await self._call(request, KvCall(KvOp.DELETE, self._key(request)))
 
     async def kv_cas(self, request: web.Request) -> web.Response:
         """Compare-and-set."""
@@ -317,8 +360,4 @@ class AdminServer:
         except web.HTTPRequestEntityTooLarge:
             return _json(413, {"error": "body too large"})
 
-        async def go() -> web.Response:
-            swapped, previous = await self.node.kv_cas(key, expected, new)
-            return _json(200, {"swapped": swapped, "previous": _b64(previous)})
-
-        return await self._run(request, go())
+        return await self._call(request, KvCall(KvOp.CAS, key, new, expected))

@@ -290,6 +290,7 @@ class FollowerLaneRunner:
             # log's end): a follower still fetching its way up must not look caught up
             node._leader_hw = leader_hw
             node._leader_hw_at = time.monotonic()
+            node._leader_hw_epoch = a.epoch
         self.reports += 1
         return ev.FollowerLaneReport(a.epoch, a.leader, appended, grown, log_end, hw,
                                      now if took else None, fetch, now, armed)

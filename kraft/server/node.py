@@ -66,7 +66,14 @@ from kraft.raft.voters import VoterSet, static_voter_set
 from kraft.records.batch import build_batch
 from kraft.records.control import KRaftVersionRecord, VotersRecord, build_control_batch
 from kraft.records.snapshot_format import iter_snapshot_batches
-from kraft.server.admin import AdminServer, NotLeaderError, OutcomeUnknownError
+from kraft.server.admin import (
+    AdminServer,
+    KvAnswer,
+    KvCall,
+    KvOp,
+    NotLeaderError,
+    OutcomeUnknownError,
+)
 from kraft.server.client_protocol import ClientServer
 from kraft.server.config import NodeConfig
 from kraft.server.fetch_fast import (
@@ -76,6 +83,14 @@ from kraft.server.fetch_fast import (
     encode_fetch_response,
 )
 from kraft.server.follower_lane import FollowerLaneRunner
+from kraft.server.forward import (
+    BadForwardedCall,
+    Forwarder,
+    Target,
+    decode_call,
+    encode_answer,
+    is_forward_frame,
+)
 from kraft.server.frames import (
     DeferredReply,
     EarliestDeadline,
@@ -369,6 +384,9 @@ class KraftNode:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._leader_hw = -1
         self._leader_hw_at = 0.0
+        self._leader_hw_epoch = -1
+        """The epoch of the leader whose Fetch answer set `_leader_hw` (readiness counts only
+        the current epoch's leader)."""
         self._last_applied_ts = -1
         self._stopped = asyncio.Event()
         self._fatal: BaseException | None = None
@@ -381,6 +399,9 @@ class KraftNode:
         self.admin: AdminServer | None = None
         self.client_server: ClientServer | None = None
         self.network = PeerNetwork(f"raft-client-{config.node_id}")
+        self._forwarder: Forwarder | None = None
+        self._leader_waiters: list[asyncio.Future[None]] = []
+        """Forwarded calls waiting for news of the leader (`_leader_news`)."""
         self._flusher: _Flusher | None = None
         self._kernel: SyncEngine | None = None
         # a flush was asked for while the kernel's was in flight; the flusher generation when
@@ -416,6 +437,8 @@ class KraftNode:
                                          preallocate_bytes=cfg.preallocate_bytes if cfg.fsync else 0)
         md.log.on_flush_time = self._observe_flush
         self.cluster_id = md.meta.cluster_id
+        self._forwarder = Forwarder(cfg.node_id, self.cluster_id, self._forward_target,
+                                    self._kv_local, self._leader_news)
         directory_id = md.meta.directory_id
         if directory_id is None:
             raise StorageError(f"{cfg.metadata_dir}/meta.properties has no directory.id")
@@ -576,6 +599,8 @@ class KraftNode:
         if self._leader_lane is not None:
             self._leader_lane.close()
         self.network.close()
+        if self._forwarder is not None:
+            self._forwarder.close()
         self._sweep.cancel()
         if self._core_timer is not None:
             self._core_timer.cancel()
@@ -977,6 +1002,10 @@ class KraftNode:
         if e.state != Role.LEADER.value:
             self._fail_unapplied("leadership lost")
             self._fail_pending_values()
+        waiters, self._leader_waiters = self._leader_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
 
     # ------------------------------------------------------------------ apply
 
@@ -1325,6 +1354,7 @@ class KraftNode:
         if isinstance(resp, m.FetchResponse) and resp.error_code == ErrorCode.NONE:
             self._leader_hw = resp.high_watermark
             self._leader_hw_at = time.monotonic()
+            self._leader_hw_epoch = resp.leader_epoch
         self._enqueue(ev.ResponseReceived(e.destination, e.correlation_id, resp))
 
     async def _send_request(self, e: fx.SendRequest) -> None:
@@ -1422,6 +1452,8 @@ class KraftNode:
                 self._fetch_peers[req.replica_id] = peer.connection_id
                 return self._defer(ApiKey.FETCH, version, corr, req, req.replica_id,
                                    peer.connection_id)
+        elif is_forward_frame(frame):
+            return self._serve_forwarded(frame, peer)
         try:
             header, data = decode_request(frame)
         except UnsupportedVersionError as exc:
@@ -1670,6 +1702,106 @@ class KraftNode:
                 fut.set_result(None)
         self._lane_readers = waiting
 
+    # ------------------------------------------------------------------ any node takes KV calls
+
+    async def kv_call(self, call: KvCall) -> KvAnswer:
+        """Run a KV call at the leader: on this node when it leads, else forwarded to the
+        leader (`kraft.server.forward`). Raises NotLeaderError when no leader took it in time
+        (nothing applied), OutcomeUnknownError, or ForwardRefusedError."""
+        try:
+            return await self._kv_local(call)
+        except NotLeaderError:  # refused before proposing: safe to hand to the leader
+            pass
+        assert self._forwarder is not None
+        return await self._forwarder.call(call, CLIENT_TIMEOUT_S)
+
+    async def _kv_local(self, call: KvCall) -> KvAnswer:
+        """Run `call` on this node as the leader (NotLeaderError at once when it is not)."""
+        if call.op == KvOp.GET:
+            value = await self.kv_get(call.key)
+            return KvAnswer(ok=value is not None, value=value)
+        if call.op == KvOp.PUT:
+            assert call.value is not None
+            return KvAnswer(offset=await self.kv_put(call.key, call.value))
+        if call.op == KvOp.DELETE:
+            return KvAnswer(ok=await self.kv_delete(call.key))
+        swapped, previous = await self.kv_cas(call.key, call.expected, call.value)
+        return KvAnswer(ok=swapped, value=previous)
+
+    def _forward_target(self) -> Target:
+        """Where a KV call goes now (see `Forwarder`)."""
+        core = self.core
+        if core is None:
+            return Target(False, -1, None)
+        if core.role == Role.LEADER:
+            return Target(True, self.config.node_id, None)
+        leader = self._redirect_leader()
+        if leader < 0:
+            return Target(False, -1, None)
+        endpoints: tuple[m.Endpoint, ...] = ()
+        if isinstance(core.state, FollowerState) and core.state.leader_id == leader:
+            endpoints = core.state.leader_endpoints
+        return Target(False, leader, self._address_of(leader, endpoints))
+
+    async def _leader_news(self, timeout_s: float) -> None:
+        """Return at the next change of this node's epoch state, or after `timeout_s`."""
+        if timeout_s <= 0:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._leader_waiters.append(fut)
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            if fut in self._leader_waiters:
+                self._leader_waiters.remove(fut)
+
+    def _serve_forwarded(self, frame: bytes, peer: PeerInfo) -> bytes | DeferredReply | None:
+        """A ForwardKv request: run it here as the leader, or answer NOT_LEADER_OR_FOLLOWER
+        (a forwarded call is never forwarded again)."""
+        try:
+            got = decode_call(frame)
+        except BadForwardedCall as exc:
+            corr = exc.correlation_id
+            log.warning("event=bad_forwarded_call peer=%s:%d error=%r", peer.host, peer.port,
+                        str(exc))
+            if corr is None:
+                return None
+            return encode_answer(corr, ErrorCode.INVALID_REQUEST, message=str(exc))
+        if got.call is None:
+            return unsupported_version_frame(got.correlation_id)
+        if got.cluster_id != self.cluster_id:
+            return encode_answer(got.correlation_id, ErrorCode.INCONSISTENT_CLUSTER_ID,
+                                 message=f"cluster id {got.cluster_id!r} is not "
+                                         f"{self.cluster_id!r}")
+        core = self.core
+        if core is None or core.role != Role.LEADER:
+            return encode_answer(got.correlation_id, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                 self._redirect_leader())
+        reply = DeferredReply()
+        self._spawn(self._answer_forwarded(reply, got.correlation_id, got.call, got.timeout_ms))
+        return reply
+
+    async def _answer_forwarded(self, reply: DeferredReply, corr: int, call: KvCall,
+                                timeout_ms: int) -> None:
+        timeout_s = min(CLIENT_TIMEOUT_S, timeout_ms / 1000) if timeout_ms > 0 \
+            else CLIENT_TIMEOUT_S
+        write = call.op != KvOp.GET
+        try:
+            answer = await asyncio.wait_for(self._kv_local(call), timeout_s)
+            body = encode_answer(corr, ErrorCode.NONE, self.config.node_id, answer=answer)
+        except NotLeaderError as exc:
+            body = encode_answer(corr, ErrorCode.NOT_LEADER_OR_FOLLOWER, exc.leader_id)
+        except (OutcomeUnknownError, TimeoutError) as exc:
+            body = encode_answer(corr, ErrorCode.REQUEST_TIMED_OUT, self._redirect_leader(),
+                                 outcome_unknown=write, message=str(exc) or "timed out")
+        except Exception as exc:  # answered, not left to the caller's timeout
+            log.exception("event=forwarded_call_failed op=%s key=%r", call.op.name, call.key)
+            body = encode_answer(corr, ErrorCode.UNKNOWN_SERVER_ERROR, self._redirect_leader(),
+                                 outcome_unknown=write, message=repr(exc))
+        reply.set(body)
+
     # ================================================================== status / metrics
 
     def status(self) -> dict[str, Any]:
@@ -1701,7 +1833,16 @@ class KraftNode:
         }
 
     def readiness(self) -> tuple[bool, str]:
-        """Ready = leader with a high watermark applied, or a follower caught up to it."""
+        """Ready = in a working quorum and caught up (docs/node.md, "Probes"):
+
+        * a leader: a majority of the voters (itself included) fetched from it within the
+          fetch timeout, its epoch has a high watermark, and its state machine applied it;
+        * a follower or an observer: a Fetch to the leader of its current epoch was answered
+          within the fetch timeout, and its state machine applied up to the leader's high
+          watermark carried by the latest such answer;
+        * anything else (no leader known, an election, a resigned leader, a fatal error):
+          not ready.
+        """
         core = self.core
         if core is None:
             return False, "starting"
@@ -1709,6 +1850,10 @@ class KraftNode:
             return False, f"failed: {self._fatal}"
         hw = core.high_watermark
         if core.role == Role.LEADER:
+            fetched, needed = self._voters_in_touch()
+            if fetched < needed:
+                return False, (f"leader without a majority: {fetched} of the voters (needs "
+                               f"{needed}) fetched within the fetch timeout")
             if hw is None:
                 return False, "leader without a committed record in its epoch yet"
             if self.sm.applied_offset < hw:
@@ -1718,11 +1863,46 @@ class KraftNode:
             fresh = time.monotonic() - self._leader_hw_at < self.config.fetch_timeout_ms / 1000
             if not fresh or self._leader_hw < 0:
                 return False, "no recent fetch response from the leader"
+            if self._leader_hw_epoch != core.epoch:
+                return False, (f"no fetch response from the leader of epoch {core.epoch} yet "
+                               f"(the last was of epoch {self._leader_hw_epoch})")
             if self.sm.applied_offset < self._leader_hw:
                 return False, (f"applied {self.sm.applied_offset} behind the leader's high "
                                f"watermark {self._leader_hw}")
             return True, "follower caught up"
         return False, f"{core.role.value} in epoch {core.epoch}"
+
+    def probe_view(self) -> dict[str, Any]:
+        """The position a readiness answer shows: role, epoch, leader, this node's applied
+        offset and the leader's high watermark it compares it with (-1: none known)."""
+        core = self.core
+        if core is None:
+            return {"role": "starting", "epoch": -1, "leader_id": -1,
+                    "applied_offset": self.sm.applied_offset, "leader_high_watermark": -1}
+        if core.role == Role.LEADER:
+            leader_hw = core.high_watermark if core.high_watermark is not None else -1
+        else:
+            leader_hw = self._leader_hw
+        return {"role": core.role.value, "epoch": core.epoch, "leader_id": core.leader_id,
+                "applied_offset": self.sm.applied_offset, "leader_high_watermark": leader_hw}
+
+    def _voters_in_touch(self) -> tuple[int, int]:
+        """On a leader: (voters that fetched within the fetch timeout, itself counted when a
+        voter; the majority of the voters set)."""
+        core = self.core
+        assert core is not None and isinstance(core.state, LeaderState)
+        s = core.state
+        voters = core.voters()
+        since = now_ms() - self.config.fetch_timeout_ms
+        fetched = 0
+        for v in voters.voters:
+            if v.key == s.node_key:
+                fetched += 1
+                continue
+            p = s.voter_progress(v)
+            if p is not None and p.last_fetch_ms >= since:
+                fetched += 1
+        return fetched, len(voters) // 2 + 1
 
     async def describe_quorum(self) -> dict[str, Any]:
         """DescribeQuorum from the leader (locally when leader, else over the wire)."""

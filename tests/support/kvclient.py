@@ -255,5 +255,6 @@ class KVWorkload:
             self._record(Op(client, GET, key, call, time.monotonic(), output=out.body), out)
         elif out.status == 404:
             self._record(Op(client, GET, key, call, time.monotonic(), output=None), out)
-        else:
+        else:  # a read that returned nothing is not part of the history
             self.stats.rejected += 1
+            self.rejected.append((Op(client, GET, key, call, None), out))
