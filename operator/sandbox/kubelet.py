@@ -801,7 +801,8 @@ class Kubelet:
         nodes = {n: self.api._get(NODES, None, n) or {} for n in candidates}
         candidates = [n for n in candidates if all(
             (nodes[n].get("metadata", {}).get("labels") or {}).get(k) == v
-            for k, v in selector.items())]
+            for k, v in selector.items())
+            and not (nodes[n].get("spec") or {}).get("unschedulable")]  # cordoned
         for claim in self._claims_of(pod):
             pvc = self.api._get(PVCS, ns, claim)
             if pvc is None:

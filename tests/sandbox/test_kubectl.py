@@ -252,3 +252,23 @@ def test_helm_installs_upgrades_and_uninstalls_a_chart(sandbox: SandboxHandle,
     sandbox.helm("uninstall", "demo")
     assert sandbox.kubectl("get", "service,serviceaccount,deployment,secret", "-o",
                            "name").stdout.strip() == ""
+
+
+def test_a_cordoned_node_gets_no_new_pods_and_drain_evicts(sandbox: SandboxHandle) -> None:
+    keep, *others = sandbox.nodes
+    for node in others:
+        sandbox.kubectl("cordon", node)
+    status = rows(sandbox.kubectl("get", "nodes").stdout)
+    assert [r[1] for r in status[1:]] == ["Ready", "Ready,SchedulingDisabled",
+                                          "Ready,SchedulingDisabled"]
+    for i in range(2):
+        sandbox.kubectl("apply", "--validate=false", "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{i}"},
+            "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                "name": "main", "image": "x",
+                "command": [sys.executable, "-c", "import time; time.sleep(3600)"]}]}}))
+        sandbox.kubectl("wait", "--for=condition=Ready", f"pod/p{i}", "--timeout=60s")
+    placed = json.loads(sandbox.kubectl("get", "pods", "-o", "json").stdout)["items"]
+    assert {p["spec"]["nodeName"] for p in placed} == {keep}
+    sandbox.kubectl("drain", keep, "--force", "--timeout=60s")  # evicts the bare pods
+    assert sandbox.kubectl("get", "pods", "-o", "name").stdout.strip() == ""
