@@ -244,6 +244,7 @@ def test_random_states_get_a_safe_action(data: st.DataObject) -> None:
     spec = data.draw(specs())
     observed = data.draw(observed_states(spec))
     result = plan(spec, observed)
+    assert plan(spec, observed) == result  # pure: the same input, the same plan
     check_safety(spec, observed, result.action)
     assert {c.type for c in result.conditions} == {
         "Ready", "Quorate", "Progressing", "Degraded", "ReconciliationPaused", "AwaitingApproval"}
