@@ -113,11 +113,23 @@ def test_describe_status_and_replication_cli(quorum: LocalCluster) -> None:
     out = subprocess.run([*base, "--replication"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     rows = [r.split("\t") for r in out.stdout.splitlines()]
-    assert [c.strip() for c in rows[0][:7]] == ["NodeId", "DirectoryId", "LogEndOffset", "Lag",
-                                                "LastFetchTimestamp", "LastCaughtUpTimestamp",
-                                                "Status"]
+    # Kafka's seven columns and nothing else; each cell is followed by a tab
+    assert [c.strip() for c in rows[0]] == ["NodeId", "DirectoryId", "LogEndOffset", "Lag",
+                                            "LastFetchTimestamp", "LastCaughtUpTimestamp",
+                                            "Status", ""]
+    assert all(len(r) == 8 and r[7] == "" for r in rows)
+    assert rows[1][6].strip() == "Leader"
     statuses = sorted(r[6].strip() for r in rows[1:])
     assert statuses == ["Follower", "Follower", "Leader", "Observer"]
+    # --bootstrap-server (Kafka's other way in) and our Endpoints column
+    server = [sys.executable, "-m", "kraft", "quorum", "--bootstrap-server",
+              f"{n.host}:{n.port}", "describe", "--replication", "--human-readable",
+              "--show-endpoints"]
+    out = subprocess.run(server, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    rows = [r.split("\t") for r in out.stdout.splitlines()]
+    assert rows[0][7].strip() == "Endpoints" and rows[1][4].strip().endswith(" ms ago")
+    assert rows[1][7].strip().startswith("CONTROLLER://127.")
 
 
 def test_api_versions_lists_kraft_apis_and_unknown_api_is_unsupported(quorum: LocalCluster) -> None:
