@@ -1683,7 +1683,8 @@ class RaftCore:
             self._respond(src, corr, UpdateKRaftVersionResponse(err, msg))
 
         if not isinstance(s, LeaderState) or self._shutting_down:
-            reply(ErrorCode.NOT_LEADER_OR_FOLLOWER, "not the leader")
+            # an UpdateFeatures answer: Kafka's controllers say NOT_CONTROLLER
+            reply(ErrorCode.NOT_CONTROLLER, "not the active controller")
             return
         current = self.kraft_version
         target = req.kraft_version
@@ -1707,13 +1708,17 @@ class RaftCore:
                                           self.config.kraft_version_range))
                 continue
             p = s.voter_progress(v)
-            if (
-                p is None
-                or p.reported_range is None
-                or not p.reported_range.supports(target)
-                or p.key.directory_id is None
-            ):
-                reply(ErrorCode.INVALID_UPDATE_VERSION, f"voter {v.id} does not support {target}")
+            why = None
+            if p is None or p.reported_range is None:
+                why = f"voter {v.id} has not reported its supported range"
+            elif not p.reported_range.supports(target):
+                rng = p.reported_range
+                why = f"voter {v.id} supports {rng.min_supported}-{rng.max_supported}"
+            elif p.key.directory_id is None:
+                why = f"the directory id of voter {v.id} is not known"
+            if why is not None or p is None or p.reported_range is None:
+                reply(ErrorCode.INVALID_UPDATE_VERSION, f"Invalid upgrade of kraft.version to "
+                      f"{target} because not all of the voters support it: {why}")
                 return
             upgraded.append(VoterNode(p.key, p.reported_endpoints or v.endpoints, p.reported_range))
         if req.validate_only:

@@ -24,6 +24,7 @@ from kraft.protocol.uuid import Uuid
 from kraft.raft import messages as m
 from kraft.records.batch import RecordBatch
 from kraft.records.control import decode_control_batch
+from kraft.server.features import core_answer, update_features_response
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION = 0
@@ -180,12 +181,6 @@ def request_to_core(data: object, version: int, cluster_id: str) -> m.Request:
                                                       f.max_supported_version),
             cluster_id=data.cluster_id,
         )
-    if isinstance(data, w.UpdateFeaturesRequestData):
-        update = _single(data.feature_updates, "feature update", ErrorCode.INVALID_REQUEST)
-        if update.feature != "kraft.version":
-            raise TopLevelError(ErrorCode.INVALID_REQUEST,
-                                f"feature {update.feature!r} is not managed by this quorum")
-        return m.UpdateKRaftVersionRequest(update.max_version_level, data.validate_only)
     raise TopLevelError(ErrorCode.UNSUPPORTED_VERSION, f"{type(data).__name__} is not a core request")
 
 
@@ -298,10 +293,9 @@ def response_to_wire(resp: m.Response, version: int,
         return U(error_code=int(resp.error_code),
                  current_leader=U.CurrentLeader(resp.leader_id, resp.leader_epoch))
     if isinstance(resp, m.UpdateKRaftVersionResponse):
-        UF = w.UpdateFeaturesResponseData
-        return UF(error_code=int(resp.error_code), error_message=resp.error_message,
-                  results=[UF.UpdatableFeatureResult("kraft.version", int(resp.error_code),
-                                                     resp.error_message)])
+        # the node answers with the request's own features (`KraftNode._update_features`)
+        code, message = core_answer(resp.error_code, resp.error_message)
+        return update_features_response(version, code, message, ("kraft.version",))
     raise TypeError(f"no wire form for {type(resp).__name__}")
 
 
