@@ -38,6 +38,7 @@ class ApiKey(enum.IntEnum):
     UPDATE_FEATURES = 57
     FETCH_SNAPSHOT = 59
     DESCRIBE_CLUSTER = 60
+    CONTROLLER_REGISTRATION = 70
     ADD_RAFT_VOTER = 80
     REMOVE_RAFT_VOTER = 81
     UPDATE_RAFT_VOTER = 82
@@ -110,6 +111,8 @@ API_SPECS: dict[ApiKey, ApiSpec] = {
               m.FetchSnapshotResponseData),
         _spec(ApiKey.DESCRIBE_CLUSTER, "DescribeCluster", m.DescribeClusterRequestData,
               m.DescribeClusterResponseData),
+        _spec(ApiKey.CONTROLLER_REGISTRATION, "ControllerRegistration",
+              m.ControllerRegistrationRequestData, m.ControllerRegistrationResponseData),
         _spec(ApiKey.ADD_RAFT_VOTER, "AddRaftVoter", m.AddRaftVoterRequestData,
               m.AddRaftVoterResponseData),
         _spec(ApiKey.REMOVE_RAFT_VOTER, "RemoveRaftVoter", m.RemoveRaftVoterRequestData,

@@ -133,6 +133,8 @@ class FollowerState:
     its turn after a refused connection as well, and ends a turn already being waited."""
     download: SnapshotDownload | None = None
     update_voter_done: bool = False
+    registered: bool = False
+    """An observer: this leader took its ControllerRegistration (its kraft.version range)."""
     next_admin_at: int = 0
 
 

@@ -142,6 +142,7 @@ _API_OF_REQUEST: dict[type, ApiKey] = {
     m.AddRaftVoterRequest: ApiKey.ADD_RAFT_VOTER,
     m.RemoveRaftVoterRequest: ApiKey.REMOVE_RAFT_VOTER,
     m.UpdateRaftVoterRequest: ApiKey.UPDATE_RAFT_VOTER,
+    m.ControllerRegistrationRequest: ApiKey.CONTROLLER_REGISTRATION,
 }
 
 SNAPSHOT_BATCH_BYTES = 1024 * 1024
@@ -465,8 +466,11 @@ class KraftNode:
             listeners=tuple(m.Endpoint(a.name, a.host, a.port)
                             for a in cfg.advertised_controller_listeners),
             static_voters=static,
+            # an observer of a static quorum finds the leader through the static voters, as
+            # Kafka's brokers do when only controller.quorum.voters is set
             bootstrap_servers=tuple(m.Endpoint(listener_name, b.host, b.port)
-                                    for b in cfg.bootstrap_servers),
+                                    for b in cfg.bootstrap_servers)
+            or tuple(m.Endpoint(listener_name, v.host, v.port) for v in cfg.quorum_voters),
             election_timeout_ms=cfg.election_timeout_ms,
             election_backoff_max_ms=cfg.election_backoff_max_ms,
             fetch_timeout_ms=cfg.fetch_timeout_ms,
@@ -1856,6 +1860,8 @@ def _source_of(req: m.Request) -> int:
         return req.replica_id
     if isinstance(req, m.UpdateRaftVoterRequest):
         return req.voter_id
+    if isinstance(req, m.ControllerRegistrationRequest):
+        return req.controller_id
     return -1
 
 

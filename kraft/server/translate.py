@@ -181,6 +181,15 @@ def request_to_core(data: object, version: int, cluster_id: str) -> m.Request:
                                                       f.max_supported_version),
             cluster_id=data.cluster_id,
         )
+    if isinstance(data, w.ControllerRegistrationRequestData):
+        ranges = {f.name: (f.min_supported_version, f.max_supported_version)
+                  for f in data.features}
+        lo, hi = ranges.get("kraft.version", (0, 0))
+        return m.ControllerRegistrationRequest(
+            controller_id=data.controller_id, incarnation_id=_dir(data.incarnation_id),
+            listeners=tuple(m.Endpoint(e.name, e.host, e.port) for e in data.listeners),
+            kraft_version_feature=m.KRaftVersionRange(lo, hi),
+        )
     raise TopLevelError(ErrorCode.UNSUPPORTED_VERSION, f"{type(data).__name__} is not a core request")
 
 
@@ -292,6 +301,9 @@ def response_to_wire(resp: m.Response, version: int,
         U = w.UpdateRaftVoterResponseData
         return U(error_code=int(resp.error_code),
                  current_leader=U.CurrentLeader(resp.leader_id, resp.leader_epoch))
+    if isinstance(resp, m.ControllerRegistrationResponse):
+        return w.ControllerRegistrationResponseData(error_code=int(resp.error_code),
+                                                    error_message=resp.error_message)
     if isinstance(resp, m.UpdateKRaftVersionResponse):
         # the node answers with the request's own features (`KraftNode._update_features`)
         code, message = core_answer(resp.error_code, resp.error_message)
@@ -399,6 +411,15 @@ def request_to_wire(req: m.Request, cluster_id: str, version: int) -> object:
             listeners=[U.Listener(e.name, e.host, e.port) for e in req.listeners],
             kraft_version_feature=U.KRaftVersionFeature(req.kraft_version_feature.min_supported,
                                                         req.kraft_version_feature.max_supported),
+        )
+    if isinstance(req, m.ControllerRegistrationRequest):
+        C = w.ControllerRegistrationRequestData
+        rng = req.kraft_version_feature
+        return C(
+            controller_id=req.controller_id, incarnation_id=_wire_dir(req.incarnation_id),
+            zk_migration_ready=False,
+            listeners=[C.Listener(e.name, e.host, e.port, 0) for e in req.listeners],
+            features=[C.Feature("kraft.version", rng.min_supported, rng.max_supported)],
         )
     raise TypeError(f"no wire form for {type(req).__name__}")
 
@@ -522,4 +543,6 @@ def response_to_core(data: object, listener: str) -> m.Response:
         return m.UpdateRaftVoterResponse(_code(data.error_code),
                                          data.current_leader.leader_id,
                                          data.current_leader.leader_epoch)
+    if isinstance(data, w.ControllerRegistrationResponseData):
+        return m.ControllerRegistrationResponse(_code(data.error_code), data.error_message)
     raise TypeError(f"no core form for {type(data).__name__}")

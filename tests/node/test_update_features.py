@@ -18,6 +18,7 @@ from kraft.protocol import messages as w
 from kraft.protocol.api import ApiKey
 from kraft.protocol.errors import ErrorCode
 from kraft.protocol.framing import RequestHeader, decode_response, encode_request
+from kraft.protocol.uuid import Uuid
 from kraft.server.local import LocalCluster, LocalNode
 
 kp = pytest.importorskip("kafka.protocol.admin.cluster")
@@ -179,3 +180,48 @@ def test_a_feature_named_twice_counts_once_with_its_last_level() -> None:
     assert plan.kraft_version == 1
     assert plan_feature_updates([FeatureUpdate("kraft.version", 0, UPGRADE)], known,
                                 1).kraft_version is None
+
+
+def register(node: LocalNode, controller_id: int, lo: int, hi: int) -> w.ControllerRegistrationResponseData:
+    """A ControllerRegistration (api 70) naming a supported kraft.version range."""
+    C = w.ControllerRegistrationRequestData
+    body = C(controller_id=controller_id, incarnation_id=Uuid.random(), zk_migration_ready=False,
+             listeners=[C.Listener("CONTROLLER", node.host, 1, 0)],
+             features=[C.Feature("kraft.version", lo, hi)])
+    frame = encode_request(RequestHeader(int(ApiKey.CONTROLLER_REGISTRATION), 0, 5, "t"), body)
+    with socket.create_connection((node.host, node.port), timeout=60) as s:
+        s.sendall(frame)
+        size = struct.unpack(">i", _recv(s, 4))[0]
+        _, resp = decode_response(int(ApiKey.CONTROLLER_REGISTRATION), 0, _recv(s, size))
+    assert isinstance(resp, w.ControllerRegistrationResponseData)
+    return resp
+
+
+def test_the_upgrade_checks_the_range_every_observer_registered(
+    clusters: Callable[..., LocalCluster],
+) -> None:
+    c = _started(clusters, observers=1)  # node 4 fetches as an observer
+    leader = c.nodes[c.wait_for_leader(60)]
+    follower = next(n for nid, n in c.nodes.items() if n is not leader and nid != 4)
+    upgrade = [("kraft.version", 1, UPGRADE)]
+    # the observer registers itself once it caught up; until then (and until the voters
+    # reported theirs) the upgrade is refused
+    r = _until_accepted(lambda: update_features(leader, 1, upgrade, validate_only=True))
+    assert r.error_code == 0, r.error_message
+    # observer 4 now says it only supports kraft.version 0: the upgrade is refused
+    assert register(leader, 4, 0, 0).error_code == 0
+    r = update_features(leader, 1, upgrade)
+    assert (r.error_code, r.error_message) == (
+        ErrorCode.INVALID_UPDATE_VERSION,
+        PREFIX + "Invalid update version 1 for feature kraft.version. Observer 4 only supports "
+                 "versions 0-0")
+    assert "kraft.version" not in finalized(leader)
+    # a registration goes to the active controller only
+    assert register(follower, 4, 0, 1).error_code == ErrorCode.NOT_CONTROLLER
+    assert register(leader, 4, 0, 1).error_code == 0
+    r = update_features(leader, 1, upgrade)
+    assert r.error_code == 0, r.error_message
+    deadline = time.monotonic() + 30
+    while finalized(c.nodes[4]).get("kraft.version") != 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert finalized(c.nodes[4])["kraft.version"] == 1
