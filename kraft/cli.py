@@ -1,7 +1,8 @@
 """The `kraft` command line: subcommands are registered in a table so others can add theirs.
 
 Exit codes: 0 success, 1 failure (e.g. corruption found, directory already formatted),
-2 usage error (bad arguments, bad config key/value, bad uuid).
+2 usage error (bad arguments, bad config key/value, bad uuid), 3 `format` found a directory
+formatted for another cluster id or node id.
 
 To add a subcommand elsewhere::
 
@@ -20,11 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kraft.protocol.uuid import Uuid
-from kraft.storage.errors import AlreadyFormattedError, StorageConfigError, StorageError
+from kraft.storage.errors import (
+    AlreadyFormattedError,
+    FormattedForAnotherError,
+    StorageConfigError,
+    StorageError,
+)
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_FORMATTED_FOR_ANOTHER = 3
+"""`format`: a directory holds another cluster's (or node's) data."""
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE: what a shell reports for a program stopped by a closed pipe."""
 
@@ -67,7 +75,10 @@ def _configure_format(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", "-c", required=True, type=Path, help="server.properties file")
     p.add_argument("--cluster-id", "-t", required=True, help="cluster id (from random-uuid)")
     p.add_argument("--ignore-formatted", "-g", action="store_true",
-                   help="skip directories that are already formatted")
+                   help="leave directories already formatted for this cluster and node as "
+                        "they are and format the others (idempotent: an init container can "
+                        "run it on every start); a directory formatted for another cluster "
+                        "or node exits with code 3")
     p.add_argument("--release-version", "-r", default=None,
                    help="metadata.version to bootstrap (default 4.1-IV1)")
     p.add_argument("--feature", "-f", action="append", default=[], metavar="NAME=LEVEL",
@@ -163,8 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (0 ok, 1 failure, 2 usage error, 141 when the
-    reader of standard output went away, as `kraft dump ... | head` does)."""
+    """Run the CLI; returns the exit code (0 ok, 1 failure, 2 usage error, 3 a directory
+    formatted for another cluster or node, 141 when the reader of standard output went away,
+    as `kraft dump ... | head` does)."""
     try:
         code = _main(argv)
         sys.stdout.flush()  # here, not at exit, so a closed pipe is seen below
@@ -207,6 +219,9 @@ def _main(argv: list[str] | None) -> int:
     except AlreadyFormattedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
+    except FormattedForAnotherError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FORMATTED_FOR_ANOTHER
     except StorageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILURE

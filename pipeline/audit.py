@@ -14,7 +14,9 @@ uncommitted divergence; 6. snapshots against each other and against the log; 7. 
 
 Exit status: 0 when the audit ran (whatever it found; with `--strict`, 1 when it found a
 committed divergence, a failed snapshot check or a corrupt batch), 2 for bad input (missing
-directory, not a metadata directory, bad option).
+directory, not a metadata directory, bad option), 3 when Spark failed (one line names the
+step, the cause and the setting to change; the traceback goes to OUT/logs/audit-error.log and
+the finished steps stay in OUT, listed in OUT/steps.json).
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import argparse
 import json
 import logging
 import sys
+import threading
 import time
+import traceback
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -31,38 +35,133 @@ from typing import Any
 import pandas as pd
 from kraft_pipeline import consistency, history, report, workload
 from kraft_pipeline.audit_args import UsageError, check_arguments, parse_args
+from kraft_pipeline.consistency import top_epochs_at
+from kraft_pipeline.datasource import SCHEMA_DDL, explode_batches
+from kraft_pipeline.failure import EXIT_SPARK_FAILURE, explain
 from kraft_pipeline.layout import AuditInputError, Replica, discover_replicas
-from kraft_pipeline.session import build_session
-from pyspark.sql import DataFrame, SparkSession
+from kraft_pipeline.session import DEFAULT_CONF, build_session
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 log = logging.getLogger("kraft_pipeline.audit")
 
-BATCH_COLUMNS = [
-    "replica", "node_id", "source", "file", "snapshot_end_offset", "snapshot_epoch", "position",
-    "batch_base_offset", "batch_last_offset", "epoch", "timestamp", "is_control",
-    "control_type", "batch_crc", "batch_size", "batch_records", "error",
-]
 STEPS = 9
+PROGRESS_INTERVAL_S = 10.0
+"""A running step logs a progress line at least this often."""
 
 
 class Progress:
-    """Numbered, timed progress lines on the `kraft_pipeline.audit` logger."""
+    """Numbered, timed progress lines on the `kraft_pipeline.audit` logger.
 
-    def __init__(self) -> None:
+    While a step runs, a daemon thread logs a line every `interval` seconds with the step,
+    its running time and the share of its Spark tasks done; during `ingest`, where a task
+    reads one file (or a group of small ones), that is the share of the input read. Every
+    finished step is recorded in OUT/steps.json (name, seconds), so a failed audit shows
+    what it finished.
+    """
+
+    def __init__(self, out: Path | None = None, interval: float = PROGRESS_INTERVAL_S) -> None:
         self.t0 = time.monotonic()
         self.step = 0
+        self.name: str | None = None
+        self.out = out
+        self.interval = interval
+        self.finished: list[dict[str, Any]] = []
+        self.input_files = 0
+        self.input_bytes = 0
+        self._step_t0 = self.t0
+        self._spark: SparkSession | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, spark: SparkSession) -> None:
+        """Report the Spark tasks of `spark` in the periodic lines."""
+        self._spark = spark
 
     def start(self, name: str, **fields: Any) -> None:
-        """Log the start of the next step."""
+        """Log the start of the next step (and record the previous one as finished)."""
+        self._finish_step()
         self.step += 1
+        self.name = name
+        self._step_t0 = time.monotonic()
         extra = " ".join(f"{k}={v}" for k, v in fields.items())
         log.info("step=%d/%d name=%s elapsed=%.1fs %s", self.step, STEPS, name,
-                 time.monotonic() - self.t0, extra)
+                 self._step_t0 - self.t0, extra)
+        if self._thread is None and self.interval > 0:
+            self._thread = threading.Thread(target=self._run, name="kraft-audit-progress",
+                                            daemon=True)
+            self._thread.start()
 
     def note(self, **fields: Any) -> None:
         """Log a fact found during the current step."""
         log.info("step=%d/%d %s", self.step, STEPS, " ".join(f"{k}={v}" for k, v in fields.items()))
+
+    def done(self) -> None:
+        """The last step finished: record it and stop the periodic lines."""
+        self._finish_step()
+        self.name = None
+        self.close()
+
+    def close(self) -> None:
+        """Stop the periodic lines."""
+        self._stop.set()
+
+    def failed(self, cause: str) -> None:
+        """Record in steps.json that the current step failed, with the cause."""
+        self.close()
+        self._write({"step": self.step, "name": self.name, "cause": cause,
+                     "seconds": round(time.monotonic() - self._step_t0, 2)})
+
+    def _finish_step(self) -> None:
+        if self.name is None:
+            return
+        self.finished.append({"step": self.step, "name": self.name,
+                              "seconds": round(time.monotonic() - self._step_t0, 2)})
+        self._write(None)
+
+    def _write(self, failed: dict[str, Any] | None) -> None:
+        if self.out is None or not self.out.is_dir():
+            return
+        body = {"finished": self.finished, "failed": failed,
+                "elapsed_s": round(time.monotonic() - self.t0, 2)}
+        (self.out / "steps.json").write_text(json.dumps(body, indent=2) + "\n")
+
+    def tasks(self) -> tuple[int, int] | None:
+        """(tasks done, tasks) of the Spark stages running now, or None."""
+        spark = self._spark
+        if spark is None:
+            return None
+        try:
+            tracker = spark.sparkContext.statusTracker()
+            done = total = 0
+            for sid in tracker.getActiveStageIds():
+                info = tracker.getStageInfo(sid)
+                if info is not None:
+                    done += info.numCompletedTasks
+                    total += info.numTasks
+        except Exception:  # the JVM is gone or busy failing: the step will say why
+            return None
+        return (done, total) if total else None
+
+    def line(self) -> str:
+        """The periodic line for the running step."""
+        running = time.monotonic() - self._step_t0
+        text = (f"step={self.step}/{STEPS} name={self.name} running={running:.0f}s "
+                f"elapsed={time.monotonic() - self.t0:.1f}s")
+        tasks = self.tasks()
+        if tasks is not None:
+            done, total = tasks
+            if self.name == "ingest":
+                text += (f" read={done}/{total} partitions ({100 * done // total}% of "
+                         f"{self.input_files} files, {self.input_bytes / 1e9:.2f} GB)")
+            else:
+                text += f" tasks={done}/{total} ({100 * done // total}%)"
+        return text
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            if self.name is not None:
+                log.info("%s", self.line())
 
 
 # ----------------------------------------------------------------------------- steps
@@ -79,56 +178,78 @@ def group_bytes(replicas: list[Replica], parallelism: int) -> int:
 
 
 def ingest(spark: SparkSession, replicas: list[Replica], out: Path) -> DataFrame:
-    """Read all files through the `kraft` source into OUT/tables/records; return that table."""
+    """Read every file once through the `kraft` source (`rows=batches`) into the staging table
+    OUT/tables/batches (Parquet); return that table. Later steps read only the columns they
+    need from it, and decode records from its `data` column only where they must."""
     paths = [r.root for r in replicas]
     grouping = group_bytes(replicas, spark.sparkContext.defaultParallelism)
     df = (spark.read.format("kraft").option("paths", json.dumps(paths))
-          .option("groupSmallFilesBytes", str(grouping)).load())
-    target = out / "tables" / "records"
+          .option("rows", "batches").option("groupSmallFilesBytes", str(grouping)).load())
+    target = out / "tables" / "batches"
     df.write.mode("overwrite").parquet(str(target))
     return spark.read.parquet(str(target))
 
 
-def batch_table(records: DataFrame, out: Path) -> pd.DataFrame:
-    """One row per batch (and per unreadable batch), written to OUT/tables/batches."""
-    b = records.filter(
-        F.col("offset").isNull() | (F.col("offset") == F.col("batch_base_offset"))
-    ).select(*BATCH_COLUMNS)
-    target = out / "tables" / "batches"
-    b.write.mode("overwrite").parquet(str(target))
-    if (records.sparkSession.sparkContext.master or "").startswith("local"):
-        pdf = pd.read_parquet(target)  # same machine: no second Spark job
-    else:
-        pdf = b.toPandas()
-    pdf["is_control"] = pdf["is_control"].astype("boolean").fillna(False).astype(bool)
-    return pdf
+def records_of(batches: DataFrame) -> DataFrame:
+    """The record rows (the `kraft` source's record schema) of readable batch rows."""
+    return batches.filter(F.col("error").isNull()).mapInArrow(explode_batches, SCHEMA_DDL)
 
 
-def corrupt_batches(batches: pd.DataFrame) -> dict[str, list[dict[str, Any]]]:
-    """Unreadable batches per replica: file, position, base offset, kind and message."""
-    bad = batches[batches["error"].notna()].sort_values(["replica", "file", "position"])
+MAX_CORRUPT_LISTED = 1000
+"""Corrupt batches listed per replica in summary.json (all are counted)."""
+
+
+def corrupt_batches(batches: DataFrame) -> tuple[dict[str, list[dict[str, Any]]], int]:
+    """Unreadable batches per replica (file, position, base offset, kind, message; at most
+    MAX_CORRUPT_LISTED each) and their total count."""
+    bad = batches.filter(F.col("error").isNotNull())
+    w = Window.partitionBy("replica").orderBy("file", "position")
+    rows = (bad.select("replica", "file", "source", "position", "batch_base_offset", "epoch",
+                       "error", F.row_number().over(w).alias("n"))
+            .filter(F.col("n") <= MAX_CORRUPT_LISTED).orderBy("replica", "file", "position")
+            .collect())
+    total = bad.count() if rows else 0
     out: dict[str, list[dict[str, Any]]] = {}
-    for r in bad.itertuples(index=False):
-        kind = str(r.error).split(":", 1)[0]
-        out.setdefault(r.replica, []).append({
-            "file": r.file, "source": r.source, "position": int(r.position),
-            "base_offset": None if pd.isna(r.batch_base_offset) else int(r.batch_base_offset),
-            "epoch": None if pd.isna(r.epoch) else int(r.epoch),
-            "kind": kind, "error": r.error,
+    for r in rows:
+        out.setdefault(r["replica"], []).append({
+            "file": r["file"], "source": r["source"], "position": int(r["position"]),
+            "base_offset": None if r["batch_base_offset"] is None else int(r["batch_base_offset"]),
+            "epoch": None if r["epoch"] is None else int(r["epoch"]),
+            "kind": str(r["error"]).split(":", 1)[0], "error": r["error"],
         })
-    return out
+    return out, total
 
 
-def collect_control(records: DataFrame) -> pd.DataFrame:
+def collect_control(batches: DataFrame) -> pd.DataFrame:
     """Distinct control records across replicas, with the replicas holding each."""
+    cols = ["source", "offset", "epoch", "timestamp", "control_type", "control_detail",
+            "snapshot_end_offset", "replicas"]
     c = (
-        records.filter(F.col("is_control") & F.col("error").isNull())
+        records_of(batches.filter(F.col("is_control")))
+        .filter(F.col("error").isNull())
         .groupBy("source", "offset", "epoch", "timestamp", "control_type", "control_detail",
                  "snapshot_end_offset")
         .agg(F.sort_array(F.collect_list("replica")).alias("replicas"))
         .toPandas()
     )
+    if c.empty:
+        return pd.DataFrame(columns=cols)
     return c.sort_values(["source", "offset"]).reset_index(drop=True)
+
+
+def offset_holes(batches: DataFrame) -> dict[str, list[tuple[int, int]]]:
+    """Per replica, the [from, to) offset ranges missing inside its readable log batches."""
+    w = Window.partitionBy("replica").orderBy("batch_base_offset", "batch_last_offset")
+    reach = F.max("batch_last_offset").over(w.rowsBetween(Window.unboundedPreceding, -1))
+    rows = (batches.filter(F.col("error").isNull() & (F.col("source") == "log"))
+            .select("replica", "batch_base_offset", (reach + 1).alias("hole_from"))
+            .filter(F.col("batch_base_offset") > F.col("hole_from"))
+            .orderBy("replica", "hole_from").collect())
+    out: dict[str, list[tuple[int, int]]] = {}
+    for r in rows:
+        out.setdefault(r["replica"], []).append((int(r["hole_from"]),
+                                                 int(r["batch_base_offset"])))
+    return out
 
 
 def voter_ids(control: pd.DataFrame) -> tuple[list[int], str]:
@@ -147,6 +268,39 @@ def voter_ids(control: pd.DataFrame) -> tuple[list[int], str]:
         if ids:
             return ids, f"{ctype} at offset {int(newest['eff'])}"
     return [], "none found: every audited replica counts as a voter"
+
+
+def build_offsets(spark: SparkSession, batches: DataFrame, voter_replicas: list[str],
+                  out: Path) -> dict[str, DataFrame]:
+    """The per-range view of the logs (see `kraft_pipeline.consistency`), written to
+    OUT/tables/{offsets,entries,variants} and read back from there by the later steps.
+
+    `entries` and `variants` hold the refined offsets only (none when the replicas agree);
+    `clean_spans` are the spans of the uniform ranges.
+    """
+    tables = out / "tables"
+    span_df = consistency.spans(batches)
+    plan = consistency.ranges(span_df)
+    plan.write.mode("overwrite").parquet(str(tables / "ranges"))
+    plan = spark.read.parquet(str(tables / "ranges"))
+    refine = plan.filter(F.col("refine")).select(
+        F.col("offset").alias("batch_base_offset"), F.col("last").alias("batch_last_offset"))
+    to_decode = batches.filter(F.col("source") == "log").join(
+        refine, ["batch_base_offset", "batch_last_offset"], "left_semi")
+    consistency.entries(records_of(to_decode)).write.mode("overwrite").parquet(
+        str(tables / "entries"))
+    entry_df = spark.read.parquet(str(tables / "entries"))
+    consistency.variants_by_offset(entry_df, voter_replicas).write.mode("overwrite").parquet(
+        str(tables / "variants"))
+    variants = spark.read.parquet(str(tables / "variants"))
+    clean_spans = span_df.join(plan.filter(~F.col("refine")).select("offset", "last"),
+                               ["offset", "last"], "left_semi")
+    offsets = consistency.span_offsets(clean_spans, voter_replicas).withColumn(
+        "refined", F.lit(False)).unionByName(
+        consistency.per_offset(variants).withColumn("refined", F.lit(True)))
+    offsets.write.mode("overwrite").parquet(str(tables / "offsets"))
+    return {"offsets": spark.read.parquet(str(tables / "offsets")), "entries": entry_df,
+            "variants": variants, "clean_spans": clean_spans}
 
 
 def pick_reference(replicas: dict[str, dict[str, Any]]) -> str | None:
@@ -169,14 +323,8 @@ def pick_reference(replicas: dict[str, dict[str, Any]]) -> str | None:
 
 def _committed_flags(control: pd.DataFrame, offsets: DataFrame, hw: int | None) -> pd.DataFrame:
     control = control.copy()
-    log_offsets = sorted({int(o) for o, s in zip(control["offset"], control["source"])
-                          if s == "log"})
-    top: dict[int, int] = {}
-    if log_offsets and hw is not None:
-        for r in offsets.filter(F.col("offset").isin(log_offsets)).select(
-            "offset", F.col("top.epoch").alias("e")
-        ).collect():
-            top[int(r["offset"])] = int(r["e"])
+    log_offsets = [int(o) for o, s in zip(control["offset"], control["source"]) if s == "log"]
+    top = top_epochs_at(offsets, log_offsets) if hw is not None else {}
     control["committed"] = [
         src == "snapshot" or (hw is not None and int(o) < hw and top.get(int(o)) == int(e))
         for src, o, e in zip(control["source"], control["offset"], control["epoch"])
@@ -201,32 +349,51 @@ def run_audit(
     high_watermark: int | None = None,
     voters: list[int] | None = None,
     make_report: bool = True,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Run the whole audit on an existing SparkSession; returns the summary it writes.
 
-    Raises AuditInputError for bad inputs before any Spark work starts.
+    Raises AuditInputError for bad inputs before any Spark work starts. Nothing per record
+    or per batch is collected to the driver: the steps are Spark jobs whose results are
+    counts, the first divergence per replica, a handful of control records and the small
+    history and workload tables.
     """
-    progress = Progress()
     out = Path(output).expanduser().resolve()
+    if progress is None:
+        progress = Progress(out)
+    progress.out = out
+    progress.watch(spark)
+    try:
+        return _run_steps(spark, inputs, out, progress, high_watermark, voters, make_report)
+    finally:
+        progress.close()
+
+
+def _run_steps(
+    spark: SparkSession, inputs: list[str], out: Path, progress: Progress,
+    high_watermark: int | None, voters: list[int] | None, make_report: bool,
+) -> dict[str, Any]:
     progress.start("discover", inputs=",".join(inputs))
     replicas = discover_replicas(inputs)
     out.mkdir(parents=True, exist_ok=True)
     (out / "tables").mkdir(exist_ok=True)
     files = sum(len(r.files) for r in replicas)
     size = sum(f.size_bytes for r in replicas for f in r.files)
+    progress.input_files, progress.input_bytes = files, size
     progress.note(replicas=",".join(r.name for r in replicas), files=files, bytes=size)
 
-    progress.start("ingest", files=files)
-    records = ingest(spark, replicas, out)
-    batches = batch_table(records, out)
-    progress.note(batches=len(batches), records=int(batches["batch_records"].fillna(0).sum()))
+    progress.start("ingest", files=files, bytes=size)
+    batches = ingest(spark, replicas, out)
+    totals = batches.agg(F.count(F.lit(1)).alias("batches"),
+                         F.sum("batch_records").alias("records")).collect()[0]
+    progress.note(batches=int(totals["batches"]), records=int(totals["records"] or 0))
 
     progress.start("corrupt_batches")
-    corrupt = corrupt_batches(batches)
-    progress.note(corrupt_batches=sum(len(v) for v in corrupt.values()))
+    corrupt, corrupt_total = corrupt_batches(batches)
+    progress.note(corrupt_batches=corrupt_total)
 
     progress.start("high_watermark")
-    control = collect_control(records)
+    control = collect_control(batches)
     if voters is not None:
         ids, voters_from = list(voters), "--voters"
     else:
@@ -234,46 +401,44 @@ def run_audit(
     voter_replicas = [r.name for r in replicas if r.node_id is not None and r.node_id in ids]
     if not voter_replicas:
         voter_replicas = [r.name for r in replicas]
-    ext = consistency.extents(batches, voter_replicas)
+    ext = consistency.extents_of(batches, voter_replicas)
     for r in replicas:  # replicas with no readable batch at all
         ext.setdefault(r.name, consistency.ReplicaExtent(r.name, r.node_id,
                                                          r.name in voter_replicas, None, None, 0))
-    entry_df = consistency.entries(records)
-    variants = consistency.variants_by_offset(entry_df, voter_replicas).persist()
-    offsets = consistency.per_offset(variants).persist()
-    hw = consistency.derive_high_watermark(offsets, ext, batches, ids, voter_replicas,
-                                           high_watermark)
+    view = build_offsets(spark, batches, voter_replicas, out)
+    offsets = view["offsets"]
+    newest = (batches.filter(F.col("error").isNull() & (F.col("source") == "log"))
+              .agg(F.max("epoch").alias("e")).collect()[0]["e"])
+    hw = consistency.derive_high_watermark(offsets, ext, None if newest is None else int(newest),
+                                           ids, voter_replicas, high_watermark)
     progress.note(high_watermark=hw.value, rule=repr(hw.rule), voters=ids, majority=hw.majority)
 
     progress.start("divergence")
     committed: dict[str, dict[str, Any]] = {}
     uncommitted: dict[str, dict[str, Any]] = {}
     if hw.value is not None:
-        committed, stale = consistency.committed_divergence(entry_df, variants, offsets,
-                                                            hw.value, hw.majority)
-        uncommitted = consistency.uncommitted_divergence(variants, offsets, hw.value)
+        committed, stale = consistency.committed_divergence(
+            view["entries"], view["variants"], offsets, hw.value, hw.majority,
+            clean_spans=view["clean_spans"])
+        uncommitted = consistency.uncommitted_divergence(view["variants"], offsets, hw.value)
         uncommitted.update(stale)  # a stale tail starts below HW: it comes first
     progress.note(committed_divergent=sorted(committed), uncommitted_divergent=sorted(uncommitted))
 
     progress.start("snapshots")
-    snaps = consistency.snapshot_infos(records)
+    snap_records = records_of(batches.filter(F.col("source") == "snapshot"))
+    snaps = consistency.snapshot_infos(snap_records)
     findings = consistency.snapshot_findings(snaps, offsets, hw.value)
 
     replica_summary: dict[str, dict[str, Any]] = {}
-    counts = records.groupBy("replica", "source").agg(
-        F.sum(F.when(F.col("error").isNull(), 1).otherwise(0)).alias("n")
-    ).collect()
     read: dict[str, dict[str, int]] = {}
-    for row in counts:
-        read.setdefault(row["replica"], {})[row["source"]] = int(row["n"])
-    offset_holes: dict[str, list[tuple[int, int]]] = {}
+    for row in batches.filter(F.col("error").isNull()).groupBy("replica", "source").agg(
+        F.sum("batch_records").alias("n")
+    ).collect():
+        read.setdefault(row["replica"], {})[row["source"]] = int(row["n"] or 0)
+    holes = offset_holes(batches)
     for r in replicas:
         e = ext[r.name]
-        ok_log = batches[(batches["replica"] == r.name) & (batches["source"] == "log")
-                         & batches["error"].isna()]
-        offset_holes[r.name] = consistency.holes(
-            zip(ok_log["batch_base_offset"].astype(int), ok_log["batch_last_offset"].astype(int))
-        )
+        replica_holes = holes.get(r.name, [])
         hw_used = None if hw.value is None else min(hw.value, e.end)
         first = committed.get(r.name)
         replica_summary[r.name] = {
@@ -298,7 +463,7 @@ def run_audit(
                 {"from": a, "to": b, "explained_by_corrupt_batch": any(
                     c["base_offset"] == a and c["source"] == "log"
                     for c in corrupt.get(r.name, []))}
-                for a, b in offset_holes[r.name]
+                for a, b in replica_holes
             ],
             "corrupt_batches": corrupt.get(r.name, []),
             "quorum_state": (
@@ -311,7 +476,7 @@ def run_audit(
     reference = pick_reference(replica_summary)
     replayed = 0
     if reference is not None and hw.value is not None and workload.kv_available():
-        replay_findings, replayed = _replay_snapshots(records, snaps, reference,
+        replay_findings, replayed = _replay_snapshots(batches, snap_records, snaps, reference,
                                                       ext[reference], hw.value)
         findings += replay_findings
     progress.note(snapshots=len(snaps), replayed_against_log=replayed, reference=reference)
@@ -320,32 +485,31 @@ def run_audit(
 
     progress.start("history", reference=reference)
     control = _committed_flags(control, offsets, hw.value)
-    ref_batches = batches[(batches["replica"] == reference) & (batches["source"] == "log")
-                          & batches["error"].isna()]
+    ref_batches = batches.filter((F.col("replica") == (reference or "")) & (F.col("source") == "log")
+                                 & F.col("error").isNull())
     if hw.value is not None:
-        ref_batches = ref_batches[ref_batches["batch_last_offset"] < hw.value]
+        ref_batches = ref_batches.filter(F.col("batch_last_offset") < hw.value)
+    ref_meta = ref_batches.select("epoch", "batch_base_offset", "batch_last_offset", "timestamp",
+                                  "is_control", "batch_records", "batch_size")
     changes = history.leader_changes(control)
-    epochs = history.leader_epochs(changes, ref_batches)
+    epochs = history.leader_epochs(changes, history.epoch_stats(ref_meta))
     vchanges = history.voter_changes(control)
     per_hour = history.elections_per_hour(changes)
-    gap_info = history.gaps(changes, ref_batches, offset_holes)
+    gap_info = history.gaps(changes, history.time_gaps(ref_meta), holes)
     progress.note(leader_changes=len(changes), epochs=len(epochs), voter_sets=len(vchanges))
 
     progress.start("workload", reference=reference)
-    tl = workload.timeline(ref_batches)
-    hist, size_stats = workload.batch_sizes(ref_batches)
-    data_records = records.filter(
-        (F.col("replica") == (reference or "")) & (F.col("source") == "log")
-        & F.col("error").isNull() & ~F.col("is_control")
-    )
-    if hw.value is not None:
-        data_records = data_records.filter(F.col("offset") < hw.value)
-    key_stats, top_keys = workload.key_space(data_records)
+    tl = workload.timeline_of(ref_meta)
+    hist, size_stats = workload.batch_sizes_of(ref_meta)
+    key_rows = batches.filter((F.col("replica") == (reference or "")) & (F.col("source") == "log")
+                              & F.col("error").isNull())
+    key_stats, top_keys = workload.key_space_of(key_rows, hw.value,
+                                                str(out / "tables" / "key_partials"))
     progress.note(records=key_stats["records"], distinct_keys=key_stats["distinct_keys"])
 
     progress.start("write", output=str(out))
     tables = {
-        "records": "tables/records", "batches": "tables/batches",
+        "batches": "tables/batches", "offsets": "tables/offsets",
         "leader_changes": _write_table(changes, out, "leader_changes"),
         "leader_epochs": _write_table(epochs, out, "leader_epochs"),
         "voter_changes": _write_table(vchanges, out, "voter_changes"),
@@ -358,8 +522,6 @@ def run_audit(
                                                         "data_records", "content_hash"]),
                                   out, "snapshots"),
     }
-    variants.unpersist()
-    offsets.unpersist()
     errors = [f for f in findings if f.get("severity") == "error"]
     summary: dict[str, Any] = {
         "generated_at": pd.Timestamp.now(tz="UTC").isoformat(),
@@ -375,7 +537,7 @@ def run_audit(
         "replicas": replica_summary,
         "findings": findings,
         "consistent": not committed and not errors,
-        "corrupt_batches": sum(len(v) for v in corrupt.values()),
+        "corrupt_batches": corrupt_total,
         "history": {
             "leader_changes": len(changes), "epochs": len(epochs),
             "voter_sets": vchanges["voters"].tolist() if len(vchanges) else [],
@@ -392,6 +554,9 @@ def run_audit(
             "elections_per_hour": per_hour, "workload_timeline": tl, "batch_sizes": hist,
             "top_keys": top_keys,
         }).relative_to(out))
+    progress.done()
+    summary["steps"] = progress.finished
+    summary["resources"] = driver_resources(spark)
     summary["elapsed_s"] = round(time.monotonic() - progress.t0, 2)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     log.info("done consistent=%s committed_divergent=%s corrupt=%s elapsed=%.1fs summary=%s",
@@ -401,13 +566,42 @@ def run_audit(
     return summary
 
 
+def driver_resources(spark: SparkSession) -> dict[str, Any]:
+    """The driver's memory high-water marks: the Python process's peak RSS and the driver
+    JVM's peak heap (the sum of its heap pools' peaks, which bounds the peak heap in use;
+    in local mode the executors run in that JVM), with the JVM's maximum heap."""
+    import resource
+
+    out: dict[str, Any] = {
+        "python_peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    }
+    try:
+        jvm = spark.sparkContext._jvm
+        mf = jvm.java.lang.management.ManagementFactory
+        heap_type = jvm.java.lang.management.MemoryType.HEAP
+        peak = old = 0
+        for pool in mf.getMemoryPoolMXBeans():
+            if pool.getType() == heap_type:
+                used = pool.getPeakUsage().getUsed()
+                peak += used
+                if "Old" in pool.getName() or "Tenured" in pool.getName():
+                    old = max(old, used)
+        out["jvm_peak_heap_mib"] = round(peak / 2**20, 1)
+        out["jvm_peak_old_gen_mib"] = round(old / 2**20, 1)
+        out["jvm_max_heap_mib"] = round(jvm.java.lang.Runtime.getRuntime().maxMemory() / 2**20, 1)
+    except Exception as exc:  # a driver we cannot ask (e.g. Spark Connect): say so
+        out["jvm_error"] = f"{type(exc).__name__}: {exc}"[:200]
+    return out
+
+
 def _replay_snapshots(
-    records: DataFrame, snaps: list[consistency.SnapshotInfo], reference: str,
-    ext: consistency.ReplicaExtent, hw: int,
+    batches: DataFrame, snap_records: DataFrame, snaps: list[consistency.SnapshotInfo],
+    reference: str, ext: consistency.ReplicaExtent, hw: int,
 ) -> tuple[list[dict[str, Any]], int]:
     """Compare every snapshot's KV state with the reference replica's log replayed to its end.
 
-    Returns the findings and how many snapshots were compared.
+    Returns the findings and how many snapshots were compared. The log is streamed to the
+    driver a partition at a time; each snapshot's values are held while it is compared.
     """
     to_check = [s for s in snaps if 0 < s.end_offset <= hw]
     if not to_check:
@@ -419,16 +613,20 @@ def _replay_snapshots(
         own = [s for s in snaps if s.replica == reference and s.end_offset == start]
         if not own:
             return [], 0
-        base = (start, _snapshot_values(records, own[0]))
-    pairs = [(s, _snapshot_values(records, s)) for s in to_check if s.end_offset >= start]
-    limit = max(s.end_offset for s, _ in pairs) if pairs else 0
+        base = (start, _snapshot_values(snap_records, own[0]))
+    checked = [s for s in to_check if s.end_offset >= start]
+    if not checked:
+        return [], 0
+    limit = max(s.end_offset for s in checked)
+    pairs = ((s, _snapshot_values(snap_records, s)) for s in checked)
+    log_batches = batches.filter((F.col("replica") == reference) & (F.col("source") == "log")
+                                 & (F.col("batch_base_offset") < limit))
     log_rows = (
-        records.filter((F.col("replica") == reference) & (F.col("source") == "log")
-                       & F.col("error").isNull() & (F.col("offset") < limit))
+        records_of(log_batches).filter(F.col("offset") < limit)
         .select("offset", "is_control", "value").orderBy("offset")
     )
     stream = ((int(r[0]), bool(r[1]), r[2]) for r in log_rows.toLocalIterator())
-    findings, compared = consistency.replay_check(pairs, stream, base)
+    findings, compared = consistency.replay_check(list(pairs), stream, base)
     return findings, compared
 
 
@@ -448,17 +646,51 @@ def run_from_args(args: argparse.Namespace) -> int:
         print(f"kraft audit: error: {exc}", file=sys.stderr)
         return 2
     if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+        logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                             format="%(asctime)s kraft-audit %(message)s")
-    log.setLevel(logging.INFO)
+    logging.getLogger("kraft_pipeline").setLevel(logging.INFO)
     try:
         discover_replicas(args.input)  # fail fast, before a JVM starts
     except AuditInputError as exc:
         print(f"kraft audit: error: {exc}", file=sys.stderr)
         return 2
-    spark = build_session(args.master, conf=args.conf)
-    summary = run_audit(spark, args.input, args.output, high_watermark=args.high_watermark,
-                        voters=args.voters, make_report=not args.no_report)
+    out = Path(args.output).expanduser().resolve()
+    logs = out / "logs"
+    try:
+        logs.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"kraft audit: error: --output {args.output}: {exc}", file=sys.stderr)
+        return 2
+    error_log = logs / "audit-error.log"
+    # Py4J reports a dying JVM through logging, with tracebacks: those go to the log file.
+    py4j_log = logging.getLogger("py4j")
+    py4j_log.propagate = False
+    py4j_log.addHandler(logging.FileHandler(error_log))
+    progress = Progress(out)
+    spark = None
+    master = args.master or "local[*]"
+    memory = args.conf.get("spark.driver.memory", DEFAULT_CONF["spark.driver.memory"])
+    try:
+        spark = build_session(args.master, conf=args.conf, log_dir=logs)
+        master = spark.sparkContext.master
+        memory = spark.sparkContext.getConf().get("spark.driver.memory", memory)
+        summary = run_audit(spark, args.input, out, high_watermark=args.high_watermark,
+                            voters=args.voters, make_report=not args.no_report,
+                            progress=progress)
+    except (KeyboardInterrupt, AuditInputError):
+        raise
+    except Exception as exc:
+        step = (f"step {progress.step}/{STEPS} ({progress.name})" if progress.name
+                else "Spark start-up")
+        why = explain(step, exc, master, memory, logs / "spark.log")
+        progress.failed(why.cause)
+        with error_log.open("a") as f:
+            f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {step} failed\n")
+            f.write("".join(traceback.format_exception(exc)))
+        print(f"kraft audit: {step} failed: {why.cause}; {why.remedy}. Finished steps are "
+              f"kept in {out} (steps.json); details in {error_log}", file=sys.stderr)
+        _stop_quietly(spark)
+        return EXIT_SPARK_FAILURE
     print(json.dumps({
         "consistent": summary["consistent"], "corrupt_batches": summary["corrupt_batches"],
         "high_watermark": summary["high_watermark"]["value"],
@@ -468,6 +700,15 @@ def run_from_args(args: argparse.Namespace) -> int:
     if args.strict and (not summary["consistent"] or summary["corrupt_batches"]):
         return 1
     return 0
+
+
+def _stop_quietly(spark: SparkSession | None) -> None:
+    if spark is None:
+        return
+    try:
+        spark.stop()
+    except Exception:  # the JVM is already gone; nothing left to release
+        log.debug("spark.stop() after a failure", exc_info=True)
 
 
 def main(argv: list[str] | None = None) -> int:

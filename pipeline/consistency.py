@@ -29,8 +29,20 @@ Terms used in the audit's output:
   that missed elections). Both are normal Raft states that the leader's next Fetch response
   truncates (KIP-320); they are reported separately and never counted as corruption.
 
-The heavy per-offset work runs in Spark; what reaches the driver is one row per batch, per
-snapshot and per divergent replica.
+*Offset ranges.* Replicas of a healthy quorum hold the leader's batches byte for byte, so the
+rules run on ranges of offsets, not on single offsets: every batch is a *span*
+`(replica, first, last, epoch, h)` where `h` is the hash of the batch's bytes
+(`batch_hash`). A range `[first, last]` whose spans all have the same bytes, and which no
+span of other bounds overlaps, has one entry per offset held by exactly those replicas: it is
+kept as one row. Every other range (other bytes, or batches cut at other offsets) is
+*refined*: its batches are decoded and compared record by record, with the entry hash above.
+The result, `offsets`, has one row per uniform range or refined offset
+(`offset`..`last`, `variants`, `top`, `holders`); the rules below give the same answers as
+on single offsets, and only the refined offsets (none when the replicas agree) cost work per
+record.
+
+Everything runs as Spark joins and aggregations; what reaches the driver is a handful of
+rows: counts, the first divergence per replica, the variants at a few offsets.
 """
 
 from __future__ import annotations
@@ -41,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 log = logging.getLogger(__name__)
@@ -95,8 +107,42 @@ class HighWatermark:
     voter_replicas: list[str]
 
 
+def extents_of(batches: DataFrame, voters: Iterable[str]) -> dict[str, ReplicaExtent]:
+    """Per-replica extents from the batch table in Spark: one aggregate row per replica and
+    one row per snapshot reach the driver."""
+    voter_set = set(voters)
+    ok = batches.filter(F.col("error").isNull())
+    is_log = F.col("source") == "log"
+    per = ok.groupBy("replica").agg(
+        F.first("node_id", ignorenulls=True).alias("node_id"),
+        F.min(F.when(is_log, F.col("batch_base_offset"))).alias("log_start"),
+        F.max(F.when(is_log, F.col("batch_last_offset"))).alias("log_last"),
+        F.sum(F.when(is_log, F.col("batch_records")).otherwise(0)).alias("records"),
+    ).collect()
+    snaps = (ok.filter(F.col("source") == "snapshot")
+             .select("replica", "snapshot_end_offset", "snapshot_epoch").distinct().collect())
+    by_replica: dict[str, list[tuple[int, int]]] = {}
+    for r in snaps:
+        by_replica.setdefault(r["replica"], []).append(
+            (int(r["snapshot_end_offset"]), int(r["snapshot_epoch"])))
+    node_ids = {r["replica"]: r["node_id"] for r in per}
+    out: dict[str, ReplicaExtent] = {}
+    for r in sorted(per, key=lambda r: r["replica"]):
+        name = r["replica"]
+        out[name] = ReplicaExtent(
+            name=name,
+            node_id=None if node_ids[name] is None else int(node_ids[name]),
+            is_voter=name in voter_set,
+            log_start=None if r["log_start"] is None else int(r["log_start"]),
+            log_end=None if r["log_last"] is None else int(r["log_last"]) + 1,
+            records=int(r["records"] or 0),
+            snapshots=sorted(by_replica.get(name, [])),
+        )
+    return out
+
+
 def extents(batches: pd.DataFrame, voters: Iterable[str]) -> dict[str, ReplicaExtent]:
-    """Per-replica extents from the batch table (valid batches only)."""
+    """Per-replica extents from a small batch table in pandas (valid batches only)."""
     voter_set = set(voters)
     out: dict[str, ReplicaExtent] = {}
     for name, group in batches.groupby("replica", sort=True):
@@ -168,59 +214,134 @@ def variants_by_offset(entry_df: DataFrame, voter_replicas: list[str]) -> DataFr
 
 
 def per_offset(variants: DataFrame) -> DataFrame:
-    """One row per offset: number of distinct entries and the entry most voters hold (`top`)."""
+    """One row per offset: number of distinct entries and the entry most voters hold (`top`).
+
+    Rows have the shape of `offsets` (see the module docstring) with `last` = `offset`.
+    """
     return variants.groupBy("offset").agg(
         F.count(F.lit(1)).alias("variants"),
         # Ties between entries are broken by the entry itself so reruns pick the same one.
         F.max_by(F.struct("epoch", "h", "replicas", "votes"),
                  F.struct("votes", "n", "epoch", "h")).alias("top"),
         F.sum("n").alias("holders"),
+    ).select("offset", F.col("offset").alias("last"), "variants", "top", "holders")
+
+
+def spans(batches: DataFrame) -> DataFrame:
+    """(replica, offset, last, epoch, h) of every readable log batch that holds records:
+    `offset`..`last` are its first and last offsets and `h` the hash of its bytes."""
+    return batches.filter(
+        F.col("error").isNull() & (F.col("source") == "log") & (F.col("batch_records") > 0)
+    ).select("replica", F.col("batch_base_offset").alias("offset"),
+             F.col("batch_last_offset").alias("last"), "epoch", F.col("batch_hash").alias("h"))
+
+
+def ranges(span_df: DataFrame) -> DataFrame:
+    """One row per distinct span range (`offset`, `last`) with `refine`: true when its spans
+    differ in bytes or epoch, or a span of other bounds overlaps it.
+
+    The overlap test orders every distinct range once (a window over all of them): one row
+    per batch, never per record.
+    """
+    r = span_df.groupBy("offset", "last").agg(
+        F.count_distinct("epoch", "h").alias("kinds"))
+    w = Window.orderBy("offset", "last")
+    before = F.max("last").over(w.rowsBetween(Window.unboundedPreceding, -1))
+    after = F.lead("offset").over(w)
+    return r.select(
+        "offset", "last",
+        ((F.col("kinds") > 1) | (F.coalesce(before >= F.col("offset"), F.lit(False)))
+         | F.coalesce(after <= F.col("last"), F.lit(False))).alias("refine"),
     )
+
+
+def span_offsets(clean_spans: DataFrame, voter_replicas: list[str]) -> DataFrame:
+    """`offsets` rows of uniform ranges: one entry, held by every replica with the span."""
+    is_voter = F.col("replica").isin(voter_replicas) if voter_replicas else F.lit(True)
+    return clean_spans.groupBy("offset", "last", "epoch", "h").agg(
+        F.sum(F.when(is_voter, 1).otherwise(0)).alias("votes"),
+        F.count(F.lit(1)).alias("n"),
+        F.sort_array(F.collect_list("replica")).alias("replicas"),
+    ).select(
+        "offset", "last", F.lit(1).cast("long").alias("variants"),
+        F.struct("epoch", "h", "replicas", "votes").alias("top"),
+        F.col("n").alias("holders"),
+    )
+
+
+def top_epochs_at(offsets: DataFrame, wanted: Iterable[int]) -> dict[int, int]:
+    """The majority entry's epoch (`top.epoch`) at each wanted offset that some replica holds."""
+    points = sorted({int(o) for o in wanted})
+    if not points:
+        return {}
+    spark = offsets.sparkSession
+    p = spark.createDataFrame([(o,) for o in points], "at long")
+    rows = F.broadcast(p).join(
+        offsets, (F.col("at") >= F.col("offset")) & (F.col("at") <= F.col("last"))
+    ).select("at", F.col("top.epoch").alias("e")).collect()
+    return {int(r["at"]): int(r["e"]) for r in rows}
 
 
 def derive_high_watermark(
     offsets: DataFrame,
     ext: dict[str, ReplicaExtent],
-    batches: pd.DataFrame,
+    newest_epoch: int | None,
     voters: list[int],
     voter_replicas: list[str],
     override: int | None,
 ) -> HighWatermark:
-    """Apply the high watermark rule of the module docstring."""
+    """Apply the high watermark rule of the module docstring.
+
+    `offsets` has one row per range (see the module docstring); `newest_epoch` is the newest
+    epoch of any readable log batch (None when there is none).
+    """
     majority = len(voters) // 2 + 1 if voters else len(ext) // 2 + 1
-    ok_log = batches[(batches["source"] == "log") & batches["error"].isna()]
-    newest_epoch = int(ok_log["epoch"].max()) if len(ok_log) else None
     if override is not None:
         return HighWatermark(override, "override (--high-watermark)", None, newest_epoch,
                              majority, voters, voter_replicas)
-    if not len(ok_log):
+    if newest_epoch is None:
         return HighWatermark(None, "no readable log records", None, None, majority, voters,
                              voter_replicas)
-    compacted = F.lit(0)
-    for name in voter_replicas:
-        start = ext[name].log_start
-        if start:
-            compacted = compacted + F.when(F.col("offset") < F.lit(start), 1).otherwise(0)
+    # A voter whose log starts above an offset (a snapshot replaced it) agrees there. The
+    # count of such voters only drops at their log starts, so within a range the first
+    # offset short of a majority is the range's first offset or one of those starts.
+    starts = [ext[n].log_start for n in voter_replicas if ext[n].log_start]
+
+    def short_at(at: Column) -> Column:
+        compacted = F.lit(0)
+        for start in starts:
+            compacted = compacted + F.when(at < F.lit(start), 1).otherwise(0)
+        return F.col("top.votes") + compacted < majority
+
+    candidates = [F.when(short_at(F.col("offset")), F.col("offset"))]
+    for start in sorted(set(starts)):
+        at = F.lit(start).cast("long")
+        candidates.append(F.when((at > F.col("offset")) & (at <= F.col("last")) & short_at(at),
+                                 at))
+    first_short = F.least(*candidates) if len(candidates) > 1 else candidates[0]
+    # The first offset no replica holds: a range starting after everything before it ends.
+    w = Window.orderBy("offset")
+    reach = F.max("last").over(w.rowsBetween(Window.unboundedPreceding, -1))
     stats = (
-        offsets.agg(
-            F.min(F.when(F.col("top.votes") + compacted < majority, F.col("offset"))).alias("bad"),
-            F.min("offset").alias("lo"),
-            F.max("offset").alias("hi"),
-        )
+        offsets.select("offset", "last", first_short.alias("short"),
+                       F.when(F.col("offset") > reach + 1, reach + 1).alias("hole"))
+        .agg(F.min("short").alias("bad"), F.min("hole").alias("hole"),
+             F.min("offset").alias("lo"), F.max("last").alias("hi"))
         .collect()[0]
     )
+    if stats["lo"] is None:
+        return HighWatermark(None, "no readable log records", None, None, majority, voters,
+                             voter_replicas)
     end = stats["bad"] if stats["bad"] is not None else stats["hi"] + 1
-    intervals = zip(ok_log["batch_base_offset"], ok_log["batch_last_offset"])
-    hole = first_hole(((int(a), int(b)) for a, b in intervals), int(stats["lo"]))
-    if hole is not None and hole < end:
-        end = hole
+    if stats["hole"] is not None and stats["hole"] < end:
+        end = stats["hole"]
     if end <= stats["lo"]:
         return HighWatermark(int(stats["lo"]), "no agreed prefix: nothing is known committed",
                              end, newest_epoch, majority, voters, voter_replicas)
     prefix_epoch = (
         offsets.filter(F.col("offset") < end).agg(F.max("top.epoch").alias("e")).collect()[0]["e"]
     )
-    if newest_epoch is None or prefix_epoch >= newest_epoch:
+    if prefix_epoch >= newest_epoch:
         return HighWatermark(int(end), "end of the majority-agreed prefix", int(end),
                              newest_epoch, majority, voters, voter_replicas)
     start_of_epoch = (
@@ -249,7 +370,8 @@ def _other_holders(
 
 
 def committed_divergence(
-    entry_df: DataFrame, variants: DataFrame, offsets: DataFrame, hw: int, majority: int
+    entry_df: DataFrame, variants: DataFrame, offsets: DataFrame, hw: int, majority: int,
+    clean_spans: DataFrame | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     """Divergence below HW, split into (committed divergence, stale tails).
 
@@ -262,8 +384,13 @@ def committed_divergence(
     KIP-320): reported as uncommitted divergence. Anything else — the same epoch with other
     bytes, a newer epoch, or agreeing again later — is a committed divergence.
     `other_replica` holds the majority entry, or (when the replica holds it) another entry.
+
+    `entry_df`, `variants` and `offsets` cover the refined offsets (see the module
+    docstring); `clean_spans` are the spans of the uniform ranges, where every holder holds
+    the majority's entry: they never differ, but a replica holding one after its first
+    difference agrees with the majority again.
     """
-    top = offsets.select("offset", "variants", F.col("top.epoch").alias("ref_epoch"),
+    top = offsets.filter(F.col("offset") == F.col("last")).select("offset", "variants", F.col("top.epoch").alias("ref_epoch"),
                          F.col("top.h").alias("ref_h"), F.col("top.votes").alias("ref_votes"))
     joined = entry_df.filter(F.col("offset") < hw).join(top, "offset")
     contested = (F.col("variants") > 1) & (F.col("ref_votes") < majority)
@@ -286,6 +413,11 @@ def committed_divergence(
             F.sum(F.when(F.col("epoch") >= F.col("ref_epoch"), 1).otherwise(0)).alias("n")
         ).collect()
     }
+    if clean_spans is not None:
+        for r in clean_spans.filter(cond & (F.col("offset") < hw)).groupBy("replica").agg(
+            F.count(F.lit(1)).alias("n")
+        ).collect():
+            not_older[r["replica"]] = not_older.get(r["replica"], 0) + int(r["n"])
     at = _other_holders(variants, starts)
     committed: dict[str, dict[str, Any]] = {}
     stale: dict[str, dict[str, Any]] = {}
@@ -313,7 +445,8 @@ def uncommitted_divergence(
     variants: DataFrame, offsets: DataFrame, hw: int
 ) -> dict[str, dict[str, Any]]:
     """First offset at or above HW where a replica's entry differs from another replica's."""
-    contested = offsets.filter((F.col("offset") >= hw) & (F.col("variants") > 1)).select("offset")
+    contested = offsets.filter((F.col("offset") >= hw) & (F.col("variants") > 1)
+                               & (F.col("offset") == F.col("last"))).select("offset")
     held = (
         variants.join(contested, "offset")
         .select("offset", "epoch", F.explode("replicas").alias("replica"))
@@ -393,12 +526,7 @@ def snapshot_findings(
     """
     findings: list[dict[str, Any]] = []
     ends = sorted({s.end_offset - 1 for s in snaps if s.end_offset > 0})
-    ref_epoch: dict[int, int] = {}
-    if ends:
-        for r in offsets.filter(F.col("offset").isin(ends)).select(
-            "offset", F.col("top.epoch").alias("e")
-        ).collect():
-            ref_epoch[int(r["offset"])] = int(r["e"])
+    ref_epoch = top_epochs_at(offsets, ends)
     by_id: dict[tuple[int, int], list[SnapshotInfo]] = {}
     for s in snaps:
         by_id.setdefault((s.end_offset, s.epoch), []).append(s)

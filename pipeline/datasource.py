@@ -51,6 +51,7 @@ space a replica with `kraft.log.preallocate.bytes` keeps ahead of its log, left 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import mmap
 import os
@@ -82,12 +83,49 @@ COLUMNS = [c.strip().split(" ")[0] for c in SCHEMA_DDL.split(",")]
 ARROW_BATCH_ROWS = 32768
 """Rows per Arrow record batch handed to Spark."""
 
+BATCH_SCHEMA_DDL = (
+    "replica string, node_id int, directory_id string, source string, file string, "
+    "snapshot_end_offset long, snapshot_epoch int, position long, "
+    "batch_base_offset long, batch_last_offset long, epoch int, timestamp long, "
+    "max_timestamp long, is_control boolean, batch_crc long, batch_size int, "
+    "batch_records int, batch_hash long, error string, data binary"
+)
+"""The schema of `option("rows", "batches")`: one row per batch, with the batch's bytes."""
+
+BATCH_COLUMNS = [c.strip().split(" ")[0] for c in BATCH_SCHEMA_DDL.split(",")]
+ARROW_BATCH_BYTES = 16 * 1024 * 1024
+"""With `rows=batches`: at most about this many bytes of `data` per Arrow record batch."""
+
 
 def schema() -> StructType:
     """The schema of `spark.read.format("kraft")` as a StructType."""
     parsed = StructType.fromDDL(SCHEMA_DDL)
     assert isinstance(parsed, StructType)
     return parsed
+
+
+def batch_schema() -> StructType:
+    """The schema of `option("rows", "batches")` as a StructType."""
+    parsed = StructType.fromDDL(BATCH_SCHEMA_DDL)
+    assert isinstance(parsed, StructType)
+    return parsed
+
+
+def _arrow_batch_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("replica", pa.string()), ("node_id", pa.int32()), ("directory_id", pa.string()),
+            ("source", pa.string()), ("file", pa.string()),
+            ("snapshot_end_offset", pa.int64()), ("snapshot_epoch", pa.int32()),
+            ("position", pa.int64()), ("batch_base_offset", pa.int64()),
+            ("batch_last_offset", pa.int64()), ("epoch", pa.int32()),
+            ("timestamp", pa.int64()), ("max_timestamp", pa.int64()), ("is_control", pa.bool_()),
+            ("batch_crc", pa.int64()), ("batch_size", pa.int32()), ("batch_records", pa.int32()),
+            ("batch_hash", pa.int64()), ("error", pa.string()), ("data", pa.binary()),
+        ]
+    )
 
 
 def _arrow_schema() -> Any:
@@ -210,15 +248,32 @@ class ColumnBuffer:
         self.counts.append(1)
         self.rows += 1
 
-    def add_batch(self, f: LogFile, batch: RecordBatch, records: list[Record]) -> None:
-        """Add one row per record of a readable batch."""
+    def take(self, f: LogFile, batch: RecordBatch) -> None:
+        """Add a CRC-valid batch: one row per record, or one error row when its records do
+        not parse."""
+        try:
+            records = _batch_records(batch)
+        except ProtocolError as exc:
+            self.add_row(_error_row(f, batch.position, batch, f"invalid_records: {exc}"))
+            return
+        self.add_batch(f, batch, records)
+
+    def add_batch(self, f: Any, batch: RecordBatch, records: list[Record],
+                  position: int | None = None) -> None:
+        """Add one row per record of a readable batch.
+
+        `f` is the LogFile (or anything with its replica, node_id, directory_id, source, path,
+        snapshot_end_offset and snapshot_epoch); `position` overrides `batch.position` (the
+        batch's byte position in its file) when the batch was parsed from a copy.
+        """
         n = len(records)
         if n == 0:
             return
         control = batch.is_control
         constants = (
             f.replica, f.node_id, f.directory_id, f.source, f.path,
-            f.snapshot_end_offset, f.snapshot_epoch, batch.position,
+            f.snapshot_end_offset, f.snapshot_epoch,
+            batch.position if position is None else position,
             batch.base_offset, batch.last_offset, None, batch.partition_leader_epoch, None,
             control, None, None, None, None, batch.crc, batch.size_in_bytes,
             batch.records_count, None,
@@ -270,7 +325,92 @@ class ColumnBuffer:
         return list(zip(*columns, strict=True))
 
 
-def scan_file(f: LogFile, buffer: ColumnBuffer, max_rows: int) -> Iterator[None]:
+class BatchBuffer:
+    """Rows of `rows=batches`: one per batch, with its header fields, a 64-bit hash and a copy
+    of its bytes (`data`), gathered until they make one Arrow record batch.
+
+    A CRC-valid batch is also checked record by record (`RecordBatch.values()`, which frames
+    every record); when its records do not parse it becomes an `invalid_records` error row.
+    """
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.columns: list[list[Any]] = [[] for _ in BATCH_COLUMNS[:-1]]
+        self.data = bytearray()
+        self.ends: list[int] = [0]
+        self.valid: list[bool] = []
+        self.rows = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of batch data buffered."""
+        return len(self.data)
+
+    def add_row(self, row: tuple[Any, ...]) -> None:
+        """Add an error row given as a tuple in the record schema's `COLUMNS` order."""
+        by_name = dict(zip(COLUMNS, row, strict=True))
+        by_name["max_timestamp"] = None
+        by_name["batch_hash"] = None
+        for i, name in enumerate(BATCH_COLUMNS[:-1]):
+            self.columns[i].append(by_name[name])
+        self.ends.append(len(self.data))
+        self.valid.append(False)
+        self.rows += 1
+
+    def take(self, f: LogFile, batch: RecordBatch) -> None:
+        """Add one CRC-valid batch (or its `invalid_records` error row)."""
+        try:
+            values = batch.values()
+            if len(values) != batch.records_count:
+                raise ProtocolError(
+                    f"record batch at byte position {batch.position} (base offset "
+                    f"{batch.base_offset}): header announces {batch.records_count} records, "
+                    f"{len(values)} found"
+                )
+        except ProtocolError as exc:
+            self.add_row(_error_row(f, batch.position, batch, f"invalid_records: {exc}"))
+            return
+        del values
+        raw = batch.raw
+        digest = int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "big",
+                                signed=True)
+        row = (
+            f.replica, f.node_id, f.directory_id, f.source, f.path, f.snapshot_end_offset,
+            f.snapshot_epoch, batch.position, batch.base_offset, batch.last_offset,
+            batch.partition_leader_epoch, batch.base_timestamp, batch.max_timestamp,
+            batch.is_control, batch.crc, batch.size_in_bytes, batch.records_count, digest, None,
+        )
+        for i, value in enumerate(row):
+            self.columns[i].append(value)
+        self.data += raw
+        del raw
+        self.ends.append(len(self.data))
+        self.valid.append(True)
+        self.rows += 1
+
+    def to_arrow(self, arrow_schema: Any) -> Any:
+        """The buffered rows as one pyarrow RecordBatch; empties the buffer."""
+        import numpy as np
+        import pyarrow as pa
+
+        n = self.rows
+        arrays = [pa.array(self.columns[i], type=field.type)
+                  for i, field in enumerate(list(arrow_schema)[:-1])]
+        offsets = np.asarray(self.ends, dtype=np.int32)
+        validity = None
+        if not all(self.valid):
+            validity = pa.array(self.valid, type=pa.bool_()).buffers()[1]
+        data = pa.Array.from_buffers(
+            pa.binary(), n, [validity, pa.py_buffer(offsets), pa.py_buffer(self.data)]
+        )
+        arrays.append(data)
+        self._reset()
+        return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+
+def scan_file(f: LogFile, buffer: Any, max_rows: int) -> Iterator[None]:
     """Decode one segment or snapshot file into `buffer`, yielding whenever it holds at least
     `max_rows` rows (the caller drains it then) and once more at the end of the file.
 
@@ -298,7 +438,7 @@ def scan_file(f: LogFile, buffer: ColumnBuffer, max_rows: int) -> Iterator[None]
 
 
 def _scan_buffer(
-    f: LogFile, view: memoryview, buffer: ColumnBuffer, max_rows: int
+    f: LogFile, view: memoryview, buffer: Any, max_rows: int
 ) -> Iterator[None]:
     pos = 0
     end = len(view)
@@ -307,16 +447,8 @@ def _scan_buffer(
         batches, tail = result.batches, result.tail
         del result
         for index in range(len(batches)):
-            batch = batches[index]
-            try:
-                records = _batch_records(batch)
-            except ProtocolError as exc:
-                buffer.add_row(_error_row(f, batch.position, batch, f"invalid_records: {exc}"))
-                continue
-            finally:
-                del batch  # hold no view into the mapping across a yield or after the scan
-            buffer.add_batch(f, batches[index], records)
-            if buffer.rows >= max_rows:
+            buffer.take(f, batches[index])
+            if buffer.rows >= max_rows or getattr(buffer, "nbytes", 0) >= ARROW_BATCH_BYTES:
                 yield None
         batches = ()  # drop the views into the mapping before it is released
         if tail is None:
@@ -376,6 +508,13 @@ def _paths_option(options: dict[str, str]) -> list[str]:
     return [p for p in (s.strip() for s in raw.split(",")) if p]
 
 
+def _batch_rows(options: dict[str, str]) -> bool:
+    rows = (options.get("rows") or "records").lower()
+    if rows not in ("records", "batches"):
+        raise ValueError(f"option rows={rows!r}: expected 'records' or 'batches'")
+    return rows == "batches"
+
+
 class KraftDataSource(DataSource):
     """The `kraft` data source: records of KRaft replica logs and snapshots (read only)."""
 
@@ -385,8 +524,8 @@ class KraftDataSource(DataSource):
         return "kraft"
 
     def schema(self) -> str:
-        """The fixed schema (`SCHEMA_DDL`)."""
-        return SCHEMA_DDL
+        """`SCHEMA_DDL`, or `BATCH_SCHEMA_DDL` with `rows=batches`."""
+        return BATCH_SCHEMA_DDL if _batch_rows(dict(self.options)) else SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A batch reader over the replica directories named by `path`/`paths`."""
@@ -401,6 +540,7 @@ class KraftReader(DataSourceReader):
         self.include_snapshots = options.get("snapshots", "true").lower() != "false"
         self.include_log = options.get("log", "true").lower() != "false"
         self.group_bytes = int(options.get("groupSmallFilesBytes", "0"))
+        self.batch_rows = _batch_rows(options)
 
     def partitions(self) -> list[InputPartition]:
         """One partition per segment and per snapshot file, largest first."""
@@ -432,11 +572,13 @@ class KraftReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """Yield pyarrow RecordBatches of about ARROW_BATCH_ROWS rows for one partition."""
         assert isinstance(partition, KraftFilePartition)
-        arrow_schema = _arrow_schema()
-        buffer = ColumnBuffer()
+        arrow_schema = _arrow_batch_schema() if self.batch_rows else _arrow_schema()
+        buffer: Any = BatchBuffer() if self.batch_rows else ColumnBuffer()
         for file in partition.files:
             for _ in scan_file(file, buffer, ARROW_BATCH_ROWS):
-                if buffer.rows >= ARROW_BATCH_ROWS:
+                if buffer.rows >= ARROW_BATCH_ROWS or (
+                    self.batch_rows and buffer.nbytes >= ARROW_BATCH_BYTES
+                ):
                     yield buffer.to_arrow(arrow_schema)
         if buffer.rows:
             yield buffer.to_arrow(arrow_schema)
@@ -445,3 +587,49 @@ class KraftReader(DataSourceReader):
 def register(spark: Any) -> None:
     """Register the `kraft` format with a SparkSession."""
     spark.dataSource.register(KraftDataSource)
+
+
+# ----------------------------------------------------------------------------- batch rows back to records
+
+
+class _FileOf:
+    """The per-file constants of a batch row, shaped like a LogFile for `ColumnBuffer`."""
+
+    __slots__ = (
+        "directory_id",
+        "node_id",
+        "path",
+        "replica",
+        "snapshot_end_offset",
+        "snapshot_epoch",
+        "source",
+    )
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        self.replica = row["replica"]
+        self.node_id = row["node_id"]
+        self.directory_id = row["directory_id"]
+        self.source = row["source"]
+        self.path = row["file"]
+        self.snapshot_end_offset = row["snapshot_end_offset"]
+        self.snapshot_epoch = row["snapshot_epoch"]
+
+
+def explode_batches(batches: Iterator[Any]) -> Iterator[Any]:
+    """`mapInArrow` function: batch rows (`rows=batches`, readable ones with `data`) to record
+    rows in the record schema (`SCHEMA_DDL`), as the record reader would have made them."""
+    arrow_schema = _arrow_schema()
+    buffer = ColumnBuffer()
+    for table in batches:
+        data = table.column("data")
+        meta = table.drop_columns(["data"]).to_pylist()
+        for i, row in enumerate(meta):
+            raw = data[i].as_py()
+            if raw is None or row["error"] is not None:
+                continue
+            batch = RecordBatch.parse(raw, 0)
+            buffer.add_batch(_FileOf(row), batch, _batch_records(batch), row["position"])
+            if buffer.rows >= ARROW_BATCH_ROWS:
+                yield buffer.to_arrow(arrow_schema)
+    if buffer.rows:
+        yield buffer.to_arrow(arrow_schema)

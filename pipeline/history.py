@@ -1,7 +1,8 @@
 """Quorum history from control records: leader epochs, leader changes, voter sets, gaps.
 
-Input is small (one row per control record and one per batch), so everything here is pandas
-on the driver. Leader changes come from LEADER_CHANGE records, voter sets from KRAFT_VOTERS
+The inputs that reach the driver are small: one row per control record, one per epoch and
+the few longest pauses; the per-batch work (`epoch_stats`, `time_gaps`) is a Spark
+aggregation over the batch table. Leader changes come from LEADER_CHANGE records, voter sets from KRAFT_VOTERS
 records in logs and snapshots. A record seen by several replicas is counted once; whether it
 is committed is decided by the consistency step (majority entry below the high watermark).
 """
@@ -13,6 +14,8 @@ import json
 from typing import Any
 
 import pandas as pd
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
 
 HOUR_MS = 3_600_000
 
@@ -49,23 +52,46 @@ def leader_changes(control: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols).sort_values(["offset", "epoch"]).reset_index(drop=True)
 
 
-def leader_epochs(changes: pd.DataFrame, ref_batches: pd.DataFrame) -> pd.DataFrame:
+def epoch_stats(ref_batches: DataFrame) -> pd.DataFrame:
+    """Per epoch of the reference replica's batch rows (Spark): first and last offset, first
+    and last timestamp, records, batches and bytes."""
+    return ref_batches.groupBy("epoch").agg(
+        F.min("batch_base_offset").alias("start_offset"),
+        F.max("batch_last_offset").alias("end_offset"),
+        F.min("timestamp").alias("start_ms"), F.max("timestamp").alias("end_ms"),
+        F.sum("batch_records").alias("records"), F.count(F.lit(1)).alias("batches"),
+        F.sum("batch_size").alias("bytes"),
+    ).toPandas()
+
+
+def time_gaps(ref_batches: DataFrame, min_time_gap_ms: int = 60_000, top: int = 10
+              ) -> list[dict[str, Any]]:
+    """The longest pauses between consecutive batches of the reference replica (Spark): at
+    least `min_time_gap_ms`, longest `top` first."""
+    w = Window.orderBy("batch_base_offset")
+    d = (ref_batches.select("batch_base_offset", "timestamp",
+                            (F.col("timestamp") - F.lag("timestamp").over(w)).alias("gap_ms"))
+         .filter(F.col("gap_ms") >= min_time_gap_ms)
+         .orderBy(F.desc("gap_ms"), "batch_base_offset").limit(top).collect())
+    return [{
+        "from": _iso(int(r["timestamp"]) - int(r["gap_ms"])), "to": _iso(r["timestamp"]),
+        "seconds": float(r["gap_ms"]) / 1000.0, "at_offset": int(r["batch_base_offset"]),
+    } for r in d]
+
+
+def leader_epochs(changes: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame:
     """One row per epoch seen in the reference replica's log: leader, offsets, time, records.
 
-    Epochs come from the batches (every batch carries its leader's epoch); the leader id comes
-    from the epoch's LEADER_CHANGE record when there is one.
+    Epochs come from the batches (every batch carries its leader's epoch: `stats` is
+    `epoch_stats`); the leader id comes from the epoch's LEADER_CHANGE record when there is
+    one.
     """
     cols = ["epoch", "leader_id", "start_offset", "end_offset", "start_time", "end_time",
             "duration_s", "records", "batches", "bytes"]
-    if ref_batches.empty:
+    if stats.empty:
         return pd.DataFrame(columns=cols)
     leaders = {int(e): lid for e, lid in zip(changes["epoch"], changes["leader_id"])}
-    g = ref_batches.groupby("epoch").agg(
-        start_offset=("batch_base_offset", "min"), end_offset=("batch_last_offset", "max"),
-        start_ms=("timestamp", "min"), end_ms=("timestamp", "max"),
-        records=("batch_records", "sum"), batches=("batch_records", "size"),
-        bytes=("batch_size", "sum"),
-    ).reset_index().sort_values("epoch")
+    g = stats.sort_values("epoch")
     rows = []
     for r in g.itertuples(index=False):
         rows.append({
@@ -123,8 +149,8 @@ def elections_per_hour(changes: pd.DataFrame) -> pd.DataFrame:
 
 
 def gaps(
-    changes: pd.DataFrame, ref_batches: pd.DataFrame, offset_holes: dict[str, list[tuple[int, int]]],
-    min_time_gap_ms: int = 60_000, top: int = 10,
+    changes: pd.DataFrame, pauses: list[dict[str, Any]],
+    offset_holes: dict[str, list[tuple[int, int]]],
 ) -> dict[str, Any]:
     """Gaps in the history.
 
@@ -132,26 +158,15 @@ def gaps(
       that produced no leader, or whose leader never wrote);
     - `offsets`: per replica, offset ranges missing inside its log;
     - `time`: the longest pauses between consecutive batches of the reference replica
-      (at least `min_time_gap_ms`, longest `top` first).
+      (`time_gaps`).
     """
     epoch_gaps = []
     epochs = sorted(set(int(e) for e in changes["epoch"])) if not changes.empty else []
     for a, b in itertools.pairwise(epochs):
         if b > a + 1:
             epoch_gaps.append({"after_epoch": a, "next_epoch": b, "skipped": b - a - 1})
-    time_gaps = []
-    if len(ref_batches) > 1:
-        ts = ref_batches.sort_values("batch_base_offset")
-        prev_ts = ts["timestamp"].shift(1)
-        d = ts.assign(gap_ms=ts["timestamp"] - prev_ts, prev_offset=ts["batch_base_offset"].shift(1))
-        d = d[d["gap_ms"] >= min_time_gap_ms].nlargest(top, "gap_ms")
-        for r in d.itertuples(index=False):
-            time_gaps.append({
-                "from": _iso(r.timestamp - r.gap_ms), "to": _iso(r.timestamp),
-                "seconds": float(r.gap_ms) / 1000.0, "at_offset": int(r.batch_base_offset),
-            })
     return {
         "epochs": epoch_gaps,
         "offsets": {k: [{"from": a, "to": b} for a, b in v] for k, v in offset_holes.items() if v},
-        "time": time_gaps,
+        "time": list(pauses),
     }

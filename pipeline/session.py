@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -23,13 +24,27 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.python.worker.reuse": "true",
+    # Batch rows carry the batch's bytes: cap the Arrow batches between the JVM and Python
+    # by size, not only by row count.
+    "spark.sql.execution.arrow.maxBytesPerBatch": str(16 * 1024 * 1024),
 }
+
+LOG4J2 = """\
+rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {path}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+"""
 
 
 def build_session(
     master: str | None = None,
     app_name: str = "kraft-audit",
     conf: dict[str, str] | None = None,
+    log_dir: str | os.PathLike[str] | None = None,
 ) -> Any:
     """Get or create the SparkSession and register the `kraft` data source on it.
 
@@ -38,6 +53,9 @@ def build_session(
     (PYSPARK_PYTHON defaults to `sys.executable`) so they import the same kraft packages; on
     a cluster, install kraft-quorum[pipeline] in the executors' image or ship it with
     `--py-files` (see docs/audit.md).
+
+    With `log_dir`, a driver JVM started here writes Spark's own log (warnings, errors with
+    their Java stack traces) to `log_dir/spark.log` instead of the terminal.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from kraft_pipeline.datasource import register
@@ -49,8 +67,21 @@ def build_session(
     if chosen.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.appName(app_name).master(chosen)
-    for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
-        if (conf and key in conf) or not existing.contains(key):
+    settings = {**DEFAULT_CONF, **(conf or {})}
+    from pyspark import SparkContext
+
+    if log_dir is not None and SparkContext._active_spark_context is None:
+        log_path = Path(log_dir).resolve() / "spark.log"
+        props = log_path.with_name("log4j2.properties")
+        props.write_text(LOG4J2.format(path=log_path))
+        option = f"-Dlog4j2.configurationFile=file:{props}"
+        key = "spark.driver.extraJavaOptions"
+        earlier = (conf or {}).get(key) or existing.get(key, None)
+        settings[key] = f"{earlier} {option}" if earlier else option
+    for key, value in settings.items():
+        if (conf and key in conf) or not existing.contains(key) or key == (
+            "spark.driver.extraJavaOptions"
+        ):
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

@@ -313,9 +313,14 @@ def write_scenario(root: Path | str, *, rounds: int = 8, batch_records: int = 20
 
 def write_large_log(
     root: Path | str, size_bytes: int, *, segment_bytes: int = 128 * 1024 * 1024,
-    batch_records: int = 100, value_bytes: int = 100,
+    batch_records: int = 100, value_bytes: int = 100, node_id: int = 1,
+    voters: Sequence[int] = (1,),
 ) -> Path:
-    """One replica (node 1) whose log holds about `size_bytes` of KV PUT batches."""
+    """One replica whose log holds about `size_bytes` of KV PUT batches.
+
+    The log is the same for every `node_id` given the same `voters` (node 1 leads epoch 1),
+    so replicas written with each voter's id agree byte for byte, as a healthy quorum's do.
+    """
     root = Path(root)
     rng = random.Random(1)
     payload = rng.randbytes(value_bytes)
@@ -323,8 +328,9 @@ def write_large_log(
 
     def batches() -> Iterable[bytes]:
         ts = T0_MS
-        lc = LeaderChangeMessage(1, (LeaderChangeVoter(1),), (LeaderChangeVoter(1),))
-        first = build_control_batch(0, 1, ts, [lc, KRaftVersionRecord(1), voters_record([1])])
+        ids = tuple(LeaderChangeVoter(v) for v in sorted(voters))
+        lc = LeaderChangeMessage(1, ids, ids[: len(ids) // 2 + 1])
+        first = build_control_batch(0, 1, ts, [lc, KRaftVersionRecord(1), voters_record(voters)])
         yield first
         offset, written = 3, len(first)
         # One encoded batch, re-based to each offset: the CRC does not cover the base offset.
@@ -334,7 +340,7 @@ def write_large_log(
             offset += batch_records
             written += len(template)
 
-    return write_replica(root, 1, batches(), segment_bytes=segment_bytes,
+    return write_replica(root, node_id, batches(), segment_bytes=segment_bytes,
                          quorum_state=QuorumStateData(1, 1, 1))
 
 

@@ -1,10 +1,12 @@
 """Workload: records and bytes over time, batch sizes, and key-space statistics.
 
 Computed on the *reference replica* (see `audit.pick_reference`) below the high watermark,
-so each committed record counts once. Time series and batch sizes come from the batch table
-(one row per batch); key statistics decode record values with the built-in KV state
-machine's codec (`kraft.statemachine.kv.decode_command`) in Spark. Records with a non-null
-Kafka record key are counted by that key too (KRaft data records normally have none).
+so each committed record counts once. Time series and batch sizes are Spark aggregations of
+the batch table (one row per batch); key statistics decode record values with the built-in
+KV state machine's codec (`kraft.statemachine.kv.decode_command`) in the Python workers,
+which reduce them to one row per key before Spark adds them up. Records with a non-null
+Kafka record key are counted by that key too (KRaft data records normally have none). Only
+the small results (time buckets, histogram bins, the top keys and totals) reach the driver.
 """
 
 from __future__ import annotations
@@ -172,4 +174,228 @@ def key_space(data_records: DataFrame, top: int = 20) -> tuple[dict[str, Any], p
         "value_len_mean": float(agg["value_len_mean"] or 0.0),
         "value_len_max": int(agg["value_len_max"] or 0),
     })
+    return stats, top_keys
+
+
+# ----------------------------------------------------------------------------- Spark versions
+
+
+def timeline_of(ref_batches: DataFrame) -> pd.DataFrame:
+    """`timeline` computed in Spark from the reference replica's batch rows."""
+    cols = ["bucket_start", "bucket_ms", "records", "bytes", "batches", "control_records"]
+    span = ref_batches.agg(F.min("timestamp").alias("lo"), F.max("timestamp").alias("hi"),
+                           F.count(F.lit(1)).alias("n")).collect()[0]
+    if not span["n"]:
+        return pd.DataFrame(columns=cols)
+    lo, hi = int(span["lo"]), int(span["hi"])
+    b = bucket_ms(hi - lo)
+    control = F.col("is_control")
+    g = (ref_batches.groupBy((F.floor(F.col("timestamp") / b) * b).cast("long").alias("bucket"))
+         .agg(F.sum(F.when(~control, F.col("batch_records")).otherwise(0)).alias("records"),
+              F.sum("batch_size").alias("bytes"), F.count(F.lit(1)).alias("batches"),
+              F.sum(F.when(control, F.col("batch_records")).otherwise(0)).alias("control_records"))
+         .toPandas().set_index("bucket"))
+    full = pd.RangeIndex(lo // b * b, hi // b * b + b, b)
+    g = g.reindex(full, fill_value=0)
+    return pd.DataFrame({
+        "bucket_start": pd.to_datetime(g.index, unit="ms", utc=True),
+        "bucket_ms": b,
+        "records": g["records"].astype("int64").values,
+        "bytes": g["bytes"].astype("int64").values,
+        "batches": g["batches"].astype("int64").values,
+        "control_records": g["control_records"].astype("int64").values,
+    })
+
+
+def batch_sizes_of(ref_batches: DataFrame) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """`batch_sizes` computed in Spark: the histogram and the stats of data batch sizes."""
+    data = ref_batches.filter(~F.col("is_control"))
+    stats: dict[str, Any] = {}
+    qs = [0.5, 0.9, 0.99]
+    row = data.agg(*[
+        e for c in ("batch_records", "batch_size") for e in (
+            F.count(c).alias(f"{c}_n"), F.min(c).alias(f"{c}_min"),
+            F.avg(c).alias(f"{c}_mean"), F.percentile(c, qs).alias(f"{c}_q"),
+            F.max(c).alias(f"{c}_max"))
+    ]).collect()[0]
+    for name, c in (("records_per_batch", "batch_records"), ("bytes_per_batch", "batch_size")):
+        if not row[f"{c}_n"]:
+            stats[name] = {}
+            continue
+        q = row[f"{c}_q"]
+        stats[name] = {"count": int(row[f"{c}_n"]), "min": float(row[f"{c}_min"]),
+                       "mean": float(row[f"{c}_mean"]), "p50": float(q[0]),
+                       "p90": float(q[1]), "p99": float(q[2]), "max": float(row[f"{c}_max"])}
+    cols = ["bytes_from", "bytes_to", "batches", "records"]
+    if not stats["bytes_per_batch"]:
+        return pd.DataFrame(columns=cols), stats
+    # power-of-two bins from 64 bytes: bin i > 0 holds sizes in [2^(i+5), 2^(i+6))
+    size = F.col("batch_size")
+    hist = (data.groupBy(F.when(size < 64, 0).otherwise(F.floor(F.log2(size)) - 5)
+                         .cast("int").alias("bin"))
+            .agg(F.count(F.lit(1)).alias("batches"), F.sum("batch_records").alias("records"))
+            .orderBy("bin").toPandas())
+    hist["bytes_from"] = [int(2 ** (i + 5)) if i > 0 else 0 for i in hist["bin"]]
+    hist["bytes_to"] = [int(2 ** (i + 6)) for i in hist["bin"]]
+    hist["records"] = hist["records"].astype("int64")
+    return hist[cols], stats
+
+
+KEY_PARTIALS = (
+    "k string, op string, writes long, deletes long, last_offset long, last_op string, "
+    "key_len int, vlen_sum long, vlen_n long, vlen_max int"
+)
+"""Rows of `_key_partials`: per key (`op` null) or per operation (`k` null), partial sums."""
+MAX_KEYS_PER_PARTIAL = 200_000
+"""A Python worker hands its per-key sums to Spark whenever it holds this many keys."""
+
+
+def _key_partials(batches: Any, hw: int, codec: bool) -> Any:
+    """`mapInArrow` body: decode the records of reference batch rows below `hw` and reduce
+    them to per-key and per-operation partial sums."""
+    import pyarrow as pa
+
+    from kraft.records.batch import RecordBatch
+
+    decode: Any = None
+    error: Any = Exception
+    if codec:
+        from kraft.statemachine.kv import CommandError, decode_command
+        decode, error = decode_command, CommandError
+    schema = pa.schema([("k", pa.string()), ("op", pa.string()), ("writes", pa.int64()),
+                        ("deletes", pa.int64()), ("last_offset", pa.int64()),
+                        ("last_op", pa.string()), ("key_len", pa.int32()),
+                        ("vlen_sum", pa.int64()), ("vlen_n", pa.int64()),
+                        ("vlen_max", pa.int32())])
+    keys: dict[str, list[Any]] = {}  # k -> [writes, deletes, last_offset, last_op, vsum, vn, vmax]
+    ops: dict[str, int] = {}
+
+    def flush() -> Any:
+        rows = [(k, None, v[0], v[1], v[2], v[3], len(k), v[4], v[5], v[6])
+                for k, v in keys.items()]
+        rows += [(None, op, n, 0, None, None, None, 0, 0, None) for op, n in ops.items()]
+        keys.clear()
+        ops.clear()
+        return pa.RecordBatch.from_pylist(
+            [dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema)
+
+    for table in batches:
+        bases = table.column("batch_base_offset").to_pylist()
+        lasts = table.column("batch_last_offset").to_pylist()
+        data = table.column("data")
+        for i in range(table.num_rows):
+            batch = RecordBatch.parse(data[i].as_py(), 0)
+            base, last = bases[i], lasts[i]
+            if batch.records_count == last - base + 1:
+                values = batch.values()
+                offsets: Any = range(base, base + len(values))
+                record_keys: Any = None
+            else:
+                records = list(batch.records())
+                values = [r.value for r in records]
+                offsets = [r.offset for r in records]
+                record_keys = [r.key for r in records]
+            for j, value in enumerate(values):
+                offset = offsets[j]
+                if offset >= hw:
+                    break
+                op: str | None = None
+                k: str | None = None
+                vlen: int | None = None
+                if not codec:
+                    vlen = None if value is None else len(value)
+                elif value is None:
+                    op = None
+                else:
+                    try:
+                        cmd = decode(bytes(value))
+                    except error:
+                        op = "INVALID"
+                    else:
+                        op = _OPS.get(cmd.op, str(cmd.op))
+                        if cmd.op != 4:
+                            k = cmd.key
+                        vlen = len(cmd.value) if cmd.value is not None else None
+                name = op or "unknown"
+                ops[name] = ops.get(name, 0) + 1
+                if k is None:
+                    if record_keys is None:
+                        record_keys = [r.key for r in batch.records()]
+                    raw_key = record_keys[j]
+                    if raw_key is None:
+                        continue
+                    k = bytes(raw_key).decode("utf-8", "replace")
+                entry = keys.get(k)
+                if entry is None:
+                    entry = keys[k] = [0, 0, -1, None, 0, 0, None]
+                entry[0] += 1
+                if op == "DELETE":
+                    entry[1] += 1
+                if offset > entry[2]:
+                    entry[2] = offset
+                    entry[3] = op
+                if vlen is not None:
+                    entry[4] += vlen
+                    entry[5] += 1
+                    if entry[6] is None or vlen > entry[6]:
+                        entry[6] = vlen
+            if len(keys) >= MAX_KEYS_PER_PARTIAL:
+                yield flush()
+    if keys or ops:
+        yield flush()
+
+
+def key_space_of(ref_batches: DataFrame, hw: int | None, scratch: str, top: int = 20
+                 ) -> tuple[dict[str, Any], pd.DataFrame]:
+    """`key_space` of the reference replica's data batch rows (with `data`) below `hw`.
+
+    The records are decoded once: the per-key partial sums go to Parquet at `scratch`, and
+    the totals, the live keys and the top keys are read from there.
+    """
+    codec = kv_available()
+    limit = hw if hw is not None else (1 << 62)
+    rows = ref_batches.filter(~F.col("is_control") & (F.col("batch_base_offset") < limit)).select(
+        "batch_base_offset", "batch_last_offset", "data")
+
+    def partials(it: Any) -> Any:
+        return _key_partials(it, limit, codec)
+
+    spark = ref_batches.sparkSession
+    rows.mapInArrow(partials, KEY_PARTIALS).write.mode("overwrite").parquet(scratch)
+    parts = spark.read.parquet(scratch)
+    ops = {r["op"]: int(r["n"]) for r in parts.filter(F.col("k").isNull()).groupBy("op")
+           .agg(F.sum("writes").alias("n")).collect()}
+    per_key = parts.filter(F.col("k").isNotNull()).groupBy("k").agg(
+        F.sum("writes").alias("writes"), F.sum("deletes").alias("deletes"),
+        F.max("last_offset").alias("last_offset"),
+        F.max_by("last_op", "last_offset").alias("last_op"),
+        F.first("key_len").alias("key_len"), F.sum("vlen_sum").alias("vlen_sum"),
+        F.sum("vlen_n").alias("vlen_n"), F.max("vlen_max").alias("vlen_max"),
+    )
+    agg = per_key.agg(
+        F.count(F.lit(1)).alias("distinct_keys"),
+        F.sum("writes").alias("keyed_records"),
+        F.sum(F.col("key_len") * F.col("writes")).alias("key_len_sum"),
+        F.max("key_len").alias("key_len_max"),
+        F.sum("vlen_sum").alias("vlen_sum"), F.sum("vlen_n").alias("vlen_n"),
+        F.max("vlen_max").alias("value_len_max"),
+        F.sum(F.when(F.col("last_op").isNotNull() & (F.col("last_op") != "DELETE"), 1)
+              .otherwise(0)).alias("live"),
+    ).collect()[0]
+    top_keys = (per_key.orderBy(F.desc("writes"), "k").limit(top)
+                .select(F.col("k").alias("key"), "writes", "deletes", "last_offset")
+                .toPandas())
+    keyed = int(agg["keyed_records"] or 0)
+    stats: dict[str, Any] = {
+        "codec": "kraft.statemachine.kv" if codec else "none",
+        "records": int(sum(ops.values())), "ops": ops,
+        "distinct_keys": int(agg["distinct_keys"] or 0),
+        "keyed_records": keyed,
+        "live_keys_at_high_watermark": int(agg["live"] or 0) if codec else None,
+        "key_len_mean": float(agg["key_len_sum"] or 0) / keyed if keyed else 0.0,
+        "key_len_max": int(agg["key_len_max"] or 0),
+        "value_len_mean": (float(agg["vlen_sum"]) / int(agg["vlen_n"])
+                           if agg["vlen_n"] else 0.0),
+        "value_len_max": int(agg["value_len_max"] or 0),
+    }
     return stats, top_keys

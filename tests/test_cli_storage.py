@@ -67,7 +67,7 @@ def test_format_standalone_then_refuse_then_ignore(
         (["-t", CLUSTER, "-s", "-N"], "", "not allowed with argument"),
         (["-t", CLUSTER, "-I", "1@h:9093"], "", "expected id@host:port:directoryId"),
         (["-t", CLUSTER, "-s"], "node.id=\\u00zz\n", "server.properties:8: malformed"),
-        (["-t", CLUSTER, "-s"], "node.id=one\n", "node.id 'one' is not an integer"),
+        (["-t", CLUSTER, "-s"], "node.id=one\n", "node.id='one': not an integer"),
         (["-t", CLUSTER, "-s", "-r", "3.0"], "", "unknown release version"),
         (["-t", CLUSTER, "-s", "-r", "3.8-IV0"], "",
          "kraft.version could not be set to 1 because it depends on metadata.version level 21"),

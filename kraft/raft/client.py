@@ -45,6 +45,7 @@ from kraft.raft.effects import (
     Effect,
     FetchAdopted,
     InstallSnapshot,
+    MeasureRetention,
     PersistQuorumState,
     SendApiVersions,
     SendFetchResponse,
@@ -65,6 +66,7 @@ from kraft.raft.events import (
     RequestFailed,
     RequestReceived,
     ResponseReceived,
+    RetentionMeasured,
     Shutdown,
     SnapshotCreated,
     SnapshotInstalled,
@@ -115,6 +117,7 @@ from kraft.raft.messages import (
 )
 from kraft.raft.quorum import VoteResult, majority_size, vote_result
 from kraft.raft.records import kraft_version_record, leader_change, scan_control, voters_record
+from kraft.raft.retention import RetainedSnapshot, follower_log_start, retention_log_start
 from kraft.raft.state import (
     CandidateState,
     FollowerState,
@@ -195,6 +198,7 @@ class RaftCore:
         self._snapshot_started_ms = now_ms
         self._bytes_since_snapshot = 0
         self._last_snapshot_ms = now_ms
+        self._retention_at = now_ms + config.retention_check_interval_ms
         self._shutting_down = False
         self._bootstrap_index = 0
         self.state: State = UnattachedState(0)
@@ -271,6 +275,9 @@ class RaftCore:
         elif t is SnapshotInstalled:
             assert isinstance(event, SnapshotInstalled)
             self._on_snapshot_installed(event)
+        elif t is RetentionMeasured:
+            assert isinstance(event, RetentionMeasured)
+            self._on_retention_measured(event)
         elif t is SnapshotInstallFailed:
             assert isinstance(event, SnapshotInstallFailed)
             self._on_snapshot_install_failed(event.snapshot_id)
@@ -310,6 +317,8 @@ class RaftCore:
         # the steady states first
         if isinstance(s, LeaderState):
             times.append(s.check_quorum_deadline)
+            if len(self.log.snapshots) > 1:  # the retention rule only deletes with two
+                times.append(self._retention_at)
             if self._begin_quorum_due(s):
                 times.append(s.begin_quorum_resend_at)
             times.extend(p.deadline for p in s.parked)
@@ -798,6 +807,11 @@ class RaftCore:
 
     def _leader_timers(self, s: LeaderState) -> None:
         now = self._now
+        if self._retention_at <= now and len(self.log.snapshots) > 1:
+            # Kafka's periodic cleaner: the runtime measures the log, `_on_retention_measured`
+            # decides what goes (with a single snapshot nothing can)
+            self._retention_at = now + self.config.retention_check_interval_ms
+            self._out.append(MeasureRetention())
         if s.parked:
             due = [p for p in s.parked if p.deadline <= now]
             if due:
@@ -943,7 +957,7 @@ class RaftCore:
                                 current_leader_epoch=s.epoch,
                                 snapshot_id=s.download.snapshot_id,
                                 position=s.download.position,
-                                max_bytes=self.config.max_fetch_bytes,
+                                max_bytes=self.config.fetch_snapshot_max_bytes,
                             ),
                         )
                 elif self.log.persisted_end >= self.log.end_offset:
@@ -1429,6 +1443,7 @@ class RaftCore:
                 err = ErrorCode.NONE
                 size = known
                 key = ReplicaKey(req.replica_id, req.replica_directory_id)
+                s.snapshot_reads[key] = (req.snapshot_id, self._now)
                 p = s.progress_for(key)
                 p.last_fetch_ms = self._now
                 if self._voters().is_voter(key):
@@ -1853,6 +1868,9 @@ class RaftCore:
             new = min(resp.high_watermark, self.log.end_offset)
             if self.high_watermark is None or new > self.high_watermark:
                 self._set_hw(new)
+        if resp.log_start_offset > s.leader_log_start:
+            s.leader_log_start = resp.log_start_offset
+            self._follow_leader_log_start(s)
 
     def _on_follower_lane_report(self, ev: FollowerLaneReport) -> None:
         """The follower lane's work since it was armed (or last reported), taken as the
@@ -2193,11 +2211,59 @@ class RaftCore:
             return
         self.log.snapshots[sid] = size
         logger.info("raft snapshot created node=%s snapshot=%s size=%s", self.key.id, sid, size)
-        if self.config.delete_log_after_snapshot and sid.offset > self.log.start_offset:
-            hw = self.high_watermark if self.high_watermark is not None else 0
-            if sid.offset <= hw:
-                self.log.advance_start(sid.offset)
-                self._out.append(AdvanceLogStart(sid.offset))
-                for old in [x for x in self.log.snapshots if x.offset < self.log.start_offset]:
-                    del self.log.snapshots[old]
-                    self._out.append(DeleteSnapshot(old))
+        # The leader's log start waits for its retention check (`_on_retention_measured`); a
+        # follower's may now reach the leader's.
+        s = self.state
+        if isinstance(s, FollowerState):
+            self._follow_leader_log_start(s)
+
+    # ---------------------------------------------------------------- retention (KIP-630)
+
+    def _on_retention_measured(self, ev: RetentionMeasured) -> None:
+        """The leader's retention check (`kraft.raft.retention`): delete the snapshots, and the
+        log below them, that metadata.max.retention.bytes / .ms no longer keep, except one a
+        FetchSnapshot is still reading."""
+        s = self.state
+        if not isinstance(s, LeaderState):
+            return  # a follower's log start follows its leader's instead
+        window = self.config.fetch_timeout_ms
+        for key in [k for k, (_, at) in s.snapshot_reads.items() if self._now - at >= window]:
+            del s.snapshot_reads[key]
+        times = dict(ev.snapshot_timestamps)
+        target = retention_log_start(
+            (RetainedSnapshot(sid, size, times.get(sid)) for sid, size in self.log.snapshots.items()),
+            self.log.start_offset,
+            ev.log_segments,
+            self._now,
+            self.config.retention_max_bytes,
+            self.config.retention_max_ms,
+            {sid for sid, _ in s.snapshot_reads.values()},
+        )
+        if target is not None:
+            self._move_log_start(target, "retention")
+
+    def _follow_leader_log_start(self, s: FollowerState) -> None:
+        """KIP-630: a follower's log start is min(the leader's log start, its own latest
+        snapshot), at one of its own snapshots."""
+        hw = self.high_watermark
+        if hw is None or s.leader_log_start <= self.log.start_offset:
+            return
+        target = follower_log_start(self.log.snapshots, self.log.start_offset,
+                                    s.leader_log_start, hw)
+        if target is not None:
+            self._move_log_start(target, "leader log start")
+
+    def _move_log_start(self, sid: OffsetAndEpoch, why: str) -> None:
+        """Start the log at the end of snapshot `sid` (at or below the high watermark) and
+        delete every older snapshot."""
+        hw = self.high_watermark if self.high_watermark is not None else 0
+        if not self.log.start_offset < sid.offset <= min(hw, self.log.end_offset):
+            return
+        self.log.advance_start(sid.offset)
+        self._out.append(AdvanceLogStart(sid.offset))
+        gone = sorted(x for x in self.log.snapshots if x.offset < sid.offset)
+        for old in gone:
+            del self.log.snapshots[old]
+            self._out.append(DeleteSnapshot(old))
+        logger.info("raft log start moved node=%s log_start=%s snapshot=%s deleted=%s why=%s",
+                    self.key.id, sid.offset, sid, [str(x) for x in gone], why)

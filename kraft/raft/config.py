@@ -21,11 +21,14 @@ class RaftConfig:
     Fields: `listeners` are this replica's endpoints (published in Begin/EndQuorumEpoch, Add/
     UpdateRaftVoter); the timeouts are Kafka's `controller.quorum.*` settings (election timeout
     randomized in [T, 2T), check-quorum = 1.5 x fetch timeout); `max_fetch_wait_ms` is the
-    Fetch MaxWaitMs; `auto_join` is controller.quorum.auto.join.enable;
+    Fetch MaxWaitMs; `fetch_snapshot_max_bytes` is FetchSnapshot's MaxBytes (Kafka 4.2's
+    controller.quorum.fetch.snapshot.max.bytes, KIP-1219); `auto_join` is controller.quorum.auto.join.enable;
     `snapshot_max_bytes_between` / `snapshot_interval_ms` are
     metadata.log.max.record.bytes.between.snapshots / metadata.log.max.snapshot.interval.ms (0
-    disables the time trigger); `delete_log_after_snapshot` moves the log start up to each new
-    snapshot (lagging replicas then catch up with FetchSnapshot); `update_voter_period_ms` paces
+    disables the time trigger); `retention_max_bytes` / `retention_max_ms` are
+    metadata.max.retention.bytes / metadata.max.retention.ms (negative: no limit), the
+    leader's rule for deleting old snapshots and the log below them (`kraft.raft.retention`),
+    checked every `retention_check_interval_ms` (Kafka's fixed 60 s); `update_voter_period_ms` paces
     UpdateRaftVoter / auto-join retries (Kafka: 3 x fetch timeout); `hw_linger_ms` (0: off)
     lets a leader whose writes stream in (each within that long of the last commit) hold a
     parked fetch that only a new high watermark would complete (KIP-1166) for up to that long,
@@ -44,11 +47,14 @@ class RaftConfig:
     retry_backoff_ms: int = 20
     max_fetch_wait_ms: int = 500
     max_fetch_bytes: int = 8 * 1024 * 1024
+    fetch_snapshot_max_bytes: int = 8 * 1024 * 1024
     auto_join: bool = False
     kraft_version_range: KRaftVersionRange = field(default_factory=lambda: KRaftVersionRange(0, 1))
     snapshot_max_bytes_between: int = 20 * 1024 * 1024
     snapshot_interval_ms: int = 3_600_000
-    delete_log_after_snapshot: bool = True
+    retention_max_bytes: int = 104_857_600
+    retention_max_ms: int = 604_800_000
+    retention_check_interval_ms: int = 60_000
     update_voter_period_ms: int = 6000
     hw_linger_ms: int = 0
 

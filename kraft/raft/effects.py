@@ -211,9 +211,18 @@ class AdvanceLogStart:
 @fast_init
 @dataclass(frozen=True, slots=True)
 class DeleteSnapshot:
-    """Delete the snapshot file `snapshot_id` (older than the log start)."""
+    """Delete the snapshot file `snapshot_id` (older than the log start). The core no longer
+    serves it; the runtime may keep the file, renamed `.checkpoint.deleted`, for a while
+    (Kafka: file.delete.delay.ms, 60 s) before removing it."""
 
     snapshot_id: OffsetAndEpoch
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class MeasureRetention:
+    """Measure what the retention rule needs and answer `RetentionMeasured`: the log's
+    segment sizes and each snapshot's LastContainedLogTimestamp."""
 
 
 @fast_init
@@ -282,6 +291,7 @@ Effect = (
     | CreateSnapshot
     | AdvanceLogStart
     | DeleteSnapshot
+    | MeasureRetention
     | WriteSnapshotChunk
     | InstallSnapshot
     | AbortSnapshotDownload

@@ -106,6 +106,20 @@ class SnapshotCreated:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
+class RetentionMeasured:
+    """The runtime's answer to `MeasureRetention`.
+
+    `log_segments`: (base offset, bytes) of each log segment, oldest first;
+    `snapshot_timestamps`: (snapshot id, its SnapshotHeader's LastContainedLogTimestamp) for
+    the snapshots the runtime could read (one missing here is never deleted for its age).
+    """
+
+    log_segments: tuple[tuple[int, int], ...]
+    snapshot_timestamps: tuple[tuple[OffsetAndEpoch, int], ...] = ()
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
 class SnapshotInstalled:
     """A downloaded snapshot was validated and installed; the log now starts at its end.
 
@@ -245,6 +259,7 @@ Event = (
     | Persisted
     | SnapshotRequested
     | SnapshotCreated
+    | RetentionMeasured
     | SnapshotInstalled
     | SnapshotInstallFailed
     | ApiVersionsReceived

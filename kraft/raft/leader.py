@@ -6,7 +6,13 @@ import enum
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from kraft.raft.messages import Endpoint, FetchRequest, KRaftVersionRange, ReplicaKey
+from kraft.raft.messages import (
+    Endpoint,
+    FetchRequest,
+    KRaftVersionRange,
+    OffsetAndEpoch,
+    ReplicaKey,
+)
 from kraft.raft.quorum import majority_offset, next_high_watermark
 from kraft.raft.state import Role
 from kraft.raft.voters import VoterNode, VoterSet
@@ -110,6 +116,9 @@ class LeaderState:
     voted: ReplicaKey | None = None
     hw_advanced_at: int = -(1 << 62)
     """When the high watermark last moved (ms)."""
+    snapshot_reads: dict[ReplicaKey, tuple[OffsetAndEpoch, int]] = field(default_factory=dict)
+    """The snapshot each replica last read with FetchSnapshot, and when (ms): the retention
+    rule keeps a snapshot read within the fetch timeout (a download in progress)."""
     writes_streaming: bool = False
     """The latest append came within `hw_linger_ms` of the high watermark's last move: the
     next move's answers to parked fetches wait for the next append (`RaftCore._hold_for_records`)."""

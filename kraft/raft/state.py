@@ -132,6 +132,9 @@ class FollowerState:
     """The same, refused because the asker's log is shorter than this replica's: it skips
     its turn after a refused connection as well, and ends a turn already being waited."""
     download: SnapshotDownload | None = None
+    leader_log_start: int = 0
+    """The LogStartOffset of the leader's latest answer: this replica's log start follows it
+    (KIP-630, `kraft.raft.retention.follower_log_start`)."""
     update_voter_done: bool = False
     registered: bool = False
     """An observer: this leader took its ControllerRegistration (its kraft.version range)."""

@@ -126,7 +126,7 @@ from kraft.storage.errors import OffsetOutOfRangeError, StorageError
 from kraft.storage.layout import BOOTSTRAP_CHECKPOINT, SnapshotId
 from kraft.storage.loader import MetadataDir, open_metadata_dir
 from kraft.storage.quorum_state import QuorumStateData as StoredQuorumState
-from kraft.storage.snapshot_load import SnapshotStream
+from kraft.storage.snapshot_load import SnapshotStream, read_snapshot_control
 from kraft.storage.snapshots import SnapshotChunkReader, SnapshotWriter, iter_snapshot_values
 from kraft.storage.sync_engine import SyncEngine, open_engine
 
@@ -166,6 +166,9 @@ its own TimeoutMs plus 5 s when longer)."""
 INLINE_FLUSH_EVERY = 64
 """Inline flush mode: fsync after at most this many events handled since an append, even
 while more keep queueing (a busy leader's own durable offset still moves)."""
+SNAPSHOT_DELETE_DELAY_S = 60.0
+"""A deleted snapshot stays as `.checkpoint.deleted` this long before it is removed (Kafka's
+file.delete.delay.ms for the metadata log, 60 s)."""
 EARLY_FLUSH_MAX_RECORDS = 16
 """`kraft.log.flush.mode=auto`: a leader's append of at most this many records is fsynced by
 the flusher thread as soon as it is written (see `_execute`)."""
@@ -175,7 +178,7 @@ _APPLY_LATER_OK: Final = frozenset({
     fx.SendRequest, fx.SendResponse, fx.SendFetchResponse, fx.SendFetchSnapshotResponse,
     fx.AppendRecords, fx.AppendControl, fx.AppendFetched, fx.Committed, fx.AppendAccepted,
     fx.AppendCommitted, fx.CreateSnapshot, fx.AdvanceLogStart, fx.DeleteSnapshot,
-    fx.WriteSnapshotChunk, fx.SendApiVersions, fx.FetchAdopted,
+    fx.WriteSnapshotChunk, fx.SendApiVersions, fx.FetchAdopted, fx.MeasureRetention,
 })
 """Effects the core loop executes while committed records still wait to be applied (a
 snapshot is taken, and the log's start moved, only after applying exactly up to their
@@ -377,6 +380,8 @@ class KraftNode:
         self._uncommitted_appends: set[int] = set()
         self._barrier: asyncio.Future[object] | None = None
         self._snapshot_readers: dict[m.OffsetAndEpoch, SnapshotChunkReader] = {}
+        self._snapshot_times: dict[m.OffsetAndEpoch, int] = {}
+        """Each snapshot's LastContainedLogTimestamp, for the retention check."""
         self._downloads: dict[m.OffsetAndEpoch, SnapshotWriter] = {}
         # FetchSnapshot chunks are written, frozen and aborted in order on one thread, so the
         # loop goes on receiving the next chunk while the previous one reaches the disk
@@ -479,6 +484,10 @@ class KraftNode:
             auto_join=cfg.auto_join_enable,
             snapshot_max_bytes_between=cfg.snapshot_max_bytes_between,
             snapshot_interval_ms=cfg.snapshot_interval_ms,
+            fetch_snapshot_max_bytes=cfg.fetch_snapshot_max_bytes,
+            retention_max_bytes=cfg.retention_max_bytes,
+            retention_max_ms=cfg.retention_max_ms,
+            retention_check_interval_ms=cfg.retention_check_interval_ms,
             update_voter_period_ms=3 * cfg.fetch_timeout_ms,
             hw_linger_ms=cfg.hw_linger_ms,
         )
@@ -906,10 +915,9 @@ class KraftNode:
                 md.log.advance_log_start_offset(e.offset)
             elif t is fx.DeleteSnapshot:
                 assert isinstance(e, fx.DeleteSnapshot)
-                served = self._snapshot_readers.pop(e.snapshot_id, None)
-                if served is not None:
-                    served.close()
-                md.snapshots.delete(SnapshotId(e.snapshot_id.offset, e.snapshot_id.epoch))
+                self._delete_snapshot(e.snapshot_id)
+            elif t is fx.MeasureRetention:
+                self._enqueue(self._measure_retention())
             elif t is fx.WriteSnapshotChunk:
                 assert isinstance(e, fx.WriteSnapshotChunk)
                 writer = self._downloads.get(e.snapshot_id)
@@ -1119,6 +1127,50 @@ class KraftNode:
         except StorageError:
             return b""
 
+    def _delete_snapshot(self, sid: m.OffsetAndEpoch) -> None:
+        """As Kafka: renamed `.checkpoint.deleted` at once (no longer served, and gone at the
+        next start if the node stops first), removed SNAPSHOT_DELETE_DELAY_S later."""
+        md = self.md
+        assert md is not None
+        self._snapshot_times.pop(sid, None)
+        served = self._snapshot_readers.pop(sid, None)
+        snapshot_id = SnapshotId(sid.offset, sid.epoch)
+        if not md.snapshots.mark_deleted(snapshot_id):
+            if served is not None:
+                served.close()
+            return
+        store = md.snapshots
+
+        def remove() -> None:
+            if served is not None:
+                served.close()
+            store.remove_marked(snapshot_id)
+
+        assert self._loop is not None
+        self._loop.call_later(SNAPSHOT_DELETE_DELAY_S, remove)
+
+    def _measure_retention(self) -> ev.RetentionMeasured:
+        """What the leader's retention check needs: the segments' sizes and each snapshot's
+        LastContainedLogTimestamp (read from its header once, then remembered)."""
+        md = self.md
+        assert md is not None and self.core is not None
+        times: list[tuple[m.OffsetAndEpoch, int]] = []
+        for sid in self.core.log.snapshots:
+            ts = self._snapshot_times.get(sid)
+            if ts is None:
+                snapshot_id = SnapshotId(sid.offset, sid.epoch)
+                try:
+                    header = read_snapshot_control(md.snapshots.path(snapshot_id), snapshot_id)
+                except (StorageError, OSError) as exc:
+                    log.warning("event=snapshot_header_unreadable replica=%d snapshot=%s "
+                                "error=%r", self.config.node_id, sid, str(exc))
+                    continue
+                ts = header.header.last_contained_log_timestamp
+                self._snapshot_times[sid] = ts
+            times.append((sid, ts))
+        segments = tuple((seg.base_offset, seg.size) for seg in md.log.segments)
+        return ev.RetentionMeasured(segments, tuple(times))
+
     def _create_snapshot(self, e: fx.CreateSnapshot) -> None:
         """Capture the state now (it must be exactly at the snapshot's end offset) and write
         the file on an executor thread; `SnapshotCreated` follows."""
@@ -1159,6 +1211,7 @@ class KraftNode:
         self._m_snapshot_size.set(size)
         log.info("event=snapshot_created replica=%d epoch=%d offset=%d bytes=%d records=%d",
                  self.config.node_id, sid.epoch, sid.offset, size, len(values))
+        self._snapshot_times[sid] = last_ts
         self._enqueue(ev.SnapshotCreated(sid, size))
 
     async def _install_snapshot(self, sid: m.OffsetAndEpoch) -> None:

@@ -37,6 +37,7 @@ from kraft.raft.effects import (
     Effect,
     FetchAdopted,
     InstallSnapshot,
+    MeasureRetention,
     PersistQuorumState,
     SendApiVersions,
     SendFetchResponse,
@@ -55,6 +56,7 @@ from kraft.raft.events import (
     RequestFailed,
     RequestReceived,
     ResponseReceived,
+    RetentionMeasured,
     Shutdown,
     SnapshotCreated,
     SnapshotInstalled,
@@ -116,8 +118,18 @@ class SimParams:
     """Records between automatic snapshots; None picks by seed."""
     auto_join: bool | None = None
     """controller.quorum.auto.join.enable; None = on for dynamic quorums."""
-    delete_log_after_snapshot: bool | None = None
-    """Move the log start up to each snapshot; None picks by seed (mostly yes)."""
+    retention_bytes: int | None = None
+    """metadata.max.retention.bytes of every replica (`kraft.raft.retention`); None picks by
+    seed: 0 for three seeds in four (each retention check deletes every snapshot but the
+    latest, with the log below it, unless a FetchSnapshot is reading it), else -1 (no limit)."""
+    retention_check_ms: int = 1000
+    """How often a leader runs its retention check (Kafka: every 60 s)."""
+    snapshot_pad_bytes: int = 0
+    """Bytes added to every snapshot file, for a snapshot that takes many FetchSnapshot
+    round trips to download (`fetch_snapshot_bytes` at a time)."""
+    fetch_snapshot_bytes: int = 96
+    """FetchSnapshot's MaxBytes (`fetch_snapshot_max_bytes`), also given as Fetch's MaxBytes
+    (which the simulator's reads do not use: `fetch_batch_entries` bounds them)."""
     connections: bool | None = None
     """Model what TCP tells a real runtime: a request to a crashed replica is refused
     (`RequestFailed(unreachable=True)`), and a crash fails the requests in flight to it
@@ -275,11 +287,10 @@ class Simulation:
         snap_every = self.rng.choice([15, 40, 1 << 40])
         if p.snapshot_every is not None:
             snap_every = p.snapshot_every
-        self.delete_log = (
-            self.rng.random() < 0.75
-            if p.delete_log_after_snapshot is None
-            else p.delete_log_after_snapshot
-        )
+        if p.retention_bytes is None:
+            self.retention_bytes = 0 if self.rng.random() < 0.75 else -1
+        else:
+            self.retention_bytes = p.retention_bytes
         for i in ids:
             d = disks[i]
             if self.dynamic and i <= p.nodes:
@@ -310,12 +321,15 @@ class Simulation:
             request_timeout_ms=800,
             retry_backoff_ms=20,
             max_fetch_wait_ms=200,
-            max_fetch_bytes=96,
+            max_fetch_bytes=self.params.fetch_snapshot_bytes,
+            fetch_snapshot_max_bytes=self.params.fetch_snapshot_bytes,
             auto_join=self.dynamic if self.params.auto_join is None else self.params.auto_join,
             snapshot_max_bytes_between=snap_every,
             snapshot_interval_ms=0,
             update_voter_period_ms=2000,
-            delete_log_after_snapshot=self.delete_log,
+            retention_max_bytes=self.retention_bytes,
+            retention_max_ms=-1,
+            retention_check_interval_ms=self.params.retention_check_ms,
             hw_linger_ms=self.hw_linger_ms,
         )
 
@@ -748,7 +762,8 @@ class Simulation:
                 if n.applied_to != sid.offset or chain is None:
                     inv.fail("runtime", f"node {nid} snapshot {sid} but applied {n.applied_to}")
                 assert chain is not None
-                snap = SimSnapshot(sid, chain, e.voters, e.kraft_version)
+                snap = SimSnapshot(sid, chain, e.voters, e.kraft_version,
+                                   pad=self.params.snapshot_pad_bytes)
                 disk.snapshots[sid] = snap
                 self._trace(nid, "snapshot", sid)
                 self._count("snapshots")
@@ -759,7 +774,12 @@ class Simulation:
                 disk.advance_start(e.offset)
             elif t is DeleteSnapshot:
                 assert isinstance(e, DeleteSnapshot)
+                self._trace(nid, "delete-snapshot", e.snapshot_id)
                 disk.snapshots.pop(e.snapshot_id, None)
+            elif t is MeasureRetention:
+                # the log's bytes counted as one per record (the clients' records are one
+                # value each); no timestamps: metadata.max.retention.ms is off here
+                n.immediate.append(RetentionMeasured(((disk.start_offset, len(disk.entries)),)))
             elif t is WriteSnapshotChunk:
                 assert isinstance(e, WriteSnapshotChunk)
                 part = n.partials.setdefault(e.snapshot_id, bytearray())

@@ -42,12 +42,16 @@ class SimSnapshot:
     voters: VoterSet | None
     kraft_version: int
     data: bytes = field(default=b"", compare=False, repr=False)
+    pad: int = field(default=0, compare=False, repr=False)
+    """Filler bytes in the file (a large snapshot: many FetchSnapshot chunks)."""
 
     def __post_init__(self) -> None:
         if not self.data:
             # The file's bytes (the simulator's own format), made once: chunks are cut from it.
-            payload = (self.snapshot_id.offset, self.snapshot_id.epoch, self.chain, self.voters,
-                       self.kraft_version)
+            payload: tuple[object, ...] = (self.snapshot_id.offset, self.snapshot_id.epoch,
+                                           self.chain, self.voters, self.kraft_version)
+            if self.pad:
+                payload += (bytes(self.pad),)
             object.__setattr__(self, "data", pickle.dumps(payload))
 
     def to_bytes(self) -> bytes:
@@ -57,8 +61,10 @@ class SimSnapshot:
     @staticmethod
     def from_bytes(data: bytes) -> SimSnapshot:
         """Parse a snapshot file written by `to_bytes`; raises on corrupt data."""
-        offset, epoch, chain, voters, version = pickle.loads(data)
-        return SimSnapshot(OffsetAndEpoch(epoch, offset), chain, voters, version, bytes(data))
+        offset, epoch, chain, voters, version, *filler = pickle.loads(data)
+        pad = len(filler[0]) if filler else 0
+        return SimSnapshot(OffsetAndEpoch(epoch, offset), chain, voters, version, bytes(data),
+                           pad)
 
 
 @dataclass(slots=True)

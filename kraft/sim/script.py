@@ -9,6 +9,10 @@ up as a diff. Targets are node ids or the words `leader` (the current leader) an
 Commands:
 
     cluster voters=3 [spares=1] [static] [auto-join] [keep-log] [seed=7] [snapshot_every=N]
+            [retention_bytes=N] [snapshot_pad=N]
+                            keep-log: metadata.max.retention.bytes=-1 (else 0 unless given:
+                            each retention check, every second, keeps only the latest
+                            snapshot); snapshot_pad: filler bytes in each snapshot file
     run MS                  advance simulated time (no random faults, no random clients);
                             prints the answers the admin client received meanwhile
     append N                N client appends of one record each, to the leader
@@ -91,7 +95,9 @@ class ScriptRunner:
                 dynamic="static" not in args,
                 snapshot_every=int(opts.get("snapshot_every", 1 << 40)),
                 auto_join="auto-join" in args,
-                delete_log_after_snapshot="keep-log" not in args,
+                retention_bytes=int(opts.get("retention_bytes",
+                                             -1 if "keep-log" in args else 0)),
+                snapshot_pad_bytes=int(opts.get("snapshot_pad", 0)),
             )
             self.sim = Simulation(int(opts.get("seed", 1)), params)
             for n in self.sim.nodes.values():

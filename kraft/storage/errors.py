@@ -42,5 +42,10 @@ class AlreadyFormattedError(StorageError):
     """A directory already holds meta.properties and `--ignore-formatted` was not given."""
 
 
+class FormattedForAnotherError(StorageError):
+    """A directory is formatted for another cluster id or node id than the one asked for:
+    it holds another cluster's (or node's) data and is never formatted over."""
+
+
 class NotFormattedError(StorageError):
     """A directory that should have been formatted (no meta.properties) or is inconsistent."""

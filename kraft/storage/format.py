@@ -30,7 +30,11 @@ from kraft.storage.bootstrap import (
     write_bootstrap_checkpoint,
 )
 from kraft.storage.durability import fsync_dir
-from kraft.storage.errors import AlreadyFormattedError, StorageConfigError
+from kraft.storage.errors import (
+    AlreadyFormattedError,
+    FormattedForAnotherError,
+    StorageConfigError,
+)
 from kraft.storage.layout import BOOTSTRAP_SNAPSHOT_ID, LOG_SUFFIX, partition_dir
 from kraft.storage.meta_properties import (
     MetaProperties,
@@ -128,66 +132,29 @@ class ServerConfig:
         return "controller" in self.process_roles
 
 
-def _csv(value: str) -> tuple[str, ...]:
-    return tuple(x.strip() for x in value.split(",") if x.strip())
-
-
-def parse_listeners(key: str, value: str) -> dict[str, tuple[str, int]]:
-    """`NAME://host:port,...` -> {NAME: (host, port)}; raises StorageConfigError."""
-    out: dict[str, tuple[str, int]] = {}
-    for entry in _csv(value):
-        m = re.match(r"^([A-Za-z0-9_\-]+)://(\[[^\]]*\]|[^:]*):(\d+)$", entry)
-        if m is None:
-            raise StorageConfigError(
-                f"config {key}: bad listener {entry!r}; expected NAME://host:port"
-            )
-        host = m.group(2)[1:-1] if m.group(2).startswith("[") else m.group(2)
-        port = int(m.group(3))
-        if not 0 <= port < 65536:
-            raise StorageConfigError(f"config {key}: listener {entry!r}: port out of range")
-        out[m.group(1)] = (host, port)
-    return out
-
-
 def server_config(props: dict[str, str], source: str = "config") -> ServerConfig:
-    """Validate the keys format reads; errors name the key and the bad value."""
-    raw_id = props.get("node.id")
-    if raw_id is None:
-        raise StorageConfigError(f"{source}: node.id is required")
+    """Validate the properties (every known key, with `ServerProperties`; unknown keys are
+    tolerated, as Kafka does) and take the keys format needs; errors name the key and value."""
+    from kraft.admin.server_properties import ServerProperties, ServerPropertiesError
+
     try:
-        node_id = int(raw_id.strip())
-    except ValueError:
-        raise StorageConfigError(f"{source}: node.id {raw_id!r} is not an integer") from None
-    if node_id < 0:
-        raise StorageConfigError(f"{source}: node.id {node_id} must be >= 0")
-    roles = _csv(props.get("process.roles", ""))
-    for r in roles:
-        if r not in ("broker", "controller"):
-            raise StorageConfigError(
-                f"{source}: process.roles has unknown role {r!r} (broker, controller)"
-            )
-    dirs_text = props.get("log.dirs") or props.get("log.dir") or ""
-    log_dirs = tuple(Path(d) for d in _csv(dirs_text))
-    meta_text = props.get("metadata.log.dir", "").strip()
-    if meta_text:
-        metadata_dir = Path(meta_text)
-    elif log_dirs:
-        metadata_dir = log_dirs[0]
-    else:
+        sp = ServerProperties.from_mapping(props, source)
+    except ServerPropertiesError as exc:
+        raise StorageConfigError(str(exc)) from None
+    metadata_dir = sp.metadata_directory
+    if metadata_dir is None:
         raise StorageConfigError(
             f"{source}: no directory to format: set metadata.log.dir or log.dirs"
         )
     return ServerConfig(
-        node_id=node_id,
-        process_roles=roles,
-        log_dirs=log_dirs,
+        node_id=sp.node_id,
+        process_roles=tuple(sp.process_roles),
+        log_dirs=tuple(sp.log_directories),
         metadata_log_dir=metadata_dir,
-        controller_listener_names=_csv(props.get("controller.listener.names", "")),
-        listeners=parse_listeners("listeners", props.get("listeners", "")),
-        advertised_listeners=parse_listeners(
-            "advertised.listeners", props.get("advertised.listeners", "")
-        ),
-        quorum_voters=props.get("controller.quorum.voters", "").strip(),
+        controller_listener_names=tuple(sp.controller_listener_names),
+        listeners={a.name: (a.host, a.port) for a in sp.listeners},
+        advertised_listeners={a.name: (a.host, a.port) for a in sp.advertised_listeners},
+        quorum_voters=",".join(str(v) for v in sp.quorum_voters),
     )
 
 
@@ -240,6 +207,24 @@ def _standalone_voter(cfg: ServerConfig) -> InitialVoter:
     return InitialVoter(cfg.node_id, host or "localhost", port, Uuid.random())
 
 
+def _check_identity(d: Path, meta: MetaProperties | None, cluster_id: str, node_id: int) -> None:
+    """Refuse a directory formatted for another cluster or node (FormattedForAnotherError)."""
+    if meta is None:
+        return
+    if meta.cluster_id != cluster_id:
+        raise FormattedForAnotherError(
+            f"{d / 'meta.properties'} is formatted for cluster {meta.cluster_id}, not "
+            f"{cluster_id}: this volume holds another cluster's data. Give the cluster id it "
+            "was formatted with, or empty the directory to start it anew (losing its data)."
+        )
+    if meta.node_id != node_id:
+        raise FormattedForAnotherError(
+            f"{d / 'meta.properties'} is formatted for node {meta.node_id}, not node.id "
+            f"{node_id}: this volume belongs to another node. Mount the volume of node "
+            f"{node_id}, or empty the directory to start it anew (losing its data)."
+        )
+
+
 def format_storage(
     props: dict[str, str],
     cluster_id: str,
@@ -256,9 +241,13 @@ def format_storage(
 ) -> FormatResult:
     """Format the directories named by `props` (a parsed server.properties).
 
-    Raises StorageConfigError for bad input (before anything is written) and
-    AlreadyFormattedError when a directory holds meta.properties and `ignore_formatted` is
-    false. Directories already formatted are never modified.
+    Raises StorageConfigError for bad input (before anything is written),
+    FormattedForAnotherError when a directory is formatted for another cluster id or node id
+    (whatever `ignore_formatted` says), and AlreadyFormattedError when a directory holds
+    meta.properties and `ignore_formatted` is false. With `ignore_formatted` (Kafka's
+    `--ignore-formatted`) formatted directories of this cluster and node are left as they
+    are and the others are formatted: run again, it does nothing, which is what an init
+    container needs. Directories already formatted are never modified.
     """
     stream = out if out is not None else sys.stdout
     try:
@@ -316,6 +305,9 @@ def format_storage(
     for d in (cfg.metadata_log_dir, *cfg.log_dirs):
         if d not in dirs:
             dirs.append(d)
+    for d in dirs:  # as Kafka: every formatted directory is checked before anything else
+        if (d / "meta.properties").exists():
+            _check_identity(d, read_meta_properties(d), cluster_id, cfg.node_id)
     to_format: list[Path] = []
     skipped: list[Path] = []
     for d in dirs:

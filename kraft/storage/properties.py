@@ -70,7 +70,11 @@ def _unescape(raw: str, source: str, lineno: int) -> str:
             continue
         out.append(_ESCAPES.get(c, c))
         i += 1
-    return "".join(out)
+    text = "".join(out)
+    if any("\ud800" <= ch <= "\udfff" for ch in text):
+        # `\uD83D\uDE00` is one character to Java (UTF-16): join surrogate pairs
+        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    return text
 
 
 def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:

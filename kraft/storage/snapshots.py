@@ -457,6 +457,35 @@ class SnapshotStore:
         )
         return True
 
+    def mark_deleted(self, snapshot_id: SnapshotId) -> bool:
+        """Rename to `.checkpoint.deleted` and fsync the directory (the first half of a
+        deletion, as Kafka does it: the file is no longer a snapshot, and `recover` removes it
+        at the next start); False if it did not exist. `remove_marked` finishes."""
+        path = self.path(snapshot_id)
+        try:
+            os.rename(path, self.directory / snapshot_id.deleted_name())
+        except FileNotFoundError:
+            return False
+        fsync_dir(self.directory)
+        log.info(
+            "event=snapshot_marked_deleted file=%s end_offset=%d epoch=%d",
+            path, snapshot_id.end_offset, snapshot_id.epoch,
+        )
+        return True
+
+    def remove_marked(self, snapshot_id: SnapshotId) -> bool:
+        """Remove the `.checkpoint.deleted` file of `snapshot_id`; False if there is none."""
+        marked = self.directory / snapshot_id.deleted_name()
+        try:
+            marked.unlink()
+        except FileNotFoundError:
+            return False
+        log.info(
+            "event=snapshot_deleted file=%s end_offset=%d epoch=%d",
+            marked, snapshot_id.end_offset, snapshot_id.epoch,
+        )
+        return True
+
     def delete_older_than(self, snapshot_id: SnapshotId) -> list[SnapshotId]:
         """Delete every snapshot older than `snapshot_id` (which is kept); returns them."""
         gone = [s for s in self.ids() if s < snapshot_id]

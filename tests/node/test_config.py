@@ -145,3 +145,19 @@ def test_every_setting_docs_tuning_recommends_is_a_key_that_takes_the_value() ->
         value = re.match(r"`([^`]+)`", cells[1])
         if value is not None:
             build_config({**BASE, key: value.group(1)})
+
+
+def test_snapshot_retention_settings_default_to_kafkas() -> None:
+    cfg = build_config(dict(BASE))
+    assert (cfg.retention_max_bytes, cfg.retention_max_ms) == (104_857_600, 604_800_000)
+    assert cfg.retention_check_interval_ms == 60_000
+    assert cfg.fetch_snapshot_max_bytes == 8 * 1024 * 1024
+    cfg = build_config({**BASE, "metadata.max.retention.bytes": "-1",
+                        "metadata.max.retention.ms": "1000",
+                        "controller.quorum.fetch.snapshot.max.bytes": "4096"})
+    assert (cfg.retention_max_bytes, cfg.retention_max_ms) == (-1, 1000)
+    assert cfg.fetch_snapshot_max_bytes == 4096
+    with pytest.raises(ConfigError, match=re.escape("metadata.max.retention.bytes")):
+        build_config({**BASE, "metadata.max.retention.bytes": "lots"})
+    with pytest.raises(ConfigError, match=re.escape("controller.quorum.fetch.snapshot.max.bytes")):
+        build_config({**BASE, "controller.quorum.fetch.snapshot.max.bytes": "0"})

@@ -45,6 +45,11 @@ NEMESIS_VOTERS = int(os.environ.get("KRAFT_NEMESIS_VOTERS", "3"))
 SMALL_LOG = {
     "metadata.log.max.record.bytes.between.snapshots": "16384",
     "metadata.log.segment.bytes": "32768",
+    # old snapshots and the log below them go soon (Kafka's rule, checked every 0.5 s): a node
+    # that comes back late catches up through FetchSnapshot, as it did when every snapshot
+    # moved the log start
+    "metadata.max.retention.bytes": "65536",
+    "kraft.metadata.retention.check.interval.ms": "500",
 }
 NEMESIS_PROPERTIES = {**SMALL_LOG, "controller.quorum.auto.join.enable": "true"}
 if os.environ.get("KRAFT_NEMESIS_PREALLOCATE"):  # followers write through (bytes ahead)

@@ -78,7 +78,8 @@ def _hw(spark: Any, logs: dict[str, list[tuple[int, int, int]]], override: int |
     names = sorted(logs)
     batches = _batches(logs)
     offsets = per_offset(variants_by_offset(_entries(spark, logs), names))
-    return derive_high_watermark(offsets, extents(batches, names), batches,
+    newest = max(ep for entries in logs.values() for _, ep, _ in entries)
+    return derive_high_watermark(offsets, extents(batches, names), newest,
                                  [int(n[-1]) for n in names], names, override)
 
 

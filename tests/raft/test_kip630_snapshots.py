@@ -6,17 +6,14 @@ from kraft.protocol.errors import ErrorCode
 from kraft.raft.config import LogState, QuorumStateData
 from kraft.raft.effects import (
     AbortSnapshotDownload,
-    AdvanceLogStart,
     Committed,
     CreateSnapshot,
-    DeleteSnapshot,
     InstallSnapshot,
     SendFetchSnapshotResponse,
     WriteSnapshotChunk,
 )
 from kraft.raft.events import (
     Append,
-    SnapshotCreated,
     SnapshotInstalled,
     SnapshotInstallFailed,
     SnapshotRequested,
@@ -72,18 +69,6 @@ def test_kip630_snapshot_triggered_by_interval() -> None:
     h.advance(1000)
     h.fetch_from(2, h.log_end, h.epoch, max_wait_ms=0)
     assert h.of_type(CreateSnapshot)
-
-
-def test_kip630_snapshot_created_advances_log_start_and_deletes_older_snapshots() -> None:
-    h = committed_leader()
-    old = OffsetAndEpoch(0, 1)
-    h.core.log.snapshots[old] = 10
-    h.handle(SnapshotRequested())
-    sid = h.of_type(CreateSnapshot)[-1].snapshot_id
-    h.handle(SnapshotCreated(sid, 99))
-    assert h.of_type(AdvanceLogStart)[-1].offset == sid.offset
-    assert h.core.log.start_offset == sid.offset
-    assert [d.snapshot_id for d in h.of_type(DeleteSnapshot)] == [old]
 
 
 def leader_with_snapshot() -> CoreHarness:

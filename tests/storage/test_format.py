@@ -137,8 +137,8 @@ def test_ignore_formatted_formats_only_new_dirs(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("extra", "kwargs", "match"),
     [
-        ({"node.id": "x"}, {"standalone": True}, "node.id 'x' is not an integer"),
-        ({"node.id": ""}, {"standalone": True}, "node.id '' is not an integer"),
+        ({"node.id": "x"}, {"standalone": True}, "node.id='x': not an integer"),
+        ({"node.id": ""}, {"standalone": True}, "node.id='': not an integer"),
         ({"process.roles": "broker"}, {"standalone": True}, "only be used on a controller"),
         ({"process.roles": "controller,wizard"}, {}, "unknown role 'wizard'"),
         ({}, {}, "controller.quorum.voters is not set"),

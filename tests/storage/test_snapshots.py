@@ -249,3 +249,25 @@ def test_a_download_starts_writeback_as_it_goes(
     assert all(n >= 1000 for _, n in ranges)
     assert len(data) - (ranges[-1][0] + ranges[-1][1]) < 1000
     assert writer.freeze().read_bytes() == data
+
+
+def test_mark_deleted_then_remove_as_kafka_does(tmp_path: Path) -> None:
+    # a deleted snapshot is first renamed `.checkpoint.deleted` (no longer a snapshot; a reader
+    # that holds it open still reads it), removed later; a restart in between removes it too
+    store = SnapshotStore(tmp_path)
+    sid = SnapshotId(120, 3)
+    data = snapshot_bytes()
+    store.write(sid, [data])
+    served = store.open_chunk_reader(sid)
+    assert store.mark_deleted(sid)
+    assert store.ids() == []
+    marked = tmp_path / "00000000000000000120-0000000003.checkpoint.deleted"
+    assert marked.exists()
+    assert served.read_chunk(0, len(data)) == data
+    assert not store.mark_deleted(sid)
+    assert store.remove_marked(sid) and not marked.exists()
+    assert not store.remove_marked(sid)
+    served.close()
+    store.write(sid, [data])
+    assert store.mark_deleted(sid)
+    assert SnapshotStore(tmp_path).recover() == [marked] and not marked.exists()

@@ -1,0 +1,45 @@
+"""kraft.admin: the public API to manage a quorum (what the operator and users call).
+
+- `QuorumClient`: async client of the controller listeners (Kafka protocol):
+  `describe_quorum`, `describe_cluster`, `add_voter`, `remove_voter`, `update_voter`,
+  `update_features`, and `node_health` (a node's admin HTTP port).
+- Results are frozen pydantic models: `QuorumInfo`, `ReplicaInfo`, `Endpoint`, `ClusterInfo`,
+  `ControllerInfo`, `NodeHealth`.
+- Errors: `AdminError` (Kafka code and name, `retriable`, `already_done`) and
+  `AdminConnectionError` (no answer; retriable).
+- `ServerProperties`: read, validate and write `server.properties`.
+
+See docs/admin.md.
+"""
+
+from kraft.admin.client import QuorumClient
+from kraft.admin.errors import RETRIABLE_CODES, AdminConnectionError, AdminError
+from kraft.admin.models import (
+    ClusterInfo,
+    ControllerInfo,
+    Endpoint,
+    NodeHealth,
+    QuorumInfo,
+    ReplicaInfo,
+)
+from kraft.admin.server_properties import (
+    PropertyProblem,
+    ServerProperties,
+    ServerPropertiesError,
+)
+
+__all__ = [
+    "RETRIABLE_CODES",
+    "AdminConnectionError",
+    "AdminError",
+    "ClusterInfo",
+    "ControllerInfo",
+    "Endpoint",
+    "NodeHealth",
+    "PropertyProblem",
+    "QuorumClient",
+    "QuorumInfo",
+    "ReplicaInfo",
+    "ServerProperties",
+    "ServerPropertiesError",
+]

@@ -1,0 +1,41 @@
+"""What every executor gets (`Env`) and gives back (`Outcome`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kraft_operator.kube import Kube
+from kraft_operator.observed import Observed, PodState
+from kraft_operator.render import QuorumRef
+
+
+@dataclass(frozen=True, slots=True)
+class Env:
+    """One reconcile's context for running an action."""
+
+    kube: Kube
+    ref: QuorumRef
+    body: dict[str, Any]
+    observed: Observed
+    admin_timeout_s: float = 10.0
+
+    def pod_of(self, node_id: int) -> PodState | None:
+        return next((p for p in self.observed.pods if p.node_id == node_id and not p.deleting),
+                    None)
+
+    def bootstrap(self) -> list[str]:
+        """Controller addresses of every node that has a pod (for kraft.admin)."""
+        ids = sorted({p.node_id for p in self.observed.pods})
+        return [self.ref.controller_address(i) for i in ids]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What running an action did: `done` (carried out, or found already done), the Event
+    reason and message, and whether it was a failure worth a Warning."""
+
+    done: bool
+    reason: str
+    message: str
+    warning: bool = False

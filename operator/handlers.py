@@ -1,0 +1,267 @@
+"""The kopf handlers: a timer per KRaftQuorum and on.create/update/resume, each running one
+level-based reconcile pass (`Reconciler.reconcile`):
+
+    observe (objects, the pods' own reports, a live DescribeQuorum)
+      -> write the records the nodes reported (directory ids)
+      -> plan (the pure planner: one next safe action)
+      -> make the standing objects match (Services, ConfigMap, PodDisruptionBudget)
+      -> write status (rebuilt from what was observed; currentOperation before the action)
+      -> run the one action -> a Kubernetes Event for it, structured logs, metrics.
+
+Passes of one resource never overlap (a lock per resource: kopf runs timers and change
+handlers of one object concurrently). A bad spec (one the models refuse, or a spec.config
+the ServerProperties model refuses) is reported as a condition and nothing is touched;
+`spec.paused` (or the pause annotation) only observes and reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import pydantic
+from kraft_operator import models, observe, render
+from kraft_operator.actions import Env, Outcome, execute, records, standing
+from kraft_operator.kube import ApiError, Kube, NotFound
+from kraft_operator.metrics import Metrics
+from kraft_operator.planner import Plan, ReportDegraded, Wait, plan
+
+log = logging.getLogger("kraft_operator")
+
+Obj = dict[str, Any]
+
+
+def _now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _conditions(previous: list[Obj], wanted: list[tuple[str, str, str, str]],
+                generation: int) -> list[Obj]:
+    """Conditions with lastTransitionTime kept while a condition's status is unchanged."""
+    prev = {c.get("type"): c for c in previous or []}
+    now = _now_rfc3339()
+    out = []
+    for type_, status, reason, message in wanted:
+        old = prev.get(type_)
+        since = old.get("lastTransitionTime") if old and old.get("status") == status else None
+        out.append({"type": type_, "status": status, "reason": reason, "message": message,
+                    "lastTransitionTime": since or now, "observedGeneration": generation})
+    return out
+
+
+class Reconciler:
+    """Runs reconcile passes for any number of KRaftQuorums (see the module docstring)."""
+
+    def __init__(self, kube: Kube, metrics: Metrics | None = None, *, identity: str = "",
+                 admin_timeout_s: float = 10.0) -> None:
+        self.kube = kube
+        self.metrics = metrics or Metrics()
+        self.identity = identity
+        self.admin_timeout_s = admin_timeout_s
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._warned: set[tuple[str, int, str]] = set()
+
+    async def reconcile(self, namespace: str, name: str, trigger: str = "timer") -> str | None:
+        """One pass; returns the name of the action it ran (None when it could not run)."""
+        key = f"{namespace}/{name}"
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            started = time.monotonic()
+            try:
+                action = await self._pass(namespace, name, trigger)
+            except Exception as exc:  # the next pass starts over from what it observes
+                self.metrics.reconciles.labels("error").inc()
+                self.metrics.errors.labels("reconcile").inc()
+                log.warning("event=reconcile_failed quorum=%s trigger=%s error=%r", key,
+                            trigger, f"{type(exc).__name__}: {exc}", exc_info=True)
+                return None
+            self.metrics.reconciles.labels("ok").inc()
+            self.metrics.duration.observe(time.monotonic() - started)
+            return action
+
+    # ------------------------------------------------------------------ one pass
+
+    async def _pass(self, namespace: str, name: str, trigger: str) -> str | None:
+        kube = self.kube
+        try:
+            body = await kube.get(models.API_VERSION, models.PLURAL, namespace, name)
+        except NotFound:
+            return None
+        meta = body.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return None
+        generation = int(meta.get("generation") or 1)
+        try:
+            ref = render.QuorumRef.from_body(body)
+        except pydantic.ValidationError as exc:
+            await self._refuse_spec(body, exc)
+            return "InvalidSpec"
+        problems = render.config_problems(ref.spec.config)
+        seen = await observe.gather(kube, ref, body)
+        if not problems:
+            for correction in seen.corrections:
+                outcome = await records.apply(kube, namespace, correction)
+                if outcome is not None:
+                    await self._event(body, outcome)
+        result = plan(ref.spec, seen.observed)
+        action = result.action
+        paused = result.condition("ReconciliationPaused").status == "True"
+        touch = not problems and not paused
+        if touch:
+            in_use = {p.node_id for p in seen.observed.pods} | \
+                {p.node_id for p in seen.observed.pvcs}
+            node = getattr(action, "node_id", None)
+            if isinstance(node, int):
+                in_use.add(node)
+            changed = await standing.ensure(kube, ref, sorted(in_use))
+            for what in changed:
+                log.info("event=standing_object quorum=%s/%s change=%r", namespace, name, what)
+        status = self._status(body, ref, result, seen, problems)
+        await kube.patch(models.API_VERSION, models.PLURAL, namespace, name,
+                         {"status": status}, subresource="status")
+        for warning in result.warnings:
+            if (ref.uid, generation, warning) not in self._warned:
+                self._warned.add((ref.uid, generation, warning))
+                await self._event(body, Outcome(True, "SpecWarning", warning, warning=True))
+        outcome: Outcome | None = None
+        if touch or isinstance(action, Wait | ReportDegraded):
+            env = Env(kube, ref, body, seen.observed, self.admin_timeout_s)
+            outcome = await execute(action, env)
+        kind = type(action).__name__
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in status["conditions"])
+        healed = self.metrics.track_ready(ref.uid, ready)
+        fields = " ".join(f"{k}={v}" for k, v in vars_of(action).items())
+        log.info("event=reconcile quorum=%s/%s trigger=%s generation=%d action=%s %s "
+                 "outcome=%s ready=%s message=%r", namespace, name, trigger, generation, kind,
+                 fields, "none" if outcome is None else ("done" if outcome.done else "pending"),
+                 ready, outcome.message if outcome else result.message)
+        if healed is not None:
+            log.info("event=healed quorum=%s/%s seconds=%.1f", namespace, name, healed)
+        if outcome is not None:
+            self.metrics.actions.labels(kind, outcome.reason,
+                                        "done" if outcome.done else
+                                        ("failed" if outcome.warning else "pending")).inc()
+            if outcome.warning and not outcome.done:
+                self.metrics.errors.labels("action").inc()
+            if not isinstance(action, ReportDegraded) or self._degraded_changed(body, status):
+                await self._event(body, outcome)
+        return kind
+
+    def _status(self, body: Obj, ref: render.QuorumRef, result: Plan,
+                seen: observe.Observation, problems: list[str]) -> Obj:
+        status: Obj = dict(result.status_fields)
+        status["selector"] = ref.selector
+        generation = int(body["metadata"].get("generation") or 1)
+        wanted = []
+        for c in result.conditions:
+            message = c.message
+            if c.type == "Quorate" and c.status != "True" and seen.quorum_error:
+                message = f"{message}: {seen.quorum_error}"
+            if c.type == "Degraded" and problems and c.reason == "InvalidConfig":
+                message = "spec.config: " + "; ".join(problems)
+            wanted.append((c.type, c.status, c.reason, message))
+        previous = (body.get("status") or {}).get("conditions") or []
+        status["conditions"] = _conditions(previous, wanted, generation)
+        return status
+
+    @staticmethod
+    def _degraded_changed(body: Obj, status: Obj) -> bool:
+        def degraded(conds: list[Obj]) -> tuple[Any, ...]:
+            c = next((c for c in conds if c.get("type") == "Degraded"), {})
+            return (c.get("status"), c.get("reason"), c.get("message"))
+
+        before = degraded((body.get("status") or {}).get("conditions") or [])
+        return before != degraded(status["conditions"])
+
+    async def _refuse_spec(self, body: Obj, exc: pydantic.ValidationError) -> None:
+        """A spec the models refuse: conditions say why; nothing else is touched."""
+        meta = body["metadata"]
+        problems = "; ".join(
+            f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        generation = int(meta.get("generation") or 1)
+        previous = (body.get("status") or {}).get("conditions") or []
+        conditions = _conditions(previous, [
+            ("Ready", "False", "InvalidSpec", problems),
+            ("Progressing", "False", "InvalidSpec", ""),
+            ("Degraded", "True", "InvalidSpec", problems),
+        ], generation)
+        keep = [c for c in previous if c.get("type") not in ("Ready", "Progressing", "Degraded")]
+        await self.kube.patch(models.API_VERSION, models.PLURAL, meta.get("namespace"),
+                              meta["name"], {"status": {"conditions": keep + conditions}},
+                              subresource="status")
+        key = (meta.get("uid", ""), generation, problems)
+        if key not in self._warned:
+            self._warned.add(key)
+            await self._event(body, Outcome(False, "InvalidSpec", problems, warning=True))
+        log.warning("event=invalid_spec quorum=%s/%s problems=%r", meta.get("namespace"),
+                    meta["name"], problems)
+
+    async def _event(self, body: Obj, outcome: Outcome) -> None:
+        """A Kubernetes Event about the KRaftQuorum."""
+        meta = body["metadata"]
+        now = _now_rfc3339()
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta.get("namespace")},
+            "involvedObject": {"apiVersion": models.API_VERSION, "kind": models.KIND,
+                               "name": meta["name"], "namespace": meta.get("namespace"),
+                               "uid": meta.get("uid")},
+            "reason": outcome.reason, "message": outcome.message[:1024],
+            "type": "Warning" if outcome.warning else "Normal",
+            "source": {"component": "kraft-operator"},
+            "reportingComponent": "kraft-operator", "reportingInstance": self.identity,
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        try:
+            await self.kube.create("v1", "events", meta.get("namespace"), event)
+        except (ApiError, OSError) as exc:
+            self.metrics.errors.labels("event").inc()
+            log.warning("event=event_post_failed reason=%s error=%r", outcome.reason, str(exc))
+
+
+def vars_of(action: object) -> dict[str, Any]:
+    """An action's fields, for a log line."""
+    slots = getattr(type(action), "__slots__", ())
+    return {s: getattr(action, s) for s in slots if s not in ("initial_voters",)}
+
+
+def register(registry: Any, reconciler: Reconciler, interval_s: float = 5.0) -> None:
+    """Add the handlers to a kopf registry: a timer per KRaftQuorum every `interval_s`, and an
+    immediate pass when one is created, changed (spec or annotations) or found at start."""
+    import kopf
+
+    group, version, plural = models.GROUP, models.VERSION, models.PLURAL
+
+    @kopf.on.startup(registry=registry)
+    def _configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.posting.level = logging.WARNING
+        settings.watching.server_timeout = 120
+        settings.watching.client_timeout = 150
+        # kopf's own bookkeeping in annotations: the CRD's status schema has no room for it.
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+            prefix="kopf.kraft.dev")
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix="kopf.kraft.dev", key="last-handled-configuration")
+
+    @kopf.on.login(registry=registry)
+    def _login(**kwargs: Any) -> Any:
+        return kopf.login_via_client(**kwargs)
+
+    @kopf.on.create(group, version, plural, registry=registry)
+    async def _created(namespace: str, name: str, **_: Any) -> None:
+        await reconciler.reconcile(namespace, name, "create")
+
+    @kopf.on.update(group, version, plural, registry=registry)
+    async def _updated(namespace: str, name: str, **_: Any) -> None:
+        await reconciler.reconcile(namespace, name, "update")
+
+    @kopf.on.resume(group, version, plural, registry=registry)
+    async def _resumed(namespace: str, name: str, **_: Any) -> None:
+        await reconciler.reconcile(namespace, name, "resume")
+
+    @kopf.timer(group, version, plural, interval=interval_s, registry=registry)
+    async def _tick(namespace: str, name: str, **_: Any) -> None:
+        await reconciler.reconcile(namespace, name, "timer")

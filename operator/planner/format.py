@@ -1,0 +1,67 @@
+"""Format: a new quorum's cluster id and initial voters, their volumes and pods.
+
+The cluster id and one new directory id per initial voter are recorded in status before
+anything is formatted, so a restarted operator formats with the same ones. Every initial
+voter's pod is created without waiting for any other to be ready: none can be ready before a
+majority of them runs (a cold start of a new quorum must not wedge).
+"""
+
+from __future__ import annotations
+
+from kraft_operator.planner.actions import (
+    CreatePod,
+    CreatePVC,
+    DeletePod,
+    FormatMode,
+    RecordCluster,
+    Wait,
+)
+from kraft_operator.planner.context import Context, Decision
+from kraft_operator.planner.roll import restart_unready_outdated
+
+REASON = "Formatting"
+
+
+def record_cluster(ctx: Context) -> Decision | None:
+    """Choose and record a new quorum's ids, or None when they are on record already."""
+    if ctx.obs.cluster_id and ctx.obs.initial_voters:
+        return None
+    if ctx.quorum is not None or ctx.obs.last_known_voters:
+        return None  # a quorum exists already: nothing new to format
+    cluster_id = ctx.spec.cluster_id or ctx.obs.cluster_id or ctx.take_fresh_id()
+    voters = []
+    for node_id in ctx.desired_ids:
+        fresh = ctx.take_fresh_id()
+        if fresh is None or cluster_id is None:
+            return Decision(Wait("NoFreshIds", "not enough new ids were drawn"), REASON)
+        voters.append((node_id, fresh))
+    return Decision(RecordCluster(cluster_id, tuple(voters)), REASON,
+                    message=f"new quorum {cluster_id} with {len(voters)} initial voters")
+
+
+def bootstrap(ctx: Context) -> Decision:
+    """No quorum has ever answered: volumes and pods of every initial voter, then wait."""
+    initial = ctx.obs.initial_voters
+    for node_id, directory_id in initial:
+        pvc = ctx.pvcs.get(node_id)
+        if pvc is None:
+            return Decision(CreatePVC(node_id, directory_id), REASON,
+                            message=f"volume of initial voter {node_id}:{directory_id}")
+    for node_id, _ in initial:
+        pvc = ctx.pvcs[node_id]
+        if pvc.deleting or node_id in ctx.pods:
+            continue
+        return Decision(
+            CreatePod(node_id, pvc.directory_id, FormatMode.INITIAL, ctx.spec.auto_join,
+                      ctx.desired_hash, initial_voters=initial),
+            REASON, message=f"initial voter {node_id} formats with --initial-controllers")
+    for node_id, _ in initial:
+        pod = ctx.live_pod(node_id)
+        if pod is not None and ctx.down_beyond_grace(pod.node_name):
+            return Decision(DeletePod(node_id, pod.name, "NodeFailed", force=True), REASON)
+    restart = restart_unready_outdated(ctx, {n for n, _ in initial})
+    if restart is not None:
+        return restart
+    return Decision(Wait("WaitingForQuorum", "the initial voters are electing a leader; pods "
+                         "restarting while their peers' names do not resolve yet is expected"),
+                    REASON)

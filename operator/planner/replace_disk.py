@@ -1,0 +1,52 @@
+"""Replace disk: a voter whose volume no longer holds its incarnation.
+
+The node keeps its id but its new volume gets a new directory id, so the old voter
+(id, old directory id) is stale. The new incarnation joins first (auto-join, or AddRaftVoter
+when auto-join is off), then the stale voter is removed: its process is gone, so it cannot
+re-add itself. An empty volume is never formatted with the old directory id.
+"""
+
+from __future__ import annotations
+
+from kraft_operator.observed import ReplicaInfo
+from kraft_operator.planner.actions import DeletePod
+from kraft_operator.planner.context import Context, Decision
+from kraft_operator.planner.join import join_step
+from kraft_operator.planner.remove import remove_step
+
+REASON = "ReplacingDisk"
+
+
+def stale_voters(ctx: Context) -> list[ReplicaInfo]:
+    """Voters (of wanted node ids) whose node's volume holds another incarnation or none."""
+    stale = []
+    for voter in ctx.voters:
+        if voter.replica_id >= ctx.replicas:
+            continue
+        pvc = ctx.pvcs.get(voter.replica_id)
+        pod = ctx.pods.get(voter.replica_id)
+        if (
+            pvc is None
+            or pvc.directory_id != voter.directory_id
+            or ctx.volume_lost(voter.replica_id)
+            or (pod is not None and pod.directory_id not in (None, voter.directory_id))
+        ):
+            stale.append(voter)
+    return stale
+
+
+def replace_disk(ctx: Context) -> Decision | None:
+    """The next step of replacing a stale incarnation, or None when there is none."""
+    for voter in sorted(stale_voters(ctx), key=lambda v: v.replica_id):
+        pvc = ctx.pvcs.get(voter.replica_id)
+        if pvc is not None and pvc.directory_id == voter.directory_id:
+            pod = ctx.live_pod(voter.replica_id)
+            if pod is not None and pod.directory_id != pvc.directory_id and ctx.can_stop(pod):
+                # The pod runs an incarnation its claim does not hold: restart it on the claim.
+                return Decision(DeletePod(pod.node_id, pod.name, "WrongIncarnation"), REASON)
+            # Otherwise its volume is lost but still claimed: replace_node deletes it first.
+            continue
+        if pvc is None or (voter.replica_id, pvc.directory_id) not in ctx.voter_keys:
+            return join_step(ctx, voter.replica_id, REASON)
+        return remove_step(ctx, voter, REASON)
+    return None

@@ -1,0 +1,46 @@
+"""Replace node: a pod whose Kubernetes Node has been NotReady (or gone) for the grace period.
+
+With network-attached storage the pod is force-deleted so it is re-created elsewhere on the
+same volume (the same incarnation comes back). A node-local volume that went with its Node is
+lost: the pod and the claim are deleted, and the node comes back as a new incarnation (see
+replace_disk). Either only while a quorum answers and stays healthy without the node: never
+while a majority is unreachable (that is a quorum loss, handled by recover).
+"""
+
+from __future__ import annotations
+
+from kraft_operator.planner.actions import DeletePod, DeletePVC, Wait
+from kraft_operator.planner.context import Context, Decision
+
+REASON = "ReplacingNode"
+
+
+def replace_failed_node(ctx: Context) -> Decision | None:
+    """The next step of moving a node off a failed Kubernetes Node, or None."""
+    for node_id in sorted(ctx.pods):
+        pod = ctx.pods[node_id]
+        if pod.deleting or not ctx.down_beyond_grace(pod.node_name):
+            continue
+        if not ctx.can_stop(pod):
+            return Decision(Wait("NodeFailedQuorumAtRisk",
+                                 f"{pod.name}'s Node {pod.node_name} is down, but the quorum "
+                                 "counts it healthy"), REASON, degraded="VoterLagging")
+        return Decision(DeletePod(node_id, pod.name, "NodeFailed", force=True), REASON,
+                        message=f"{pod.name}: Node {pod.node_name} down past the grace period")
+    for node_id in sorted(ctx.pvcs):
+        pvc = ctx.pvcs[node_id]
+        if pvc.deleting or not ctx.volume_lost(node_id):
+            continue
+        pod = ctx.pods.get(node_id)
+        if pod is not None and not pod.deleting:
+            if not ctx.can_stop(pod):
+                return Decision(Wait("NodeFailedQuorumAtRisk", f"{pod.name} still counts healthy"),
+                                REASON, degraded="VoterLagging")
+            return Decision(DeletePod(node_id, pod.name, "VolumeLost", force=True), REASON)
+        voter = next((v for v in ctx.voters
+                      if v.key == (node_id, pvc.directory_id) and ctx.healthy(v)), None)
+        if voter is not None:
+            continue
+        return Decision(DeletePVC(node_id, pvc.name), REASON,
+                        message=f"volume {pvc.name} is lost; node {node_id} gets a new one")
+    return None

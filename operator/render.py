@@ -1,0 +1,316 @@
+"""The manifests the operator owns for one KRaftQuorum, rendered from its spec.
+
+Per quorum: a headless Service (stable per-pod DNS names, published before the pods are
+ready so they can find each other), a client Service (ready pods only), one ConfigMap with a
+`server-N.properties` per node id (written with kraft.admin's ServerProperties), and a
+PodDisruptionBudget. Per node: one PersistentVolumeClaim and one Pod. Every object carries
+the `app.kubernetes.io/*` labels and an owner reference to the KRaftQuorum (a claim only
+when `storage.onDelete` is Delete); the resource's own labels are never copied (a GitOps
+tool's tracking label on a pod or claim would make it look like part of the tool's app).
+
+The pod formats its volume in an init container with `kraft format -g` (idempotent: an empty
+directory is formatted, this cluster's is left alone, a foreign one stops the pod), with
+`--initial-controllers` for a new quorum's initial voters and `--no-initial-controllers` for
+a node that joins later. The kraft container runs the same `-N` format before `kraft run`, so
+a volume emptied under a running pod (a replaced disk) comes back as a new incarnation with a
+new directory id rather than a node that cannot start; a formatted volume is left alone.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kraft_operator import models
+from kraft_operator.planner import CreatePod, FormatMode, majority
+
+from kraft.admin import ServerProperties
+
+CONTROLLER_PORT = 9093
+HTTP_PORT = 8080
+LISTENER = "CONTROLLER"
+CONFIG_DIR = "/etc/kraft"
+DATA_DIR = "/var/lib/kraft"
+METADATA_DIR = f"{DATA_DIR}/metadata"
+CLUSTER_DOMAIN = "cluster.local"
+APP_NAME = "kraft"
+MANAGED_BY = "kraft-operator"
+COMPONENT = "controller"
+FORMAT_MODE_ANNOTATION = "kraft.dev/format-mode"
+DIRECTORY_CONFIRMED_ANNOTATION = "kraft.dev/directory-id-confirmed"
+AUTO_JOIN_ENV = "KRAFT_CONTROLLER_QUORUM_AUTO_JOIN_ENABLE"
+
+# The keys the operator renders itself: spec.config may not set them.
+RESERVED_KEYS = models.ConfigChecker.OPERATOR_KEYS
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumRef:
+    """The KRaftQuorum the objects belong to: name, namespace, uid, spec and its labels."""
+
+    name: str
+    namespace: str
+    uid: str
+    spec: models.KRaftQuorumSpec
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> QuorumRef:
+        meta = body.get("metadata") or {}
+        spec = models.KRaftQuorumSpec.model_validate(body.get("spec") or {})
+        return cls(meta["name"], meta.get("namespace") or "default", meta.get("uid") or "", spec)
+
+    # --- names -------------------------------------------------------------------------------
+
+    @property
+    def headless_service(self) -> str:
+        return self.name
+
+    @property
+    def client_service(self) -> str:
+        return f"{self.name}-client"
+
+    @property
+    def config_map(self) -> str:
+        return f"{self.name}-config"
+
+    @property
+    def pdb(self) -> str:
+        return self.name
+
+    def pod_name(self, node_id: int) -> str:
+        return f"{self.name}-{node_id}"
+
+    def pvc_name(self, node_id: int) -> str:
+        return f"data-{self.name}-{node_id}"
+
+    def host(self, node_id: int) -> str:
+        """The node's per-pod DNS name through the headless Service."""
+        return (f"{self.pod_name(node_id)}.{self.headless_service}.{self.namespace}.svc."
+                f"{CLUSTER_DOMAIN}")
+
+    def controller_address(self, node_id: int) -> str:
+        return f"{self.host(node_id)}:{CONTROLLER_PORT}"
+
+    def http_address(self, node_id: int) -> str:
+        return f"{self.host(node_id)}:{HTTP_PORT}"
+
+    # --- labels and ownership ------------------------------------------------------------
+
+    @property
+    def selector_labels(self) -> dict[str, str]:
+        """The labels that select this quorum's pods (and nothing the user labelled)."""
+        return {"app.kubernetes.io/name": APP_NAME, "app.kubernetes.io/instance": self.name,
+                "app.kubernetes.io/managed-by": MANAGED_BY}
+
+    @property
+    def selector(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.selector_labels.items())
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {**self.selector_labels, "app.kubernetes.io/component": COMPONENT,
+                "app.kubernetes.io/part-of": "kraft-quorum"}
+
+    def node_labels(self, node_id: int) -> dict[str, str]:
+        return {**self.labels, models.NODE_ID_LABEL: str(node_id)}
+
+    @property
+    def owner_reference(self) -> dict[str, Any]:
+        return {"apiVersion": models.API_VERSION, "kind": models.KIND, "name": self.name,
+                "uid": self.uid, "controller": True, "blockOwnerDeletion": True}
+
+    def _meta(self, name: str, labels: Mapping[str, str], owned: bool = True,
+              annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name, "namespace": self.namespace, "labels": dict(labels)}
+        if annotations:
+            meta["annotations"] = dict(annotations)
+        if owned:
+            meta["ownerReferences"] = [self.owner_reference]
+        return meta
+
+
+# --- configuration ---------------------------------------------------------------------------
+
+
+def config_problems(config: Mapping[str, str]) -> list[str]:
+    """spec.config checked against the ServerProperties model: unknown keys (with a hint),
+    keys the operator sets itself, bad values. Empty when the config is acceptable."""
+    return [str(p) for p in ServerProperties.validate_overrides(config, reserved=RESERVED_KEYS)]
+
+
+def node_ids(ref: QuorumRef, extra: Iterable[int] = ()) -> list[int]:
+    """The node ids the ConfigMap holds a file for: every wanted one and every one in use."""
+    return sorted(set(range(max(ref.spec.replicas, 1))) | set(extra))
+
+
+def server_properties(ref: QuorumRef, node_id: int) -> ServerProperties:
+    """One node's server.properties (before spec.config)."""
+    bootstrap = ",".join(ref.controller_address(i) for i in range(max(ref.spec.replicas, 1)))
+    base = ServerProperties.from_mapping({
+        "node.id": node_id,
+        "process.roles": "controller",
+        "listeners": f"{LISTENER}://0.0.0.0:{CONTROLLER_PORT}",
+        "advertised.listeners": f"{LISTENER}://{ref.host(node_id)}:{CONTROLLER_PORT}",
+        "controller.listener.names": LISTENER,
+        "controller.quorum.bootstrap.servers": bootstrap,
+        "metadata.log.dir": METADATA_DIR,
+        "http.listener": f"0.0.0.0:{HTTP_PORT}",
+        "controller.quorum.auto.join.enable": ref.spec.auto_join,
+    }, source=f"{ref.name} node {node_id}")
+    return base.with_overrides(dict(ref.spec.config), source=f"{ref.name} spec.config")
+
+
+def config_map(ref: QuorumRef, in_use: Iterable[int] = ()) -> dict[str, Any]:
+    data = {f"server-{i}.properties": server_properties(ref, i).render(
+        comment=f"node {i} of KRaftQuorum {ref.namespace}/{ref.name}; managed by kraft-operator")
+        for i in node_ids(ref, in_use)}
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": ref._meta(ref.config_map, ref.labels), "data": data}
+
+
+# --- services and the disruption budget ------------------------------------------------------
+
+
+def headless_service(ref: QuorumRef) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": ref._meta(ref.headless_service, ref.labels),
+        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                 "selector": ref.selector_labels,
+                 "ports": [{"name": "controller", "port": CONTROLLER_PORT,
+                            "targetPort": CONTROLLER_PORT},
+                           {"name": "http", "port": HTTP_PORT, "targetPort": HTTP_PORT}]},
+    }
+
+
+def client_service(ref: QuorumRef) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": ref._meta(ref.client_service, ref.labels),
+        "spec": {"type": "ClusterIP", "selector": ref.selector_labels,
+                 "ports": [{"name": "http", "port": HTTP_PORT, "targetPort": HTTP_PORT}]},
+    }
+
+
+def max_unavailable(replicas: int) -> int:
+    """How many of the quorum's pods an eviction may take: the voters beyond a majority."""
+    return max(0, replicas - majority(replicas))
+
+
+def pod_disruption_budget(ref: QuorumRef) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": ref._meta(ref.pdb, ref.labels),
+        "spec": {"maxUnavailable": max_unavailable(ref.spec.replicas),
+                 "selector": {"matchLabels": ref.selector_labels}},
+    }
+
+
+# --- per node --------------------------------------------------------------------------------
+
+
+def pvc(ref: QuorumRef, node_id: int, directory_id: str) -> dict[str, Any]:
+    storage = ref.spec.storage
+    spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": storage.size}}}
+    if storage.storage_class_name:
+        spec["storageClassName"] = storage.storage_class_name
+    owned = storage.on_delete == models.VolumePolicy.DELETE
+    return {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": ref._meta(ref.pvc_name(node_id), ref.node_labels(node_id), owned=owned,
+                              annotations={models.DIRECTORY_ID_ANNOTATION: directory_id}),
+        "spec": spec,
+    }
+
+
+def initial_controllers(ref: QuorumRef, voters: Iterable[tuple[int, str]]) -> str:
+    """`--initial-controllers` text: id@host:port:directory-id for every initial voter."""
+    return ",".join(f"{n}@{ref.host(n)}:{CONTROLLER_PORT}:{d}" for n, d in sorted(voters))
+
+
+def format_command(ref: QuorumRef, node_id: int, cluster_id: str, mode: FormatMode,
+                   voters: Iterable[tuple[int, str]] = ()) -> list[str]:
+    """`kraft format -g` for one node: formats an empty volume, leaves this cluster's alone."""
+    cmd = ["kraft", "format", "--config", f"{CONFIG_DIR}/server-{node_id}.properties",
+           "--cluster-id", cluster_id, "--ignore-formatted"]
+    if mode == FormatMode.INITIAL:
+        cmd += ["--initial-controllers", initial_controllers(ref, voters)]
+    else:
+        cmd += ["--no-initial-controllers"]
+    return cmd
+
+
+def pod(ref: QuorumRef, action: CreatePod, cluster_id: str) -> dict[str, Any]:
+    """The node's Pod for a CreatePod action."""
+    spec = ref.spec
+    tmpl = spec.pod_template
+    node_id = action.node_id
+    config = f"{CONFIG_DIR}/server-{node_id}.properties"
+    mounts = [{"name": "data", "mountPath": DATA_DIR},
+              {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}]
+    init_format = format_command(ref, node_id, cluster_id, action.format_mode,
+                                 action.initial_voters)
+    rejoin_format = format_command(ref, node_id, cluster_id, FormatMode.JOIN)
+    run = ["kraft", "run", "--config", config]
+    container: dict[str, Any] = {
+        "name": "kraft", "image": spec.image, "imagePullPolicy": spec.image_pull_policy,
+        "command": ["sh", "-c", f"{shlex.join(rejoin_format)} && exec {shlex.join(run)}"],
+        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": AUTO_JOIN_ENV, "value": "true" if action.auto_join else "false"}],
+        "ports": [{"name": "controller", "containerPort": CONTROLLER_PORT},
+                  {"name": "http", "containerPort": HTTP_PORT}],
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"},
+                           "periodSeconds": 2, "timeoutSeconds": 2, "failureThreshold": 2},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"},
+                          "initialDelaySeconds": 10, "periodSeconds": 10, "timeoutSeconds": 5,
+                          "failureThreshold": 6},
+        "volumeMounts": mounts,
+    }
+    resources = spec.resources.to_k8s()
+    if resources.get("requests") or resources.get("limits"):
+        container["resources"] = {k: v for k, v in resources.items() if v}
+    pod_spec: dict[str, Any] = {
+        "hostname": ref.pod_name(node_id), "subdomain": ref.headless_service,
+        "restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName":
+                                                                ref.pvc_name(node_id)}},
+                    {"name": "config", "configMap": {"name": ref.config_map}}],
+        "initContainers": [{"name": "format", "image": spec.image,
+                            "imagePullPolicy": spec.image_pull_policy,
+                            "command": init_format, "volumeMounts": mounts}],
+        "containers": [container],
+    }
+    if tmpl.affinity:
+        pod_spec["affinity"] = tmpl.affinity
+    if tmpl.tolerations:
+        pod_spec["tolerations"] = list(tmpl.tolerations)
+    if tmpl.topology_spread_constraints:
+        pod_spec["topologySpreadConstraints"] = list(tmpl.topology_spread_constraints)
+    if tmpl.node_selector:
+        pod_spec["nodeSelector"] = dict(tmpl.node_selector)
+    if tmpl.priority_class_name:
+        pod_spec["priorityClassName"] = tmpl.priority_class_name
+    if tmpl.service_account_name:
+        pod_spec["serviceAccountName"] = tmpl.service_account_name
+    labels = {**tmpl.labels, **ref.node_labels(node_id)}  # ours win over the user's extras
+    annotations = {
+        **tmpl.annotations,
+        models.DIRECTORY_ID_ANNOTATION: action.directory_id,
+        models.POD_SPEC_HASH_ANNOTATION: action.spec_hash,
+        models.AUTO_JOIN_ANNOTATION: "true" if action.auto_join else "false",
+        FORMAT_MODE_ANNOTATION: action.format_mode.value,
+    }
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": ref._meta(ref.pod_name(node_id), labels, annotations=annotations),
+            "spec": pod_spec}
+
+
+def standing_objects(ref: QuorumRef, in_use: Iterable[int] = ()) -> list[dict[str, Any]]:
+    """The objects every quorum has whatever its pods do (the PDB only when enabled)."""
+    objects = [headless_service(ref), client_service(ref), config_map(ref, in_use)]
+    if ref.spec.pod_disruption_budget.enabled:
+        objects.append(pod_disruption_budget(ref))
+    return objects

@@ -1,0 +1,130 @@
+"""What to tell the user when Spark fails during `kraft audit` (exit status 3).
+
+`explain` turns an exception raised by a step (a Py4J error carrying a Java exception, a
+PySpark error, or the driver JVM having gone away) into one line naming the step, the cause
+and the setting to change. The exception's full text and traceback go to a log file, never to
+the terminal. Spark's own log (`spark.log`, see `kraft_pipeline.session`) is read too: when
+the driver JVM dies of an OutOfMemoryError, the Python side only sees a lost connection.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+EXIT_SPARK_FAILURE = 3
+"""Exit status of an audit that Spark could not finish (1 = findings with --strict, 2 = bad
+input)."""
+
+_OOM = ("OutOfMemoryError", "Java heap space", "UNABLE_TO_ACQUIRE_MEMORY",
+        "GC overhead limit exceeded")
+_LOST_EXECUTOR = ("ExecutorLostFailure", "Lost executor", "executor lost", "Executor heartbeat",
+                  "Remote RPC client disassociated", "worker lost")
+_PYTHON_WORKER = ("Python worker exited unexpectedly", "PYTHON_WORKER_EXITED",
+                  "Python worker failed to connect")
+_JVM_GONE = ("Answer from Java side is empty", "Error while sending or receiving",
+             "Connection refused", "Py4JNetworkError", "SparkContext was shut down",
+             "Cannot call methods on a stopped SparkContext")
+_BAD_SETTING = ("IllegalArgumentException", "NumberFormatException", "Invalid value",
+                "INVALID_CONF_VALUE", "should be int", "should be long", "should be boolean",
+                "ConfigException", "CANNOT_PARSE", "Invalid maximum heap size")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a step failed and what to change."""
+
+    cause: str
+    remedy: str
+
+
+def _first_line(text: str, limit: int = 200) -> str:
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("at ", "Traceback", "File ", "^")):
+            line = re.sub(r"\s+SQLSTATE: \w+", "", line)
+            return line if len(line) <= limit else line[: limit - 3] + "..."
+    return ""
+
+
+def _find(text: str, needles: tuple[str, ...]) -> str | None:
+    for n in needles:
+        if n in text:
+            return n
+    return None
+
+
+def _memory_line(text: str) -> str:
+    for line in text.splitlines():
+        if _find(line, _OOM):
+            return _first_line(line)
+    return "OutOfMemoryError"
+
+
+def classify(text: str, master: str, driver_memory: str, log_text: str = "") -> Failure:
+    """The cause and remedy for a failure whose exception text is `text` (`log_text` is the
+    tail of Spark's log, consulted when the exception itself does not say)."""
+    local = master.startswith("local")
+    mem_hint = (f"raise --driver-memory (now {driver_memory})" if local else
+                f"raise --conf spark.executor.memory (or --driver-memory, now {driver_memory}, "
+                f"if the driver ran out)")
+    if "System memory" in text and "must be at least" in text:
+        return Failure(f"--driver-memory {driver_memory} is below what Spark needs to start "
+                       f"({_first_line(text.split('must be at least', 1)[1])[:20].strip()} "
+                       f"bytes of heap)", "use --driver-memory 1g or more")
+    if _find(text, _OOM):
+        return Failure(f"out of memory ({_memory_line(text)})", mem_hint)
+    if _find(text, _LOST_EXECUTOR):
+        return Failure(f"an executor was lost ({_first_line(text)})",
+                       "check the worker's log for why, and raise --conf spark.executor.memory "
+                       "if it ran out of memory")
+    if _find(text, _PYTHON_WORKER):
+        return Failure(f"a Python worker died ({_first_line(text)})",
+                       "check that the executors' Python has pyarrow and kraft-quorum[pipeline], "
+                       "and raise --conf spark.executor.memoryOverhead if it was killed for "
+                       "memory")
+    if _find(text, _JVM_GONE):
+        if _find(log_text, _OOM):
+            return Failure(f"the driver JVM ran out of memory and exited "
+                           f"({_memory_line(log_text)})", mem_hint)
+        return Failure("the driver JVM exited", "see logs/spark.log for why; if it was killed "
+                       f"for memory, {mem_hint}")
+    if "JAVA_GATEWAY_EXITED" in text or "Java gateway process exited" in text:
+        return Failure("the driver JVM did not start (its message is above)",
+                       "check --driver-memory and any --conf spark.driver.* setting")
+    if _find(text, _BAD_SETTING):
+        return Failure(f"Spark rejected a setting ({_first_line(text)})",
+                       "fix or drop the --conf (or --driver-memory) that sets it")
+    return Failure(f"Spark failed ({_first_line(text) or 'no message'})",
+                   "see the log for the full error")
+
+
+def exception_text(exc: BaseException) -> str:
+    """The exception's type and message, with the Java exception's text for Py4J errors."""
+    parts = [f"{type(exc).__module__}.{type(exc).__name__}: {exc}"]
+    cause = exc.__cause__ or exc.__context__
+    while cause is not None and len(parts) < 5:
+        parts.append(f"{type(cause).__name__}: {cause}")
+        cause = cause.__cause__ or cause.__context__
+    return "\n".join(parts)
+
+
+def tail(path: Path, limit: int = 256 * 1024) -> str:
+    """The last `limit` bytes of a text file ('' when it is missing)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def explain(step: str, exc: BaseException, master: str, driver_memory: str,
+            spark_log: Path | None = None) -> Failure:
+    """The Failure for `exc`, raised in `step`."""
+    text = exception_text(exc)
+    log_text = tail(spark_log) if spark_log is not None else ""
+    return classify(text, master, driver_memory, log_text)
