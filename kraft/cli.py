@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_FORMATTED_FOR_ANOTHER = 3
 """`format`: a directory holds another cluster's (or node's) data."""
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: what a shell reports for a program stopped by a closed pipe."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +175,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 failure, 2 usage error, 3 a directory
-    formatted for another cluster or node)."""
+    formatted for another cluster or node, 141 when the reader of standard output went away,
+    as `kraft dump ... | head` does)."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, not at exit, so a closed pipe is seen below
+        return code
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _quiet_stdout() -> None:
+    """Point standard output at /dev/null: the interpreter flushes it again at exit, and a
+    write into the closed pipe there would print a traceback after all."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is not a file (replaced, closed): nothing to flush
+        pass
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from kraft.cli import COMMANDS, main
+from kraft.cli import COMMANDS, EXIT_BROKEN_PIPE, main
 from kraft.protocol.uuid import Uuid
-from kraft.records.batch import build_batch
+from kraft.records.batch import Record, build_batch
 from kraft.records.control import LeaderChangeMessage, build_control_batch
+from kraft.statemachine.kv import encode_cas, encode_delete, encode_put
 from kraft.storage.log import SegmentedLog
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,6 +69,8 @@ def test_format_standalone_then_refuse_then_ignore(
         (["-t", CLUSTER, "-s"], "node.id=\\u00zz\n", "server.properties:8: malformed"),
         (["-t", CLUSTER, "-s"], "node.id=one\n", "node.id='one': not an integer"),
         (["-t", CLUSTER, "-s", "-r", "3.0"], "", "unknown release version"),
+        (["-t", CLUSTER, "-s", "-r", "3.8-IV0"], "",
+         "kraft.version could not be set to 1 because it depends on metadata.version level 21"),
     ],
 )
 def test_usage_errors_exit_2_and_write_nothing(
@@ -99,7 +103,7 @@ def test_dump_metadata_dir_and_segment(tmp_path: Path, capsys: pytest.CaptureFix
     out = capsys.readouterr().out
     assert "FeatureLevelRecord v0 name=metadata.version featureLevel=27" in out
     assert "KRaftVersionRecord(kraft_version=1" in out and "VotersRecord(" in out
-    assert "offset=0 LeaderChangeMessage(leader_id=1" in out
+    assert "offset=0 CreateTime=5 " in out and "LeaderChangeMessage(leader_id=1" in out
     assert "crc_valid=true" in out and "crc_valid=false" not in out
     assert main(["dump", str(pdir / "00000000000000000000.log")]) == 0
     seg = capsys.readouterr().out
@@ -151,3 +155,74 @@ def test_python_dash_m_kraft(tmp_path: Path) -> None:
         capture_output=True, text=True,
     )
     assert bad.returncode == 2
+
+
+def test_dump_prints_keys_headers_payloads_and_kv_commands(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    # What kafka-dump-log --print-data-log prints per record: offset, CreateTime, key and value
+    # sizes, header keys, then the key (when there is one) and the payload, decoded.
+    seg = tmp_path / "00000000000000000000.log"
+    records = [
+        Record(0, 11, b"user-1", encode_put("colour", b"blue"), (("trace", b"abc"),)),
+        Record(0, 12, None, encode_delete("colour")),
+        Record(0, 13, None, encode_cas("n", None, b"\x00\xff")),
+        Record(0, 14, None, b"\x07\x07 not a command"),
+    ]
+    seg.write_bytes(build_batch(0, 3, records, 10)
+                    + build_control_batch(4, 3, 15, [LeaderChangeMessage(2)]))
+    assert main(["dump", str(seg)]) == 0
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    assert ('offset=0 CreateTime=11 keySize=6 valueSize=20 headerKeys=[trace] key="user-1" '
+            'headers=[trace="abc"] payload=PUT key="colour" value="blue"') in lines
+    assert ('offset=1 CreateTime=12 keySize=-1 valueSize=12 headerKeys=[] '
+            'payload=DELETE key="colour"') in lines
+    assert 'offset=2 CreateTime=13 keySize=-1 valueSize=17 headerKeys=[] payload=CAS key="n" ' \
+           'expected=null new=0x00ff' in lines
+    assert any(line.startswith("offset=3 CreateTime=14 keySize=-1 valueSize=16 headerKeys=[] "
+                               "payload=0x0707") for line in lines)
+    control = next(line for line in lines if line.startswith("offset=4 "))
+    assert "controlType=LEADER_CHANGE(2)" in control and "LeaderChangeMessage(leader_id=2" in control
+
+
+def _big_log(tmp_path: Path) -> Path:
+    seg = tmp_path / "00000000000000000000.log"
+    seg.write_bytes(b"".join(build_batch(i * 100, 1, [encode_put(f"k{i}-{j}", b"v" * 40)
+                                                       for j in range(100)], 5)
+                             for i in range(30)))
+    return seg
+
+
+def test_dump_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    # `kraft dump ... | head -n 2`: far more than a pipe's buffer, the reader goes away early.
+    seg = _big_log(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "kraft", "dump", str(seg)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read()
+    proc.wait(60)
+    assert first.startswith(b"== segment")
+    assert err == b"", err.decode()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["random-uuid"], ["--help"], ["dump", "{seg}"], ["dump", "--help"],
+     ["format", "-c", "{cfg}", "-t", CLUSTER, "-s"], ["quorum", "--help"],
+     ["run", "--help"]],
+)
+def test_every_command_into_a_pipe_whose_reader_is_gone(tmp_path: Path, args: list[str]) -> None:
+    seg = _big_log(tmp_path)
+    cfg = write_config(tmp_path)
+    argv = [a.format(seg=seg, cfg=cfg) for a in args]
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # nobody will read: every write fails with EPIPE
+    try:
+        done = subprocess.run([sys.executable, "-m", "kraft", *argv], stdout=write_end,
+                              stderr=subprocess.PIPE, cwd=ROOT, timeout=120)
+    finally:
+        os.close(write_end)
+    assert done.stderr == b"", done.stderr.decode()
+    assert done.returncode == EXIT_BROKEN_PIPE

@@ -38,6 +38,7 @@ class ApiKey(enum.IntEnum):
     UPDATE_FEATURES = 57
     FETCH_SNAPSHOT = 59
     DESCRIBE_CLUSTER = 60
+    CONTROLLER_REGISTRATION = 70
     ADD_RAFT_VOTER = 80
     REMOVE_RAFT_VOTER = 81
     UPDATE_RAFT_VOTER = 82
@@ -110,6 +111,8 @@ API_SPECS: dict[ApiKey, ApiSpec] = {
               m.FetchSnapshotResponseData),
         _spec(ApiKey.DESCRIBE_CLUSTER, "DescribeCluster", m.DescribeClusterRequestData,
               m.DescribeClusterResponseData),
+        _spec(ApiKey.CONTROLLER_REGISTRATION, "ControllerRegistration",
+              m.ControllerRegistrationRequestData, m.ControllerRegistrationResponseData),
         _spec(ApiKey.ADD_RAFT_VOTER, "AddRaftVoter", m.AddRaftVoterRequestData,
               m.AddRaftVoterResponseData),
         _spec(ApiKey.REMOVE_RAFT_VOTER, "RemoveRaftVoter", m.RemoveRaftVoterRequestData,
@@ -125,8 +128,10 @@ _BY_INT: dict[int, ApiSpec] = {int(k): v for k, v in API_SPECS.items()}
 SERVED_APIS: tuple[ApiSpec, ...] = tuple(sorted(API_SPECS.values(), key=lambda s: s.key))
 """What a KRaft controller built on this package answers (all of API_SPECS)."""
 
-SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {"kraft.version": (0, 1)}
-"""Feature name -> (min, max) supported level, advertised in ApiVersions."""
+SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {"kraft.version": (0, 1),
+                                                  "metadata.version": (20, 27)}
+"""Feature name -> (min, max) supported level, advertised in ApiVersions. metadata.version:
+the levels `kraft format --release-version` can bootstrap (3.8-IV0 to 4.1-IV1)."""
 
 
 def api_spec(api_key: int, api_version: int | None = None) -> ApiSpec:

@@ -20,6 +20,8 @@ __all__ = [
     "ApiVersionsResponseData",
     "BeginQuorumEpochRequestData",
     "BeginQuorumEpochResponseData",
+    "ControllerRegistrationRequestData",
+    "ControllerRegistrationResponseData",
     "DescribeClusterRequestData",
     "DescribeClusterResponseData",
     "DescribeQuorumRequestData",
@@ -1095,6 +1097,62 @@ class UpdateRaftVoterResponseData:
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class ControllerRegistrationRequestData:
+    """ControllerRegistrationRequest body (api key 70), versions 0, flexible 0+."""
+
+    @dataclass(frozen=True, slots=True)
+    class Listener:
+        """ControllerRegistrationRequest struct Listener."""
+
+        name: str = ""
+        # Name: string, v0+
+        host: str = ""
+        # Host: string, v0+
+        port: int = 0
+        # Port: uint16, v0+
+        security_protocol: int = 0
+        # SecurityProtocol: int16, v0+
+        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+
+    @dataclass(frozen=True, slots=True)
+    class Feature:
+        """ControllerRegistrationRequest struct Feature."""
+
+        name: str = ""
+        # Name: string, v0+
+        min_supported_version: int = 0
+        # MinSupportedVersion: int16, v0+
+        max_supported_version: int = 0
+        # MaxSupportedVersion: int16, v0+
+        unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+
+    controller_id: int = 0
+    # ControllerId: int32, v0+
+    incarnation_id: Uuid = Uuid.ZERO
+    # IncarnationId: uuid, v0+
+    zk_migration_ready: bool = False
+    # ZkMigrationReady: bool, v0+
+    listeners: list[ControllerRegistrationRequestData.Listener] = field(default_factory=list)
+    # Listeners: []Listener, v0+
+    features: list[ControllerRegistrationRequestData.Feature] = field(default_factory=list)
+    # Features: []Feature, v0+
+    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerRegistrationResponseData:
+    """ControllerRegistrationResponse body (api key 70), versions 0, flexible 0+."""
+
+    throttle_time_ms: int = 0
+    # ThrottleTimeMs: int32, v0+
+    error_code: int = 0
+    # ErrorCode: int16, v0+
+    error_message: str | None = ""
+    # ErrorMessage: string, v0+, nullable v0+
+    unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
+
+
 ALL_MESSAGE_CLASSES: tuple[type, ...] = (
     ApiVersionsRequestData,
     ApiVersionsResponseData,
@@ -1120,5 +1178,7 @@ ALL_MESSAGE_CLASSES: tuple[type, ...] = (
     RemoveRaftVoterResponseData,
     UpdateRaftVoterRequestData,
     UpdateRaftVoterResponseData,
+    ControllerRegistrationRequestData,
+    ControllerRegistrationResponseData,
 )
 """Every generated message class, in schema order."""

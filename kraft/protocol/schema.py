@@ -529,6 +529,25 @@ MESSAGES: tuple[MessageSpec, ...] = (
            f("Host", "string", "0+"),
            f("Port", "int32", "0+"),
            tag=0)),
+
+    # ---- ControllerRegistration (70): an observer's supported features for the leader ----
+    _msg("ControllerRegistrationRequest", 70, "0", "0+",
+         f("ControllerId", "int32", "0+"),
+         f("IncarnationId", "uuid", "0+"),
+         f("ZkMigrationReady", "bool", "0+"),
+         f("Listeners", "[]Listener", "0+",
+           f("Name", "string", "0+"),
+           f("Host", "string", "0+"),
+           f("Port", "uint16", "0+"),
+           f("SecurityProtocol", "int16", "0+")),
+         f("Features", "[]Feature", "0+",
+           f("Name", "string", "0+"),
+           f("MinSupportedVersion", "int16", "0+"),
+           f("MaxSupportedVersion", "int16", "0+"))),
+    _msg("ControllerRegistrationResponse", 70, "0", "0+",
+         f("ThrottleTimeMs", "int32", "0+"),
+         f("ErrorCode", "int16", "0+"),
+         f("ErrorMessage", "string", "0+", nullable="0+")),
 )
 
 _BY_NAME = {m.name: m for m in MESSAGES}

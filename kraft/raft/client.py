@@ -90,6 +90,8 @@ from kraft.raft.messages import (
     AddRaftVoterRequest,
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
+    ControllerRegistrationRequest,
+    ControllerRegistrationResponse,
     DescribeQuorumRequest,
     DescribeQuorumResponse,
     Endpoint,
@@ -1023,16 +1025,25 @@ class RaftCore:
                 s.update_voter_done = True
                 return False
             return True
-        if not cfg.auto_join or not cfg.listeners or self.kraft_version < 1:
+        caught_up = self.high_watermark is not None and self.high_watermark >= self.log.end_offset
+        if self.kraft_version == 0:
+            # a caught-up observer (it knows the quorum is at kraft.version 0) tells the leader
+            # its supported range, which a kraft.version upgrade checks (Kafka's controllers
+            # register with the active controller)
+            return not s.registered and caught_up
+        if not cfg.auto_join or not cfg.listeners:
             return False
-        return self.high_watermark is not None and self.high_watermark >= self.log.end_offset
+        return caught_up
 
     def _send_admin(self, s: FollowerState) -> None:
         cfg = self.config
         voters = self._voters()
         s.next_admin_at = self._now + cfg.update_voter_period_ms
         request: Request
-        if voters.is_voter(self.key):
+        if not voters.is_voter(self.key) and self.kraft_version == 0:
+            request = ControllerRegistrationRequest(self.key.id, self.key.directory_id,
+                                                    cfg.listeners, cfg.kraft_version_range)
+        elif voters.is_voter(self.key):
             request = UpdateRaftVoterRequest(
                 current_leader_epoch=s.epoch,
                 voter_id=self.key.id,
@@ -1083,6 +1094,9 @@ class RaftCore:
         elif t is UpdateKRaftVersionRequest:
             assert isinstance(req, UpdateKRaftVersionRequest)
             self._on_update_kraft_version(src, corr, req)
+        elif t is ControllerRegistrationRequest:
+            assert isinstance(req, ControllerRegistrationRequest)
+            self._on_controller_registration(src, corr, req)
 
     # ---------------------------------------------------------------- Vote
 
@@ -1737,6 +1751,40 @@ class RaftCore:
             self._maybe_advance_hw()
         reply(ErrorCode.NONE)
 
+    def _on_controller_registration(self, src: int, corr: int,
+                                    req: ControllerRegistrationRequest) -> None:
+        s = self.state
+        if not isinstance(s, LeaderState) or self._shutting_down:
+            self._respond(src, corr, ControllerRegistrationResponse(
+                ErrorCode.NOT_CONTROLLER, "not the active controller"))
+            return
+        rng = req.kraft_version_feature
+        if req.controller_id < 0 or rng.min_supported < 0 or rng.max_supported < rng.min_supported:
+            self._respond(src, corr, ControllerRegistrationResponse(
+                ErrorCode.INVALID_REQUEST, "bad controller id or kraft.version range"))
+            return
+        s.registered_ranges[req.controller_id] = rng
+        self._respond(src, corr, ControllerRegistrationResponse(ErrorCode.NONE))
+
+    def _observer_refusal(self, s: LeaderState, target: int) -> str | None:
+        """Why an observer may not take kraft.version `target` (None when all may): every
+        observer DescribeQuorum lists must have registered a range that holds it (Kafka checks
+        the supported range of every registered controller and broker)."""
+        voters = self._voters()
+        for p in sorted(s.progress.values(), key=lambda p: p.key.id):
+            if (voters.is_voter(p.key) or p.key.id == self.key.id
+                    or p.last_fetch_ms < self._now - OBSERVER_SESSION_TIMEOUT_MS):
+                continue
+            rng = s.registered_ranges.get(p.key.id)
+            if rng is None:
+                return (f"Invalid update version {target} for feature kraft.version. Observer "
+                        f"{p.key.id} has not registered, and may not support this feature")
+            if not rng.supports(target):
+                return (f"Invalid update version {target} for feature kraft.version. Observer "
+                        f"{p.key.id} only supports versions "
+                        f"{rng.min_supported}-{rng.max_supported}")
+        return None
+
     def _on_update_kraft_version(self, src: int, corr: int, req: UpdateKRaftVersionRequest) -> None:
         s = self.state
 
@@ -1744,7 +1792,8 @@ class RaftCore:
             self._respond(src, corr, UpdateKRaftVersionResponse(err, msg))
 
         if not isinstance(s, LeaderState) or self._shutting_down:
-            reply(ErrorCode.NOT_LEADER_OR_FOLLOWER, "not the leader")
+            # an UpdateFeatures answer: Kafka's controllers say NOT_CONTROLLER
+            reply(ErrorCode.NOT_CONTROLLER, "not the active controller")
             return
         current = self.kraft_version
         target = req.kraft_version
@@ -1757,6 +1806,10 @@ class RaftCore:
         if target > 1 or not self.config.kraft_version_range.supports(target):
             reply(ErrorCode.INVALID_UPDATE_VERSION, f"kraft.version {target} is not supported")
             return
+        observer = self._observer_refusal(s, target)
+        if observer is not None:
+            reply(ErrorCode.INVALID_UPDATE_VERSION, observer)
+            return
         pre = self._change_precondition_error(s)
         if pre is not None:
             reply(*pre)
@@ -1768,13 +1821,17 @@ class RaftCore:
                                           self.config.kraft_version_range))
                 continue
             p = s.voter_progress(v)
-            if (
-                p is None
-                or p.reported_range is None
-                or not p.reported_range.supports(target)
-                or p.key.directory_id is None
-            ):
-                reply(ErrorCode.INVALID_UPDATE_VERSION, f"voter {v.id} does not support {target}")
+            why = None
+            if p is None or p.reported_range is None:
+                why = f"voter {v.id} has not reported its supported range"
+            elif not p.reported_range.supports(target):
+                rng = p.reported_range
+                why = f"voter {v.id} supports {rng.min_supported}-{rng.max_supported}"
+            elif p.key.directory_id is None:
+                why = f"the directory id of voter {v.id} is not known"
+            if why is not None or p is None or p.reported_range is None:
+                reply(ErrorCode.INVALID_UPDATE_VERSION, f"Invalid upgrade of kraft.version to "
+                      f"{target} because not all of the voters support it: {why}")
                 return
             upgraded.append(VoterNode(p.key, p.reported_endpoints or v.endpoints, p.reported_range))
         if req.validate_only:
@@ -1807,6 +1864,11 @@ class RaftCore:
                 return
         elif isinstance(resp, FetchSnapshotResponse):
             self._on_fetch_snapshot_response(resp)
+        elif isinstance(resp, ControllerRegistrationResponse):
+            s = self.state
+            if (resp.error_code == ErrorCode.NONE and isinstance(s, FollowerState)
+                    and f.destination == s.leader_id):
+                s.registered = True
         elif isinstance(resp, UpdateRaftVoterResponse):
             s = self.state
             if resp.error_code == ErrorCode.NONE and isinstance(s, FollowerState):

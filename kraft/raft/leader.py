@@ -109,6 +109,8 @@ class LeaderState:
     parked: list[ParkedFetch] = field(default_factory=list)
     pending_appends: dict[int, int] = field(default_factory=dict)
     pending_change: PendingChange | None = None
+    registered_ranges: dict[int, KRaftVersionRange] = field(default_factory=dict)
+    """Observer id -> the kraft.version range its ControllerRegistration reported."""
     resign_when_committed: int | None = None
     voted: ReplicaKey | None = None
     hw_advanced_at: int = -(1 << 62)

@@ -332,6 +332,27 @@ class UpdateRaftVoterResponse:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
+class ControllerRegistrationRequest:
+    """Sent by an observer to the leader (Kafka's ControllerRegistration, api 70): its id,
+    endpoints and supported kraft.version range, which a kraft.version upgrade checks."""
+
+    controller_id: int
+    incarnation_id: Uuid | None
+    listeners: tuple[Endpoint, ...]
+    kraft_version_feature: KRaftVersionRange
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class ControllerRegistrationResponse:
+    """Answer to ControllerRegistration."""
+
+    error_code: ErrorCode
+    error_message: str | None = None
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
 class UpdateKRaftVersionRequest:
     """UpdateFeatures for kraft.version (the only feature the consensus core owns)."""
 
@@ -371,6 +392,7 @@ Request = (
     | RemoveRaftVoterRequest
     | UpdateRaftVoterRequest
     | UpdateKRaftVersionRequest
+    | ControllerRegistrationRequest
 )
 """Every request the core receives."""
 
@@ -384,5 +406,6 @@ Response = (
     | VoterChangeResponse
     | UpdateRaftVoterResponse
     | UpdateKRaftVersionResponse
+    | ControllerRegistrationResponse
 )
 """Every response the core produces or receives."""

@@ -136,6 +136,8 @@ class FollowerState:
     """The LogStartOffset of the leader's latest answer: this replica's log start follows it
     (KIP-630, `kraft.raft.retention.follower_log_start`)."""
     update_voter_done: bool = False
+    registered: bool = False
+    """An observer: this leader took its ControllerRegistration (its kraft.version range)."""
     next_admin_at: int = 0
 
 

@@ -105,22 +105,103 @@ def _run_run(args: argparse.Namespace) -> int:
 
 
 def _configure_quorum(p: argparse.ArgumentParser) -> None:
+    # The options of kafka-metadata-quorum (MetadataQuorumCommand), checked by hand in
+    # `_run_quorum` so that the errors carry Kafka's messages.
+    p.add_argument("--bootstrap-server", default=None, metavar="HOST:PORT[,HOST:PORT]",
+                   help="nodes of the quorum to connect to (every node serves the Kafka "
+                        "protocol; the same as --bootstrap-controller here)")
     p.add_argument("--bootstrap-controller", default=None, metavar="HOST:PORT[,HOST:PORT]",
                    help="controllers to ask for the leader (DescribeCluster)")
-    subs = p.add_subparsers(dest="quorum_command", metavar="COMMAND")
-    d = subs.add_parser("describe", help="describe the quorum")
-    mode = d.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--status", action="store_true")
-    mode.add_argument("--replication", action="store_true")
-    d.add_argument("--human-readable", action="store_true")
-    a = subs.add_parser("add-controller", help="add the controller described by --config")
-    a.add_argument("--config", "-c", required=True, type=Path,
-                   help="the new controller's server.properties")
+    p.add_argument("--command-config", default=None, type=Path, metavar="FILE",
+                   help="client properties; for add-controller, the new controller's "
+                        "server.properties")
+    subs = p.add_subparsers(dest="quorum_command", metavar="COMMAND", parser_class=type(p))
+    d = subs.add_parser("describe", help="describe the metadata quorum")
+    d.add_argument("--status", action="store_true", help="a short summary of the quorum")
+    d.add_argument("--replication", action="store_true",
+                   help="the replication state of every voter and observer")
+    d.add_argument("--human-readable", action="store_true",
+                   help="with --replication: timestamps as 'N ms ago'")
+    d.add_argument("--show-endpoints", action="store_true",
+                   help="with --replication: an extra Endpoints column (not in Kafka's tool)")
+    a = subs.add_parser("add-controller", help="add the controller whose server.properties is "
+                                               "--command-config")
+    a.add_argument("--config", "-c", default=None, type=Path, dest="controller_config",
+                   help="the same as the global --command-config (an older spelling)")
     a.add_argument("--dry-run", action="store_true")
     r = subs.add_parser("remove-controller", help="remove a controller")
     r.add_argument("--controller-id", "-i", required=True, type=int)
     r.add_argument("--controller-directory-id", "-d", required=True)
     r.add_argument("--dry-run", action="store_true")
+
+
+class QuorumUsageError(ValueError):
+    """`kraft quorum` was given options that do not go together (exit 2)."""
+
+
+def _command_properties(args: argparse.Namespace) -> tuple[dict[str, str], Path | None]:
+    """The --command-config properties (and the file), checked for what a client here can do."""
+    from kraft.storage.errors import StorageConfigError
+    from kraft.storage.properties import read_properties
+
+    path: Path | None = args.command_config
+    alias: Path | None = getattr(args, "controller_config", None)
+    if alias is not None:
+        if path is not None and path != alias:
+            raise QuorumUsageError(f"add-controller --config {alias} and --command-config "
+                                   f"{path} name different files: give one")
+        path = alias
+    if path is None:
+        return {}, None
+    if not path.is_file():
+        raise QuorumUsageError(f"--command-config: properties file {path} does not exist")
+    try:
+        props = read_properties(path)
+    except StorageConfigError as exc:
+        raise QuorumUsageError(f"--command-config: {exc}") from None
+    protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
+    if protocol != "PLAINTEXT":
+        raise QuorumUsageError(f"--command-config {path}: security.protocol={protocol} is not "
+                               "supported: the quorum's listeners speak PLAINTEXT only")
+    return props, path
+
+
+def _bootstrap(args: argparse.Namespace, props: dict[str, str],
+               config: Path | None) -> list[tuple[str, int]]:
+    from kraft.server.quorum_admin import parse_host_port
+
+    if args.bootstrap_server is not None and args.bootstrap_controller is not None:
+        raise QuorumUsageError("You cannot specify both --bootstrap-controller and "
+                               "--bootstrap-server.")
+    flag = "--bootstrap-server" if args.bootstrap_server is not None else "--bootstrap-controller"
+    text = args.bootstrap_server if args.bootstrap_server is not None else args.bootstrap_controller
+    if text is None and args.quorum_command == "add-controller" and config is not None:
+        flag, text = f"the bootstrap servers of {config}", _bootstrap_from_properties(props)
+    if text is None:
+        raise QuorumUsageError("You must specify either --bootstrap-controller or "
+                               "--bootstrap-server.")
+    try:
+        addresses = [parse_host_port(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise QuorumUsageError(f"{flag}: {exc}") from None
+    if not addresses:
+        raise QuorumUsageError(f"{flag}: no HOST:PORT given")
+    return addresses
+
+
+def _check_describe(args: argparse.Namespace) -> None:
+    if args.status and args.replication:
+        raise QuorumUsageError("Only one of --status or --replication should be specified "
+                               "with describe sub-command")
+    if not args.status and not args.replication:
+        raise QuorumUsageError("One of --status or --replication must be specified with "
+                               "describe sub-command")
+    if args.status and args.human_readable:
+        raise QuorumUsageError("The option --human-readable is only supported along with "
+                               "--replication")
+    if args.status and args.show_endpoints:
+        raise QuorumUsageError("The option --show-endpoints is only supported along with "
+                               "--replication")
 
 
 def _run_quorum(args: argparse.Namespace) -> int:
@@ -130,7 +211,6 @@ def _run_quorum(args: argparse.Namespace) -> int:
         describe_quorum,
         format_replication,
         format_status,
-        parse_host_port,
         remove_voter,
     )
     from kraft.server.transport import RequestError
@@ -139,16 +219,17 @@ def _run_quorum(args: argparse.Namespace) -> int:
         print("kraft quorum: a command is required (describe, add-controller, "
               "remove-controller)", file=sys.stderr)
         return EXIT_USAGE
-    bootstrap_text = args.bootstrap_controller
-    if args.quorum_command == "add-controller" and bootstrap_text is None:
-        bootstrap_text = _bootstrap_from_config(args.config)
-    if not bootstrap_text:
-        print("kraft quorum: --bootstrap-controller is required", file=sys.stderr)
-        return EXIT_USAGE
     try:
-        bootstrap = [parse_host_port(x) for x in bootstrap_text.split(",") if x.strip()]
-    except ValueError as exc:
-        print(f"error: --bootstrap-controller: {exc}", file=sys.stderr)
+        props, config = _command_properties(args)
+        if args.quorum_command == "describe":
+            _check_describe(args)
+        if args.quorum_command == "add-controller" and config is None:
+            raise QuorumUsageError("You must supply the configuration file of the controller "
+                                   "you are adding when using add-controller "
+                                   "(--command-config FILE).")
+        bootstrap = _bootstrap(args, props, config)
+    except QuorumUsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
         if args.quorum_command == "describe":
@@ -156,11 +237,14 @@ def _run_quorum(args: argparse.Namespace) -> int:
             if args.status:
                 print(format_status(view, resp))
             else:
-                print(format_replication(resp, args.human_readable))
+                print(format_replication(resp, args.human_readable,
+                                         endpoints=args.show_endpoints), end="")
             return EXIT_OK
         if args.quorum_command == "add-controller":
-            node_id, directory_id, listeners = _controller_identity(args.config)
-            endpoints = ", ".join(f"{n}://{h}:{p}" for n, h, p in listeners)
+            assert config is not None
+            node_id, directory_id, listeners = controller_identity(props, str(config))
+            endpoints = ", ".join(f"{n}://[{h}]:{p}" if ":" in h else f"{n}://{h}:{p}"
+                                  for n, h, p in listeners)
             if args.dry_run:
                 print(f"DRY RUN of adding controller {node_id} with directory id "
                       f"{directory_id} and endpoints: {endpoints}")
@@ -169,7 +253,12 @@ def _run_quorum(args: argparse.Namespace) -> int:
             print(f"Added controller {node_id} with directory id {directory_id} and "
                   f"endpoints: {endpoints}")
             return EXIT_OK
-        directory = Uuid.parse(args.controller_directory_id)
+        if args.controller_id < 0:
+            raise QuorumUsageError(f"Invalid negative --controller-id: {args.controller_id}")
+        try:
+            directory = Uuid.parse(args.controller_directory_id)
+        except ValueError as exc:
+            raise QuorumUsageError(f"Failed to parse --controller-directory-id: {exc}") from None
         if args.dry_run:
             print(f"DRY RUN of removing  KRaft controller {args.controller_id} with directory "
                   f"id {directory}")
@@ -185,29 +274,54 @@ def _run_quorum(args: argparse.Namespace) -> int:
         return EXIT_FAILURE
 
 
-def _controller_identity(config: Path) -> tuple[int, Uuid, list[tuple[str, str, int]]]:
-    """(node id, directory id from meta.properties, controller endpoints) of a config file."""
-    from kraft.server.config import load_config
+def controller_identity(props: dict[str, str],
+                        source: str) -> tuple[int, Uuid, list[tuple[str, str, int]]]:
+    """(node id, directory id from meta.properties, controller endpoints) of a controller's
+    server.properties, read as kafka-metadata-quorum add-controller reads them: node.id,
+    process.roles with controller, metadata.log.dir (else the first of log.dirs), and for
+    each of controller.listener.names its listener (advertised.listeners over listeners; no
+    host means localhost). Raises ValueError naming what is missing."""
+    from kraft.storage.errors import StorageConfigError, StorageError
+    from kraft.storage.format import server_config
     from kraft.storage.meta_properties import read_meta_properties
 
-    cfg = load_config(config)
-    meta = read_meta_properties(cfg.metadata_dir)
-    if meta is None or meta.directory_id is None:
-        raise ValueError(f"{cfg.metadata_dir} is not formatted (no meta.properties with a "
-                         "directory.id); run kraft format first")
-    listeners = [(a.name, a.host, a.port) for a in cfg.advertised_controller_listeners]
+    try:
+        cfg = server_config(props, source)
+    except StorageConfigError as exc:
+        raise ValueError(f"{exc}. Is this a valid controller configuration file?") from None
+    if not cfg.is_controller:
+        raise ValueError(f"{source}: process.roles did not contain 'controller'. Is this a "
+                         "valid controller configuration file?")
+    if not cfg.controller_listener_names:
+        raise ValueError(f"{source}: controller.listener.names was not found. Is this a valid "
+                         "controller configuration file?")
+    listeners = []
+    for name in cfg.controller_listener_names:
+        address = cfg.advertised_listeners.get(name, cfg.listeners.get(name))
+        if address is None:
+            raise ValueError(f"{source}: Cannot find information about controller listener "
+                             f"name: {name}")
+        listeners.append((name, address[0] or "localhost", address[1]))
+    try:
+        meta = read_meta_properties(cfg.metadata_log_dir)
+    except StorageError as exc:
+        raise ValueError(f"Unable to read meta.properties from {cfg.metadata_log_dir}: "
+                         f"{exc}") from None
+    if meta is None:
+        raise ValueError(f"Unable to read meta.properties from {cfg.metadata_log_dir} (run "
+                         "kraft format first)")
+    if meta.directory_id is None:
+        raise ValueError(f"No directory id found in {cfg.metadata_log_dir}")
     return cfg.node_id, meta.directory_id, listeners
 
 
-def _bootstrap_from_config(config: Path) -> str | None:
-    from kraft.server.config import load_config
-
-    cfg = load_config(config)
-    if cfg.bootstrap_servers:
-        return ",".join(str(b) for b in cfg.bootstrap_servers)
-    if cfg.quorum_voters:
-        return ",".join(f"{v.host}:{v.port}" for v in cfg.quorum_voters)
-    return None
+def _bootstrap_from_properties(props: dict[str, str]) -> str | None:
+    servers = props.get("controller.quorum.bootstrap.servers", "").strip()
+    if servers:
+        return servers
+    voters = [v.split("@", 1)[1] for v in props.get("controller.quorum.voters", "").split(",")
+              if "@" in v]
+    return ",".join(voters) or None
 
 
 # ---------------------------------------------------------------- local

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from kraft.protocol import messages as w
-from kraft.protocol.api import ApiKey, api_spec, api_versions_response
+from kraft.protocol.api import SUPPORTED_FEATURES, ApiKey, api_spec, api_versions_response
 from kraft.protocol.codec import Spliced
 from kraft.protocol.errors import ErrorCode, ProtocolError, UnsupportedVersionError
 from kraft.protocol.framing import decode_request, encode_response, encode_response_parts
@@ -76,6 +76,18 @@ from kraft.server.admin import (
 )
 from kraft.server.client_protocol import ClientServer
 from kraft.server.config import NodeConfig
+from kraft.server.features import (
+    FAILED_PREFIX,
+    KRAFT_VERSION,
+    METADATA_VERSION,
+    NOT_CONTROLLER_MESSAGE,
+    FeatureState,
+    FeatureUpdateError,
+    core_answer,
+    plan_feature_updates,
+    update_features_response,
+    updates_of,
+)
 from kraft.server.fetch_fast import (
     decode_fetch_request,
     decode_fetch_response,
@@ -124,8 +136,9 @@ from kraft.statemachine.kv import (
     encode_delete,
     encode_put,
 )
+from kraft.storage.bootstrap import METADATA_VERSION_FEATURE, read_bootstrap_checkpoint
 from kraft.storage.errors import OffsetOutOfRangeError, StorageError
-from kraft.storage.layout import SnapshotId
+from kraft.storage.layout import BOOTSTRAP_CHECKPOINT, SnapshotId
 from kraft.storage.loader import MetadataDir, open_metadata_dir
 from kraft.storage.quorum_state import QuorumStateData as StoredQuorumState
 from kraft.storage.snapshot_load import SnapshotStream, read_snapshot_control
@@ -144,6 +157,7 @@ _API_OF_REQUEST: dict[type, ApiKey] = {
     m.AddRaftVoterRequest: ApiKey.ADD_RAFT_VOTER,
     m.RemoveRaftVoterRequest: ApiKey.REMOVE_RAFT_VOTER,
     m.UpdateRaftVoterRequest: ApiKey.UPDATE_RAFT_VOTER,
+    m.ControllerRegistrationRequest: ApiKey.CONTROLLER_REGISTRATION,
 }
 
 SNAPSHOT_BATCH_BYTES = 1024 * 1024
@@ -255,10 +269,12 @@ class _FrameAnswer:
     """A Kafka request frame waiting for the core's answer: encodes it into the frame body
     the listener writes back (or a REQUEST_TIMED_OUT answer when the core never answers)."""
 
-    __slots__ = ("api", "corr", "deadline", "future", "peer", "version")
+    __slots__ = ("api", "corr", "deadline", "features", "future", "peer", "version")
 
     def __init__(self, api: ApiKey, version: int, corr: int, future: DeferredReply,
-                 deadline: float, peer: int = -1) -> None:
+                 deadline: float, peer: int = -1, features: tuple[str, ...] = ()) -> None:
+        self.features = features
+        """UpdateFeatures: the request's feature names, one result each on success."""
         self.api = api
         self.version = version
         self.corr = corr
@@ -288,6 +304,11 @@ class _FrameAnswer:
     def _general(self, response: m.Response, records: bytes | None) -> ReplyBody:
         """The answer's frame body through the wire dataclasses and the generated codecs."""
         wire: object
+        if self.api == ApiKey.UPDATE_FEATURES and isinstance(response,
+                                                             m.UpdateKRaftVersionResponse):
+            code, message = core_answer(response.error_code, response.error_message)
+            return encode_response(self.api, self.version, self.corr, update_features_response(
+                self.version, code, message, self.features))[4:]
         if self.api == ApiKey.REMOVE_RAFT_VOTER and isinstance(response, m.VoterChangeResponse):
             return encode_response(self.api, self.version, self.corr,
                                    remove_voter_response(response))[4:]
@@ -394,6 +415,8 @@ class KraftNode:
         self._setup_metrics()
         self.md: MetadataDir | None = None
         self.core: RaftCore | None = None
+        self._metadata_version: int | None = None
+        """The metadata.version level of bootstrap.checkpoint (None: the file has none)."""
         self.cluster_id = ""
         self.listener: FrameListener | None = None
         self.admin: AdminServer | None = None
@@ -442,6 +465,7 @@ class KraftNode:
         directory_id = md.meta.directory_id
         if directory_id is None:
             raise StorageError(f"{cfg.metadata_dir}/meta.properties has no directory.id")
+        self._metadata_version = _bootstrap_metadata_version(cfg.metadata_dir)
         latest = md.latest_snapshot
         if latest is not None:
             # One checked pass over the file (CRC, offsets, header/footer) feeding the state
@@ -470,8 +494,11 @@ class KraftNode:
             listeners=tuple(m.Endpoint(a.name, a.host, a.port)
                             for a in cfg.advertised_controller_listeners),
             static_voters=static,
+            # an observer of a static quorum finds the leader through the static voters, as
+            # Kafka's brokers do when only controller.quorum.voters is set
             bootstrap_servers=tuple(m.Endpoint(listener_name, b.host, b.port)
-                                    for b in cfg.bootstrap_servers),
+                                    for b in cfg.bootstrap_servers)
+            or tuple(m.Endpoint(listener_name, v.host, v.port) for v in cfg.quorum_voters),
             election_timeout_ms=cfg.election_timeout_ms,
             election_backoff_max_ms=cfg.election_backoff_max_ms,
             fetch_timeout_ms=cfg.fetch_timeout_ms,
@@ -1468,10 +1495,15 @@ class KraftNode:
         api, version, corr = header.api_key, header.api_version, header.correlation_id
         if api == ApiKey.API_VERSIONS:
             finalized = {"kraft.version": self.core.kraft_version} if self.core else {}
+            if self._metadata_version is not None:
+                finalized[METADATA_VERSION] = self._metadata_version
             body: object = api_versions_response(version, finalized_features=finalized)
             return encode_response(api, version, corr, body)[4:]
         if api == ApiKey.DESCRIBE_CLUSTER:
             return encode_response(api, version, corr, self._describe_cluster(data))[4:]
+        if api == ApiKey.UPDATE_FEATURES:
+            assert isinstance(data, w.UpdateFeaturesRequestData)
+            return self._update_features(version, corr, data)
         try:
             request = request_to_core(data, version, self.cluster_id)
         except TopLevelError as exc:
@@ -1481,8 +1513,41 @@ class KraftNode:
             return encode_response(api, version, corr, err_body)[4:]
         return self._defer(ApiKey(api), version, corr, request)
 
+    def _update_features(self, version: int, corr: int,
+                         data: w.UpdateFeaturesRequestData) -> bytes | DeferredReply:
+        """UpdateFeatures as Kafka's controller answers it (`kraft.server.features`): a node
+        that is not the leader answers NOT_CONTROLLER; the updates are checked as one change;
+        a kraft.version upgrade goes to the core, which answers once it is committed."""
+        names = tuple(u.feature for u in data.feature_updates)
+        core = self.core
+        assert core is not None
+
+        def answer(code: int, message: str | None) -> bytes:
+            body = update_features_response(version, code, message, names)
+            return encode_response(ApiKey.UPDATE_FEATURES, version, corr, body)[4:]
+
+        if core.role != Role.LEADER:
+            return answer(ErrorCode.NOT_CONTROLLER, NOT_CONTROLLER_MESSAGE)
+        lo, hi = SUPPORTED_FEATURES[KRAFT_VERSION]
+        known = {KRAFT_VERSION: FeatureState(core.kraft_version, lo, hi)}
+        if self._metadata_version is not None:
+            lo, hi = SUPPORTED_FEATURES[METADATA_VERSION]
+            known[METADATA_VERSION] = FeatureState(self._metadata_version, lo, hi)
+        try:
+            plan = plan_feature_updates(updates_of(data, version), known, self.config.node_id)
+        except FeatureUpdateError as exc:
+            log.info("event=update_features_refused replica=%d error=%s reason=%r",
+                     self.config.node_id, exc.code.name, exc.message)
+            return answer(exc.code, FAILED_PREFIX + exc.message)
+        if plan.kraft_version is None:
+            return answer(ErrorCode.NONE, None)
+        return self._defer(ApiKey.UPDATE_FEATURES, version, corr,
+                           m.UpdateKRaftVersionRequest(plan.kraft_version, data.validate_only),
+                           features=names)
+
     def _defer(self, api: ApiKey, version: int, corr: int, request: m.Request,
-               source: int | None = None, peer: int = -1) -> DeferredReply:
+               source: int | None = None, peer: int = -1,
+               features: tuple[str, ...] = ()) -> DeferredReply:
         """Hand a decoded request to the core; its answer completes the returned reply."""
         timeout = FRAME_ANSWER_TIMEOUT_S
         if isinstance(request, m.AddRaftVoterRequest):
@@ -1491,7 +1556,7 @@ class KraftNode:
         key = self._inbound_ids
         assert self._loop is not None
         deadline = self._loop.time() + timeout
-        answer = _FrameAnswer(api, version, corr, DeferredReply(), deadline, peer)
+        answer = _FrameAnswer(api, version, corr, DeferredReply(), deadline, peer, features)
         self._inbound[key] = answer
         self._sweep.ask(deadline)
         self._enqueue(ev.RequestReceived(_source_of(request) if source is None else source, key,
@@ -2014,6 +2079,18 @@ class KraftNode:
         return self.metrics.render()
 
 
+def _bootstrap_metadata_version(metadata_dir: Path) -> int | None:
+    """The metadata.version level `kraft format` wrote into bootstrap.checkpoint (None when
+    the file is missing or names none)."""
+    path = metadata_dir / BOOTSTRAP_CHECKPOINT
+    if not path.exists():
+        return None
+    for record in read_bootstrap_checkpoint(path):
+        if record.name == METADATA_VERSION_FEATURE:
+            return record.feature_level
+    return None
+
+
 def _source_of(req: m.Request) -> int:
     if isinstance(req, m.VoteRequest):
         return req.replica_id
@@ -2023,6 +2100,8 @@ def _source_of(req: m.Request) -> int:
         return req.replica_id
     if isinstance(req, m.UpdateRaftVoterRequest):
         return req.voter_id
+    if isinstance(req, m.ControllerRegistrationRequest):
+        return req.controller_id
     return -1
 
 

@@ -159,38 +159,49 @@ def format_status(view: ClusterView, resp: m.DescribeQuorumResponse, now_ms: int
 
 
 def format_replication(resp: m.DescribeQuorumResponse, human_readable: bool = False,
-                       now_ms: int | None = None) -> str:
-    """`describe --replication` table (tab-separated padded cells, plus endpoints)."""
+                       now_ms: int | None = None, endpoints: bool = False) -> str:
+    """`describe --replication` as kafka-metadata-quorum prints it: the columns NodeId,
+    DirectoryId, LogEndOffset, Lag, LastFetchTimestamp, LastCaughtUpTimestamp, Status; the
+    leader's row, the other voters' (Follower), then the observers'; every cell padded to its
+    column's width and followed by a tab, every line ending with a newline. Lag is the
+    leader's log end offset minus the row's; -1 stands for an unknown timestamp, and
+    `human_readable` shows known ones as "N ms ago" (a timestamp in the future is an error,
+    as in Kafka). `endpoints` adds our Endpoints column (each voter's listeners)."""
     now = now_ms if now_ms is not None else int(time.time() * 1000)
     nodes = dict(resp.nodes)
     leader_row = next((r for r in resp.current_voters if r.replica_id == resp.leader_id), None)
-    leader_leo = leader_row.log_end_offset if leader_row else resp.high_watermark
+    if leader_row is None:
+        raise QuorumAdminError(f"the leader {resp.leader_id} is not among the voters "
+                               "DescribeQuorum returned")
+    leader_leo = leader_row.log_end_offset
 
-    def ts(value: int) -> str:
-        if not human_readable or value < 0:
+    def ts(value: int, what: str) -> str:
+        if value < 0 or not human_readable:
             return str(value)
-        return f"{max(0, now - value)} ms ago"
+        if not 0 < value <= now:
+            raise QuorumAdminError(
+                "Error while computing relative time, possible drift in system clock.\n"
+                f"Current timestamp is {now}, {what} timestamp is {value}")
+        return f"{now - value} ms ago"
 
     header = ["NodeId", "DirectoryId", "LogEndOffset", "Lag", "LastFetchTimestamp",
-              "LastCaughtUpTimestamp", "Status", "Endpoints"]
+              "LastCaughtUpTimestamp", "Status"]
+    if endpoints:
+        header.append("Endpoints")
+    ordered = [(leader_row, "Leader")]
+    ordered += [(r, "Follower") for r in resp.current_voters if r is not leader_row]
+    ordered += [(r, "Observer") for r in resp.observers]
     rows: list[list[str]] = []
-    ordered = ([leader_row] if leader_row else []) + \
-        [r for r in resp.current_voters if r is not leader_row]
-    for r in ordered:
-        status = "Leader" if r.replica_id == resp.leader_id else "Follower"
-        rows.append(_row(r, status, leader_leo, ts, nodes))
-    for r in resp.observers:
-        rows.append(_row(r, "Observer", leader_leo, ts, nodes))
+    for r, status in ordered:
+        row = [str(r.replica_id), str(r.replica_directory_id or Uuid.ZERO),
+               str(r.log_end_offset), str(leader_leo - r.log_end_offset),
+               ts(r.last_fetch_timestamp, "last fetch"),
+               ts(r.last_caught_up_timestamp, "last caught up"), status]
+        if endpoints:
+            eps = nodes.get(r.replica_id, ()) if status != "Observer" else ()
+            row.append(",".join(f"{e.name}://{e.host}:{e.port}" for e in eps) or "-")
+        rows.append(row)
     table = [header, *rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    return "\n".join("\t".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip()
-                     for row in table)
-
-
-def _row(r: m.ReplicaDescription, status: str, leader_leo: int, ts: Any,
-         nodes: dict[int, tuple[m.Endpoint, ...]]) -> list[str]:
-    eps = nodes.get(r.replica_id, ()) if status != "Observer" else ()
-    return [str(r.replica_id), str(r.replica_directory_id or Uuid.ZERO), str(r.log_end_offset),
-            str(max(0, leader_leo - r.log_end_offset)), ts(r.last_fetch_timestamp),
-            ts(r.last_caught_up_timestamp), status,
-            ",".join(f"{e.name}://{e.host}:{e.port}" for e in eps) or "-"]
+    return "".join("".join(cell.ljust(widths[i]) + "\t" for i, cell in enumerate(row)) + "\n"
+                   for row in table)

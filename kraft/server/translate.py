@@ -24,6 +24,7 @@ from kraft.protocol.uuid import Uuid
 from kraft.raft import messages as m
 from kraft.records.batch import RecordBatch
 from kraft.records.control import decode_control_batch
+from kraft.server.features import core_answer, update_features_response
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION = 0
@@ -180,12 +181,15 @@ def request_to_core(data: object, version: int, cluster_id: str) -> m.Request:
                                                       f.max_supported_version),
             cluster_id=data.cluster_id,
         )
-    if isinstance(data, w.UpdateFeaturesRequestData):
-        update = _single(data.feature_updates, "feature update", ErrorCode.INVALID_REQUEST)
-        if update.feature != "kraft.version":
-            raise TopLevelError(ErrorCode.INVALID_REQUEST,
-                                f"feature {update.feature!r} is not managed by this quorum")
-        return m.UpdateKRaftVersionRequest(update.max_version_level, data.validate_only)
+    if isinstance(data, w.ControllerRegistrationRequestData):
+        ranges = {f.name: (f.min_supported_version, f.max_supported_version)
+                  for f in data.features}
+        lo, hi = ranges.get("kraft.version", (0, 0))
+        return m.ControllerRegistrationRequest(
+            controller_id=data.controller_id, incarnation_id=_dir(data.incarnation_id),
+            listeners=tuple(m.Endpoint(e.name, e.host, e.port) for e in data.listeners),
+            kraft_version_feature=m.KRaftVersionRange(lo, hi),
+        )
     raise TopLevelError(ErrorCode.UNSUPPORTED_VERSION, f"{type(data).__name__} is not a core request")
 
 
@@ -297,11 +301,13 @@ def response_to_wire(resp: m.Response, version: int,
         U = w.UpdateRaftVoterResponseData
         return U(error_code=int(resp.error_code),
                  current_leader=U.CurrentLeader(resp.leader_id, resp.leader_epoch))
+    if isinstance(resp, m.ControllerRegistrationResponse):
+        return w.ControllerRegistrationResponseData(error_code=int(resp.error_code),
+                                                    error_message=resp.error_message)
     if isinstance(resp, m.UpdateKRaftVersionResponse):
-        UF = w.UpdateFeaturesResponseData
-        return UF(error_code=int(resp.error_code), error_message=resp.error_message,
-                  results=[UF.UpdatableFeatureResult("kraft.version", int(resp.error_code),
-                                                     resp.error_message)])
+        # the node answers with the request's own features (`KraftNode._update_features`)
+        code, message = core_answer(resp.error_code, resp.error_message)
+        return update_features_response(version, code, message, ("kraft.version",))
     raise TypeError(f"no wire form for {type(resp).__name__}")
 
 
@@ -405,6 +411,15 @@ def request_to_wire(req: m.Request, cluster_id: str, version: int) -> object:
             listeners=[U.Listener(e.name, e.host, e.port) for e in req.listeners],
             kraft_version_feature=U.KRaftVersionFeature(req.kraft_version_feature.min_supported,
                                                         req.kraft_version_feature.max_supported),
+        )
+    if isinstance(req, m.ControllerRegistrationRequest):
+        C = w.ControllerRegistrationRequestData
+        rng = req.kraft_version_feature
+        return C(
+            controller_id=req.controller_id, incarnation_id=_wire_dir(req.incarnation_id),
+            zk_migration_ready=False,
+            listeners=[C.Listener(e.name, e.host, e.port, 0) for e in req.listeners],
+            features=[C.Feature("kraft.version", rng.min_supported, rng.max_supported)],
         )
     raise TypeError(f"no wire form for {type(req).__name__}")
 
@@ -528,4 +543,6 @@ def response_to_core(data: object, listener: str) -> m.Response:
         return m.UpdateRaftVoterResponse(_code(data.error_code),
                                          data.current_leader.leader_id,
                                          data.current_leader.leader_epoch)
+    if isinstance(data, w.ControllerRegistrationResponseData):
+        return m.ControllerRegistrationResponse(_code(data.error_code), data.error_message)
     raise TypeError(f"no core form for {type(data).__name__}")

@@ -8,6 +8,7 @@ ending with it, so comparing two hashes compares two complete histories.
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 from dataclasses import dataclass, field
 
@@ -22,8 +23,14 @@ Entry = tuple[int, object, int, bool]
 
 
 def chain_hash(prev: int, epoch: int, value: object) -> int:
-    """Hash of a log prefix extended by one record."""
-    return hash((prev, epoch, value))
+    """Hash of a log prefix extended by one record.
+
+    A digest of the values' repr, not Python's hash(): that one is salted per process for
+    str and bytes, and the chain ends up in snapshot bytes and so in traces, which must be
+    byte-identical from one run of a seed to the next.
+    """
+    digest = hashlib.blake2b(repr((prev, epoch, value)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,8 @@ METADATA_VERSIONS: dict[str, int] = {
 }
 LATEST_PRODUCTION = "4.1-IV1"
 """The 4.1 default `--release-version` (metadata.version level 27)."""
+KRAFT_VERSION_1_MIN_LEVEL = METADATA_VERSIONS["3.9-IV0"]
+"""The lowest metadata.version level kraft.version 1 (dynamic quorums, KIP-853) depends on."""
 
 
 def metadata_version_level(release: str) -> tuple[str, int]:

@@ -1,8 +1,11 @@
 """`kraft dump`: human-readable listing of segments, snapshots and metadata directories.
 
-Every batch is printed with its header fields and CRC status; control records are decoded by
-type; data records are shown as metadata records (apiKey name, version, and the decoded body
-for FeatureLevelRecord) when their value carries the metadata frame, else as length + hex.
+Every batch is printed with its header fields and CRC status, and every record as
+`kafka-dump-log --print-data-log` prints it: offset, CreateTime, key and value sizes, header
+keys, then the key, the headers and the payload. Control records are decoded by type; data
+records are decoded as KV commands, else as metadata records (apiKey name, version, and the
+decoded body for FeatureLevelRecord) when their value carries the metadata frame, else shown
+as text or hex.
 """
 
 from __future__ import annotations
@@ -17,8 +20,13 @@ from typing import Any, TextIO
 
 from kraft.protocol.errors import ProtocolError
 from kraft.protocol.uuid import Uuid
-from kraft.records.batch import RecordBatch, zero_tail
-from kraft.records.control import decode_control_record
+from kraft.records.batch import Record, RecordBatch, zero_tail
+from kraft.records.control import (
+    ControlRecordType,
+    UnknownControlRecord,
+    decode_control_record,
+)
+from kraft.statemachine.kv import OP_CAS, OP_DELETE, OP_PUT, CommandError, decode_command
 from kraft.storage.bootstrap import (
     FEATURE_LEVEL_RECORD_API_KEY,
     METADATA_RECORD_NAMES,
@@ -66,10 +74,74 @@ def _fmt(value: Any) -> str:
     return repr(value)
 
 
+def show_bytes(data: bytes | None) -> str:
+    """A key, header value or field as Kafka's string decoder would show it, quoted: UTF-8
+    text in JSON quotes, anything else as 0x-hex (cut after 64 bytes), null for none."""
+    if data is None:
+        return "null"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and text.isprintable():
+        return json.dumps(text, ensure_ascii=False)
+    shown = data[:64].hex()
+    return f"0x{shown}" + (f"...({len(data)} bytes)" if len(data) > 64 else "")
+
+
+def describe_kv_command(value: bytes) -> str | None:
+    """The KV state machine's command in a record value, decoded; None if it is not one."""
+    try:
+        cmd = decode_command(value)
+    except CommandError:
+        return None
+    if cmd.op == OP_PUT:
+        return f"PUT key={show_bytes(cmd.key.encode())} value={show_bytes(cmd.value)}"
+    if cmd.op == OP_DELETE:
+        return f"DELETE key={show_bytes(cmd.key.encode())}"
+    if cmd.op == OP_CAS:
+        return (f"CAS key={show_bytes(cmd.key.encode())} expected={show_bytes(cmd.expected)} "
+                f"new={show_bytes(cmd.value)}")
+    return f"BARRIER token={show_bytes(cmd.value)}"
+
+
+def describe_record(rec: Record, control: bool) -> str:
+    """One record as `kafka-dump-log --print-data-log` shows it: offset, CreateTime, key and
+    value sizes, header keys, then the key (when there is one), the headers and the payload,
+    decoded (control records by type, KV commands, metadata records)."""
+    key_size = -1 if rec.key is None else len(rec.key)
+    value_size = -1 if rec.value is None else len(rec.value)
+    parts = [f"offset={rec.offset} CreateTime={rec.timestamp} keySize={key_size} "
+             f"valueSize={value_size} headerKeys=[{','.join(k for k, _ in rec.headers)}]"]
+    if control:
+        decoded = decode_control_record(rec)
+        if isinstance(decoded, UnknownControlRecord):
+            type_id = decoded.type_id
+        else:
+            type_id = int(decoded.record_type)
+        try:
+            name = ControlRecordType(type_id).name
+        except ValueError:
+            name = "UNKNOWN"
+        parts.append(f"controlType={name}({type_id}) {_fmt(decoded)}")
+        return " ".join(parts)
+    if rec.key is not None:
+        parts.append(f"key={show_bytes(rec.key)}")
+    if rec.headers:
+        parts.append("headers=[" + ", ".join(f"{k}={show_bytes(v)}" for k, v in rec.headers)
+                     + "]")
+    parts.append(f"payload={describe_data_value(rec.value)}")
+    return " ".join(parts)
+
+
 def describe_data_value(value: bytes | None) -> str:
-    """One-line description of a data record value."""
+    """One-line description of a data record value: a KV command, a metadata record, or
+    its bytes."""
     if value is None:
-        return "value=null"
+        return "null"
+    command = describe_kv_command(value)
+    if command is not None:
+        return command
     try:
         api_key, version, _ = decode_metadata_frame(value)
         name = METADATA_RECORD_NAMES.get(api_key, f"apiKey{api_key}")
@@ -79,8 +151,7 @@ def describe_data_value(value: bytes | None) -> str:
         return f"{name} v{version} bytes={len(value)}"
     except (ProtocolError, UnicodeDecodeError):
         pass
-    preview = value[:32].hex()
-    return f"value bytes={len(value)} hex={preview}{'...' if len(value) > 32 else ''}"
+    return show_bytes(value)
 
 
 def dump_batches(data: bytes, source: str, report: DumpReport, *,
@@ -112,11 +183,7 @@ def dump_batches(data: bytes, source: str, report: DumpReport, *,
             report.problems.append(f"{source}: CRC mismatch in batch at position {pos}")
         try:
             for rec in batch.records():
-                if batch.is_control:
-                    decoded = decode_control_record(rec)
-                    yield f"    offset={rec.offset} {_fmt(decoded)}"
-                else:
-                    yield f"    offset={rec.offset} {describe_data_value(rec.value)}"
+                yield f"    {describe_record(rec, batch.is_control)}"
         except ProtocolError as exc:
             report.problems.append(f"{source}: {exc}")
             yield f"    ERROR: {exc}"

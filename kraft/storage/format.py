@@ -21,6 +21,7 @@ from kraft.protocol.uuid import Uuid
 from kraft.records.control import Endpoint, KRaftVersionFeature, Voter, VotersRecord
 from kraft.records.snapshot_format import iter_snapshot_batches
 from kraft.storage.bootstrap import (
+    KRAFT_VERSION_1_MIN_LEVEL,
     KRAFT_VERSION_FEATURE,
     LATEST_PRODUCTION,
     METADATA_VERSION_FEATURE,
@@ -283,6 +284,14 @@ def format_storage(
         raise StorageConfigError(
             f"--feature kraft.version contradicts the quorum type: it must be {kraft_version} "
             + ("with a dynamic quorum" if modes else "with a static quorum (controller.quorum.voters)")
+        )
+    if kraft_version >= 1 and mv_level < KRAFT_VERSION_1_MIN_LEVEL:
+        # Kafka's feature dependency check: kraft.version 1 needs metadata.version 3.9-IV0.
+        raise StorageConfigError(
+            f"kraft.version could not be set to {kraft_version} because it depends on "
+            f"metadata.version level {KRAFT_VERSION_1_MIN_LEVEL} (3.9-IV0); --release-version "
+            f"{release} is level {mv_level}. Give --release-version 3.9-IV0 or later, or a "
+            "static quorum (controller.quorum.voters)"
         )
     voters: tuple[InitialVoter, ...] | None = None
     if standalone:

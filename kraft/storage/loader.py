@@ -11,15 +11,20 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from kraft.protocol.uuid import Uuid
 from kraft.records.batch import RecordBatch
 from kraft.records.control import KRaftVersionRecord, VotersRecord, decode_control_batch
 from kraft.storage.errors import NotFormattedError, StorageError
 from kraft.storage.layout import LOCK_FILE, SnapshotId, partition_dir
 from kraft.storage.log import DEFAULT_SEGMENT_BYTES, SegmentedLog
-from kraft.storage.meta_properties import MetaProperties, read_meta_properties
+from kraft.storage.meta_properties import (
+    MetaProperties,
+    read_meta_properties,
+    write_meta_properties,
+)
 from kraft.storage.partition_metadata import read_partition_metadata, write_partition_metadata
 from kraft.storage.quorum_state import QuorumStateData, QuorumStateStore
 from kraft.storage.snapshot_load import read_snapshot_control
@@ -110,6 +115,19 @@ def control_records_of(batch: RecordBatch) -> list[VotersHistoryEntry]:
     return out
 
 
+def _give_directory_id(root: Path, meta: MetaProperties) -> MetaProperties:
+    """A fresh directory id for a meta.properties written without one, written back.
+
+    Kafka's start-up does the same for a log directory formatted before directory ids
+    existed. The rewrite is atomic and durable (a new file, fsync, rename, fsync of the
+    directory), under the directory lock, and keeps every other key.
+    """
+    meta = replace(meta, directory_id=Uuid.random())
+    write_meta_properties(root, meta)
+    log.info("event=directory_id_generated path=%s directory_id=%s", root, meta.directory_id)
+    return meta
+
+
 def open_metadata_dir(
     path: Path | str,
     *,
@@ -142,6 +160,8 @@ def open_metadata_dir(
         )
     lock_fd = _take_lock(root)
     try:
+        if meta.directory_id is None:
+            meta = _give_directory_id(root, meta)
         pdir = partition_dir(root)
         pdir.mkdir(exist_ok=True)
         if read_partition_metadata(pdir) is None:

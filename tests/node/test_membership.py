@@ -23,6 +23,10 @@ def _bootstrap(cluster: LocalCluster, ids: list[int]) -> list[tuple[str, int]]:
     return [(cluster.nodes[i].host, cluster.nodes[i].port) for i in ids]
 
 
+def _bootstrap_text(cluster: LocalCluster, ids: list[int]) -> str:
+    return ",".join(f"{h}:{p}" for h, p in _bootstrap(cluster, ids))
+
+
 async def _retry(what: str, fn: Callable[[], object], timeout: float = 60) -> None:
     """Voter changes answer REQUEST_TIMED_OUT while another change or a new leader's first
     commit is pending; retry until the change goes through."""
@@ -85,7 +89,8 @@ async def test_three_to_five_to_three_voters_while_writing(
     try:
         # node 4 joins through the CLI, exactly as an operator would
         n4 = cluster.nodes[4]
-        out = await _cli(["add-controller", "--config", str(n4.config_path)])
+        out = await _cli(["--bootstrap-controller", _bootstrap_text(cluster, [1, 2, 3]),
+                          "--command-config", str(n4.config_path), "add-controller"])
         assert out.returncode == 0, out.stderr
         assert out.stdout.startswith(f"Added controller 4 with directory id {n4.directory_id}")
         n5 = cluster.nodes[5]

@@ -113,11 +113,23 @@ def test_describe_status_and_replication_cli(quorum: LocalCluster) -> None:
     out = subprocess.run([*base, "--replication"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     rows = [r.split("\t") for r in out.stdout.splitlines()]
-    assert [c.strip() for c in rows[0][:7]] == ["NodeId", "DirectoryId", "LogEndOffset", "Lag",
-                                                "LastFetchTimestamp", "LastCaughtUpTimestamp",
-                                                "Status"]
+    # Kafka's seven columns and nothing else; each cell is followed by a tab
+    assert [c.strip() for c in rows[0]] == ["NodeId", "DirectoryId", "LogEndOffset", "Lag",
+                                            "LastFetchTimestamp", "LastCaughtUpTimestamp",
+                                            "Status", ""]
+    assert all(len(r) == 8 and r[7] == "" for r in rows)
+    assert rows[1][6].strip() == "Leader"
     statuses = sorted(r[6].strip() for r in rows[1:])
     assert statuses == ["Follower", "Follower", "Leader", "Observer"]
+    # --bootstrap-server (Kafka's other way in) and our Endpoints column
+    server = [sys.executable, "-m", "kraft", "quorum", "--bootstrap-server",
+              f"{n.host}:{n.port}", "describe", "--replication", "--human-readable",
+              "--show-endpoints"]
+    out = subprocess.run(server, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    rows = [r.split("\t") for r in out.stdout.splitlines()]
+    assert rows[0][7].strip() == "Endpoints" and rows[1][4].strip().endswith(" ms ago")
+    assert rows[1][7].strip().startswith("CONTROLLER://127.")
 
 
 def test_api_versions_lists_kraft_apis_and_unknown_api_is_unsupported(quorum: LocalCluster) -> None:
@@ -127,7 +139,7 @@ def test_api_versions_lists_kraft_apis_and_unknown_api_is_unsupported(quorum: Lo
     keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
     assert keys[52] == (0, 2) and keys[1][1] == 18 and keys[80] == (0, 0) and 60 in keys
     assert {f.name: (f.min_version, f.max_version) for f in resp.supported_features} == {
-        "kraft.version": (0, 1)}
+        "kraft.version": (0, 1), "metadata.version": (20, 27)}
     # an api key nobody knows: the answer carries our correlation id and UNSUPPORTED_VERSION
     raw = struct.pack(">hhih", 999, 0, 4242, -1)
     with socket.create_connection((n.host, n.port), timeout=10) as s:

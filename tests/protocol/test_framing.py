@@ -102,9 +102,10 @@ def test_api_versions_unsupported_version_in_the_requested_layout_still_decodes(
 def test_api_versions_advertises_kraft_version_only_from_v4() -> None:
     v4 = api_versions_response(4)
     assert [(f.name, f.min_version, f.max_version) for f in v4.supported_features] == [
-        ("kraft.version", 0, 1)
+        ("kraft.version", 0, 1), ("metadata.version", 20, 27)
     ]
-    assert api_versions_response(3).supported_features == []
+    # a minimum of 0 only from v4 (older clients reject it), as Kafka does
+    assert [f.name for f in api_versions_response(3).supported_features] == ["metadata.version"]
     keys = {k.api_key: (k.min_version, k.max_version) for k in v4.api_keys}
     assert keys[ApiKey.FETCH] == (4, 18)
     assert keys[ApiKey.VOTE] == (0, 2)

@@ -9,6 +9,8 @@ from kraft.raft.events import ApiVersionsReceived
 from kraft.raft.messages import (
     AddRaftVoterRequest,
     ApiVersionsResult,
+    ControllerRegistrationRequest,
+    ControllerRegistrationResponse,
     DescribeQuorumRequest,
     DescribeQuorumResponse,
     Endpoint,
@@ -306,3 +308,48 @@ def test_kip853_kraft_version_upgrade_validate_only_writes_nothing() -> None:
     assert len(h.of_type(AppendControl)) == n and h.core.kraft_version == 0
     h.request(-1, UpdateKRaftVersionRequest(0))  # already there: nothing to do
     assert h.responses(UpdateKRaftVersionResponse)[-1].error_code == ErrorCode.NONE
+
+
+def test_kraft_version_upgrade_checks_every_observer_that_fetches() -> None:
+    # Kafka checks the supported range of every controller and broker registered with the
+    # active controller: an observer that has not registered its range, or one without
+    # kraft.version 1, refuses the upgrade.
+    h = CoreHarness.leader(voters=(1,), dynamic=False)
+    committed(h)
+    h.fetch_from(7, 0, 0, max_wait_ms=0)  # observer 7
+    h.request(-1, UpdateKRaftVersionRequest(1, validate_only=True))
+    refused = h.responses(UpdateKRaftVersionResponse)[-1]
+    assert refused.error_code == ErrorCode.INVALID_UPDATE_VERSION
+    assert "Observer 7 has not registered" in (refused.error_message or "")
+    h.request(7, ControllerRegistrationRequest(7, dir_id(7), endpoint(7), KRaftVersionRange(0, 0)))
+    assert h.responses(ControllerRegistrationResponse)[-1].error_code == ErrorCode.NONE
+    h.request(-1, UpdateKRaftVersionRequest(1))
+    refused = h.responses(UpdateKRaftVersionResponse)[-1]
+    assert refused.error_message == ("Invalid update version 1 for feature kraft.version. "
+                                     "Observer 7 only supports versions 0-0")
+    assert h.core.kraft_version == 0
+    h.request(7, ControllerRegistrationRequest(7, dir_id(7), endpoint(7), KRaftVersionRange(0, 1)))
+    h.request(-1, UpdateKRaftVersionRequest(1))
+    assert h.core.kraft_version == 1
+
+
+def test_a_caught_up_observer_registers_its_range_with_the_leader_at_kraft_version_0() -> None:
+    h = CoreHarness.follower(node_id=7, leader_id=1, voters=(1, 2, 3), dynamic=False)
+    fetch = h.sent(FetchRequest)[-1]
+    h.respond(fetch, FetchResponse(ErrorCode.NONE, 1, 1, high_watermark=0, log_start_offset=0))
+    h.advance(1)
+    sent = h.sent(ControllerRegistrationRequest)
+    assert [s.destination for s in sent] == [1]
+    req = sent[0].request
+    assert (req.controller_id, req.kraft_version_feature) == (7, KRaftVersionRange(0, 1))
+    h.respond(sent[0], ControllerRegistrationResponse(ErrorCode.NONE))
+    h.advance(60_000)
+    assert len(h.sent(ControllerRegistrationRequest)) == 1  # once per leader
+
+
+def test_a_registration_to_a_node_that_is_not_the_leader_gets_not_controller() -> None:
+    h = CoreHarness.follower(node_id=2, leader_id=1, voters=(1, 2, 3), dynamic=False)
+    h.request(7, ControllerRegistrationRequest(7, dir_id(7), endpoint(7), KRaftVersionRange(0, 1)))
+    assert h.responses(ControllerRegistrationResponse)[-1].error_code == ErrorCode.NOT_CONTROLLER
+    h.request(-1, UpdateKRaftVersionRequest(1))
+    assert h.responses(UpdateKRaftVersionResponse)[-1].error_code == ErrorCode.NOT_CONTROLLER

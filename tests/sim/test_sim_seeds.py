@@ -6,6 +6,10 @@ smaller batches with 1 and 5 voters, split into chunks so pytest-xdist can sprea
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from kraft.sim import cli as sim_cli
@@ -106,3 +110,18 @@ def test_cli_replays_one_seed_with_a_trace(capsys: pytest.CaptureFixture[str]) -
     out = capsys.readouterr().out
     assert "state" in out and "FetchRequest" in out and "seed=5" in out
 
+
+
+def _trace_in_process(hash_seed: str) -> str:
+    env = dict(os.environ, PYTHONHASHSEED=hash_seed)
+    done = subprocess.run([sys.executable, "-m", "kraft.sim", "--seed", "5", "--trace"],
+                          env=env, capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def test_trace_is_byte_identical_across_processes_with_different_hash_seeds() -> None:
+    # The snapshot bytes in the trace carry the log's chain hash: a hash salted per process
+    # (Python's hash() of str/bytes) would make two runs of one seed differ.
+    first, second = _trace_in_process("1"), _trace_in_process("2")
+    assert "FetchSnapshotResponse" in first
+    assert first == second

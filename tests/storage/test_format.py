@@ -147,6 +147,12 @@ def test_ignore_formatted_formats_only_new_dirs(tmp_path: Path) -> None:
         ({"advertised.listeners": "", "listeners": "OTHER://:1"}, {"standalone": True},
          "no listener named CONTROLLER"),
         ({}, {"standalone": True, "release_version": "9.9"}, "unknown release version"),
+        # Kafka: kraft.version 1 depends on metadata.version 21 (3.9-IV0)
+        ({}, {"standalone": True, "release_version": "3.8-IV0"},
+         "kraft.version could not be set to 1 because it depends on metadata.version level 21"),
+        ({}, {"initial_controllers": "1@h:9093:AAAAAAAAAAAAAAAAAAAAAQ", "release_version": "3.8"},
+         r"metadata.version level 21 \(3.9-IV0\); --release-version 3.8-IV0 is level 20"),
+        ({}, {"no_initial_controllers": True, "release_version": "3.8-IV0"}, "kraft.version"),
         ({}, {"standalone": True, "features": ["kraft.version=0"]}, "kraft.version"),
         ({}, {"standalone": True, "features": ["group.version"]}, "expected name=level"),
         ({}, {"initial_controllers": "1@h:9093"}, "expected id@host:port:directoryId"),
@@ -202,3 +208,12 @@ def test_checkpoint_bytes_parse_with_kafka_python(tmp_path: Path) -> None:
     (_, value), = boot[1][3]
     # Frame v1, apiKey 12, version 0, compact "metadata.version", int16 27, no tags.
     assert value == b"\x01\x0c\x00\x11metadata.version\x00\x1b\x00"
+
+
+def test_kraft_version_1_from_release_3_9_and_static_quorum_at_3_8(tmp_path: Path) -> None:
+    result = format_storage(props(tmp_path / "a"), CLUSTER, standalone=True,
+                            release_version="3.9-IV0", out=io.StringIO())
+    assert (result.release_version, result.kraft_version) == ("3.9-IV0", 1)
+    static = props(tmp_path / "b", **{"controller.quorum.voters": "1@localhost:9093"})
+    result = format_storage(static, CLUSTER, release_version="3.8-IV0", out=io.StringIO())
+    assert (result.release_version, result.kraft_version) == ("3.8-IV0", 0)

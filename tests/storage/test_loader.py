@@ -173,3 +173,25 @@ def test_a_non_empty_log_without_an_epoch_is_not_truncated_to_a_snapshot(
             open_metadata_dir(root)
     with open_metadata_dir(root) as md:
         assert (md.log.log_start_offset, md.log.log_end_offset) == (0, 2)
+
+
+def _drop_directory_id(root: Path) -> None:
+    path = root / "meta.properties"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(line for line in lines if not line.startswith("directory.id=")))
+
+
+def test_missing_directory_id_is_generated_and_written_back(tmp_path: Path) -> None:
+    # Kafka's start-up gives a log directory without directory.id a fresh one and writes it
+    # into meta.properties, keeping every other key.
+    root = formatted(tmp_path)
+    _drop_directory_id(root)
+    with open_metadata_dir(root, expected_cluster_id=CLUSTER, expected_node_id=1) as md:
+        generated = md.meta.directory_id
+        assert generated is not None and not generated.is_zero()
+    text = (root / "meta.properties").read_text()
+    assert f"directory.id={generated}" in text
+    assert f"cluster.id={CLUSTER}" in text and "node.id=1" in text and "version=1" in text
+    assert not list(root.glob("*.tmp"))
+    with open_metadata_dir(root) as md:  # kept from then on
+        assert md.meta.directory_id == generated

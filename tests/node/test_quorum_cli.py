@@ -1,0 +1,144 @@
+"""`kraft quorum` takes kafka-metadata-quorum's options and prints its output (no server
+needed here; the real quorum is asked in test_node_basics and test_membership)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from kraft.cli import EXIT_USAGE, main
+from kraft.protocol.errors import ErrorCode
+from kraft.protocol.uuid import Uuid
+from kraft.raft import messages as m
+from kraft.server.quorum_admin import QuorumAdminError, format_replication
+from kraft.storage.format import format_storage
+from kraft.storage.meta_properties import read_meta_properties
+
+D1 = Uuid.parse("AAAAAAAAAAAAAAAAAAAAAQ")
+D2 = Uuid.parse("AAAAAAAAAAAAAAAAAAAAAg")
+NOW = 1_700_000_010_000
+
+
+def _response() -> m.DescribeQuorumResponse:
+    return m.DescribeQuorumResponse(
+        ErrorCode.NONE, leader_id=2, leader_epoch=5, high_watermark=40,
+        current_voters=(m.ReplicaDescription(1, D1, 38, NOW - 70, NOW - 900),
+                        m.ReplicaDescription(2, D2, 41, NOW, NOW)),
+        observers=(m.ReplicaDescription(7, None, 45, -1, -1),),
+        nodes=((1, (m.Endpoint("CONTROLLER", "h1", 9093),)),
+               (2, (m.Endpoint("CONTROLLER", "h2", 9093),))),
+    )
+
+
+def test_replication_table_is_kafkas_exactly() -> None:
+    # ToolsUtils.prettyPrintTable: every cell padded to its column and followed by a tab;
+    # the leader first, then the other voters, then the observers; Lag not clamped at 0.
+    assert format_replication(_response(), now_ms=NOW) == (
+        "NodeId\tDirectoryId           \tLogEndOffset\tLag\tLastFetchTimestamp\t"
+        "LastCaughtUpTimestamp\tStatus  \t\n"
+        "2     \tAAAAAAAAAAAAAAAAAAAAAg\t41          \t0  \t1700000010000     \t"
+        "1700000010000        \tLeader  \t\n"
+        "1     \tAAAAAAAAAAAAAAAAAAAAAQ\t38          \t3  \t1700000009930     \t"
+        "1700000009100        \tFollower\t\n"
+        "7     \tAAAAAAAAAAAAAAAAAAAAAA\t45          \t-4 \t-1                \t"
+        "-1                   \tObserver\t\n"
+    )
+
+
+def test_replication_human_readable_and_our_endpoints_column() -> None:
+    lines = format_replication(_response(), human_readable=True, now_ms=NOW).splitlines()
+    assert [c.strip() for c in lines[2].split("\t")[4:6]] == ["70 ms ago", "900 ms ago"]
+    assert [c.strip() for c in lines[3].split("\t")[4:6]] == ["-1", "-1"]
+    with_eps = format_replication(_response(), now_ms=NOW, endpoints=True).splitlines()
+    assert with_eps[0].split("\t")[7].strip() == "Endpoints"
+    assert with_eps[1].split("\t")[7].strip() == "CONTROLLER://h2:9093"
+    future = m.DescribeQuorumResponse(
+        ErrorCode.NONE, 2, 5, 40, (m.ReplicaDescription(2, D2, 41, NOW + 5, NOW),))
+    with pytest.raises(QuorumAdminError, match="possible drift in system clock"):
+        format_replication(future, human_readable=True, now_ms=NOW)
+
+
+def _controller(tmp_path: Path) -> Path:
+    props = {
+        "process.roles": "controller", "node.id": "4",
+        "controller.listener.names": "CONTROLLER",
+        "listeners": "CONTROLLER://:9093",
+        "advertised.listeners": "CONTROLLER://node4.example:9093",
+        "metadata.log.dir": str(tmp_path / "meta"),
+        "controller.quorum.bootstrap.servers": "node1.example:9093",
+    }
+    format_storage(props, "QF8mVzcRaw30atEJTDbDUQ", no_initial_controllers=True,
+                   out=io.StringIO())
+    cfg = tmp_path / "controller.properties"
+    cfg.write_text("".join(f"{k}={v}\n" for k, v in props.items())
+                   + "request.timeout.ms=30000\n")  # an Admin client key: not an error
+    return cfg
+
+
+def test_add_controller_reads_the_controller_from_command_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    cfg = _controller(tmp_path)
+    meta = read_meta_properties(tmp_path / "meta")
+    assert meta is not None
+    assert main(["quorum", "--bootstrap-controller", "127.0.0.1:1", "--command-config",
+                 str(cfg), "add-controller", "--dry-run"]) == 0
+    assert capsys.readouterr().out == (
+        f"DRY RUN of adding controller 4 with directory id {meta.directory_id} and "
+        "endpoints: CONTROLLER://node4.example:9093\n")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--bootstrap-server", "h:1", "--bootstrap-controller", "h:1", "describe", "--status"],
+         "You cannot specify both --bootstrap-controller and --bootstrap-server."),
+        (["describe", "--status"],
+         "You must specify either --bootstrap-controller or --bootstrap-server."),
+        (["--bootstrap-server", "h:1", "describe", "--status", "--replication"],
+         "Only one of --status or --replication should be specified with describe sub-command"),
+        (["--bootstrap-server", "h:1", "describe"],
+         "One of --status or --replication must be specified with describe sub-command"),
+        (["--bootstrap-controller", "h:1", "describe", "--status", "--human-readable"],
+         "The option --human-readable is only supported along with --replication"),
+        (["--bootstrap-controller", "h:1", "describe", "--status", "--show-endpoints"],
+         "The option --show-endpoints is only supported along with --replication"),
+        (["--bootstrap-controller", "h:1", "add-controller"],
+         "You must supply the configuration file of the controller you are adding"),
+        (["--bootstrap-controller", "h:1", "--command-config", "{missing}", "describe",
+          "--status"], "does not exist"),
+        (["--bootstrap-controller", "h:1", "--command-config", "{ssl}", "describe",
+          "--status"], "security.protocol=SSL is not supported"),
+        (["--bootstrap-controller", "nohost", "describe", "--status"],
+         "--bootstrap-controller: 'nohost' is not HOST:PORT"),
+        (["--bootstrap-controller", "h:1", "remove-controller", "-i", "-3", "-d",
+          "AAAAAAAAAAAAAAAAAAAAAQ"], "Invalid negative --controller-id: -3"),
+        (["--bootstrap-controller", "h:1", "remove-controller", "-i", "3", "-d", "nope"],
+         "Failed to parse --controller-directory-id"),
+    ],
+)
+def test_bad_options_get_kafkas_messages(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str,
+) -> None:
+    ssl = tmp_path / "ssl.properties"
+    ssl.write_text("security.protocol=SSL\n")
+    argv = [a.format(missing=tmp_path / "nope.properties", ssl=ssl) for a in args]
+    assert main(["quorum", *argv]) == EXIT_USAGE
+    assert message in capsys.readouterr().err
+
+
+def test_add_controller_config_alias_and_bootstrap_from_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Ours, kept for older scripts: `add-controller --config FILE` with no bootstrap option
+    # takes the controller's controller.quorum.bootstrap.servers.
+    cfg = _controller(tmp_path)
+    assert main(["quorum", "add-controller", "--config", str(cfg), "--dry-run"]) == 0
+    assert capsys.readouterr().out.startswith("DRY RUN of adding controller 4 ")
+    other = tmp_path / "other.properties"
+    other.write_text(cfg.read_text())
+    assert main(["quorum", "--command-config", str(other), "add-controller", "--config",
+                 str(cfg)]) == EXIT_USAGE
+    assert "name different files" in capsys.readouterr().err
