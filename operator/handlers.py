@@ -101,16 +101,15 @@ class Reconciler:
             return "InvalidSpec"
         problems = render.config_problems(ref.spec.config)
         seen = await observe.gather(kube, ref, body)
-        if not problems:
-            for correction in seen.corrections:
-                outcome = await records.apply(kube, namespace, correction)
-                if outcome is not None:
-                    await self._event(body, outcome)
-        result = plan(ref.spec, seen.observed)
+        result = plan(ref.spec, seen.observed)  # it sees the reported directory ids already
         action = result.action
         paused = result.condition("ReconciliationPaused").status == "True"
         touch = not problems and not paused
         if touch:
+            for correction in seen.corrections:
+                recorded = await records.apply(kube, namespace, correction)
+                if recorded is not None:
+                    await self._event(body, recorded)
             in_use = {p.node_id for p in seen.observed.pods} | \
                 {p.node_id for p in seen.observed.pvcs}
             node = getattr(action, "node_id", None)
