@@ -32,9 +32,11 @@ def record_cluster(ctx: Context) -> Decision | None:
     voters = []
     for node_id in ctx.desired_ids:
         fresh = ctx.take_fresh_id()
-        if fresh is None or cluster_id is None:
-            return Decision(Wait("NoFreshIds", "not enough new ids were drawn"), REASON)
+        if fresh is None:
+            break
         voters.append((node_id, fresh))
+    if cluster_id is None or len(voters) < ctx.replicas:
+        return Decision(Wait("NoFreshIds", "not enough new ids were drawn"), REASON)
     return Decision(RecordCluster(cluster_id, tuple(voters)), REASON,
                     message=f"new quorum {cluster_id} with {len(voters)} initial voters")
 

@@ -31,12 +31,13 @@ def replace_failed_node(ctx: Context) -> Decision | None:
         pvc = ctx.pvcs[node_id]
         if pvc.deleting or not ctx.volume_lost(node_id):
             continue
-        pod = ctx.pods.get(node_id)
-        if pod is not None and not pod.deleting:
-            if not ctx.can_stop(pod):
-                return Decision(Wait("NodeFailedQuorumAtRisk", f"{pod.name} still counts healthy"),
+        on_lost = ctx.live_pod(node_id)
+        if on_lost is not None:
+            if not ctx.can_stop(on_lost):
+                return Decision(Wait("NodeFailedQuorumAtRisk",
+                                     f"{on_lost.name} still counts healthy"),
                                 REASON, degraded="VoterLagging")
-            return Decision(DeletePod(node_id, pod.name, "VolumeLost", force=True), REASON)
+            return Decision(DeletePod(node_id, on_lost.name, "VolumeLost", force=True), REASON)
         voter = next((v for v in ctx.voters
                       if v.key == (node_id, pvc.directory_id) and ctx.healthy(v)), None)
         if voter is not None:

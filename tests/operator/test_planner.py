@@ -570,3 +570,10 @@ def test_a_halted_rollout_resumes_once_the_spec_is_fixed() -> None:
     world.generation += 1
     actions_until_done(world, fixed)
     assert realized(world, fixed)
+
+
+def test_a_new_quorum_waits_rather_than_record_too_few_voters() -> None:
+    short = replace(World().observe(), fresh_ids=(kafka_uuid(1), kafka_uuid(2), kafka_uuid(3)))
+    result = plan(models.KRaftQuorumSpec(replicas=3), short)  # 1 cluster id + 2 of 3 voters
+    assert result.action == Wait("NoFreshIds", "not enough new ids were drawn")
+    assert "initialVoters" not in result.status_fields
