@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 # The interpreter .venv/ is made with: PYTHON=/path/to/python3 chooses it; by default the fastest
 # CPython >= 3.11 on this machine (tools/pick_python.py: builds differ by a quarter or more in
-# speed; docs/performance.md section 31). `make clean` and the next target make it again.
+# speed; docs/journal/perf-31-interpreter-build.md). `make clean` and the next target make it again.
 PYTHON ?=
 VENV := .venv
 BIN := $(VENV)/bin

@@ -237,7 +237,7 @@ def render_markdown(res: dict[str, Any]) -> str:
          + ", ".join(f"`{k}={v}`" for k, v in BENCH_PROPERTIES.items())
          + " (followers write the records they fetch with `O_DIRECT | O_DSYNC` into "
          "preallocated segment space; off by default like Kafka's `log.preallocate`; "
-         "docs/performance.md section 27).", "", "### Targets", ""]
+         "docs/journal/perf-27-write-through.md).", "", "### Targets", ""]
     L += targets_table(res.get("targets", []))
     L += ["", "### 1. Throughput (closed loop, acknowledged writes/s)", "",
           "| system | best writes/s | at outstanding | p50 / p99 at best (ms) | sweep: writes/s by outstanding |",

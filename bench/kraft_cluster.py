@@ -527,7 +527,7 @@ BENCH_PROPERTIES = {"kraft.log.preallocate.bytes": str(4 << 20)}
 """What every benchmark cluster sets on top of the project's defaults (each result records
 its cluster's properties under `config`): followers write what they fetch through, with
 `O_DIRECT | O_DSYNC`, into 4 MiB of zero-filled space ahead of the active segment's end
-(off by default, as Kafka's `log.preallocate`; docs/performance.md section 27)."""
+(off by default, as Kafka's `log.preallocate`; docs/journal/perf-27-write-through.md)."""
 
 
 class KraftCluster:

@@ -1,6 +1,6 @@
 """Where a sequential write's time goes inside a running quorum, step by step.
 
-Section 18 of docs/performance.md traced one write by hand; this does it for every write of a
+docs/journal/perf-18-sequential-p50-bound.md traced one write by hand; this does it for every write of a
 window. It starts a `KraftCluster` (three `kraft run` processes, fsync on, the benchmark's
 properties) whose nodes load `bench/write_path_hook` (a `sitecustomize` that timestamps the
 functions a write runs through), writes one value at a time for `--seconds`, and lines the
@@ -27,7 +27,7 @@ steps are in time order.
 The wrappers add a call and a clock read to every step, so the figures are somewhat above an
 untraced run's (the client's p50, taken with the trace on, is printed alongside). The steps
 are what they are for: telling where the time between two steps goes, which end-to-end pairs
-of runs cannot resolve below some tens of microseconds (docs/performance.md section 18).
+of runs cannot resolve below some tens of microseconds (docs/journal/perf-18-sequential-p50-bound.md).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ CPython builds differ in speed by a quarter or more on the same machine. A build
 profile-guided and link-time optimisation (distribution packages, the official container
 images) runs the node's Python 10-30 % faster than a plain `./configure && make` build (pyenv's
 default). A sequential commit does a few hundred microseconds of Python on two nodes, so the
-build shows in its latency (docs/performance.md section 31). The configuration variables do
+build shows in its latency (docs/journal/perf-31-interpreter-build.md). The configuration variables do
 not say reliably whether a build was optimised (Debian's does not record it), so each
 candidate runs a short fixed workload, and the fastest one wins.
 

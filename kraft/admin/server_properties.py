@@ -188,7 +188,7 @@ class ServerProperties(BaseModel):
     holding an AIO context takes ~30 ms longer to die after kill -9, so followers notice a
     killed leader that much later); `off` (also `false`): the flusher thread. Started by the
     kernel from the event loop, the sync begins at once rather than when the thread gets the
-    GIL (sequential writes ~0.1 ms faster, docs/performance.md sections 16-17). Flushes that
+    GIL (sequential writes ~0.1 ms faster, docs/journal/perf-16-kernel-fsync-aio.md and perf-17-io-uring-fsync.md). Flushes that
     must also persist a new segment file or the leader-epoch checkpoint still run inline."""
     preallocate_bytes: int = Field(default=0, ge=0, le=1 << 30, alias="kraft.log.preallocate.bytes")
     """0 (the default, as Kafka's `log.preallocate=false`): segment files end at their last batch.
@@ -196,7 +196,7 @@ class ServerProperties(BaseModel):
     follower writes the records it fetched there with `O_DIRECT | O_DSYNC` instead of writing
     them to the page cache and then calling `fdatasync` (no size change to journal, no page
     writeback to wait for: a sequential write ~0.08 ms faster on this project's test machines,
-    docs/performance.md section 27). After a crash the active segment ends in up to this many
+    docs/journal/perf-27-write-through.md). After a crash the active segment ends in up to this many
     zeros, which the next start trims; a roll and a clean shutdown leave no zeros. Rounded up
     to 4 KiB; falls back to the page cache where the filesystem refuses `O_DIRECT`; ignored
     with `kraft.log.fsync=false` (nothing is synced then)."""

@@ -5,7 +5,7 @@ A running lane tells its node nothing on its own, except through its `news_fd` w
 one: the node's loop checks the lane's progress at each tick and hands a report to the core
 when there is some. Every check wakes the node's interpreter. On a 2-core host those wakes,
 500 a second per node at the default 2 ms, land among the few threads that carry a write's
-path and take their CPU (docs/performance.md section 41: the follower-visible latency's tail
+path and take their CPU (docs/journal/perf-41-commit-to-read.md: the follower-visible latency's tail
 fell when the tick was 20 ms). So the period doubles after each check that finds nothing, up
 to `IDLE_S`, and goes back to the base period at the first check that finds progress: while
 writes stream in the core hears of them every tick, and a quiet lane wakes its node about

@@ -546,7 +546,7 @@ class KraftNode:
             await self.client_server.start()
         # Everything allocated so far (modules, configuration, the loaded state) lives as long
         # as the process: keep it out of every later full collection, which otherwise scans it
-        # all (~40 ms for the start-up heap alone, measured in docs/performance.md).
+        # all (~40 ms for the start-up heap alone, measured in docs/journal/perf-04-second-round.md).
         gc.freeze()
         log.info(
             "event=node_started replica=%d directory_id=%s cluster_id=%s log_start=%d "

@@ -567,7 +567,7 @@ class SegmentedLog:
 
         The C scan takes the batches when every check passes: it touches far less memory (on a
         follower taking one written batch after a quiet spell, with the caches cold, 12-13 µs
-        against the Python scan's 41-43: docs/performance.md section 43). The Python scan
+        against the Python scan's 41-43: docs/journal/perf-43-quiet-follower.md). The Python scan
         below runs when one fails, and names what."""
         expected = self.log_end_offset
         last_epoch = self._epochs.latest_epoch()
@@ -1038,7 +1038,7 @@ class SegmentedLog:
         one. The log's checkpoint thread writes it; it is started at the first need and then
         sleeps between requests. (A timer thread per checkpoint put a thread's start, hundreds
         of microseconds on a busy host, in the path of one append a second:
-        docs/performance.md section 43.)"""
+        docs/journal/perf-43-quiet-follower.md.)"""
         if self._ckpt_interval is None or self._ckpt_due:
             return  # (read without the lock: a stale True was set by a request not yet taken)
         start = None

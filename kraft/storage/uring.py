@@ -4,7 +4,7 @@ The same job as `kraft.storage.aio` (a leader's fsync starting the moment a writ
 page cache, while its event loop goes on answering the followers) without native AIO's cost at
 exit: a process holding an AIO context has its sockets closed only after the kernel tore the
 context down (an RCU grace period, ~30 ms), where an io_uring instance is a file, released
-with the process's other files (measured in docs/performance.md, section 17).
+with the process's other files (measured in docs/journal/perf-17-io-uring-fsync.md).
 
 One ring of a few entries, set up with `io_uring_setup`; its submission and completion queues
 are shared memory (`mmap`), written and read here with `struct`; `io_uring_enter` submits; the
