@@ -207,7 +207,10 @@ def _force(args: argparse.Namespace) -> int:
                 print("refusing: give --yes to force the voters set (no terminal to confirm on)",
                       file=sys.stderr)
                 return EXIT_NOT_CONFIRMED
-            answer = input(f"Type 'yes' to make replica {cfg.node_id} the only voter: ")
+            # the question goes to stderr: stdout carries only the result (--json)
+            print(f"Type 'yes' to make replica {cfg.node_id} the only voter: ", end="",
+                  file=sys.stderr, flush=True)
+            answer = sys.stdin.readline()
             if answer.strip() != "yes":
                 print("not confirmed: nothing changed", file=sys.stderr)
                 return EXIT_NOT_CONFIRMED

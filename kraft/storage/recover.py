@@ -240,7 +240,7 @@ class ForceResult:
             "voters_offset": self.voters_offset,
             "log_end_offset": self.after.log_end_offset,
             "committed_at_least": self.before.committed_at_least,
-            "uncommitted_records_committed_on_lead": max(
+            "offsets_not_known_committed": max(
                 0, self.before.log_end_offset - self.before.committed_at_least),
         }
 
