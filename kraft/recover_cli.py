@@ -5,7 +5,8 @@ makes them fail with exit code 5). See `kraft.storage.recover` for what they rea
 and docs/node.md, "Quorum loss recovery", for the procedure.
 
 Exit codes: 0 done (or nothing to do), 1 failure (not formatted, corruption, I/O), 2 usage
-or configuration error, 4 not confirmed (force-single-voter without --yes and no terminal to
+or configuration error, 3 the directory is not the replica named (another node.id, or not
+--directory-id), 4 not confirmed (force-single-voter without --yes and no terminal to
 ask on, or a "no" answer), 5 the directory is locked (a node runs on it), 6 a static quorum
 (kraft.version 0), which this cannot rewrite.
 """
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_OTHER_REPLICA = 3
+"""force-single-voter: the directory is another node's, or not the --directory-id named."""
 EXIT_NOT_CONFIRMED = 4
 """force-single-voter: no --yes, and no terminal to confirm on (or the answer was not yes)."""
 EXIT_LOCKED = 5
@@ -55,6 +58,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                     "log holds becomes committed; what other replicas held beyond it is lost.")
     f.add_argument("--config", "-c", required=True, type=Path,
                    help="the node's server.properties (node.id, metadata.log.dir, listeners)")
+    f.add_argument("--directory-id", default=None, metavar="UUID",
+                   help="refuse (exit 3) unless this replica's directory id is UUID (the "
+                        "incarnation the caller chose to recover from)")
     f.add_argument("--yes", "-y", action="store_true",
                    help="do it without asking (required when stdin is not a terminal)")
     f.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -63,7 +69,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run a `recover` subcommand; returns the exit code."""
     from kraft.server.config import ConfigError
-    from kraft.storage.recover import StaticQuorumError
+    from kraft.storage.recover import ReplicaMismatchError, StaticQuorumError
 
     command = getattr(args, "recover_command", None)
     if command is None:
@@ -84,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
     except StaticQuorumError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_STATIC_QUORUM
+    except ReplicaMismatchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_OTHER_REPLICA
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -163,8 +172,12 @@ def _warning(r: ReplicaReport) -> str:
     unknown = max(0, r.log_end_offset - r.committed_at_least)
     others = [v.voter_id for v in r.voters.record.voters if v.voter_id != r.node_id] \
         if r.voters is not None else []
+    observer = "" if r.is_voter else (
+        f"  * Replica {r.node_id} is NOT a voter of its latest voters set (an observer, or a "
+        "removed voter): its log may lack records the voters committed.\n")
     return (
         "WARNING: kraft recover force-single-voter is quorum-loss recovery and loses data.\n"
+        + observer +
         f"  * Replica {r.node_id} (directory {r.directory_id}) becomes the only voter, at epoch "
         f"{forced_epoch(r)}.\n"
         f"  * Once it leads, EVERY record of its log becomes committed: offsets "
@@ -180,9 +193,11 @@ def _warning(r: ReplicaReport) -> str:
 
 
 def _force(args: argparse.Namespace) -> int:
+    from kraft.protocol.uuid import Uuid
     from kraft.raft.messages import KRaftVersionRange
     from kraft.records.control import Endpoint, KRaftVersionFeature
     from kraft.storage.recover import (
+        ReplicaMismatchError,
         check_forcible,
         force_single_voter,
         inspect_replica,
@@ -195,7 +210,21 @@ def _force(args: argparse.Namespace) -> int:
                       for a in cfg.advertised_controller_listeners)
     supported = KRaftVersionRange()
     feature = KRaftVersionFeature(supported.min_supported, supported.max_supported)
-    report = inspect_replica(cfg.metadata_dir, expected_node_id=cfg.node_id)
+    report = inspect_replica(cfg.metadata_dir)
+    if report.node_id != cfg.node_id:
+        raise ReplicaMismatchError(
+            f"{report.directory}/meta.properties has node.id {report.node_id}, but "
+            f"{args.config} has node.id {cfg.node_id}")
+    wanted = None
+    if args.directory_id is not None:
+        try:
+            wanted = Uuid.parse(args.directory_id)
+        except ValueError as exc:
+            raise StorageConfigError(f"--directory-id {args.directory_id!r}: {exc}") from None
+        if report.directory_id != wanted:
+            raise ReplicaMismatchError(
+                f"{report.directory}/meta.properties has directory.id {report.directory_id}, "
+                f"not {wanted}: this volume holds another incarnation of node {cfg.node_id}")
     check_forcible(report)
     assert report.directory_id is not None
     voter = single_voter_record(cfg.node_id, report.directory_id, endpoints, feature).voters[0]
@@ -215,7 +244,8 @@ def _force(args: argparse.Namespace) -> int:
                 print("not confirmed: nothing changed", file=sys.stderr)
                 return EXIT_NOT_CONFIRMED
     result = force_single_voter(cfg.metadata_dir, node_id=cfg.node_id, endpoints=endpoints,
-                                kraft_version=feature, timestamp_ms=int(time.time() * 1000))
+                                kraft_version=feature, timestamp_ms=int(time.time() * 1000),
+                                directory_id=wanted)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     elif result.changed:

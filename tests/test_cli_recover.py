@@ -112,3 +112,24 @@ def test_bad_config_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     write_properties(config, {"node.id": "x"})
     assert main(["recover", "force-single-voter", "-c", str(config), "--yes"]) == 2
     assert "node.id" in capsys.readouterr().err
+
+
+def test_another_replica_exits_3_and_is_untouched(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    config, dir_id = replica(tmp_path)
+    other = Uuid.random()
+    assert main(["recover", "force-single-voter", "-c", str(config), "--yes",
+                 "--directory-id", str(other)]) == 3
+    assert f"not {other}" in capsys.readouterr().err
+    assert main(["recover", "force-single-voter", "-c", str(config), "--yes",
+                 "--directory-id", "nope"]) == 2
+    text = config.read_text().replace("node.id=1", "node.id=2")
+    config.write_text(text)
+    assert main(["recover", "force-single-voter", "-c", str(config), "--yes"]) == 3
+    assert "node.id 1" in capsys.readouterr().err
+    with open_metadata_dir(tmp_path / "meta") as md:
+        assert md.log.log_end_offset == 0 and md.quorum_state is None
+    config.write_text(text.replace("node.id=2", "node.id=1"))
+    assert main(["recover", "force-single-voter", "-c", str(config), "--yes",
+                 "--directory-id", str(dir_id)]) == 0

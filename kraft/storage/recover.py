@@ -262,7 +262,8 @@ def check_forcible(report: ReplicaReport) -> None:
 def force_single_voter(directory: Path | str, *, node_id: int,
                        endpoints: tuple[Endpoint, ...],
                        kraft_version: KRaftVersionFeature,
-                       timestamp_ms: int) -> ForceResult:
+                       timestamp_ms: int,
+                       directory_id: Uuid | None = None) -> ForceResult:
     """Make this stopped replica the only voter of its quorum (see the module docstring).
 
     Order, for a crash at any point: the batch is appended and fsynced (with the
@@ -273,13 +274,18 @@ def force_single_voter(directory: Path | str, *, node_id: int,
     its log's epoch, which is brought up to it.
 
     Raises StaticQuorumError at kraft.version 0, ReplicaMismatchError when the directory is
-    another node's, StorageError when a running node holds the directory lock.
+    another node's (or, with `directory_id`, another incarnation's), StorageError when a running node holds the directory lock.
     """
     with open_metadata_dir(directory) as md:
         if md.meta.node_id != node_id:
             raise ReplicaMismatchError(
                 f"{md.path}/meta.properties has node.id {md.meta.node_id}, but the "
                 f"configuration's node.id is {node_id}"
+            )
+        if directory_id is not None and md.meta.directory_id != directory_id:
+            raise ReplicaMismatchError(
+                f"{md.path}/meta.properties has directory.id {md.meta.directory_id}, not "
+                f"{directory_id}: this volume holds another incarnation of node {node_id}"
             )
         before = report_of(md)
         check_forcible(before)

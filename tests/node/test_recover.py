@@ -107,7 +107,7 @@ async def test_quorum_lost_then_recovered_from_the_survivor(
         recover, "inspect", "-c", config, "--json")).stdout) == report  # nothing changed
 
     forced = await asyncio.to_thread(recover_process, "force-single-voter", "-c", config, "--yes",
-                                     "--json")
+                                     "--directory-id", report["directory_id"], "--json")
     assert forced.returncode == 0, forced.stderr
     result = json.loads(forced.stdout)
     assert result["changed"] and result["epoch"] == report["max_epoch"] + 1
