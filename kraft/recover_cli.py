@@ -245,7 +245,7 @@ def _force(args: argparse.Namespace) -> int:
                 return EXIT_NOT_CONFIRMED
     result = force_single_voter(cfg.metadata_dir, node_id=cfg.node_id, endpoints=endpoints,
                                 kraft_version=feature, timestamp_ms=int(time.time() * 1000),
-                                directory_id=wanted)
+                                directory_id=wanted, segment_bytes=cfg.segment_bytes)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     elif result.changed:

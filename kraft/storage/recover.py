@@ -37,6 +37,7 @@ from kraft.records.control import (
 from kraft.storage.errors import StorageError
 from kraft.storage.layout import SnapshotId
 from kraft.storage.loader import MetadataDir, open_metadata_dir
+from kraft.storage.log import DEFAULT_SEGMENT_BYTES
 from kraft.storage.quorum_state import QuorumStateData
 
 log = logging.getLogger(__name__)
@@ -263,7 +264,8 @@ def force_single_voter(directory: Path | str, *, node_id: int,
                        endpoints: tuple[Endpoint, ...],
                        kraft_version: KRaftVersionFeature,
                        timestamp_ms: int,
-                       directory_id: Uuid | None = None) -> ForceResult:
+                       directory_id: Uuid | None = None,
+                       segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> ForceResult:
     """Make this stopped replica the only voter of its quorum (see the module docstring).
 
     Order, for a crash at any point: the batch is appended and fsynced (with the
@@ -271,12 +273,13 @@ def force_single_voter(directory: Path | str, *, node_id: int,
     between leaves quorum-state behind the log, which a node's start resolves to the log's
     epoch, and running this again completes it. A replica whose latest voters set already is
     this replica alone is left as it is (`changed` False), but for a quorum-state behind
-    its log's epoch, which is brought up to it.
+    its log's epoch, which is brought up to it. `segment_bytes` is the node's
+    `metadata.log.segment.bytes` (when to roll to a new segment before appending).
 
     Raises StaticQuorumError at kraft.version 0, ReplicaMismatchError when the directory is
     another node's (or, with `directory_id`, another incarnation's), StorageError when a running node holds the directory lock.
     """
-    with open_metadata_dir(directory) as md:
+    with open_metadata_dir(directory, segment_bytes=segment_bytes) as md:
         if md.meta.node_id != node_id:
             raise ReplicaMismatchError(
                 f"{md.path}/meta.properties has node.id {md.meta.node_id}, but the "
