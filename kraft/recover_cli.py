@@ -140,8 +140,9 @@ def print_report(r: ReplicaReport, out: TextIO) -> None:
     else:
         w(f"  latest snapshot:     end offset {r.latest_snapshot.end_offset}, epoch "
           f"{r.latest_snapshot.epoch}\n")
-    w(f"  high watermark:      unknown (not kept on disk); every offset below "
-      f"{r.committed_at_least} is committed (covered by a snapshot)\n")
+    known = (f"every offset below {r.committed_at_least} is committed (covered by a snapshot)"
+             if r.committed_at_least > 0 else "no offset is known committed")
+    w(f"  high watermark:      unknown (not kept on disk); {known}\n")
     qs = r.quorum_state
     if qs is None:
         w("  quorum-state:        none\n")
@@ -180,10 +181,13 @@ def _warning(r: ReplicaReport) -> str:
         + observer +
         f"  * Replica {r.node_id} (directory {r.directory_id}) becomes the only voter, at epoch "
         f"{forced_epoch(r)}.\n"
-        f"  * Once it leads, EVERY record of its log becomes committed: offsets "
-        f"{r.committed_at_least}-{r.log_end_offset - 1} ({unknown} offsets) are not known to "
-        "have been committed, and may hold writes that were never acknowledged.\n"
-        f"  * Records that the other replicas ({', '.join(map(str, others)) or 'none'}) held "
+        + (f"  * Once it leads, EVERY record of its log becomes committed: offsets "
+           f"{r.committed_at_least}-{r.log_end_offset - 1} ({unknown} offsets) are not known "
+           "to have been committed, and may hold writes that were never acknowledged.\n"
+           if unknown else
+           "  * Once it leads, everything its log holds becomes committed (all of it is "
+           "known committed already).\n")
+        + f"  * Records that the other replicas ({', '.join(map(str, others)) or 'none'}) held "
         "beyond this replica's log are lost for good, even acknowledged ones: recover from "
         "the replica with the longest log (highest last epoch, then highest end offset).\n"
         "  * Every other replica must be emptied and formatted again with `kraft format -N` "

@@ -103,6 +103,8 @@ async def test_quorum_lost_then_recovered_from_the_survivor(
     refused = await asyncio.to_thread(recover, "force-single-voter", "-c", config)
     assert refused.returncode == 4, refused.stderr
     assert "WARNING" in refused.stderr and "--yes" in refused.stderr
+    assert f"offsets 0-{report['log_end_offset'] - 1} " in refused.stderr  # none known committed
+    assert "never acknowledged" in refused.stderr
     assert json.loads((await asyncio.to_thread(
         recover, "inspect", "-c", config, "--json")).stdout) == report  # nothing changed
 
