@@ -2,7 +2,8 @@
 
 Exit codes: 0 success, 1 failure (e.g. corruption found, directory already formatted),
 2 usage error (bad arguments, bad config key/value, bad uuid), 3 `format` found a directory
-formatted for another cluster id or node id.
+formatted for another cluster id or node id; `recover` adds 4 (not confirmed), 5 (the
+directory is locked by a running node) and 6 (a static quorum, kraft.version 0).
 
 To add a subcommand elsewhere::
 
@@ -137,12 +138,26 @@ def _run_dump(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _configure_recover(p: argparse.ArgumentParser) -> None:
+    from kraft.recover_cli import configure
+
+    configure(p)
+
+
+def _run_recover(args: argparse.Namespace) -> int:
+    from kraft.recover_cli import run
+
+    return run(args)
+
+
 register(Command("format", "format storage directories (like kafka-storage format)",
                  _configure_format, _run_format))
 register(Command("random-uuid", "print a new random uuid (cluster or directory id)",
                  lambda p: None, _run_random_uuid))
 register(Command("dump", "print the batches and records of log and snapshot files",
                  _configure_dump, _run_dump))
+register(Command("recover", "quorum-loss recovery on a stopped node (inspect, force-single-voter)",
+                 _configure_recover, _run_recover))
 
 
 # Modules that register further subcommands when imported (the node's run/quorum/local, the

@@ -13,6 +13,7 @@ from kraft.storage.epoch_cache import (
 from kraft.storage.errors import (
     AlreadyFormattedError,
     CorruptLogError,
+    DirectoryLockedError,
     InvalidAppendError,
     InvalidSnapshotError,
     NotFormattedError,
@@ -35,6 +36,7 @@ __all__ = [
     "BOOTSTRAP_SNAPSHOT_ID",
     "AlreadyFormattedError",
     "CorruptLogError",
+    "DirectoryLockedError",
     "EpochEndOffset",
     "EpochEntry",
     "InvalidAppendError",

@@ -49,3 +49,7 @@ class FormattedForAnotherError(StorageError):
 
 class NotFormattedError(StorageError):
     """A directory that should have been formatted (no meta.properties) or is inconsistent."""
+
+
+class DirectoryLockedError(StorageError):
+    """Another process (a running node) holds the directory's `.lock`."""

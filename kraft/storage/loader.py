@@ -17,7 +17,7 @@ from pathlib import Path
 from kraft.protocol.uuid import Uuid
 from kraft.records.batch import RecordBatch
 from kraft.records.control import KRaftVersionRecord, VotersRecord, decode_control_batch
-from kraft.storage.errors import NotFormattedError, StorageError
+from kraft.storage.errors import DirectoryLockedError, NotFormattedError, StorageError
 from kraft.storage.layout import LOCK_FILE, SnapshotId, partition_dir
 from kraft.storage.log import DEFAULT_SEGMENT_BYTES, SegmentedLog
 from kraft.storage.meta_properties import (
@@ -98,7 +98,7 @@ def _take_lock(path: Path) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise StorageError(
+        raise DirectoryLockedError(
             f"{path / LOCK_FILE} is locked: another process is using {path}"
         ) from None
     return fd
@@ -144,7 +144,7 @@ def open_metadata_dir(
     write-through appends. Raises NotFormattedError when meta.properties
     is missing or disagrees with the expected
     cluster/node id, CorruptLogError for corruption that recovery must not repair, and
-    StorageError when another process holds the directory lock.
+    DirectoryLockedError (a StorageError) when another process holds the directory lock.
     """
     root = Path(path)
     meta = read_meta_properties(root)

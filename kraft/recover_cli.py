@@ -1,0 +1,266 @@
+"""`kraft recover inspect | force-single-voter`: quorum-loss recovery on a stopped node.
+
+Both work offline on the node's metadata directory (they take its lock, so a running node
+makes them fail with exit code 5). See `kraft.storage.recover` for what they read and write
+and docs/node.md, "Quorum loss recovery", for the procedure.
+
+Exit codes: 0 done (or nothing to do), 1 failure (not formatted, corruption, I/O), 2 usage
+or configuration error, 3 the directory is not the replica named (another node.id, or not
+--directory-id), 4 not confirmed (force-single-voter without --yes and no terminal to
+ask on, or a "no" answer), 5 the directory is locked (a node runs on it), 6 a static quorum
+(kraft.version 0), which this cannot rewrite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from kraft.storage.errors import DirectoryLockedError, StorageConfigError
+
+if TYPE_CHECKING:
+    from kraft.server.config import NodeConfig
+    from kraft.storage.recover import ReplicaReport
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_OTHER_REPLICA = 3
+"""force-single-voter: the directory is another node's, or not the --directory-id named."""
+EXIT_NOT_CONFIRMED = 4
+"""force-single-voter: no --yes, and no terminal to confirm on (or the answer was not yes)."""
+EXIT_LOCKED = 5
+"""The metadata directory's lock is held: a node is running on it."""
+EXIT_STATIC_QUORUM = 6
+"""kraft.version 0: the voters are controller.quorum.voters, not a set in the log."""
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    """The `recover` subcommands and their flags."""
+    subs = p.add_subparsers(dest="recover_command", metavar="COMMAND")
+    i = subs.add_parser("inspect", help="what a stopped replica holds, to pick the survivor",
+                        description="Print a stopped replica's identity, log end and last "
+                                    "epoch, latest snapshot, quorum-state and latest voters set.")
+    i.add_argument("--config", "-c", type=Path, default=None,
+                   help="the node's server.properties (its metadata.log.dir is inspected)")
+    i.add_argument("--dir", type=Path, default=None,
+                   help="the metadata directory to inspect (instead of, or over, --config's)")
+    i.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    f = subs.add_parser(
+        "force-single-voter",
+        help="make this stopped replica the only voter (quorum-loss recovery; loses data)",
+        description="Append a voters set of this replica alone at a new epoch and reset "
+                    "quorum-state, so the node leads by itself when started. Everything its "
+                    "log holds becomes committed; what other replicas held beyond it is lost.")
+    f.add_argument("--config", "-c", required=True, type=Path,
+                   help="the node's server.properties (node.id, metadata.log.dir, listeners)")
+    f.add_argument("--directory-id", default=None, metavar="UUID",
+                   help="refuse (exit 3) unless this replica's directory id is UUID (the "
+                        "incarnation the caller chose to recover from)")
+    f.add_argument("--yes", "-y", action="store_true",
+                   help="do it without asking (required when stdin is not a terminal)")
+    f.add_argument("--json", action="store_true", help="one JSON object on stdout")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a `recover` subcommand; returns the exit code."""
+    from kraft.server.config import ConfigError
+    from kraft.storage.recover import ReplicaMismatchError, StaticQuorumError
+
+    command = getattr(args, "recover_command", None)
+    if command is None:
+        print("kraft recover: error: give a command: inspect or force-single-voter",
+              file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        if command == "inspect":
+            return _inspect(args)
+        return _force(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except DirectoryLockedError as exc:
+        print(f"error: {exc}: stop the node first (kraft recover works on a stopped node)",
+              file=sys.stderr)
+        return EXIT_LOCKED
+    except StaticQuorumError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_STATIC_QUORUM
+    except ReplicaMismatchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_OTHER_REPLICA
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from kraft.storage.recover import inspect_replica
+
+    directory: Path | None = args.dir
+    node_id: int | None = None
+    if args.config is not None:
+        cfg = _load(args.config)
+        node_id = cfg.node_id
+        directory = directory or cfg.metadata_dir
+    if directory is None:
+        raise StorageConfigError("kraft recover inspect: give --config or --dir")
+    report = inspect_replica(directory, expected_node_id=node_id)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print_report(report, sys.stdout)
+    return EXIT_OK
+
+
+def _load(config: Path) -> NodeConfig:
+    from kraft.server.config import load_config
+
+    if not config.is_file():
+        raise StorageConfigError(f"--config {config}: no such file")
+    return load_config(config)
+
+
+def print_report(r: ReplicaReport, out: TextIO) -> None:
+    """The human form of `kraft recover inspect`."""
+    w = out.write
+    w(f"replica {r.node_id} (directory id {r.directory_id or 'none'}) of cluster {r.cluster_id}\n")
+    w(f"  directory:           {r.directory}\n")
+    w(f"  kraft.version:       {r.kraft_version}"
+      f"{' (static quorum: voters from controller.quorum.voters)' if r.kraft_version == 0 else ''}\n")
+    if r.log_end_offset > r.log_start_offset:
+        w(f"  log:                 offsets {r.log_start_offset}-{r.log_end_offset - 1} "
+          f"(end offset {r.log_end_offset}), last epoch {r.last_epoch}\n")
+    else:
+        w(f"  log:                 empty, end offset {r.log_end_offset}, last epoch "
+          f"{r.last_epoch}\n")
+    if r.latest_snapshot is None:
+        w("  latest snapshot:     none\n")
+    else:
+        w(f"  latest snapshot:     end offset {r.latest_snapshot.end_offset}, epoch "
+          f"{r.latest_snapshot.epoch}\n")
+    known = (f"every offset below {r.committed_at_least} is committed (covered by a snapshot)"
+             if r.committed_at_least > 0 else "no offset is known committed")
+    w(f"  high watermark:      unknown (not kept on disk); {known}\n")
+    qs = r.quorum_state
+    if qs is None:
+        w("  quorum-state:        none\n")
+    else:
+        leader = qs.leader_id if qs.leader_id >= 0 else "none"
+        voted = qs.voted_id if qs.voted_id >= 0 else "none"
+        w(f"  quorum-state:        epoch {qs.leader_epoch}, leader {leader}, voted for {voted}\n")
+    w(f"  highest epoch seen:  {r.max_epoch}\n")
+    if r.voters is None:
+        w("  voters:              none in the log or snapshots\n")
+    else:
+        v = r.voters
+        where = "snapshot" if v.from_snapshot else f"offset {v.offset}"
+        state = "committed" if v.committed else "committed or not (unknown)"
+        w(f"  voters ({where}, {state}):\n")
+        for voter in v.record.voters:
+            eps = ", ".join(f"{e.name}://{e.host}:{e.port}" for e in voter.endpoints)
+            mark = "  <- this replica" if (voter.voter_id, voter.voter_directory_id) == (
+                r.node_id, r.directory_id) else ""
+            w(f"    {voter.voter_id} directory {voter.voter_directory_id} {eps}{mark}\n")
+    role = "the only voter" if r.is_only_voter else "a voter" if r.is_voter else "not a voter"
+    w(f"  this replica:        {role}\n")
+
+
+def _warning(r: ReplicaReport) -> str:
+    from kraft.storage.recover import forced_epoch
+
+    unknown = max(0, r.log_end_offset - r.committed_at_least)
+    others = [v.voter_id for v in r.voters.record.voters if v.voter_id != r.node_id] \
+        if r.voters is not None else []
+    observer = "" if r.is_voter else (
+        f"  * Replica {r.node_id} is NOT a voter of its latest voters set (an observer, or a "
+        "removed voter): its log may lack records the voters committed.\n")
+    return (
+        "WARNING: kraft recover force-single-voter is quorum-loss recovery and loses data.\n"
+        + observer +
+        f"  * Replica {r.node_id} (directory {r.directory_id}) becomes the only voter, at epoch "
+        f"{forced_epoch(r)}.\n"
+        + (f"  * Once it leads, EVERY record of its log becomes committed: offsets "
+           f"{r.committed_at_least}-{r.log_end_offset - 1} ({unknown} offsets) are not known "
+           "to have been committed, and may hold writes that were never acknowledged.\n"
+           if unknown else
+           "  * Once it leads, everything its log holds becomes committed (all of it is "
+           "known committed already).\n")
+        + f"  * Records that the other replicas ({', '.join(map(str, others)) or 'none'}) held "
+        "beyond this replica's log are lost for good, even acknowledged ones: recover from "
+        "the replica with the longest log (highest last epoch, then highest end offset).\n"
+        "  * Every other replica must be emptied and formatted again with `kraft format -N` "
+        "(a new directory id) before it starts; it then joins as a new voter (auto-join or "
+        "`kraft quorum add-controller`). Never start one on its old log.\n"
+    )
+
+
+def _force(args: argparse.Namespace) -> int:
+    from kraft.protocol.uuid import Uuid
+    from kraft.raft.messages import KRaftVersionRange
+    from kraft.records.control import Endpoint, KRaftVersionFeature
+    from kraft.storage.recover import (
+        ReplicaMismatchError,
+        check_forcible,
+        force_single_voter,
+        inspect_replica,
+        same_voter,
+        single_voter_record,
+    )
+
+    cfg = _load(args.config)
+    endpoints = tuple(Endpoint(a.name, a.host, a.port)
+                      for a in cfg.advertised_controller_listeners)
+    supported = KRaftVersionRange()
+    feature = KRaftVersionFeature(supported.min_supported, supported.max_supported)
+    report = inspect_replica(cfg.metadata_dir)
+    if report.node_id != cfg.node_id:
+        raise ReplicaMismatchError(
+            f"{report.directory}/meta.properties has node.id {report.node_id}, but "
+            f"{args.config} has node.id {cfg.node_id}")
+    wanted = None
+    if args.directory_id is not None:
+        try:
+            wanted = Uuid.parse(args.directory_id)
+        except ValueError as exc:
+            raise StorageConfigError(f"--directory-id {args.directory_id!r}: {exc}") from None
+        if report.directory_id != wanted:
+            raise ReplicaMismatchError(
+                f"{report.directory}/meta.properties has directory.id {report.directory_id}, "
+                f"not {wanted}: this volume holds another incarnation of node {cfg.node_id}")
+    check_forcible(report)
+    assert report.directory_id is not None
+    voter = single_voter_record(cfg.node_id, report.directory_id, endpoints, feature).voters[0]
+    already = report.voters is not None and same_voter(report.voters.record, voter)
+    if not already:
+        print(_warning(report), file=sys.stderr, end="")
+        if not args.yes:
+            if not sys.stdin.isatty():
+                print("refusing: give --yes to force the voters set (no terminal to confirm on)",
+                      file=sys.stderr)
+                return EXIT_NOT_CONFIRMED
+            # the question goes to stderr: stdout carries only the result (--json)
+            print(f"Type 'yes' to make replica {cfg.node_id} the only voter: ", end="",
+                  file=sys.stderr, flush=True)
+            answer = sys.stdin.readline()
+            if answer.strip() != "yes":
+                print("not confirmed: nothing changed", file=sys.stderr)
+                return EXIT_NOT_CONFIRMED
+    result = force_single_voter(cfg.metadata_dir, node_id=cfg.node_id, endpoints=endpoints,
+                                kraft_version=feature, timestamp_ms=int(time.time() * 1000),
+                                directory_id=wanted, segment_bytes=cfg.segment_bytes)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    elif result.changed:
+        print(f"forced: replica {cfg.node_id} (directory {report.directory_id}) is the only "
+              f"voter, at epoch {result.epoch} (VotersRecord at offset {result.voters_offset}); "
+              "quorum-state reset (no leader, no vote).\n"
+              "next: start it (kraft run); it elects itself and serves its data. Then empty "
+              "every other node's metadata directory, format it with `kraft format -N` and "
+              "start it to join as a new voter.")
+    else:
+        print(f"nothing to do: replica {cfg.node_id} (directory {report.directory_id}) already "
+              f"is the only voter of its latest voters set (offset {result.voters_offset}, "
+              f"epoch {result.epoch}); its voters set is unchanged")
+    return EXIT_OK
