@@ -55,6 +55,7 @@ import yaml
 from kmock._internal import parsing as _kmock_parsing
 from kraft_operator.sandbox import printing, protobuf
 from kraft_operator.sandbox.schema import StructuralSchema
+from kraft_operator.sandbox.strategic import strategic_merge
 
 Obj = dict[str, Any]
 
@@ -276,6 +277,10 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         with warnings.catch_warnings():  # kmock reads its bundle with a deprecated call
             warnings.simplefilter("ignore", DeprecationWarning)
             self.resources.load_bundled()
+        for plural in ("deployments", "statefulsets", "replicasets"):
+            self._scale_paths[kmock.resource("apps", "v1", plural)] = {
+                "specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+                "labelSelectorPath": ".spec.selector"}
 
     # ---------------------------------------------------------------- plumbing
 
@@ -721,8 +726,14 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         if not isinstance(body, dict):
             raise ApiError(415, "UnsupportedMediaType", "the patch must be a JSON object")
         if ctype == "application/strategic-merge-patch+json":
-            body = _strip_directives(body)
-        merged: Obj = merge_patch(current, body)
+            if self._schemas.get(request.resource) is not None:
+                # custom resources take no strategic merge on a cluster; kubectl sends them
+                # merge patches, but a hand-made request gets the plain merge
+                merged: Obj = merge_patch(current, _strip_directives(body))
+                return merged
+            strategic: Obj = strategic_merge(current, body)
+            return strategic
+        merged = merge_patch(current, body)
         return merged
 
     def _apply(self, request: kmock.Request, *, dry: bool = False) -> tuple[Obj, bool]:
@@ -908,6 +919,9 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             status: Obj = {"replicas": int(_dig(obj, status_path) or 0)}
             if paths.get("labelSelectorPath"):
                 sel = _dig(obj, paths["labelSelectorPath"].lstrip("."))
+                if isinstance(sel, dict):  # a LabelSelector: its matchLabels as a string
+                    sel = ",".join(f"{k}={v}" for k, v in (sel.get("matchLabels") or {})
+                                   .items())
                 if sel:
                     status["selector"] = sel
             meta = obj["metadata"]

@@ -50,7 +50,7 @@ from typing import Any
 
 import aiohttp
 import kmock
-from kraft_operator.sandbox import dns
+from kraft_operator.sandbox import deployments, dns
 from kraft_operator.sandbox.emulator import (
     PVC_PROTECTION,
     ApiError,
@@ -74,6 +74,7 @@ STORAGECLASSES = kmock.resource("storage.k8s.io", "v1", "storageclasses")
 STORAGE_CLASS = "sandbox-local"
 
 SHIMS = ("kraft", "kraft-operator", "kopf", "kraft-sandbox")
+INIT_SHIMS = ("dumb-init", "tini")
 HOSTNAME_KEY = "kubernetes.io/hostname"
 
 
@@ -521,9 +522,14 @@ class Kubelet:
             shim.write_text(f'#!/bin/sh\nexec "{self.settings.python}" -m '
                             f'kraft_operator.sandbox.launch {name} "$@"\n')
             shim.chmod(0o755)
+        for name in INIT_SHIMS:  # an image's init wrapper: run what follows its options
+            shim = self.settings.bin_dir / name
+            shim.write_text('#!/bin/sh\nwhile [ $# -gt 0 ]; do case "$1" in --) shift; break;; '
+                            '-*) shift;; *) break;; esac; done\nexec "$@"\n')
+            shim.chmod(0o755)
 
     def _on_write(self, kind: str, res: Any, obj: Obj) -> None:
-        if res in (PODS, NODES, SERVICES, PVCS, PVS):
+        if res in (PODS, NODES, SERVICES, PVCS, PVS, deployments.DEPLOYMENTS):
             self._dirty.set()
         if res == PVCS and kind == "DELETED":
             self._release_claim(obj)
@@ -671,6 +677,7 @@ class Kubelet:
                 log.exception("event=kubelet_sync_failed")
 
     def _sync_once(self) -> None:
+        deployments.reconcile(self.api)
         pods = self._pods()
         live = set()
         for pod in pods:
@@ -1078,7 +1085,7 @@ class Kubelet:
         command = list(spec.get("command") or ["kraft"])  # the image's entrypoint: kraft
         args = list(spec.get("args") or [])
         argv = [self._rewrite(expand(a), mounts) for a in command + args]
-        if os.path.basename(argv[0]) in SHIMS:
+        if os.path.basename(argv[0]) in SHIMS + INIT_SHIMS:
             argv[0] = str(s.bin_dir / os.path.basename(argv[0]))
         env = {
             "PATH": f"{s.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
