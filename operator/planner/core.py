@@ -94,6 +94,8 @@ def _continue_operation(ctx: Context, op: Operation) -> Decision | None:
         pod = ctx.live_pod(key[0])
         if pod is None or pod.directory_id != key[1]:
             return None  # the incarnation is gone: the add is moot, plan afresh
+        if pod.spec_hash != ctx.desired_hash or key[0] >= ctx.replicas:
+            return None  # the spec changed (a joiner that never started): plan afresh
         if pod.auto_join:
             return Decision(Wait("AwaitingAutoJoin", f"node {op.target} adds itself once "
                                  "caught up"), reason)

@@ -54,6 +54,11 @@ def join_step(ctx: Context, node_id: int, reason: str) -> Decision:
             return Decision(DeletePod(node_id, pod.name, "WrongIncarnation"), reason)
         return Decision(Wait("StopWouldLoseMajority", f"{pod.name} runs a stale incarnation"),
                         reason, degraded="VoterLagging")
+    if pod.spec_hash != ctx.desired_hash:
+        # Not a voter yet, so restarting it costs the quorum nothing; waiting for a pod made
+        # from an older spec (one that may never start) would wedge the join.
+        return Decision(DeletePod(node_id, pod.name, "RestartOutdatedJoiner"), reason,
+                        message=f"{pod.name} joins with the current spec")
     if pod.auto_join:
         op = ctx.obs.operation
         recorded = op is not None and op.type == OP_ADDING and op.target == target

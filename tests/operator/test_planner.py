@@ -577,3 +577,18 @@ def test_a_new_quorum_waits_rather_than_record_too_few_voters() -> None:
     result = plan(models.KRaftQuorumSpec(replicas=3), short)  # 1 cluster id + 2 of 3 voters
     assert result.action == Wait("NoFreshIds", "not enough new ids were drawn")
     assert "initialVoters" not in result.status_fields
+
+
+@pytest.mark.parametrize("auto_join", [True, False])
+def test_a_joiner_that_never_starts_is_restarted_once_the_spec_is_fixed(auto_join: bool) -> None:
+    world, spec = converged(3, auto_join=auto_join)
+    broken = with_spec(spec, replicas=4, image="kraft-quorum:broken")
+    world.broken_hashes.add(models_hash(broken))
+    world.generation += 1
+    plans = run(world, broken, steps=40)
+    assert world.quorum_answers() and len(world.voters) == 3
+    assert isinstance(plans[-1].action, Wait)
+    fixed = with_spec(broken, image="kraft-quorum:fixed")
+    world.generation += 1
+    actions_until_done(world, fixed)
+    assert realized(world, fixed)
