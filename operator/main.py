@@ -134,7 +134,7 @@ async def run(args: argparse.Namespace) -> int:
                  elector.name)
         registry = kopf.OperatorRegistry()
         register(registry, Reconciler(kube, metrics, identity=identity,
-                                      admin_timeout_s=args.admin_timeout),
+                                      admin_timeout_s=args.admin_timeout, chain=8),
                  interval_s=args.interval)
         namespaces = list(args.namespace)
         operator = asyncio.ensure_future(kopf.operator(

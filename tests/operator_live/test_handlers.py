@@ -93,3 +93,13 @@ async def test_a_new_quorum_records_its_ids_and_gets_its_standing_objects(kube: 
     assert condition(again, "Progressing")["lastTransitionTime"] == since
     assert sorted(e["reason"] for e in await kube.list("v1", "events", "default")) == [
         "CreatedVolume", "RecordedCluster"]
+
+
+async def test_passes_chain_while_actions_are_carried_out(kube: Kube) -> None:
+    await make(kube, {"replicas": 3})
+    assert await Reconciler(kube, chain=10).reconcile("default", "kq") == "Wait"
+    reasons = sorted(e["reason"] for e in await kube.list("v1", "events", "default"))
+    assert reasons == ["CreatedPod"] * 3 + ["CreatedVolume"] * 3 + ["RecordedCluster"]
+    pods = await kube.list("v1", "pods", "default")
+    assert all("--initial-controllers" in p["spec"]["initContainers"][0]["command"]
+               for p in pods)
