@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import os
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from kraft_operator import models
 from kraft_operator.observed import (
@@ -281,7 +281,7 @@ def test_lost_quorum_without_annotation_destroys_nothing(data: st.DataObject) ->
 
 
 EVENTS = st.sampled_from(["scale", "image", "lose_disk", "restart", "node_fail", "auto_join",
-                          "bad_image", "cold_start", "leader_leaves"])
+                          "bad_image", "bad_scale", "cold_start", "leader_leaves"])
 
 
 @settings(max_examples=80 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -290,6 +290,9 @@ EVENTS = st.sampled_from(["scale", "image", "lose_disk", "restart", "node_fail",
        auto_join=st.booleans(),
        faults=st.lists(st.tuples(st.integers(1, 12), st.sampled_from(["kill", "stall"]),
                                  st.integers(0, 9)), max_size=3))
+@example(start=3, events=[("bad_scale", 0)], auto_join=True, faults=[])
+@example(start=3, events=[("bad_scale", 0)], auto_join=False, faults=[])
+@example(start=3, events=[("bad_image", 0)], auto_join=True, faults=[])
 def test_simulated_loop_stays_safe_and_converges(start: int, events: list[tuple[str, int]],
                                                  auto_join: bool,
                                                  faults: list[tuple[int, str, int]]) -> None:
@@ -334,6 +337,14 @@ def test_simulated_loop_stays_safe_and_converges(start: int, events: list[tuple[
             run(world, bad, steps=40, check=check)
             assert world.quorum_answers() or spec.replicas <= 2
             spec = with_spec(spec, image=f"kraft-quorum:fixed{arg}")
+        elif kind == "bad_scale":
+            # a scale-up whose new pods never start, then the image is fixed
+            bad = with_spec(spec, replicas=min(9, spec.replicas + 1 + arg % 2),
+                            image=f"kraft-quorum:bad{arg}")
+            world.broken_hashes.add(pod_spec_hash(bad))
+            world.generation += 1
+            run(world, bad, steps=40, check=check)
+            spec = with_spec(bad, image=f"kraft-quorum:fixed{arg}")
         elif kind == "cold_start":
             world.pods.clear()
         elif kind == "leader_leaves":
