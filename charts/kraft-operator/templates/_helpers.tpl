@@ -1,0 +1,85 @@
+{{/* The chart's name, the release's full name (both cut to 63 characters). */}}
+{{- define "kraft-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "kraft-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "kraft-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kraft-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "kraft-operator.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "kraft-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/part-of: kraft-quorum
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "kraft-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "kraft-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "kraft-operator.leaseName" -}}
+{{- default (include "kraft-operator.fullname" .) .Values.operator.lease.name }}
+{{- end }}
+
+{{/* repository:tag, or repository@digest when a digest is given. */}}
+{{- define "kraft-operator.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The rules the operator needs in each namespace it reconciles: the only API calls it makes
+there (tests/shipping/test_chart.py compares them with the calls recorded from a running
+operator).
+*/}}
+{{- define "kraft-operator.namespacedRules" -}}
+# KRaftQuorums: watched by kopf, read and annotated by each pass (kopf's progress, the
+# recovery annotation cleared); status written by each pass.
+- apiGroups: ["kraft.dev"]
+  resources: ["kraftquorums"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["kraft.dev"]
+  resources: ["kraftquorums/status"]
+  verbs: ["patch"]
+# One Pod and one PersistentVolumeClaim per node: listed each pass, created, annotated with
+# the directory id the node reported, deleted on scale-down and replacement.
+- apiGroups: [""]
+  resources: ["pods", "persistentvolumeclaims"]
+  verbs: ["get", "list", "create", "patch", "delete"]
+# The standing objects: headless and client Services, the ConfigMap of server.properties.
+- apiGroups: [""]
+  resources: ["services", "configmaps"]
+  verbs: ["get", "create", "patch"]
+# The PodDisruptionBudget, deleted when spec.podDisruptionBudget.enabled is false.
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["get", "create", "patch", "delete"]
+# An Event for every action.
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- end }}
