@@ -24,10 +24,13 @@ Kubernetes in ways kopf and kubectl notice:
   `apiVersion` and the current `resourceVersion`; a watch from a resourceVersion replays the
   events after it (410 Gone when they are no longer kept), `sendInitialEvents` ends the
   initial events with the bookmark kubectl 1.35 waits for, `timeoutSeconds` ends the
-  stream; watch streams are `application/json`.
+  stream; watch streams are `application/json`;
+- OpenAPI v3 documents that name every write and its `fieldValidation` parameter, so
+  kubectl leaves validation to the server: custom resources are validated against their
+  CRD (`Strict` refuses an unknown field, `Warn` warns), built-in kinds are not.
 
-Not emulated: server-side apply, protobuf, OpenAPI (use `kubectl --validate=false`),
-admission and schema validation, RBAC, authentication.
+Simplified: server-side apply (create or merge), protobuf bodies (a few kinds). Not
+emulated: admission, RBAC, authentication.
 """
 
 from __future__ import annotations
@@ -261,6 +264,8 @@ class SandboxEmulator(kmock.KubernetesEmulator):
     _printers: dict[Any, list[Obj]] = attrs.field(factory=dict, init=False)
     _orphans: dict[str, bool] = attrs.field(factory=dict, init=False)
     _schemas: dict[Any, StructuralSchema] = attrs.field(factory=dict, init=False)
+    _field_validation: str = attrs.field(default="", init=False)
+    _warnings: list[str] = attrs.field(factory=list, init=False)
     _cluster_ips: int = attrs.field(default=0, init=False)
     write_hooks: list[Callable[[str, Any, Obj], None]] = attrs.field(factory=list, init=False)
     default_storage_class: str = attrs.field(default="sandbox-local", init=False)
@@ -377,6 +382,9 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             if len(self._requests) > 256:  # kmock keeps every request; the sandbox runs long
                 del self._requests[:-64]
         res = request.resource
+        path = request.url.path
+        if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
+            return self._openapi_v3(path)
         if res is None or res.plural is None:
             return await super()._handle(request)
         try:
@@ -432,27 +440,41 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             except protobuf.ProtobufError as exc:
                 raise ApiError(415, "UnsupportedMediaType", str(exc)) from None
         async with self._wlock:
-            if method == "POST" and request.subresource in ("binding", "eviction"):
-                return aiohttp.web.json_response(self._pod_subresource(request), status=201)
-            if method == "POST":
-                obj = self._create(res, request.namespace, data, dry=dry)
-                return aiohttp.web.json_response(obj, status=201)
-            if method == "PATCH" and "apply-patch" in ctype:
-                obj, created = self._apply(request, dry=dry)
-                return aiohttp.web.json_response(obj, status=201 if created else 200)
-            if method in ("PATCH", "PUT"):
-                obj = self._update(request, method, data, dry=dry)
-                return aiohttp.web.json_response(obj)
-            if method == "DELETE":
-                opts = dict(request.data) if isinstance(request.data, dict) else {}
-                for k in ("gracePeriodSeconds", "propagationPolicy"):
-                    if k in params:
-                        opts[k] = int(params[k]) if k == "gracePeriodSeconds" else params[k]
-                if dry:
-                    return aiohttp.web.json_response(
-                        self._must_get(res, request.namespace, request.name))
+            self._field_validation = params.get("fieldValidation", "")
+            self._warnings = []
+            try:
+                response = self._write(request, method, data, ctype, params, dry)
+            finally:
+                self._field_validation = ""
+            if self._warnings:
+                response.headers["Warning"] = ", ".join(
+                    '299 - "' + w.replace('"', '\\"') + '"' for w in self._warnings)
+            return response
+
+    def _write(self, request: kmock.Request, method: str, data: Any, ctype: str,
+               params: dict[str, str], dry: bool) -> aiohttp.web.Response:
+        res = request.resource
+        if method == "POST" and request.subresource in ("binding", "eviction"):
+            return aiohttp.web.json_response(self._pod_subresource(request), status=201)
+        if method == "POST":
+            obj = self._create(res, request.namespace, data, dry=dry)
+            return aiohttp.web.json_response(obj, status=201)
+        if method == "PATCH" and "apply-patch" in ctype:
+            obj, created = self._apply(request, dry=dry)
+            return aiohttp.web.json_response(obj, status=201 if created else 200)
+        if method in ("PATCH", "PUT"):
+            obj = self._update(request, method, data, dry=dry)
+            return aiohttp.web.json_response(obj)
+        if method == "DELETE":
+            opts = dict(request.data) if isinstance(request.data, dict) else {}
+            for k in ("gracePeriodSeconds", "propagationPolicy"):
+                if k in params:
+                    opts[k] = int(params[k]) if k == "gracePeriodSeconds" else params[k]
+            if dry:
                 return aiohttp.web.json_response(
-                    self._delete(res, request.namespace, request.name, opts))
+                    self._must_get(res, request.namespace, request.name))
+            return aiohttp.web.json_response(
+                self._delete(res, request.namespace, request.name, opts))
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
 
     # ---------------------------------------------------------------- reads
@@ -464,6 +486,46 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                  if labels(o["metadata"].get("labels") or {}) and fields(o)]
         return {"apiVersion": self._api_version(res), "kind": self._kind(res) + "List",
                 "metadata": {"resourceVersion": str(self._rv)}, "items": items}
+
+    def _served(self) -> dict[str, list[tuple[Any, kmock.ResourceInfo]]]:
+        """The served resources by group-version path (`api/v1`, `apis/apps/v1`)."""
+        out: dict[str, list[tuple[Any, kmock.ResourceInfo]]] = {}
+        for res in self._get_resources():
+            if not res.plural or res.version is None or res not in self.resources:
+                continue
+            gv = f"apis/{res.group}/{res.version}" if res.group else f"api/{res.version}"
+            out.setdefault(gv, []).append((res, self.resources[res]))
+        return out
+
+    def _openapi_v3(self, path: str) -> aiohttp.web.Response:
+        """OpenAPI v3 just deep enough for kubectl to see that every write takes the
+        `fieldValidation` parameter: kubectl then leaves validation to the server (which
+        validates custom resources against their CRD and takes built-in kinds as they are)
+        instead of downloading schemas the sandbox does not have."""
+        served = self._served()
+        if path.rstrip("/") == "/openapi/v3":
+            return aiohttp.web.json_response({"paths": {
+                gv: {"serverRelativeURL": f"/openapi/v3/{gv}?hash={self._rv}"}
+                for gv in sorted(served)}})
+        gv = path[len("/openapi/v3/"):].strip("/")
+        if gv not in served:
+            err = ApiError(404, "NotFound", f"no OpenAPI document for {gv}")
+            return aiohttp.web.json_response(err.status(), status=404)
+        param = [{"name": "fieldValidation", "in": "query", "schema": {"type": "string"},
+                  "uniqueItems": True}]
+        paths: Obj = {}
+        for res, info in served[gv]:
+            base = f"/{gv}/namespaces/{{namespace}}/{res.plural}" if info.namespaced \
+                else f"/{gv}/{res.plural}"
+            gvk = {"group": res.group, "version": res.version, "kind": self._kind(res)}
+            op = {"x-kubernetes-group-version-kind": gvk, "parameters": param,
+                  "responses": {"200": {"description": "OK"}}}
+            paths[base] = {"post": op}
+            paths[base + "/{name}"] = {"patch": op, "put": op}
+        return aiohttp.web.json_response({
+            "openapi": "3.0.0", "info": {"title": "Kubernetes (kraft sandbox)",
+                                         "version": SERVER_VERSION["gitVersion"]},
+            "paths": paths, "components": {}})
 
     def _columns(self, res: Any) -> list[printing.Column]:
         builtin = printing.BUILTIN.get((res.group, res.plural))
@@ -626,7 +688,13 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         schema = self._schemas.get(res)
         if schema is None:
             return obj
-        admitted, problems = schema.admit(obj, old)
+        unknown: list[str] = []
+        admitted, problems = schema.admit(obj, old, unknown)
+        if unknown and self._field_validation == "Strict":
+            raise ApiError(400, "BadRequest", "strict decoding error: " + ", ".join(
+                f'unknown field "{field}"' for field in unknown))
+        if unknown and self._field_validation == "Warn":
+            self._warnings += [f'unknown field "{field}"' for field in unknown]
         if problems:
             meta = obj.get("metadata") or {}
             kind = f"{self._kind(res)}.{res.group}"

@@ -1,7 +1,7 @@
 """Start a sandbox in a child process and drive it from Python (tests, e2e, scripts).
 
     with start_sandbox(tmp_path / "sbx", nodes=3) as sb:
-        sb.kubectl("apply", "--validate=false", "-f", "pod.yaml")
+        sb.kubectl("apply", "-f", "pod.yaml")
         sb.faults.crash("default", "kraft-0")
         core = sb.core_v1()          # a kubernetes.client.CoreV1Api on the sandbox
 """
@@ -165,7 +165,7 @@ class SandboxHandle:
     def helm(self, *args: str, check: bool = True,
              timeout: float = 120) -> subprocess.CompletedProcess[str]:
         """Run the real helm against the sandbox (its cache and config in the state
-        directory). The sandbox serves no OpenAPI: pass --disable-openapi-validation."""
+        directory)."""
         helm = find_tool("helm")
         if helm is None:
             raise SandboxError("no helm: run `make k8s-bins`")

@@ -1,7 +1,7 @@
 """Plain manifests of a KRaft quorum, written by hand rather than by the operator.
 
     python -m kraft_operator.sandbox.manual_quorum [--replicas 3] [--name kraft] > quorum.yaml
-    kubectl apply --validate=false -f quorum.yaml
+    kubectl apply -f quorum.yaml
 
 A headless Service (`publishNotReadyAddresses`, so the pods find each other before any is
 ready), a ConfigMap with one `server-N.properties` per node, one PersistentVolumeClaim and one

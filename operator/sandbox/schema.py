@@ -50,8 +50,10 @@ def apply_defaults(schema: Obj, value: Any) -> Any:
     return value
 
 
-def prune(schema: Obj, value: Any, root: bool = False) -> Any:
-    """Drop the fields a structural schema does not know (unless it preserves them)."""
+def prune(schema: Obj, value: Any, root: bool = False, path: str = "",
+          dropped: list[str] | None = None) -> Any:
+    """Drop the fields a structural schema does not know (unless it preserves them); their
+    paths are appended to `dropped` when given."""
     if isinstance(value, dict):
         if schema.get("x-kubernetes-preserve-unknown-fields") and not schema.get("properties"):
             return value
@@ -60,16 +62,20 @@ def prune(schema: Obj, value: Any, root: bool = False) -> Any:
         for key in list(value):
             if root and key in TOP_LEVEL:
                 continue
+            where = f"{path}.{key}" if path else key
             if key in props:
-                value[key] = prune(props[key], value[key])
+                value[key] = prune(props[key], value[key], path=where, dropped=dropped)
             elif isinstance(extra, dict):
-                value[key] = prune(extra, value[key])
+                value[key] = prune(extra, value[key], path=where, dropped=dropped)
             elif extra is True or schema.get("x-kubernetes-preserve-unknown-fields"):
                 continue
             elif props or extra is False or schema.get("type") == "object":
                 del value[key]
+                if dropped is not None:
+                    dropped.append(where)
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
-        return [prune(schema["items"], v) for v in value]
+        return [prune(schema["items"], v, path=f"{path}[{i}]", dropped=dropped)
+                for i, v in enumerate(value)]
     return value
 
 
@@ -101,12 +107,14 @@ class StructuralSchema:
         self._validator = jsonschema.Draft7Validator(_nullable(openapi))
         self._programs: dict[str, Any] = {}
 
-    def admit(self, obj: Obj, old: Obj | None) -> tuple[Obj, list[tuple[str, str]]]:
+    def admit(self, obj: Obj, old: Obj | None, unknown: list[str] | None = None
+              ) -> tuple[Obj, list[tuple[str, str]]]:
         """Default and prune `obj` (a copy), then validate it against `old` (None on create);
-        returns the object and the (field, problem) list."""
+        returns the object and the (field, problem) list; the pruned fields' paths go to
+        `unknown` when given."""
         obj = copy.deepcopy(obj)
         apply_defaults(self.openapi, obj)
-        prune(self.openapi, obj, root=True)
+        prune(self.openapi, obj, root=True, dropped=unknown)
         problems = []
         for err in sorted(self._validator.iter_errors(obj), key=lambda e: list(e.path)):
             field = ".".join(str(p) for p in err.path) or "<root>"

@@ -238,14 +238,13 @@ def test_server_side_apply_creates_then_merges(sandbox: SandboxHandle) -> None:
 def test_helm_installs_upgrades_and_uninstalls_a_chart(sandbox: SandboxHandle,
                                                        tmp_path: Path) -> None:
     sandbox.helm("create", str(tmp_path / "demo"))
-    sandbox.helm("install", "demo", str(tmp_path / "demo"), "--disable-openapi-validation")
+    sandbox.helm("install", "demo", str(tmp_path / "demo"))
     releases = json.loads(sandbox.helm("list", "-o", "json").stdout)
     assert [(r["name"], r["status"], r["revision"]) for r in releases] == [
         ("demo", "deployed", "1")]
     kinds = sandbox.kubectl("get", "service,serviceaccount,deployment", "-o", "name").stdout
     assert kinds.split() == ["service/demo", "serviceaccount/demo", "deployment.apps/demo"]
-    sandbox.helm("upgrade", "demo", str(tmp_path / "demo"), "--set", "replicaCount=2",
-                 "--disable-openapi-validation")
+    sandbox.helm("upgrade", "demo", str(tmp_path / "demo"), "--set", "replicaCount=2")
     deployment = json.loads(sandbox.kubectl("get", "deployment", "demo", "-o", "json").stdout)
     assert deployment["spec"]["replicas"] == 2
     assert json.loads(sandbox.helm("list", "-o", "json").stdout)[0]["revision"] == "2"
@@ -272,3 +271,26 @@ def test_a_cordoned_node_gets_no_new_pods_and_drain_evicts(sandbox: SandboxHandl
     assert {p["spec"]["nodeName"] for p in placed} == {keep}
     sandbox.kubectl("drain", keep, "--force", "--timeout=60s")  # evicts the bare pods
     assert sandbox.kubectl("get", "pods", "-o", "name").stdout.strip() == ""
+
+
+def test_kubectl_leaves_validation_to_the_server(sandbox: SandboxHandle) -> None:
+    # no --validate=false: the OpenAPI v3 documents tell kubectl the server validates
+    sandbox.kubectl("apply", "-f", "-", input=json.dumps(CRD))
+    sandbox.kubectl("wait", "--for=condition=Established", "crd/widgets.example.dev")
+    typed = json.loads(json.dumps(CRD))
+    typed["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = {
+        "type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "replicas": {"type": "integer"}}}}}
+    sandbox.kubectl("apply", "-f", "-", input=json.dumps(typed))
+    widget = {"apiVersion": "example.dev/v1", "kind": "Widget", "metadata": {"name": "w"},
+              "spec": {"replicas": 1, "colour": "red"}}
+    strict = sandbox.kubectl("apply", "-f", "-", input=json.dumps(widget), check=False)
+    assert strict.returncode != 0
+    assert 'strict decoding error: unknown field "spec.colour"' in strict.stderr
+    warned = sandbox.kubectl("apply", "--validate=warn", "-f", "-", input=json.dumps(widget))
+    assert 'Warning: unknown field "spec.colour"' in warned.stderr
+    stored = json.loads(sandbox.kubectl("get", "widget", "w", "-o", "json").stdout)
+    assert stored["spec"] == {"replicas": 1}  # pruned, as a cluster does
+    sandbox.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plain"},
+        "data": {"k": "v"}}))
