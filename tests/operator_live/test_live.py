@@ -295,3 +295,33 @@ def test_without_auto_join_the_operator_adds_the_voters_itself(sb: SandboxHandle
     assert pod["metadata"]["annotations"][models.DIRECTORY_ID_ANNOTATION] == new_id
     warned = [e for e in events(sb) if e["reason"] == "SpecWarning"]
     assert warned and "even" in warned[0]["message"]  # 4 voters tolerate one failure, as 3
+
+
+def test_a_config_change_rolls_one_pod_at_a_time_and_the_leader_last(
+        sb: SandboxHandle) -> None:
+    apply(sb, operator_pod("op-a"), quorum())
+    obj = wait_for("a 3-voter quorum Ready", lambda: ready(sb, "kq", 3), timeout_s=120)
+    leader = obj["status"]["leader"]["id"]
+    uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in get(sb, "pods")["items"]}
+    sb.kubectl("patch", "kq", "kq", "--type=merge", "-p", json.dumps(
+        {"spec": {"config": {"controller.quorum.election.timeout.ms": "1500"}}}))
+
+    def rolled() -> Any:
+        got = ready(sb, "kq", 3)
+        if got is None or got["status"].get("observedGeneration") != \
+                got["metadata"]["generation"]:
+            return None
+        pods = {p["metadata"]["name"]: p for p in get(sb, "pods")["items"]}
+        fresh = all(pods.get(f"kq-{i}", {}).get("metadata", {}).get("uid") not in
+                    (None, uids[f"kq-{i}"]) for i in range(3))
+        return got if fresh else None
+
+    wait_for("every pod restarted with the new config", rolled, timeout_s=180)
+    in_order = sorted(events(sb), key=lambda e: int(e["metadata"]["resourceVersion"]))
+    steps = [e for e in in_order if e["reason"] in ("DeletedPodRolling", "LeaderResigning")]
+    followers = [e for e in steps if e["reason"] == "DeletedPodRolling"]
+    assert len(followers) == 2 and f"kq-{leader}" not in " ".join(e["message"] for e in followers)
+    assert steps[-1]["reason"] == "LeaderResigning"
+    assert steps[-1]["message"].startswith(f"leader {leader} ")
+    config = get(sb, "configmap", "kq-config")["data"]["server-0.properties"]
+    assert "controller.quorum.election.timeout.ms=1500" in config
