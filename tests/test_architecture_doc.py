@@ -1,4 +1,6 @@
-"""docs/architecture.md names only what exists: every module, path and class it mentions.
+"""docs/architecture.md names only what exists: every module, path and class it mentions; so do
+docs/performance.md and docs/native-lane.md for modules and paths (their dotted settings, such
+as `kraft.lane.tick.ms`, are `ServerProperties` keys).
 
 The page is a map; a module renamed or moved without the map following would send a reader to
 nothing. Checked statically (no imports), from the source tree:
@@ -58,7 +60,11 @@ def resolve_dotted(package: str, parts: list[str]) -> str | None:
         if (here / f"{part}.py").is_file():
             module = here / f"{part}.py"
         elif (here / f"{part}.c").is_file():
-            return None if i == len(parts) - 1 else f"attributes of the C module {part}"
+            rest = parts[i + 1:]
+            # a C module's names are the quoted names of its method and type tables
+            if rest and f'"{rest[0]}"' not in (here / f"{part}.c").read_text():
+                return f"{rest[0]!r} is not defined in {(here / f'{part}.c').relative_to(ROOT)}"
+            return None
         else:
             init = here / "__init__.py"
             if init.is_file() and part in _top_level_names(init):
@@ -90,27 +96,41 @@ def _classes() -> dict[str, set[str]]:
     return found
 
 
-def problems(text: str) -> list[str]:
-    """Everything `text` names that does not exist, one line each."""
+@cache
+def _settings() -> frozenset[str]:
+    """The keys of server.properties that `ServerProperties` knows (its field aliases)."""
+    source = (ROOT / "kraft" / "admin" / "server_properties.py").read_text()
+    return frozenset(re.findall(r'alias="([^"]+)"', source))
+
+
+def problems(text: str, *, classes: bool = True) -> list[str]:
+    """Everything `text` names that does not exist, one line each (backticked class names too,
+    unless `classes` is False)."""
     found: list[str] = []
     for m in DOTTED.finditer(text):
         name = m.group(1) + m.group(2)
+        if name in _settings():
+            continue
         why = resolve_dotted(m.group(1), m.group(2)[1:].split("."))
         if why:
             found.append(f"{name}: {why}")
     for m in PATH.finditer(text):
         path = m.group(1).rstrip(".")
+        if "NN" in path:  # a pattern such as docs/journal/perf-NN-*.md
+            continue
         if not (ROOT / path).exists():
             found.append(f"{path}: no such file or folder")
-    classes = _classes()
+    if not classes:
+        return sorted(set(found))
+    defined = _classes()
     for m in BACKTICKED.finditer(text):
         ref = CLASS_REF.match(m.group(1))
         if not ref:
             continue
         cls, member = ref.groups()
-        if cls not in classes:
+        if cls not in defined:
             found.append(f"{m.group(1)}: no class {cls} in {', '.join(SOURCE_DIRS)}")
-        elif member and member not in classes[cls]:
+        elif member and member not in defined[cls]:
             found.append(f"{m.group(1)}: class {cls} defines no {member}")
     return sorted(set(found))
 
@@ -121,9 +141,20 @@ def test_every_module_path_and_class_named_in_the_architecture_page_exists() -> 
     assert problems(text) == []
 
 
+@pytest.mark.parametrize("page", ["performance.md", "native-lane.md"])
+def test_every_module_and_path_named_in_the_write_path_pages_exists(page: str) -> None:
+    assert problems((ROOT / "docs" / page).read_text(), classes=False) == []
+
+
+def test_a_setting_is_not_taken_for_a_module_but_a_wrong_one_is_reported() -> None:
+    assert problems("`kraft.lane.tick.ms`", classes=False) == []
+    assert problems("`kraft.lane.tick.writes`", classes=False)
+
+
 @pytest.mark.parametrize("wrong", [
     "`kraft.raft.elections`",           # no such module
     "`kraft.server.node.NoSuchThing`",  # no such name in a module
+    "`kraft.raft._lane.NoSuchShell`",   # no such name in the C module
     "`kraft/lane/`",                    # no such folder
     "`RaftCore.no_such_method`",        # no such method
     "`NoSuchClass`",                    # no such class
@@ -134,7 +165,8 @@ def test_a_name_that_does_not_exist_is_reported(wrong: str) -> None:
 
 
 def test_names_that_exist_pass() -> None:
-    text = ("`kraft.raft._lane` `kraft/raft/_lane.c` `kraft.server.node.KraftNode` "
+    text = ("`kraft.raft._lane` `kraft.raft._lane.scan_appended` `kraft/raft/_lane.c` "
+            "`kraft.server.node.KraftNode` "
             "`kraft_operator.sandbox` `kraft.admin.QuorumClient` `RaftCore.handle` "
             "`operator/planner/` `docs/native-lane.md`")
     assert problems(text) == []
