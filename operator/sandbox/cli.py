@@ -29,6 +29,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import kmock
+
 DEFAULT_STATE_DIR = Path(tempfile.gettempdir()) / f"kraft-sandbox-{os.getuid()}"
 
 OPERATOR_POD = {
@@ -56,7 +58,7 @@ def _info(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _up(args: argparse.Namespace) -> int:
-    from kraft_operator.sandbox.kubelet import PODS, KubeletSettings
+    from kraft_operator.sandbox.kubelet import KubeletSettings
     from kraft_operator.sandbox.runtime import run_sandbox
 
     network, lock = claim_network(args.network)
@@ -65,7 +67,7 @@ async def _up(args: argparse.Namespace) -> int:
         backoff_base_s=args.backoff_base, heartbeat_s=args.heartbeat)
     async with run_sandbox(settings, api_port=args.port) as sandbox:
         if args.operator:
-            sandbox.kubelet.api._create(PODS, "default", OPERATOR_POD)
+            _install_operator(sandbox.kubelet.api)
         if not args.quiet:
             print(f"kraft sandbox: API {sandbox.api_url}, {args.nodes} nodes, pod addresses "
                   f"{settings.network}.x.y, state in {settings.state_dir}", flush=True)
@@ -78,6 +80,18 @@ async def _up(args: argparse.Namespace) -> int:
         await stop.wait()
     lock.close()
     return 0
+
+
+def _install_operator(api: Any) -> None:
+    """The KRaftQuorum CRD (from the operator's models) and the operator as a Pod."""
+    from kraft_operator import crdgen
+    from kraft_operator.sandbox.kubelet import PODS
+
+    crds = kmock.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+    crd = crdgen.build_crd()
+    if api._get(crds, None, crd["metadata"]["name"]) is None:
+        api._create(crds, None, crd)
+    api._create(PODS, "default", OPERATOR_POD)
 
 
 def claim_network(wanted: str | None) -> tuple[str, Any]:

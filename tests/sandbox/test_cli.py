@@ -122,3 +122,19 @@ def test_sandbox_stops_its_pods_on_sigterm(tmp_path: Path, kubectl_path: str) ->
         if up.poll() is None:
             os.killpg(up.pid, signal.SIGKILL)
             up.wait()
+
+
+def test_up_with_operator_serves_the_crd_and_runs_the_operator_pod(tmp_path: Path,
+                                                                   kubectl_path: str) -> None:
+    from kraft_operator.sandbox.handle import start_sandbox
+
+    with start_sandbox(tmp_path / "sbx", backoff_base_s=0.2,
+                       extra_args=["--operator"]) as sb:
+        sb.kubectl("wait", "--for=condition=Established", "crd/kraftquorums.kraft.dev",
+                   "--timeout=30s")
+        assert "No resources found" in sb.kubectl("get", "kq").stderr
+        pod = wait_for("the operator running", lambda: (p := json.loads(sb.kubectl(
+            "get", "pod", "kraft-operator", "-o", "json").stdout))["status"].get(
+            "phase") == "Running" and p)
+        assert pod["spec"]["containers"][0]["command"] == ["kraft-operator"]
+        assert sb.faults.kill_operator() == ["default/kraft-operator"]
