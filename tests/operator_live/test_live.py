@@ -170,11 +170,17 @@ def test_create_scale_up_with_the_operator_killed_and_scale_down(sb: SandboxHand
                    timeout_s=150)
     assert sorted(v["id"] for v in obj["status"]["voters"]) == [0, 1, 2, 3, 4]
     assert get(sb, "pod", "op-a")["status"]["containerStatuses"][0]["restartCount"] >= 1
-    assert operator_log(sb, "op-a").count("event=leading") >= 1
+    assert operator_log(sb, "op-a").count("event=leading") >= 2
     assert any(e["reason"] == "SpecWarning" for e in events(sb)) is False  # 5 is odd
 
-    # scale down: the voters 3 and 4 leave and stay out (their pods ran with auto-join)
+    # scale down: the voters 3 and 4 leave and stay out (their pods ran with auto-join); the
+    # operator is killed again once a leaving voter's pod was stopped, before its
+    # RemoveRaftVoter (the window in which auto-join would re-add it were its pod running)
     sb.kubectl("scale", "kq/kq", "--replicas=3")
+    wait_for("a leaving voter's pod stopped",
+             lambda: any(e["reason"] == "DeletedPodStopBeforeRemove" for e in events(sb)),
+             timeout_s=60, every_s=0.05)
+    sb.faults.kill_operator(NS)
     obj = wait_for("3 voters Ready again", lambda: ready(sb, "kq", 3), timeout_s=150)
     assert sorted(v["id"] for v in obj["status"]["voters"]) == [0, 1, 2]
 
