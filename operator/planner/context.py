@@ -126,6 +126,16 @@ class Context:
             and pod.phase == PodPhase.RUNNING
         )
 
+    def process_runs(self, replica: ReplicaInfo) -> bool:
+        """Whether this incarnation's process may be running (and fetching) now."""
+        pod = self.live_pod(replica.replica_id)
+        return (
+            pod is not None
+            and pod.directory_id == replica.directory_id
+            and pod.phase == PodPhase.RUNNING
+            and self.node_down_since(pod.node_name) is None
+        )
+
     def node_down_since(self, node_name: str | None) -> float | None:
         """Since when a Node is NotReady or gone (None when it is Ready or unnamed)."""
         if node_name is None:
@@ -167,17 +177,23 @@ class Context:
     def can_stop(self, pod: PodState) -> bool:
         """Stopping this pod leaves a healthy majority of the current voters.
 
-        A voter that lags still fetches and still votes: stopping it can take the leader's
-        majority of fetching voters away, so the other voters must be a healthy majority on
-        their own. Only a pod whose process cannot be running (not Running, or on a Node that
-        is not Ready) costs nothing to stop."""
+        Stopping a caught-up voter needs the other voters to be a healthy majority on their
+        own. A pod whose process cannot be running (not Running, or on a Node that is not
+        Ready) costs nothing to stop."""
         if pod.phase != PodPhase.RUNNING or self.node_down_since(pod.node_name) is not None:
             return True
         key = (pod.node_id, pod.directory_id or "")
-        if self.voter(key) is None:
+        voter = self.voter(key)
+        if voter is None:
             return True
         others = tuple(v for v in self.voters if v.key != key)
-        return self.healthy_count(others) >= majority(len(self.voters))
+        needed = majority(len(self.voters))
+        if self.healthy(voter):
+            return self.healthy_count(others) >= needed
+        # A lagging voter adds nothing to commits; what stopping it may cost is the leader's
+        # majority of fetching voters. So the others must be a running majority: then even a
+        # rollout that fixes lagging voters is not wedged behind them.
+        return sum(1 for v in others if self.process_runs(v)) >= needed
 
     def may_pause(self) -> bool:
         """A quorum of one or two voters cannot restart a pod without a pause in availability;

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 from kraft_operator import models
-from kraft_operator.observed import NodeState, PvcPhase
+from kraft_operator.observed import NodeState, PodPhase, PvcPhase
 from kraft_operator.planner import (
     AddVoter,
     ClearRecoveryAnnotation,
@@ -592,3 +592,29 @@ def test_a_joiner_that_never_starts_is_restarted_once_the_spec_is_fixed(auto_joi
     world.generation += 1
     actions_until_done(world, fixed)
     assert realized(world, fixed)
+
+
+def test_roll_restarts_lagging_followers_when_they_are_what_the_rollout_fixes() -> None:
+    """Two of three voters lag (a bad setting the new spec fixes): commits are stalled either
+    way, the leader keeps fetching voters enough, so the lagging ones may restart (no wedge)."""
+    world, spec = converged(3)
+    world.leader = next(k for k in world.voters if k[0] == 0)
+    newer = with_spec(spec, image="kraft-quorum:2")
+    world.generation += 1
+    observed = world.observe()
+    quorum = observed.quorum
+    assert quorum is not None
+    lagging = replace(quorum, voters=tuple(replace(v, caught_up=v.replica_id == 0)
+                                           for v in quorum.voters))
+    pods = tuple(replace(p, ready=p.node_id == 0) for p in observed.pods)
+    result = plan(newer, replace(observed, quorum=lagging, pods=pods))
+    assert isinstance(result.action, DeletePod) and result.action.node_id in (1, 2)
+    # but never the last fetching majority: with one of the two laggards gone, wait
+    stuck = tuple(replace(p, phase=PodPhase.PENDING) if p.node_id == 2 else p for p in pods)
+    held = plan(newer, replace(observed, quorum=lagging, pods=stuck))
+    # pod 2 cannot run: restarting it is free; pod 1 is the leader's last fetching peer
+    assert held.action == DeletePod(2, "kq-2", "Rolling")
+    current2 = tuple(replace(p, spec_hash=pod_spec_hash(newer)) if p.node_id == 2 else p
+                     for p in stuck)
+    held = plan(newer, replace(observed, quorum=lagging, pods=current2))
+    assert held.action.reason == "RollWouldLoseMajority", held.action

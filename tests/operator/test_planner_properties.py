@@ -137,6 +137,22 @@ def is_healthy(observed: Observed, voter: ReplicaInfo) -> bool:
         and pod.phase == PodPhase.RUNNING
 
 
+def runs(observed: Observed, voter: ReplicaInfo) -> bool:
+    """The voter's own process may be running: its pod is Running on a Ready Node."""
+    pod = live_pod(observed, voter.replica_id)
+    if pod is None or pod.directory_id != voter.directory_id or pod.phase != PodPhase.RUNNING:
+        return False
+    return node_ready(observed, pod.node_name)
+
+
+def node_ready(observed: Observed, name: str | None) -> bool:
+    """An unnamed Node is not known to be down; a named one must exist and be Ready."""
+    if name is None:
+        return True
+    node = next((n for n in observed.nodes if n.name == name), None)
+    return node is not None and node.ready
+
+
 def healthy_set(observed: Observed) -> set[tuple[int, str]]:
     assert observed.quorum is not None
     return {v.key for v in observed.quorum.voters if is_healthy(observed, v)}
@@ -203,13 +219,17 @@ def check_safety(spec: models.KRaftQuorumSpec, observed: Observed, action: objec
     if isinstance(action, DeletePod):
         pod = next(p for p in observed.pods if p.name == action.name)
         key = (pod.node_id, pod.directory_id)
-        node = next((n for n in observed.nodes if n.name == pod.node_name), None)
-        process_may_run = pod.phase == PodPhase.RUNNING and (node is None or node.ready)
-        # a lagging voter still fetches and votes: the others must be a healthy majority
+        process_may_run = pod.phase == PodPhase.RUNNING and node_ready(observed, pod.node_name)
         if key in {v.key for v in voters} and process_may_run \
                 and not tiny_outage(observed, action):
-            assert len(healthy - {key}) >= majority(len(voters)), \
-                f"stop breaks majority: {action}"
+            if key in healthy:
+                assert len(healthy - {key}) >= majority(len(voters)), \
+                    f"stop breaks the healthy majority: {action}"
+            else:
+                # a lagging voter still fetches: the others must be a running majority
+                running = {v.key for v in voters if runs(observed, v)} - {key}
+                assert len(running) >= majority(len(voters)), \
+                    f"stop breaks the fetching majority: {action}"
     if isinstance(action, RemoveVoter):
         key = (action.node_id, action.directory_id)
         rest = [v for v in voters if v.key != key]
