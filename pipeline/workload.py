@@ -252,7 +252,14 @@ MAX_KEYS_PER_PARTIAL = 200_000
 
 def _key_partials(batches: Any, hw: int, codec: bool) -> Any:
     """`mapInArrow` body: decode the records of reference batch rows below `hw` and reduce
-    them to per-key and per-operation partial sums."""
+    them to per-key and per-operation partial sums.
+
+    PUT and DELETE commands of the exact shape `kraft.statemachine.kv` encodes are read in
+    place (op byte, key and value lengths); anything else goes through `decode_command`, so
+    the verdicts (operation, key, INVALID) are the codec's.
+    """
+    import struct
+
     import pyarrow as pa
 
     from kraft.records.batch import RecordBatch
@@ -260,24 +267,41 @@ def _key_partials(batches: Any, hw: int, codec: bool) -> Any:
     decode: Any = None
     error: Any = Exception
     if codec:
-        from kraft.statemachine.kv import CommandError, decode_command
-        decode, error = decode_command, CommandError
+        from kraft.statemachine.kv import FORMAT_VERSION, OP_DELETE, OP_PUT, CommandError
+        from kraft.statemachine.kv import decode_command as decode
+        error = CommandError
+    else:
+        FORMAT_VERSION = OP_PUT = OP_DELETE = -1
+    absent = 0xFFFFFFFF
+    length_at = struct.Struct(">I").unpack_from
     schema = pa.schema([("k", pa.string()), ("op", pa.string()), ("writes", pa.int64()),
                         ("deletes", pa.int64()), ("last_offset", pa.int64()),
                         ("last_op", pa.string()), ("key_len", pa.int32()),
                         ("vlen_sum", pa.int64()), ("vlen_n", pa.int64()),
                         ("vlen_max", pa.int32())])
-    keys: dict[str, list[Any]] = {}  # k -> [writes, deletes, last_offset, last_op, vsum, vn, vmax]
+    # UTF-8 key -> [writes, deletes, last_offset, last_op, value bytes, values, longest value]
+    keys: dict[bytes, list[Any]] = {}
     ops: dict[str, int] = {}
 
     def flush() -> Any:
-        rows = [(k, None, v[0], v[1], v[2], v[3], len(k), v[4], v[5], v[6])
-                for k, v in keys.items()]
-        rows += [(None, op, n, 0, None, None, None, 0, 0, None) for op, n in ops.items()]
+        names = [k.decode() for k in keys]
+        cols = list(zip(*keys.values(), strict=True)) if keys else [()] * 7
+        n_ops = len(ops)
+        table = pa.RecordBatch.from_arrays([
+            pa.array(names + [None] * n_ops, pa.string()),
+            pa.array([None] * len(names) + list(ops), pa.string()),
+            pa.array(list(cols[0]) + list(ops.values()), pa.int64()),
+            pa.array(list(cols[1]) + [0] * n_ops, pa.int64()),
+            pa.array(list(cols[2]) + [None] * n_ops, pa.int64()),
+            pa.array(list(cols[3]) + [None] * n_ops, pa.string()),
+            pa.array([len(k) for k in names] + [None] * n_ops, pa.int32()),
+            pa.array(list(cols[4]) + [0] * n_ops, pa.int64()),
+            pa.array(list(cols[5]) + [0] * n_ops, pa.int64()),
+            pa.array(list(cols[6]) + [None] * n_ops, pa.int32()),
+        ], schema=schema)
         keys.clear()
         ops.clear()
-        return pa.RecordBatch.from_pylist(
-            [dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema)
+        return table
 
     for table in batches:
         bases = table.column("batch_base_offset").to_pylist()
@@ -286,10 +310,10 @@ def _key_partials(batches: Any, hw: int, codec: bool) -> Any:
         for i in range(table.num_rows):
             batch = RecordBatch.parse(data[i].as_py(), 0)
             base, last = bases[i], lasts[i]
+            record_keys: Any = None
             if batch.records_count == last - base + 1:
                 values = batch.values()
                 offsets: Any = range(base, base + len(values))
-                record_keys: Any = None
             else:
                 records = list(batch.records())
                 values = [r.value for r in records]
@@ -300,34 +324,49 @@ def _key_partials(batches: Any, hw: int, codec: bool) -> Any:
                 if offset >= hw:
                     break
                 op: str | None = None
-                k: str | None = None
+                kb: bytes | None = None
                 vlen: int | None = None
-                if not codec:
-                    vlen = None if value is None else len(value)
-                elif value is None:
-                    op = None
-                else:
-                    try:
-                        cmd = decode(bytes(value))
-                    except error:
-                        op = "INVALID"
-                    else:
-                        op = _OPS.get(cmd.op, str(cmd.op))
-                        if cmd.op != 4:
-                            k = cmd.key
-                        vlen = len(cmd.value) if cmd.value is not None else None
+                n = 0 if value is None else len(value)
+                if n >= 6 and value[0] == FORMAT_VERSION and value[1] in (OP_PUT, OP_DELETE):
+                    klen = length_at(value, 2)[0]
+                    kend = 6 + klen
+                    if value[1] == OP_DELETE:
+                        if klen != absent and kend == n:
+                            op, kb = "DELETE", bytes(value[6:kend])
+                    elif kend + 4 <= n:
+                        vl = length_at(value, kend)[0]
+                        if klen != absent and vl != absent and kend + 4 + vl == n:
+                            op, kb, vlen = "PUT", bytes(value[6:kend]), vl
+                    if kb is not None and kb not in keys:
+                        try:
+                            kb.decode()
+                        except UnicodeDecodeError:
+                            op = kb = vlen = None  # the codec calls it INVALID
+                if op is None:
+                    if not codec:
+                        vlen = None if value is None else n
+                    elif value is not None:
+                        try:
+                            cmd = decode(bytes(value))
+                        except error:
+                            op = "INVALID"
+                        else:
+                            op = _OPS.get(cmd.op, str(cmd.op))
+                            if cmd.op != 4:
+                                kb = cmd.key.encode()
+                            vlen = len(cmd.value) if cmd.value is not None else None
                 name = op or "unknown"
                 ops[name] = ops.get(name, 0) + 1
-                if k is None:
+                if kb is None:
                     if record_keys is None:
                         record_keys = [r.key for r in batch.records()]
                     raw_key = record_keys[j]
                     if raw_key is None:
                         continue
-                    k = bytes(raw_key).decode("utf-8", "replace")
-                entry = keys.get(k)
+                    kb = bytes(raw_key).decode("utf-8", "replace").encode()
+                entry = keys.get(kb)
                 if entry is None:
-                    entry = keys[k] = [0, 0, -1, None, 0, 0, None]
+                    entry = keys[kb] = [0, 0, -1, None, 0, 0, None]
                 entry[0] += 1
                 if op == "DELETE":
                     entry[1] += 1

@@ -126,4 +126,4 @@ def test_batch_rows_hold_each_batch_once_and_give_back_the_same_records(
 def test_rows_option_is_checked(spark: Any, scenario: Any) -> None:
     with pytest.raises(Exception, match="rows='bogus'"):
         spark.read.format("kraft").option("rows", "bogus").load(
-            str(scenario.replicas["node-1"])).schema
+            str(scenario.replicas["node-1"])).collect()
