@@ -662,16 +662,21 @@ def run_from_args(args: argparse.Namespace) -> int:
         print(f"kraft audit: error: --output {args.output}: {exc}", file=sys.stderr)
         return 2
     error_log = logs / "audit-error.log"
-    # Py4J reports a dying JVM through logging, with tracebacks: those go to the log file.
+    # Py4J reports a dying JVM through logging, with tracebacks: those go to the log file,
+    # and no handler on the terminal passes them on.
     py4j_log = logging.getLogger("py4j")
     py4j_log.propagate = False
     py4j_log.addHandler(logging.FileHandler(error_log))
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(lambda record: not record.name.startswith("py4j"))
+    logging.raiseExceptions = False  # a failing log handler must not print a traceback
     progress = Progress(out)
     spark = None
     master = args.master or "local[*]"
     memory = args.conf.get("spark.driver.memory", DEFAULT_CONF["spark.driver.memory"])
     try:
         spark = build_session(args.master, conf=args.conf, log_dir=logs)
+        _quiet_accumulator_server(spark, error_log)
         master = spark.sparkContext.master
         memory = spark.sparkContext.getConf().get("spark.driver.memory", memory)
         summary = run_audit(spark, args.input, out, high_watermark=args.high_watermark,
@@ -686,7 +691,11 @@ def run_from_args(args: argparse.Namespace) -> int:
         progress.failed(why.cause)
         with error_log.open("a") as f:
             f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {step} failed\n")
-            f.write("".join(traceback.format_exception(exc)))
+            try:
+                f.write("".join(traceback.format_exception(exc)))
+            except Exception:  # a Py4J error whose text needs the JVM that is gone
+                f.write(f"{type(exc).__name__}: {getattr(exc, 'errmsg', '')}\n"
+                        + "".join(traceback.format_tb(exc.__traceback__)))
         print(f"kraft audit: {step} failed: {why.cause}; {why.remedy}. Finished steps are "
               f"kept in {out} (steps.json); details in {error_log}", file=sys.stderr)
         _stop_quietly(spark)
@@ -700,6 +709,21 @@ def run_from_args(args: argparse.Namespace) -> int:
     if args.strict and (not summary["consistent"] or summary["corrupt_batches"]):
         return 1
     return 0
+
+
+def _quiet_accumulator_server(spark: SparkSession, error_log: Path) -> None:
+    """PySpark's accumulator server prints a traceback to stderr when the JVM dies under it;
+    send that to the error log instead (the audit's own line says what happened)."""
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is None:
+        return
+
+    def handle_error(request: Any, client_address: Any) -> None:
+        with error_log.open("a") as f:
+            f.write(f"accumulator server: request from {client_address} failed\n")
+            f.write(traceback.format_exc())
+
+    server.handle_error = handle_error
 
 
 def _stop_quietly(spark: SparkSession | None) -> None:

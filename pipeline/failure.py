@@ -55,11 +55,16 @@ def _find(text: str, needles: tuple[str, ...]) -> str | None:
     return None
 
 
+_OOM_PHRASE = re.compile(
+    r"((?:[\w.]*OutOfMemoryError)(?::[^\n]*)?|GC overhead limit exceeded)")
+
+
 def _memory_line(text: str) -> str:
-    for line in text.splitlines():
-        if _find(line, _OOM):
-            return _first_line(line)
-    return "OutOfMemoryError"
+    found = _OOM_PHRASE.search(text)
+    if found is None:
+        return "OutOfMemoryError"
+    phrase = re.sub(r"\s+SQLSTATE: \w+", "", found.group(1)).strip()
+    return phrase if len(phrase) <= 160 else phrase[:157] + "..."
 
 
 def classify(text: str, master: str, driver_memory: str, log_text: str = "") -> Failure:
@@ -96,16 +101,27 @@ def classify(text: str, master: str, driver_memory: str, log_text: str = "") -> 
     if _find(text, _BAD_SETTING):
         return Failure(f"Spark rejected a setting ({_first_line(text)})",
                        "fix or drop the --conf (or --driver-memory) that sets it")
+    if _find(log_text, _OOM):  # the exception lost its text (the JVM died with it)
+        return Failure(f"out of memory ({_memory_line(log_text)})", mem_hint)
     return Failure(f"Spark failed ({_first_line(text) or 'no message'})",
                    "see the log for the full error")
 
 
+def _text(exc: BaseException) -> str:
+    # str() of a Py4JJavaError asks the JVM for the Java exception's text: when the JVM is
+    # gone, that raises; keep what Py4J knew without asking.
+    try:
+        return str(exc)
+    except Exception:  # the JVM cannot answer any more
+        return str(getattr(exc, "errmsg", "") or repr(exc.args))
+
+
 def exception_text(exc: BaseException) -> str:
     """The exception's type and message, with the Java exception's text for Py4J errors."""
-    parts = [f"{type(exc).__module__}.{type(exc).__name__}: {exc}"]
+    parts = [f"{type(exc).__module__}.{type(exc).__name__}: {_text(exc)}"]
     cause = exc.__cause__ or exc.__context__
     while cause is not None and len(parts) < 5:
-        parts.append(f"{type(cause).__name__}: {cause}")
+        parts.append(f"{type(cause).__name__}: {_text(cause)}")
         cause = cause.__cause__ or cause.__context__
     return "\n".join(parts)
 

@@ -1,0 +1,103 @@
+"""A Spark failure ends `kraft audit` with one line naming the step, the cause and the setting
+to change (exit status 3); the traceback goes to a log file and finished steps stay."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kraft_pipeline.failure import classify
+
+OOM_TASK = (
+    "py4j.protocol.Py4JJavaError: An error occurred while calling o356.parquet.\n"
+    ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 3.0 "
+    "failed 1 times, most recent failure: Lost task 0.0 in stage 3.0 (TID 49) (localhost "
+    "executor driver): java.lang.OutOfMemoryError: Java heap space\n\tat java.base/..."
+)
+
+
+def test_causes_and_settings_named() -> None:
+    oom = classify(OOM_TASK, "local[2]", "2g")
+    assert "out of memory" in oom.cause and "Java heap space" in oom.cause
+    assert oom.remedy == "raise --driver-memory (now 2g)"
+    on_cluster = classify(OOM_TASK, "spark://127.0.0.1:7077", "2g")
+    assert "spark.executor.memory" in on_cluster.remedy
+    lost = classify("org.apache.spark.SparkException: Job aborted due to stage failure: "
+                    "ExecutorLostFailure (executor 1 exited caused by one of the running "
+                    "tasks) Reason: Remote RPC client disassociated.", "spark://h:7077", "2g")
+    assert lost.cause.startswith("an executor was lost") and "spark.executor.memory" in lost.remedy
+    bad = classify("pyspark.errors.exceptions.captured.IllegalArgumentException: "
+                   "spark.sql.shuffle.partitions should be int, but was abc", "local[2]", "2g")
+    assert bad.cause.startswith("Spark rejected a setting") and "--conf" in bad.remedy
+    gone = classify("py4j.protocol.Py4JError: Answer from Java side is empty", "local[2]", "1g",
+                    log_text="ERROR Executor: Exception in task 0.0\n"
+                             "java.lang.OutOfMemoryError: Java heap space\n\tat x")
+    assert "ran out of memory" in gone.cause and gone.remedy == "raise --driver-memory (now 1g)"
+    small = classify("java.lang.IllegalArgumentException: System memory 62390272 must be at "
+                     "least 471859200. Please increase heap size", "local[2]", "64m")
+    assert "--driver-memory 64m" in small.cause and "--driver-memory" in small.remedy
+
+
+def _audit(args: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kraft_pipeline", *args], capture_output=True, text=True,
+        timeout=300, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}, cwd=tmp,
+    )
+
+
+def _one_failure_line(stderr: str) -> str:
+    assert "Traceback" not in stderr and "Py4J" not in stderr and "\tat " not in stderr, stderr
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("kraft audit:")]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+@pytest.mark.spark
+def test_out_of_memory_in_a_step(tmp_path: Path) -> None:
+    """A driver heap of 160 MiB cannot stage a 48 MiB log (Parquet buffers whole row groups).
+
+    Spark refuses to start with less than 450 MiB of heap; `spark.testing.memory` tells it
+    it has more than it has, so that a small input is enough to run the heap out.
+    """
+    from kraft_pipeline.synthetic import write_large_log
+
+    write_large_log(tmp_path / "q" / "n1", 48 << 20, segment_bytes=48 << 20,
+                    value_bytes=64 << 10, batch_records=16)
+    out = tmp_path / "out"
+    proc = _audit(["--input", str(tmp_path / "q"), "--output", str(out),
+                   "--driver-memory", "160m", "--conf", "spark.testing.memory=2147483648"],
+                  tmp_path)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    line = _one_failure_line(proc.stderr)
+    assert "step 2/9 (ingest) failed" in line
+    assert "out of memory" in line and "raise --driver-memory (now 160m)" in line
+    steps = json.loads((out / "steps.json").read_text())
+    assert [s["name"] for s in steps["finished"]] == ["discover"]
+    assert steps["failed"]["name"] == "ingest"
+    assert "Traceback" in (out / "logs" / "audit-error.log").read_text()
+
+
+@pytest.mark.spark
+def test_driver_memory_below_what_spark_needs(tmp_path: Path, scenario: Any) -> None:
+    out = tmp_path / "out"
+    proc = _audit(["--input", str(scenario.root), "--output", str(out),
+                   "--driver-memory", "100m"], tmp_path)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    line = _one_failure_line(proc.stderr)
+    assert "Spark start-up failed" in line and "--driver-memory 100m is below" in line
+    assert "Traceback" in (out / "logs" / "audit-error.log").read_text()
+
+
+@pytest.mark.spark
+def test_bad_conf_is_named(tmp_path: Path, scenario: Any) -> None:
+    out = tmp_path / "out"
+    proc = _audit(["--input", str(scenario.root), "--output", str(out), "--no-report",
+                   "--conf", "spark.sql.shuffle.partitions=lots"], tmp_path)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    line = _one_failure_line(proc.stderr)
+    assert "Spark rejected a setting" in line and "spark.sql.shuffle.partitions" in line
