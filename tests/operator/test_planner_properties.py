@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import os
+from dataclasses import replace
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -301,7 +302,8 @@ def test_lost_quorum_without_annotation_destroys_nothing(data: st.DataObject) ->
 
 
 EVENTS = st.sampled_from(["scale", "image", "lose_disk", "restart", "node_fail", "auto_join",
-                          "bad_image", "bad_scale", "cold_start", "leader_leaves"])
+                          "bad_image", "bad_scale", "cold_start", "leader_leaves",
+                          "local_node_fail"])
 
 
 @settings(max_examples=80 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -375,6 +377,14 @@ def test_simulated_loop_stays_safe_and_converges(start: int, events: list[tuple[
             world.lose_disk(arg % spec.replicas)
         elif kind == "restart":
             world.pods.pop(arg % spec.replicas, None)
+        elif kind == "local_node_fail" and spec.replicas >= 3:
+            # the node's volume is node-local: it goes with its Node
+            victim = arg % spec.replicas
+            for pod in world.pods.values():
+                pod.node_name = "k8s-a" if pod.node_id == victim else "k8s-b"
+            if victim in world.pvcs:
+                world.pvcs[victim] = replace(world.pvcs[victim], node_name="k8s-a")
+            world.fail_k8s_node("k8s-a")
         elif kind == "node_fail" and spec.replicas >= 3:
             victim = arg % spec.replicas
             for pod in world.pods.values():
