@@ -15,7 +15,7 @@ namespace would:
   pod can use the same ports, as in a cluster), and outgoing connections leave from it;
 - the asyncio event loop: uvloop resolves names in libuv, past `socket.getaddrinfo`, so
   `kraft` runs with `kraft.event.loop=asyncio` (through its `KRAFT_KRAFT_EVENT_LOOP`
-  override).
+  override), and uvloop cannot be imported by any program (kopf's CLI would take it).
 """
 
 from __future__ import annotations
@@ -127,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
         install_address(pod_ip)
     if program == "kraft":
         os.environ["KRAFT_KRAFT_EVENT_LOOP"] = "asyncio"
+    # uvloop resolves names in libuv, where the cluster DNS cannot answer: hide it from every
+    # program (kraft's `auto` and kopf's CLI take asyncio's loop when it cannot be imported)
+    sys.modules.setdefault("uvloop", None)  # type: ignore[arg-type]
     fn = _entrypoint(program)
     sys.argv = [program, *rest]
     try:

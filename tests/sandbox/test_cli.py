@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from kraft_operator.sandbox.handle import start_sandbox
+
 from tests.sandbox.conftest import wait_for
 
 SANDBOX = [sys.executable, "-m", "kraft_operator.sandbox"]
@@ -126,8 +128,6 @@ def test_sandbox_stops_its_pods_on_sigterm(tmp_path: Path, kubectl_path: str) ->
 
 def test_up_with_operator_serves_the_crd_and_runs_the_operator_pod(tmp_path: Path,
                                                                    kubectl_path: str) -> None:
-    from kraft_operator.sandbox.handle import start_sandbox
-
     with start_sandbox(tmp_path / "sbx", backoff_base_s=0.2,
                        extra_args=["--operator"]) as sb:
         sb.kubectl("wait", "--for=condition=Established", "crd/kraftquorums.kraft.dev",

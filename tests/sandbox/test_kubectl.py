@@ -112,9 +112,12 @@ def configure(settings, **_):
     settings.posting.level = 100
 
 @kopf.on.create("example.dev", "v1", "widgets")
-def created(spec, patch, **_):
+async def created(spec, patch, **_):
+    import asyncio
     patch.status["replicas"] = spec.get("replicas", 0)
     patch.status["conditions"] = [{"type": "Ready", "status": "True"}]
+    # the loop kopf's CLI chose: asyncio's (uvloop would bypass the cluster DNS)
+    patch.status["loop"] = type(asyncio.get_running_loop()).__module__
 '''
 
 
@@ -156,6 +159,8 @@ def test_a_kopf_operator_pod_reconciles_and_survives_kill_operator(
         watch.wait()
     pod = json.loads(sandbox.kubectl("get", "pod", "widget-operator", "-o", "json").stdout)
     assert pod["status"]["containerStatuses"][0]["restartCount"] == 1
+    widget = json.loads(sandbox.kubectl("get", "wd", "w2", "-o", "json").stdout)
+    assert widget["status"]["loop"].startswith("asyncio")
 
 
 def test_kubectl_namespaces_come_and_go_with_their_pods(sandbox: SandboxHandle) -> None:
