@@ -419,22 +419,24 @@ def test_rollout_halts_when_the_restarted_pod_never_catches_up() -> None:
 
 def test_roll_refuses_to_take_a_healthy_voter_when_another_lags() -> None:
     world, spec = converged(3)
+    world.leader = next(k for k in world.voters if k[0] == 0)
     newer = with_spec(spec, image="kraft-quorum:2")
     world.generation += 1
     observed = world.observe()
     quorum = observed.quorum
     assert quorum is not None
-    leader = quorum.leader_id
-    lagging_id = next(v.replica_id for v in quorum.voters if v.replica_id != leader)
-    lagging = replace(quorum, voters=tuple(replace(v, caught_up=v.replica_id != lagging_id)
+    # voter 2 lags (already on the new spec); 0 (leader) and 1 are healthy and out of date
+    lagging = replace(quorum, voters=tuple(replace(v, caught_up=v.replica_id != 2)
                                            for v in quorum.voters))
-    pods = tuple(p if p.node_id == lagging_id else replace(p, spec_hash=models_hash(newer))
-                 for p in observed.pods)
-    pods = tuple(replace(p, spec_hash="old") if p.node_id != leader else p for p in pods)
+    pods = tuple(replace(p, spec_hash=pod_spec_hash(newer), ready=False) if p.node_id == 2
+                 else p for p in observed.pods)
     result = plan(newer, replace(observed, quorum=lagging, pods=pods))
-    # the lagging pod itself may restart (it counts for nothing); a healthy one may not
-    if isinstance(result.action, DeletePod):
-        assert result.action.node_id == lagging_id
+    assert result.action.reason == "RollWouldLoseMajority", result.action
+    assert result.condition("Degraded").reason == "VoterLagging"
+    caught_up = replace(quorum, voters=tuple(replace(v, caught_up=True) for v in quorum.voters))
+    ready = tuple(replace(p, ready=True) for p in pods)
+    assert plan(newer, replace(observed, quorum=caught_up, pods=ready)).action == \
+        DeletePod(1, "kq-1", "Rolling")
 
 
 def test_manual_strategy_waits_for_approval_of_this_generation() -> None:
