@@ -30,6 +30,10 @@ class Conflict(ApiError):
     """409: the object exists already, or changed meanwhile."""
 
 
+class Forbidden(ApiError):
+    """403: the operator may not do this (RBAC)."""
+
+
 def path(api_version: str, plural: str, namespace: str | None, name: str | None = None,
          subresource: str | None = None) -> str:
     """The URL path of a collection, an object or a subresource."""
@@ -47,8 +51,10 @@ def path(api_version: str, plural: str, namespace: str | None, name: str | None 
 class Kube:
     """The API calls the operator makes (see the module docstring)."""
 
+    ApiError = ApiError
     NotFound = NotFound
     Conflict = Conflict
+    Forbidden = Forbidden
 
     def __init__(self, api_client: Any, timeout_s: float = 15.0) -> None:
         self.api = api_client
@@ -134,5 +140,5 @@ def _error(status: int, reason: str, body: Any) -> ApiError:
         reason = str(loaded.get("reason") or reason)
     except (ValueError, AttributeError):
         pass
-    cls = NotFound if status == 404 else Conflict if status == 409 else ApiError
+    cls = {403: Forbidden, 404: NotFound, 409: Conflict}.get(status, ApiError)
     return cls(status, reason, message)

@@ -97,7 +97,9 @@ class Snapshot:
     body: Obj
     pods: Sequence[Obj] = ()
     pvcs: Sequence[Obj] = ()
-    nodes: Sequence[Obj] = ()
+    nodes: Sequence[Obj] | None = ()
+    """None when Nodes may not be read (no permission): every Node a pod or claim names is
+    then taken as Ready, so nothing is ever replaced for a Node failure it cannot see."""
     volumes: Mapping[str, Obj] = field(default_factory=dict)  # PersistentVolumes by name
 
 
@@ -215,6 +217,14 @@ def _pairs(items: Iterable[Obj] | None) -> tuple[tuple[int, str], ...]:
                  if "id" in v and v.get("directoryId"))
 
 
+def _nodes(snap: Snapshot, pods: Sequence[PodState],
+           pvcs: Sequence[PvcState]) -> tuple[NodeState, ...]:
+    if snap.nodes is not None:
+        return tuple(node_state(n) for n in snap.nodes)
+    names = {p.node_name for p in pods} | {c.node_name for c in pvcs}
+    return tuple(NodeState(name, True) for name in sorted(n for n in names if n))
+
+
 def build(ref: QuorumRef, snap: Snapshot, quorum: QuorumInfo | None,
           reported: Mapping[str, Reported], *, now: float,
           fresh_ids: Sequence[str] = (), quorum_error: str | None = None) -> Observation:
@@ -265,7 +275,7 @@ def build(ref: QuorumRef, snap: Snapshot, quorum: QuorumInfo | None,
     observed = Observed(
         generation=int(meta.get("generation") or 1),
         pods=tuple(pods), pvcs=tuple(pvcs),
-        nodes=tuple(node_state(n) for n in snap.nodes),
+        nodes=_nodes(snap, pods, pvcs),
         quorum=quorum,
         operation=_operation(status),
         cluster_id=cluster_id,
@@ -339,15 +349,21 @@ async def gather(kube: Any, ref: QuorumRef, body: Obj, *, now: float | None = No
     import time
 
     selector = ref.selector
-    pods, pvcs, nodes = await asyncio.gather(
+    pods, pvcs = await asyncio.gather(
         kube.list("v1", "pods", ref.namespace, label_selector=selector),
-        kube.list("v1", "persistentvolumeclaims", ref.namespace, label_selector=selector),
-        kube.list("v1", "nodes", None))
+        kube.list("v1", "persistentvolumeclaims", ref.namespace, label_selector=selector))
+    nodes: list[Obj] | None
+    try:
+        nodes = await kube.list("v1", "nodes", None)
+    except kube.ApiError as exc:
+        if exc.status != 403:
+            raise
+        nodes = None  # without permission to read Nodes no Node failure is ever assumed
     volumes: dict[str, Obj] = {}
     for claim in pvcs:
         name = (claim.get("spec") or {}).get("volumeName")
         if name:
-            with contextlib.suppress(kube.NotFound):
+            with contextlib.suppress(kube.NotFound, kube.Forbidden):
                 volumes[name] = await kube.get("v1", "persistentvolumes", None, name)
     status = body.get("status") or {}
     live = [p for p in pods if _node_id(p) is not None]

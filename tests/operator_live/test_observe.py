@@ -122,3 +122,19 @@ def test_random_ids_are_kafka_uuid_text() -> None:
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
     assert all(set(i) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
                for i in ids)
+
+
+def test_without_permission_to_read_nodes_no_node_failure_is_assumed() -> None:
+    from kraft_operator.planner import plan
+
+    body = {**BODY, "metadata": {**BODY["metadata"], "annotations": {}}}
+    snap = observe.Snapshot(body, [pod(0, D_OLD, confirmed=True)],
+                            [pvc(0, D_OLD, confirmed=True)], None, {"pv-1": LOCAL_PV})
+    obs = observe.build(REF, snap, None, {}, now=10_000.0).observed
+    assert [(n.name, n.ready) for n in obs.nodes] == [("n1", True)]
+    spec = models.KRaftQuorumSpec(replicas=1)
+    assert type(plan(spec, obs).action).__name__ == "Wait"
+    # an empty list would read as "every Node is gone", its node-local volume with it
+    gone = observe.build(REF, observe.Snapshot(body, snap.pods, snap.pvcs, [], snap.volumes),
+                         None, {}, now=10_000.0).observed
+    assert type(plan(spec, gone).action).__name__ != "Wait"
