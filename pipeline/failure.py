@@ -43,7 +43,9 @@ def _first_line(text: str, limit: int = 200) -> str:
     for line in text.splitlines():
         line = line.strip()
         if line and not line.startswith(("at ", "Traceback", "File ", "^")):
-            line = re.sub(r"\s+SQLSTATE: \w+", "", line)
+            line = re.sub(r"\s+SQLSTATE: \w+", "", line.removeprefix("Caused by: "))
+            # "pyspark.errors.exceptions.captured.IllegalArgumentException: ..." -> the class
+            line = re.sub(r"^(?:[a-z_][\w]*\.)+(?=[A-Z]\w*: )", "", line)
             return line if len(line) <= limit else line[: limit - 3] + "..."
     return ""
 
@@ -65,6 +67,14 @@ def _memory_line(text: str) -> str:
         return "OutOfMemoryError"
     phrase = re.sub(r"\s+SQLSTATE: \w+", "", found.group(1)).strip()
     return phrase if len(phrase) <= 160 else phrase[:157] + "..."
+
+
+def _setting_line(text: str) -> str:
+    """The line that names the rejected setting, else the first line."""
+    for line in text.splitlines():
+        if "spark." in line and re.search(r"should be|must be|[Ii]nvalid|cannot|Cannot", line):
+            return _first_line(line)
+    return _first_line(text)
 
 
 def classify(text: str, master: str, driver_memory: str, log_text: str = "") -> Failure:
@@ -99,7 +109,7 @@ def classify(text: str, master: str, driver_memory: str, log_text: str = "") -> 
         return Failure("the driver JVM did not start (its message is above)",
                        "check --driver-memory and any --conf spark.driver.* setting")
     if _find(text, _BAD_SETTING):
-        return Failure(f"Spark rejected a setting ({_first_line(text)})",
+        return Failure(f"Spark rejected a setting ({_setting_line(text)})",
                        "fix or drop the --conf (or --driver-memory) that sets it")
     if _find(log_text, _OOM):  # the exception lost its text (the JVM died with it)
         return Failure(f"out of memory ({_memory_line(log_text)})", mem_hint)
