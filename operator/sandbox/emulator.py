@@ -417,7 +417,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             async with self._wlock:
                 return aiohttp.web.json_response(self._scale(request, method))
         if method == "GET" and request.subresource == "log":
-            return self._log(request, params)
+            return await self._log(request, params)
         if request.subresource == "exec" and method in ("GET", "POST"):
             if res.group != "" or res.plural != "pods" or self.exec_handler is None:
                 raise ApiError(404, "NotFound", "exec is served for pods only")
@@ -533,18 +533,41 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             return builtin
         return printing.crd_columns(self._printers.get(res))
 
-    def _log(self, request: kmock.Request, params: dict[str, str]) -> aiohttp.web.Response:
+    async def _log(self, request: kmock.Request, params: dict[str, str]) -> Any:
         res = request.resource
         if res.group != "" or res.plural != "pods" or self.log_reader is None:
             raise ApiError(404, "NotFound", "logs are served for pods only")
         pod = self._must_get(res, request.namespace, request.name)
-        text = self.log_reader(pod, params.get("container"), params.get("previous") == "true")
+        container, previous = params.get("container"), params.get("previous") == "true"
+        text = self.log_reader(pod, container, previous)
         if text is None:
             raise ApiError(400, "BadRequest", f'no log for pod "{request.name}" (a container '
                                               "name may be needed: ?container=NAME)")
+        shown = text
         if params.get("tailLines", "").isdigit():
-            text = "".join(text.splitlines(keepends=True)[-int(params["tailLines"]):])
-        return aiohttp.web.Response(text=text, content_type="text/plain")
+            shown = "".join(text.splitlines(keepends=True)[-int(params["tailLines"]):])
+        if params.get("follow") != "true" or previous:
+            return aiohttp.web.Response(text=shown, content_type="text/plain")
+        # -f: what the current run writes next, until it ends (a new run) or the pod goes
+        raw = request._raw_request
+        response = aiohttp.web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await response.prepare(raw)
+        sent = text
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await response.write(shown.encode())
+            while raw.transport is not None and not raw.transport.is_closing():
+                await asyncio.sleep(0.2)
+                current = self._get(res, request.namespace, request.name)
+                if current is None or current["metadata"]["uid"] != pod["metadata"]["uid"]:
+                    break
+                now = self.log_reader(current, container, False) or ""
+                if not now.startswith(sent):
+                    break  # the container was restarted: a new run, as kubectl -f ends
+                if len(now) > len(sent):
+                    await response.write(now[len(sent):].encode())
+                    sent = now
+            await response.write_eof()
+        return response
 
     async def _watch(self, request: kmock.Request, params: dict[str, str],
                      as_table: bool = False) -> Any:

@@ -299,3 +299,35 @@ def test_kubectl_leaves_validation_to_the_server(sandbox: SandboxHandle) -> None
     sandbox.kubectl("apply", "-f", "-", input=json.dumps({
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plain"},
         "data": {"k": "v"}}))
+
+
+def test_kubectl_logs_follow_streams_new_lines(sandbox: SandboxHandle,
+                                               kubectl_path: str) -> None:
+    script = ("import sys, time\n"
+              "for i in range(1000):\n"
+              "    print('line', i, flush=True)\n"
+              "    time.sleep(0.05)\n"
+              "time.sleep(3600)\n")
+    sandbox.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "chatty"},
+        "spec": {"containers": [{"name": "main", "image": "x",
+                                 "command": [sys.executable, "-c", script]}]}}))
+    sandbox.kubectl("wait", "--for=condition=Ready", "pod/chatty", "--timeout=60s")
+    follow = subprocess.Popen([kubectl_path, "logs", "-f", "--tail=1", "chatty"],
+                              env={**os.environ, "KUBECONFIG": str(sandbox.kubeconfig)},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    killer = threading.Timer(60, follow.kill)  # a bound, should the lines never come
+    killer.start()
+    try:
+        assert follow.stdout is not None
+        numbers = []
+        for line in follow.stdout:
+            numbers.append(int(line.split()[1]))
+            if len(numbers) == 20:
+                break
+        # one line of the past, then every new line, in order
+        assert numbers == list(range(numbers[0], numbers[0] + 20))
+    finally:
+        killer.cancel()
+        follow.kill()
+        follow.wait()
