@@ -163,7 +163,9 @@ register(Command("recover", "quorum-loss recovery on a stopped node (inspect, fo
 # Modules that register further subcommands when imported (the node's run/quorum/local, the
 # audit pipeline). They are imported when the parser is built, not when this module is, so
 # `kraft format` never pays for aiohttp or pyspark imports it does not use.
-PLUGIN_MODULES = ("kraft.server.cli_commands", "kraft_pipeline.cli")
+PLUGIN_MODULES = (
+    "kraft.server.cli_commands", "kraft_pipeline.cli", "kraft_operator.sandbox.kraft_command",
+)
 
 
 def load_plugins() -> None:

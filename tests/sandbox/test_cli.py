@@ -138,3 +138,11 @@ def test_up_with_operator_serves_the_crd_and_runs_the_operator_pod(tmp_path: Pat
             "phase") == "Running" and p)
         assert pod["spec"]["containers"][0]["command"] == ["kraft-operator"]
         assert sb.faults.kill_operator() == ["default/kraft-operator"]
+
+
+def test_kraft_sandbox_is_a_subcommand_of_kraft() -> None:
+    """`kraft sandbox ...` is `kraft-sandbox ...`: the plugin is in kraft's command table."""
+    from kraft.cli import COMMANDS, load_plugins
+
+    load_plugins()
+    assert "sandbox" in COMMANDS
