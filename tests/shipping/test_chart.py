@@ -272,9 +272,14 @@ def test_watch_namespaces_gives_roles_not_a_cluster_wide_role(tmp_path: Path) ->
     roles = {(d["metadata"].get("namespace"), d["metadata"]["name"]) for d in by_kind(docs, "Role")}
     assert ("kafka", "kraft-operator") in roles and ("payments", "kraft-operator") in roles
     cluster_roles = by_kind(docs, "ClusterRole")
-    # only the cluster-scoped reads (nodes, persistent volumes, kopf's CRD watch) stay
+    # only the cluster-scoped reads (nodes, persistent volumes, kopf's CRD and Namespace
+    # watches) stay cluster-wide
     resources = {r for c in cluster_roles for rule in c["rules"] for r in rule["resources"]}
-    assert resources == {"nodes", "persistentvolumes", "customresourcedefinitions"}
+    assert resources == {"nodes", "persistentvolumes", "customresourcedefinitions",
+                         "namespaces"}
+    everywhere = render(tmp_path, {})
+    assert "namespaces" not in {r for c in by_kind(everywhere, "ClusterRole")
+                                for rule in c["rules"] for r in rule["resources"]}
 
 
 def test_optional_parts_are_off_by_default_and_on_when_asked(tmp_path: Path) -> None:

@@ -274,36 +274,73 @@ def pod_from_template(deployment: dict[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------------ the test
 
 
-def test_the_chart_runs_the_operator_that_brings_up_a_quorum(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    values = {"operator": {"interval": 1, "adminTimeout": 5},
-              "quorum": {"create": True, "name": QUORUM, "namespace": QUORUM_NS,
-                         "spec": {"replicas": 3,
-                                  "storage": {"size": "1Gi", "onScaleDown": "Delete"}}}}
+def refused_calls(requests: list[tuple[str, str, str, dict[str, str]]],
+                  docs: list[dict[str, Any]]) -> tuple[list[Call], list[str]]:
+    """The operator's calls (all but kubectl's), and those its bound rules do not allow."""
+    agents = {agent.split("/")[0] for agent, *_ in requests} - {"kubectl"}
+    assert agents == {"kopf", "OpenAPI-Generator"}, f"unexpected API clients: {agents}"
+    calls = [c for agent, method, path, query in requests if not agent.startswith("kubectl/")
+             and (c := as_call(method, path, query)) is not None]
+    rules = bound_rules(docs, "kraft-operator", RELEASE_NS)
+    refused = sorted({f"{c.verb} {c.group or 'core'}/{c.resource} in {c.namespace or '(cluster)'}"
+                      for c in calls if not any((ns is None or ns == c.namespace)
+                                                and allows(rule, c) for ns, rule in rules)})
+    return calls, refused
+
+
+def install(sb: Running, tmp_path: Path, values: dict[str, Any]) -> list[dict[str, Any]]:
+    """crds/, the namespaces, the rendered chart, and the operator's pod; returns the docs."""
     values_path = tmp_path / "values.yaml"
     values_path.write_text(yaml.safe_dump(values))
     rendered = helm("template", "kraft-operator", str(CHART), "-n", RELEASE_NS,
                     "--values", str(values_path)).stdout
     docs = [d for d in yaml.safe_load_all(rendered) if d]
     (tmp_path / "operator.yaml").write_text(rendered)
+    # the install steps of docs/install.md, with the real kubectl
+    sb.kubectl("apply", "--validate=false", "-f", str(ROOT / "crds"))
+    sb.kubectl("create", "namespace", RELEASE_NS)
+    sb.kubectl("create", "namespace", QUORUM_NS)
+    applied = sb.kubectl("apply", "--validate=false", "-f", str(tmp_path / "operator.yaml"))
+    for doc in docs:
+        assert f"{doc['kind'].lower()}" in applied.stdout.lower()
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    pod = pod_from_template(deployment)
+    sb.kubectl("apply", "--validate=false", "-f", "-", input=json.dumps(pod))
+    name = pod["metadata"]["name"]
+    wait_until("the operator pod to be Ready (its /healthz)", lambda: condition(
+        sb.get("pod", "-n", RELEASE_NS, name), "Ready") == "True")
+    return docs
+
+
+def test_the_chart_watching_one_namespace_allows_what_the_operator_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """watchNamespaces: Roles in the watched namespace instead of a ClusterRole; kopf then
+    watches that namespace alone, and every call is still allowed."""
+    values = {"watchNamespaces": [QUORUM_NS], "operator": {"interval": 1, "adminTimeout": 5},
+              "quorum": {"create": True, "name": QUORUM, "namespace": QUORUM_NS,
+                         "spec": {"replicas": 1}}}
     with in_process_sandbox(tmp_path / "sandbox", monkeypatch) as sb:
-        # the install steps of docs/install.md, with the real kubectl
-        sb.kubectl("apply", "--validate=false", "-f", str(ROOT / "crds"))
-        sb.kubectl("create", "namespace", RELEASE_NS)
-        sb.kubectl("create", "namespace", QUORUM_NS)
-        applied = sb.kubectl("apply", "--validate=false", "-f", str(tmp_path / "operator.yaml"))
-        for doc in docs:
-            assert f"{doc['kind'].lower()}" in applied.stdout.lower()
+        docs = install(sb, tmp_path, values)
+        assert {d["kind"] for d in docs} >= {"Role", "RoleBinding"}
+        wait_until("the chart's KRaftQuorum Ready", lambda: condition(
+            sb.get("kq", "-n", QUORUM_NS, QUORUM), "Ready") == "True", timeout_s=240)
+        requests = list(sb.emulator.requests)
+    calls, refused = refused_calls(requests, docs)
+    assert any(c.namespace == QUORUM_NS and c.resource == "pods" for c in calls)
+    assert not refused, "the operator made calls the chart's RBAC refuses:\n" + "\n".join(refused)
+
+
+def test_the_chart_runs_the_operator_that_brings_up_a_quorum(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    values = {"operator": {"interval": 1, "adminTimeout": 5},
+              "quorum": {"create": True, "name": QUORUM, "namespace": QUORUM_NS,
+                         "spec": {"replicas": 3,
+                                  "storage": {"size": "1Gi", "onScaleDown": "Delete"}}}}
+    with in_process_sandbox(tmp_path / "sandbox", monkeypatch) as sb:
+        docs = install(sb, tmp_path, values)
         assert sb.get("serviceaccount", "-n", RELEASE_NS, "kraft-operator")
         assert sb.get("clusterrole", "kraft-operator")
         assert sb.get("kq", "-n", QUORUM_NS, QUORUM)
-
-        (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
-        pod = pod_from_template(deployment)
-        sb.kubectl("apply", "--validate=false", "-f", "-", input=json.dumps(pod))
-        name = pod["metadata"]["name"]
-        wait_until("the operator pod to be Ready (its /healthz)", lambda: condition(
-            sb.get("pod", "-n", RELEASE_NS, name), "Ready") == "True")
         lease = wait_until("the operator's Lease", lambda: sb.get(
             "lease", "-n", RELEASE_NS, "kraft-operator"))
         assert lease["spec"]["holderIdentity"]
@@ -336,14 +373,8 @@ def test_the_chart_runs_the_operator_that_brings_up_a_quorum(
             .get("app.kubernetes.io/part-of") == "kraft-quorum"))
         requests = list(sb.emulator.requests)
 
-    agents = {agent.split("/")[0] for agent, *_ in requests} - {"kubectl"}
-    assert agents == {"kopf", "OpenAPI-Generator"}, f"unexpected API clients: {agents}"
-    calls = [c for agent, method, path, query in requests if not agent.startswith("kubectl/")
-             and (c := as_call(method, path, query)) is not None]
+    calls, refused = refused_calls(requests, docs)
     rules = bound_rules(docs, "kraft-operator", RELEASE_NS)
-    refused = sorted({f"{c.verb} {c.group or 'core'}/{c.resource} in {c.namespace or '(cluster)'}"
-                      for c in calls if not any((ns is None or ns == c.namespace)
-                                                and allows(rule, c) for ns, rule in rules)})
     assert not refused, "the operator made calls the chart's RBAC refuses:\n" + "\n".join(refused)
     used = {(c.group, c.resource, c.verb) for c in calls}
     unused = granted(rules) - used
