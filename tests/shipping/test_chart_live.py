@@ -201,6 +201,8 @@ class Running:
         except BaseException as exc:
             self.error = exc
             self.ready.set()
+        finally:
+            self.loop.close()
 
     @property
     def emulator(self) -> RecordingEmulator:
