@@ -136,6 +136,12 @@ def test_chart_crds_are_the_generated_crds_byte_for_byte() -> None:
                           "cp crds/*.yaml charts/kraft-operator/crds/")
 
 
+def test_chart_refuses_a_kubernetes_older_than_1_30() -> None:
+    proc = helm("template", "kraft-operator", str(CHART), "--kube-version", "1.29.0", check=False)
+    assert proc.returncode != 0 and "kubeVersion" in proc.stderr
+    assert helm("template", "kraft-operator", str(CHART), "--kube-version", "1.30.0").stdout
+
+
 # ------------------------------------------------------------------ helm lint and the schema
 
 
