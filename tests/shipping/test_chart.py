@@ -160,6 +160,8 @@ def test_helm_lint_strict(case: str, tmp_path: Path) -> None:
     ("quorum.spec.replicas=12", "/quorum/spec/replicas"),
     ("bogus=1", "additional properties 'bogus' not allowed"),
     ("metrics.serviceMonitor.interval=often", "/metrics/serviceMonitor/interval"),
+    ("securityContext.runAsUsr=1", "additional properties 'runAsUsr' not allowed"),
+    ("podSecurityContext.seccompProfile.type=Permissive", "/podSecurityContext/seccompProfile/type"),
 ])
 def test_values_schema_refuses_a_wrong_value(setting: str, complaint: str) -> None:
     for command in (["template", "kraft-operator", str(CHART)], ["lint", "--strict", str(CHART)]):
