@@ -351,6 +351,10 @@ def test_the_chart_runs_the_operator_that_brings_up_a_quorum(
             (q := sb.get("kq", "-n", QUORUM_NS, QUORUM)) and condition(q, "Ready") == "True"
             and q), timeout_s=240)
         assert len(quorum["status"]["voters"]) == 3
+        # the chart's labels on the KRaftQuorum (as Argo CD's would be) stay off its children
+        for kind in ("pods", "pvc", "services", "configmaps"):
+            for child in sb.get(kind, "-n", QUORUM_NS)["items"]:
+                assert "helm.sh/chart" not in (child["metadata"].get("labels") or {}), kind
 
         # scale down: a pod and its claim deleted, the budget patched (no pod may go now)
         sb.kubectl("scale", "kq", QUORUM, "-n", QUORUM_NS, "--replicas=2")
