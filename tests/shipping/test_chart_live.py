@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -290,6 +291,14 @@ def refused_calls(requests: list[tuple[str, str, str, dict[str, str]]],
     return calls, refused
 
 
+def runbook_inspect_pod() -> str:
+    """The one-off pod of docs/runbook.md that runs `kraft recover inspect` on a claim."""
+    text = (ROOT / "docs" / "runbook.md").read_text()
+    match = re.search(r"<<'EOF'\n(.*?name: demo-0-inspect.*?)\nEOF\n", text, re.S)
+    assert match, "docs/runbook.md has no inspect pod"
+    return match.group(1)
+
+
 def install(sb: Running, tmp_path: Path, values: dict[str, Any]) -> list[dict[str, Any]]:
     """crds/, the namespaces, the rendered chart, and the operator's pod; returns the docs."""
     values_path = tmp_path / "values.yaml"
@@ -378,6 +387,23 @@ def test_the_chart_runs_the_operator_that_brings_up_a_quorum(
             sb.get("service", "-n", QUORUM_NS, f"{QUORUM}-client")["metadata"]["labels"]
             .get("app.kubernetes.io/part-of") == "kraft-quorum"))
         requests = list(sb.emulator.requests)
+
+        # docs/runbook.md's by-hand step: the quorum paused, a node's pod stopped, and
+        # `kraft recover inspect` run in the runbook's one-off pod on its claim
+        sb.kubectl("patch", "kq", QUORUM, "-n", QUORUM_NS, "--type=merge", "-p",
+                   json.dumps({"spec": {"paused": True}}))
+        wait_until("the quorum paused", lambda: condition(
+            sb.get("kq", "-n", QUORUM_NS, QUORUM), "ReconciliationPaused") == "True")
+        sb.kubectl("delete", "pod", f"{QUORUM}-0", "-n", QUORUM_NS, "--wait=true")
+        sb.kubectl("apply", "--validate=false", "-n", QUORUM_NS, "-f", "-",
+                   input=runbook_inspect_pod().replace("demo", QUORUM))
+        wait_until("the inspect pod to finish", lambda: (
+            sb.get("pod", "-n", QUORUM_NS, f"{QUORUM}-0-inspect") or {}).get(
+                "status", {}).get("phase") == "Succeeded", timeout_s=120)
+        inspected = json.loads(sb.kubectl("logs", "-n", QUORUM_NS, f"{QUORUM}-0-inspect").stdout)
+        assert inspected["node_id"] == 0 and inspected["log_end_offset"] > 0
+        assert inspected["is_voter"] is True
+        assert sb.get("pod", "-n", QUORUM_NS, f"{QUORUM}-0") is None  # paused: not re-created
 
     calls, refused = refused_calls(requests, docs)
     rules = bound_rules(docs, "kraft-operator", RELEASE_NS)

@@ -47,8 +47,10 @@ NOT_RUN = {
         "needs the quorum's running pods (the operator runs in tests/shipping/test_chart_live.py)",
     "kubectl delete pvc data-demo-2 --wait=false": "needs the operator's claims",
     "kubectl delete pod demo-2": "needs the operator's pods",
-    "kubectl delete pod demo-0": "needs the operator's pods",
-    "kubectl logs demo-0-inspect": "needs the quorum's claim for the pod to run",
+    "kubectl delete pod demo-0":
+        "needs the operator's pods (tests/shipping/test_chart_live.py runs the step)",
+    "kubectl logs demo-0-inspect":
+        "needs the quorum's claim (tests/shipping/test_chart_live.py runs the inspect pod)",
     "kubectl -n kraft-system get lease kraft-operator -o jsonpath='{.spec.holderIdentity}{\"\\n\"}'":
         "needs a running operator (its Lease: tests/shipping/test_chart_live.py)",
 }
