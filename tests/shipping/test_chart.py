@@ -12,6 +12,7 @@ import json
 import os
 import re
 import subprocess
+import tempfile
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,7 @@ def helm_path() -> str:
 def helm(*args: str, check: bool = True, home: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run the real helm with its cache, config and data kept out of $HOME."""
     env = dict(os.environ)
-    base = home or Path(os.environ.get("TMPDIR", "/tmp")) / f"kraft-helm-{os.getuid()}"
+    base = home or Path(tempfile.gettempdir()) / f"kraft-helm-{os.getuid()}"
     for key in ("CACHE", "CONFIG", "DATA"):
         env[f"HELM_{key}_HOME"] = str(base / key.lower())
     proc = subprocess.run([helm_path(), *args], capture_output=True, text=True, env=env,
