@@ -6,8 +6,17 @@ ready are restarted (no wedge), and the planner waits; pods crash-looping early 
 names not resolvable yet) are not a failure. When a majority's volumes are gone the quorum is
 lost: every change stops, Degraded=QuorumLost, until the annotation
 kraft.dev/recover-quorum-from names the surviving replica (the one with the longest committed
-log). Then the other pods are stopped, the named replica's voter set is forced to itself
-alone, and once it leads, the others re-join one at a time as new voters.
+log). Then, one step a reconcile:
+
+1. every other pod is deleted, then every other node's claim (their logs may hold records of
+   epochs the forced voter never saw: they must never be started on again);
+2. the survivor's pod is deleted (the recovery works on a stopped node), and ForceSingleVoter
+   re-creates it with a one-shot init container running `kraft recover force-single-voter`
+   before `kraft run` (recorded as the RecoveringQuorum operation first, so an operator
+   restarted midway carries on; the command is idempotent);
+3. once the survivor leads alone a quorum answers again: the annotation is removed and the
+   other nodes re-join one at a time on new volumes with new directory ids (scale-up's join),
+   after which the survivor's pod is rolled to an ordinary one.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from kraft_operator.planner.actions import (
     ClearRecoveryAnnotation,
     CreatePod,
     DeletePod,
+    DeletePVC,
     ForceSingleVoter,
     FormatMode,
     ReportDegraded,
@@ -101,23 +111,46 @@ def quorum_lost(ctx: Context, lost: list[tuple[int, str]]) -> Decision:
             ReportDegraded("QuorumLost", f"{RECOVER_ANNOTATION}={named!r} names no surviving "
                            f"replica; survivors: {sorted(survivors) or 'none'}"),
             None, degraded="QuorumLost", awaiting_approval="RecoveryAnnotationRequired")
+    lost_note = (f"records the other replicas held beyond {chosen}'s log are lost, "
+                 "acknowledged ones included")
     for node_id in sorted(ctx.pods):
         pod = ctx.pods[node_id]
         if node_id != chosen and not pod.deleting:
             return Decision(DeletePod(node_id, pod.name, "QuorumRecovery"), REASON,
                             degraded="QuorumLost",
                             message=f"{pod.name} stops while {chosen} becomes the only voter")
-    if chosen not in ctx.pods:
-        return Decision(CreatePod(chosen, survivors[chosen], FormatMode.JOIN, False,
-                                  ctx.desired_hash), REASON, degraded="QuorumLost")
+    for node_id in sorted(ctx.pvcs):
+        pvc = ctx.pvcs[node_id]
+        if node_id != chosen and not pvc.deleting:
+            # Its log may hold records of epochs the forced voter never saw: it must never be
+            # started on again. The node re-joins on a new volume with a new directory id.
+            return Decision(DeletePVC(node_id, pvc.name), REASON, degraded="QuorumLost",
+                            message=f"volume {pvc.name} of node {node_id} is dropped: it "
+                            f"re-joins {chosen} on a new one ({lost_note})")
     op = ctx.obs.operation
-    if op is not None and op.type == OP_RECOVERING and op.target == str(chosen) \
-            and ctx.now - op.started_at < MEMBERSHIP_RETRY_SECONDS:
-        return Decision(Wait("RecoveringQuorum", f"waiting for {chosen} to lead alone"), REASON,
-                        degraded="QuorumLost")
-    return Decision(ForceSingleVoter(chosen, survivors[chosen]), REASON, degraded="QuorumLost",
-                    operation=ctx.operation(OP_RECOVERING, str(chosen)),
-                    message=f"forcing the voter set to {chosen}:{survivors[chosen]} alone")
+    started = op is not None and op.type == OP_RECOVERING and op.target == str(chosen)
+    pod = ctx.pods.get(chosen)
+    force = Decision(ForceSingleVoter(chosen, survivors[chosen]), REASON, degraded="QuorumLost",
+                     operation=ctx.operation(OP_RECOVERING, str(chosen)),
+                     message=f"forcing the voter set to {chosen}:{survivors[chosen]} alone "
+                     f"({lost_note})")
+    if not started:
+        # The survivor's process must be stopped: the recovery rewrites its log offline.
+        if pod is not None and not pod.deleting:
+            return Decision(DeletePod(chosen, pod.name, "QuorumRecovery"), REASON,
+                            degraded="QuorumLost",
+                            message=f"{pod.name} stops so its voter set can be forced")
+        if pod is not None:
+            return Decision(Wait("PodStopping", f"{pod.name} is stopping"), REASON,
+                            degraded="QuorumLost")
+        return force
+    assert op is not None
+    if pod is None or ctx.now - op.started_at >= MEMBERSHIP_RETRY_SECONDS:
+        # Not created yet (the operator stopped after recording the step), or to be checked
+        # again: the executor re-creates the recovery pod or reports why it does not start.
+        return force
+    return Decision(Wait("RecoveringQuorum", f"waiting for {chosen} to lead alone"), REASON,
+                    degraded="QuorumLost")
 
 
 def clear_annotation(ctx: Context) -> Decision | None:

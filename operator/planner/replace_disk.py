@@ -1,9 +1,16 @@
 """Replace disk: a voter whose volume no longer holds its incarnation.
 
 The node keeps its id but its new volume gets a new directory id, so the old voter
-(id, old directory id) is stale. The new incarnation joins first (auto-join, or AddRaftVoter
-when auto-join is off), then the stale voter is removed: its process is gone, so it cannot
-re-add itself. An empty volume is never formatted with the old directory id.
+(id, old directory id) is stale. The leader refuses AddRaftVoter for a node id that is a voter
+under another directory id (DUPLICATE_VOTER, as Kafka's), so the stale voter goes first:
+- with auto-join the new incarnation does it itself once caught up (RemoveRaftVoter of its
+  old incarnation, then AddRaftVoter of itself), and the operator only watches;
+- without auto-join the operator calls RemoveRaftVoter of the stale incarnation (its volume is
+  gone, so it is dead already and removing it costs no availability; it is still refused when
+  the voters left would not be a healthy majority), then AddRaftVoter of the new one once it
+  is caught up (the join, as for a new node).
+A stale voter whose new incarnation is a voter already (added by an earlier version of the
+node, or by hand) is removed. An empty volume is never formatted with the old directory id.
 """
 
 from __future__ import annotations
@@ -46,7 +53,14 @@ def replace_disk(ctx: Context) -> Decision | None:
                 return Decision(DeletePod(pod.node_id, pod.name, "WrongIncarnation"), REASON)
             # Otherwise its volume is lost but still claimed: replace_node deletes it first.
             continue
-        if pvc is None or (voter.replica_id, pvc.directory_id) not in ctx.voter_keys:
+        if pvc is not None and (voter.replica_id, pvc.directory_id) in ctx.voter_keys:
+            return remove_step(ctx, voter, REASON)
+        pod = ctx.pods.get(voter.replica_id)
+        if ctx.spec.auto_join or (pod is not None and pod.auto_join and not pod.deleting):
+            return join_step(ctx, voter.replica_id, REASON)
+        live = ctx.live_pod(voter.replica_id)
+        if live is not None and live.directory_id == voter.directory_id:
+            # The old incarnation still runs on a lost or emptied volume: restart it first.
             return join_step(ctx, voter.replica_id, REASON)
         return remove_step(ctx, voter, REASON)
     return None

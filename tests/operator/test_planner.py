@@ -288,23 +288,48 @@ def test_lost_disk_gets_a_new_directory_id_and_replaces_the_stale_voter(auto_joi
     new_pvc = next(a for a in actions if isinstance(a, CreatePVC))
     assert new_pvc.node_id == 2 and new_pvc.directory_id != old[1]
     removes = [a for a in actions if isinstance(a, RemoveVoter)]
-    assert removes == [RemoveVoter(*old)]
     adds = [a for a in actions if isinstance(a, AddVoter)]
-    assert adds == ([] if auto_join else [AddVoter(2, new_pvc.directory_id)])
-    if not auto_join:
-        assert actions.index(adds[0]) < actions.index(removes[0])
+    if auto_join:
+        # the node replaces its old incarnation itself; the operator only watches
+        assert removes == [] and adds == []
+    else:
+        assert removes == [RemoveVoter(*old)]
+        assert adds == [AddVoter(2, new_pvc.directory_id)]
+        assert actions.index(removes[0]) < actions.index(adds[0])
+    assert not [e for e in world.events if e.startswith("DUPLICATE_VOTER")]
     assert realized(world, spec)
+    assert old not in world.voters
 
 
-def test_new_incarnation_observer_is_added_before_the_stale_voter_goes() -> None:
+def test_without_auto_join_the_stale_voter_goes_before_the_new_incarnation_is_added() -> None:
     world, spec = converged(3, auto_join=False)
     old = next(k for k in world.voters if k[0] == 1)
     world.lose_disk(1)
     seen = []
     run(world, spec, check=lambda w, o, r: seen.append(r.action))
     kinds = [type(a).__name__ for a in seen]
-    assert kinds.index("AddVoter") < kinds.index("RemoveVoter")
+    assert kinds.index("RemoveVoter") < kinds.index("AddVoter")
     assert RemoveVoter(*old) in seen
+    assert not [e for e in world.events if e.startswith("DUPLICATE_VOTER")], world.events
+    assert realized(world, spec)
+
+
+def test_without_auto_join_a_stale_voter_stays_while_removing_it_loses_the_majority() -> None:
+    # 3 voters: node 1's disk is gone and node 2 lags: removing 1 would leave {0, 2} with
+    # one healthy voter, no majority of two
+    world, spec = converged(3, auto_join=False)
+    old = next(k for k in world.voters if k[0] == 1)
+    world.lose_disk(1)
+    world.tick()
+    observed = world.observe()
+    quorum = observed.quorum
+    assert quorum is not None and quorum.leader_id != 2
+    lagging = replace(quorum, voters=tuple(replace(v, caught_up=v.replica_id != 2)
+                                           for v in quorum.voters))
+    result = plan(spec, replace(observed, quorum=lagging))
+    assert not isinstance(result.action, RemoveVoter | AddVoter), result.action
+    assert result.condition("Degraded").status == "True"
+    assert old in world.voters
 
 
 # --- replace node ------------------------------------------------------------------------------
@@ -347,7 +372,7 @@ def test_node_local_volume_lost_with_its_node_is_replaced_with_a_new_incarnation
     world.now += spec.node_failure_grace_period_seconds + 1
     actions = actions_until_done(world, spec)
     assert DeletePVC(2, "data-kq-2") in actions
-    assert RemoveVoter(*old) in actions
+    # the new incarnation removes the stale one itself (auto-join), then adds itself
     assert old not in world.voters and realized(world, spec)
 
 
@@ -473,6 +498,84 @@ def test_quorum_loss_stops_everything_until_the_annotation_then_recovers() -> No
     assert ClearRecoveryAnnotation() in actions
     assert models.RECOVER_ANNOTATION not in world.annotations
     assert realized(world, spec)
+
+
+def test_recovery_stops_everything_forces_the_survivor_and_rejoins_the_others() -> None:
+    world, spec = converged(3)
+    survivor = 0
+    world.leader = next(k for k in world.voters if k[0] == survivor)
+    survivor_dir = world.pvcs[survivor].directory_id
+    # two volumes emptied under running pods: they come back as new, empty incarnations
+    for n, fresh in ((1, 501), (2, 502)):
+        world.pvcs[n] = replace(world.pvcs[n], directory_id=kafka_uuid(fresh))
+        world.pods[n].directory_id = kafka_uuid(fresh)
+    world.tick()
+    assert world.observe().quorum is None
+    result = step(world, spec)
+    assert isinstance(result.action, ReportDegraded)
+    assert result.condition("Degraded").reason == "QuorumLost"
+    assert result.condition("AwaitingApproval").status == "True"
+    world.annotations[models.RECOVER_ANNOTATION] = str(survivor)
+    seen = []
+
+    def check(w: World, observed, result) -> None:
+        seen.append(result.action)
+        if isinstance(result.action, ForceSingleVoter):
+            # recorded before it runs, so an operator restarted midway carries on
+            assert result.status_fields["currentOperation"]["type"] == "RecoveringQuorum"
+
+    run(world, spec, check=check)
+    assert realized(world, spec), world.events
+    first = seen[:6]
+    assert first == [
+        DeletePod(1, "kq-1", "QuorumRecovery"), DeletePod(2, "kq-2", "QuorumRecovery"),
+        DeletePVC(1, "data-kq-1"), DeletePVC(2, "data-kq-2"),
+        DeletePod(0, "kq-0", "QuorumRecovery"), ForceSingleVoter(0, survivor_dir)], first
+    assert seen.count(ForceSingleVoter(0, survivor_dir)) == 1
+    cleared = seen.index(ClearRecoveryAnnotation())
+    rejoined = [a for a in seen[cleared:] if isinstance(a, CreatePVC)]
+    assert [a.node_id for a in rejoined] == [1, 2]
+    assert not {a.directory_id for a in rejoined} & {kafka_uuid(501), kafka_uuid(502)}
+    assert world.voters == {(0, survivor_dir)} | {(a.node_id, a.directory_id) for a in rejoined}
+    assert world.pods[0].spec_hash == pod_spec_hash(spec)  # rolled to an ordinary pod
+    assert models.RECOVER_ANNOTATION not in world.annotations
+
+
+def test_recovery_resumes_when_the_operator_stopped_after_recording_it() -> None:
+    world, spec = converged(3)
+    world.leader = next(k for k in world.voters if k[0] == 0)
+    world.lose_disk(1)
+    world.lose_disk(2)
+    world.annotations[models.RECOVER_ANNOTATION] = "0"
+    world.tick()
+    while not isinstance((result := plan(spec, world.observe())).action, ForceSingleVoter):
+        world.write_status(result)
+        world.apply(result.action)
+        world.tick()
+    world.write_status(result)  # the operation is recorded, then the operator dies
+    world.tick()
+    again = plan(spec, world.observe())
+    assert again.action == result.action  # the pod was never made: it is made now
+    assert again.status_fields["currentOperation"]["attempt"] == 2
+    world.write_status(again)
+    world.apply(again.action)
+    actions = actions_until_done(world, spec)
+    assert not any(isinstance(a, ForceSingleVoter) for a in actions)
+    assert realized(world, spec)
+
+
+def test_recovery_waits_for_the_survivors_pod_to_stop_before_forcing() -> None:
+    world, spec = converged(3)
+    world.leader = next(k for k in world.voters if k[0] == 0)
+    world.lose_disk(1)
+    world.lose_disk(2)
+    world.annotations[models.RECOVER_ANNOTATION] = "0"
+    world.tick()
+    observed = world.observe()
+    first = plan(spec, observed)
+    assert first.action == DeletePod(0, "kq-0", "QuorumRecovery")
+    stopping = replace(observed, pods=tuple(replace(p, deleting=True) for p in observed.pods))
+    assert plan(spec, stopping).action == Wait("PodStopping", "kq-0 is stopping")
 
 
 def test_cold_start_of_the_whole_cluster_recreates_every_pod() -> None:

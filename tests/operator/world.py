@@ -2,7 +2,9 @@
 
 It applies the planner's actions and then lets "physics" run one tick: pods start, catch up
 and become ready, a quorum forms from the initial voters, auto-join adds caught-up observers
-one at a time, the leader moves when its pod stops. `observe()` gives the planner's input and
+one at a time (a replaced disk's node removing its old incarnation first), the leader moves
+when its pod stops; AddVoter of a node id that is a voter under another directory id is
+refused (DUPLICATE_VOTER). `observe()` gives the planner's input and
 `write_status()` keeps what a handler would write back. Failures are injected by the tests.
 """
 
@@ -174,7 +176,12 @@ class World:
                 self.pods.pop(n, None)
             case AddVoter(node_id=n, directory_id=d):
                 assert self.quorum_answers()
-                self.voters.add((n, d))
+                if any(k[0] == n and k[1] != d for k in self.voters):
+                    # the leader answers DUPLICATE_VOTER: the id is a voter under another
+                    # directory id (Kafka's AddVoterHandler does the same)
+                    self.events.append(f"DUPLICATE_VOTER {n}:{d}")
+                else:
+                    self.voters.add((n, d))
             case RemoveVoter(node_id=n, directory_id=d):
                 assert self.quorum_answers()
                 self.voters.discard((n, d))
@@ -186,6 +193,12 @@ class World:
                     if others:
                         self.leader, self.epoch = others[0], self.epoch + 1
             case ForceSingleVoter(node_id=n, directory_id=d):
+                # the executor re-creates the stopped survivor's pod with the recovery run
+                # before `kraft run` (a pod of its own spec: rolled to an ordinary one later)
+                assert n not in self.pods or self.pods[n].spec_hash == "recovery", \
+                    f"the voter set of {n} is forced while its ordinary pod runs"
+                assert not any(k != n for k in self.pods), "forced while other pods run"
+                self.pods.setdefault(n, SimPod(n, d, "recovery", False))
                 self.voters = {(n, d)}
                 self.leader, self.epoch = (n, d), self.epoch + 1
             case ClearRecoveryAnnotation():
@@ -212,7 +225,15 @@ class World:
         if self.auto_join_enabled:
             for pod in sorted(self.pods.values(), key=lambda p: p.node_id):
                 if pod.auto_join and pod.age >= 1 and not pod.broken and pod.key not in self.voters:
-                    self.voters.add(pod.key)
+                    # a replaced disk: the node first removes its old incarnation, then (on a
+                    # later tick) adds itself, one change at a time
+                    stale = sorted(k for k in self.voters if k[0] == pod.node_id)
+                    if stale:
+                        self.voters.discard(stale[0])
+                        if self.leader == stale[0]:
+                            self.leader = None
+                    else:
+                        self.voters.add(pod.key)
                     break
 
     # --- failures ----------------------------------------------------------------------------
