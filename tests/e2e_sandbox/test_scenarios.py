@@ -1,0 +1,29 @@
+"""The end-to-end scenarios (`e2e/`) in the sandbox, as `make test` runs them: the leader's disk
+wiped under KV traffic (which also creates the quorum), a cold start of every pod and a bad
+spec on a running quorum. Each raises on a quorum that does not converge, on a KV history that
+is not linearizable (an acknowledged write lost) and on an action its scenario forbids; the
+times are measured (`make e2e`, docs/e2e.md), not asserted here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from e2e.backend import SandboxBackend
+from e2e.scenarios import SCENARIOS, Run
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e")]
+
+
+@pytest.mark.parametrize("name", ["disk-failure-leader", "cold-start", "bad-spec"])
+def test_scenario_in_the_sandbox(name: str, tmp_path: Path) -> None:
+    backend = SandboxBackend(tmp_path)
+    try:
+        figures = SCENARIOS[name](Run(backend, name))
+    finally:
+        backend.close()
+    assert figures["linearizable"] is True
+    assert figures["writes_acknowledged"] > 0
+    assert figures["ops_checked"] >= figures["writes_acknowledged"]
