@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kraft_operator import models
-from kraft_operator.planner import CreatePod, FormatMode, majority
+from kraft_operator.planner import CreatePod, FormatMode, majority, pod_spec_hash
 
 from kraft.admin import ServerProperties
 
@@ -41,6 +41,8 @@ COMPONENT = "controller"
 FORMAT_MODE_ANNOTATION = "kraft.dev/format-mode"
 DIRECTORY_CONFIRMED_ANNOTATION = "kraft.dev/directory-id-confirmed"
 AUTO_JOIN_ENV = "KRAFT_CONTROLLER_QUORUM_AUTO_JOIN_ENABLE"
+RECOVER_FROM_ANNOTATION = "kraft.dev/recovering-from"
+RECOVERY_CONTAINER = "recover"
 
 # The keys the operator renders itself: spec.config may not set them.
 RESERVED_KEYS = models.ConfigChecker.OPERATOR_KEYS
@@ -306,6 +308,43 @@ def pod(ref: QuorumRef, action: CreatePod, cluster_id: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": ref._meta(ref.pod_name(node_id), labels, annotations=annotations),
             "spec": pod_spec}
+
+
+def recovery_spec_hash(spec_hash: str) -> str:
+    """The spec digest a recovery pod carries: never the current one, so once the quorum is
+    whole again the pod is rolled to an ordinary one."""
+    return f"{spec_hash}-recovery"
+
+
+def recovery_command(ref: QuorumRef, node_id: int, directory_id: str, token: str) -> list[str]:
+    """The recovery init container's command: `kraft recover force-single-voter` on the
+    stopped survivor, once per recovery (a marker on the volume, named by `token`, makes a
+    re-run of the same pod's init containers after the quorum grew again do nothing; the
+    command itself changes nothing when the replica already is the only voter)."""
+    marker = f"{DATA_DIR}/.recovered-{token}"
+    force = ["kraft", "recover", "force-single-voter", "--config",
+             f"{CONFIG_DIR}/server-{node_id}.properties", "--directory-id", directory_id,
+             "--yes", "--json"]
+    script = (f"if [ -e {shlex.quote(marker)} ]; then echo 'recovery {token} was done "
+              f"already'; exit 0; fi; {shlex.join(force)} && touch {shlex.quote(marker)}")
+    return ["sh", "-c", script]
+
+
+def recovery_pod(ref: QuorumRef, node_id: int, directory_id: str, cluster_id: str,
+                 token: str) -> dict[str, Any]:
+    """The surviving replica's pod for quorum-loss recovery: the ordinary pod (auto-join off)
+    with a one-shot init container forcing its voter set to itself alone before `kraft run`."""
+    action = CreatePod(node_id, directory_id, FormatMode.JOIN, False,
+                       recovery_spec_hash(pod_spec_hash(ref.spec)))
+    obj = pod(ref, action, cluster_id)
+    spec = obj["spec"]
+    spec["initContainers"].append({
+        "name": RECOVERY_CONTAINER, "image": ref.spec.image,
+        "imagePullPolicy": ref.spec.image_pull_policy,
+        "command": recovery_command(ref, node_id, directory_id, token),
+        "volumeMounts": spec["initContainers"][0]["volumeMounts"]})
+    obj["metadata"]["annotations"][RECOVER_FROM_ANNOTATION] = directory_id
+    return obj
 
 
 def standing_objects(ref: QuorumRef, in_use: Iterable[int] = ()) -> list[dict[str, Any]]:

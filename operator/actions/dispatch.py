@@ -45,7 +45,7 @@ async def execute(action: Action, env: Env) -> Outcome | None:
         case RemoveVoter():
             return await membership.remove_voter(action, env)
         case ForceSingleVoter():
-            return quorum_recovery.force_single_voter(action)
+            return await quorum_recovery.force_single_voter(action, env)
         case ClearRecoveryAnnotation():
             return await quorum_recovery.clear_annotation(env)
     raise TypeError(f"no executor for {action!r}")
