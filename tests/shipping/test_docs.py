@@ -51,6 +51,8 @@ NOT_RUN = {
         "needs the operator's pods (tests/shipping/test_chart_live.py runs the step)",
     "kubectl logs demo-0-inspect":
         "needs the quorum's claim (tests/shipping/test_chart_live.py runs the inspect pod)",
+    "kubectl logs demo-0 -c recover":
+        "needs a recovery pod (tests/operator_live/test_recovery_live.py runs the recovery)",
     "kubectl -n kraft-system get lease kraft-operator -o jsonpath='{.spec.holderIdentity}{\"\\n\"}'":
         "needs a running operator (its Lease: tests/shipping/test_chart_live.py)",
 }
