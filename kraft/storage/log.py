@@ -246,6 +246,7 @@ class SegmentedLog(LogSegmentIO, LogDurability):
         return opened
 
     # ------------------------------------------------------------------ properties
+    # (and, inherited: `log_end_offset` from LogState, `durable_end_offset` from LogDurability)
 
     @property
     def log_start_offset(self) -> int:
