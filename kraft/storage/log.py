@@ -39,60 +39,50 @@ and `close` cut the file back to its batches (fsynced before the next segment ex
 truncation cuts it as before, and `open` trims zeros left by a crash like any torn tail
 (logged as `preallocated_tail_trimmed`). Where the filesystem refuses `O_DIRECT` (tmpfs before
 Linux 6.6, some network filesystems), the append falls back to the page cache and the flush.
+
+Modules
+-------
+`SegmentedLog` is this module's façade over three parts, each a base class in its own module
+(the methods are defined there, not wrapped here): `kraft.storage.log_segments` (segment
+files, their indexes, the bookkeeping of appended batches, reads), `kraft.storage.log_recovery`
+(the start-up scan, torn-tail truncation, the recovery checkpoint) and
+`kraft.storage.log_durability` (flush and the kernel flush, write-through appends and
+preallocation, the checkpoint thread). This module keeps what callers use and what ties the
+parts together: `open`, the validation and write of an append (`append`, `adopt_written`, the
+roll), truncations, log-start advances and `close`.
 """
 
 from __future__ import annotations
 
-import bisect
 import errno
 import logging
-import mmap
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
-from kraft.protocol.errors import ProtocolError, TruncatedInputError
-from kraft.records.batch import (
-    BATCH_HEADER_SIZE,
-    LOG_OVERHEAD,
-    MAGIC,
-    PREALLOCATION_BLOCK,
-    RecordBatch,
-    batch_header,
-    zero_tail,
+from kraft.protocol.errors import ProtocolError
+from kraft.records.batch import BATCH_HEADER_SIZE, RecordBatch
+from kraft.storage.durability import fsync_dir
+from kraft.storage.epoch_cache import EpochEntry, LeaderEpochCache
+from kraft.storage.errors import InvalidAppendError, OffsetOutOfRangeError
+from kraft.storage.index import DEFAULT_INDEX_INTERVAL_BYTES
+from kraft.storage.log_durability import (
+    DEFAULT_RECOVERY_CHECKPOINT_INTERVAL_S,
+    DIRECT_BLOCK,
+    DIRECT_MAX_BYTES,
+    DirectWriter,
+    LogDurability,
 )
-from kraft.storage.durability import fsync_dir, sync_data
-from kraft.storage.epoch_cache import (
-    EpochEntry,
-    LeaderEpochCache,
-    checkpoint_path,
-    read_epoch_checkpoint,
-    write_epoch_checkpoint,
+from kraft.storage.log_recovery import RecoveryReport, recover_segments
+from kraft.storage.log_segments import (
+    MAX_BATCH_BYTES,
+    LogSegmentIO,
+    Segment,
+    create_segment,
 )
-from kraft.storage.errors import (
-    CorruptLogError,
-    InvalidAppendError,
-    OffsetOutOfRangeError,
-    StorageError,
-)
-from kraft.storage.index import DEFAULT_INDEX_INTERVAL_BYTES, SegmentIndex, append_entry
-from kraft.storage.layout import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    parse_segment_file_name,
-    segment_file_name,
-)
-from kraft.storage.recovery_point import (
-    RecoveryCheckpoint,
-    RecoveryCheckpointError,
-    read_recovery_checkpoint,
-    recovery_checkpoint_path,
-    write_recovery_checkpoint,
-)
+from kraft.storage.recovery_point import RecoveryCheckpoint
 from kraft.storage.sync_engine import SyncEngine
 
 try:  # the native lane's scan of an append (the same checks, in C), where it was built
@@ -100,136 +90,28 @@ try:  # the native lane's scan of an append (the same checks, in C), where it wa
 except ImportError:  # pragma: no cover - no C compiler at install time
     _native_scan = None  # type: ignore[assignment]
 
+__all__ = [
+    "DEFAULT_RECOVERY_CHECKPOINT_INTERVAL_S",
+    "DEFAULT_SEGMENT_BYTES",
+    "DIRECT_BLOCK",
+    "DIRECT_MAX_BYTES",
+    "MAX_BATCH_BYTES",
+    "RecoveryReport",
+    "Segment",
+    "SegmentedLog",
+]
+
 log = logging.getLogger(__name__)
 
 DEFAULT_SEGMENT_BYTES = 1 << 30
 """`metadata.log.segment.bytes` default (1 GiB)."""
 
-MAX_BATCH_BYTES = 8 * 1024 * 1024
-"""Largest batch the metadata log accepts (`max.message.bytes` of KafkaMetadataLog)."""
-TAIL_BATCHES = 256
-"""Batch positions of the active segment kept in memory for reads near the log end."""
-RECENT_BYTES = 1024 * 1024
-"""Bytes of the latest appends kept in memory for reads of them (see `SegmentedLog._pread`)."""
-RECENT_APPENDS = 8
-"""At most this many of the latest appends are kept in memory (see `SegmentedLog._pread`)."""
-DIRECT_BLOCK = PREALLOCATION_BLOCK
-"""Alignment (file position, length and memory) of a write-through append's `O_DIRECT` write;
-preallocated space ends on a multiple of it."""
-DIRECT_MAX_BYTES = 1024 * 1024
-"""Larger write-through appends go through the page cache and the flush instead."""
-DEFAULT_RECOVERY_CHECKPOINT_INTERVAL_S = 1.0
-"""How often (at most) the recovery point is checkpointed while flushes advance it (Kafka's
-`log.flush.offset.checkpoint.interval.ms`, 60 s there). A kill -9 re-validates at most about
-this much of the newest log on the next open."""
 
-_MAX_SANE_BATCH = 64 * 1024 * 1024
-"""Recovery treats a declared batch length above this as garbage rather than a real batch."""
-
-
-@dataclass(slots=True)
-class Segment:
-    """One `.log` file plus its in-memory index; `next_offset` is the offset after its last batch."""
-
-    base_offset: int
-    path: Path
-    fd: int
-    size: int
-    next_offset: int
-    index: SegmentIndex
-    index_fd: int = -1
-    time_index_fd: int = -1
-    epochs: list[EpochEntry] = field(default_factory=list)
-
-    @property
-    def index_path(self) -> Path:
-        """`<base>.index`."""
-        return self.path.with_suffix(INDEX_SUFFIX)
-
-    @property
-    def time_index_path(self) -> Path:
-        """`<base>.timeindex`."""
-        return self.path.with_suffix(TIME_INDEX_SUFFIX)
-
-    def open_index_files(self) -> None:
-        """Open the index files for appending (active segment only)."""
-        if self.index_fd < 0:
-            self.index_fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT, 0o644)
-            self.time_index_fd = os.open(self.time_index_path, os.O_RDWR | os.O_CREAT, 0o644)
-
-    def close_index_files(self) -> None:
-        """Close the index file descriptors (the data stays as written)."""
-        for fd in (self.index_fd, self.time_index_fd):
-            if fd >= 0:
-                os.close(fd)
-        self.index_fd = self.time_index_fd = -1
-
-    def close(self) -> None:
-        """Close every descriptor of the segment."""
-        self.close_index_files()
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-
-@dataclass(frozen=True, slots=True)
-class RecoveryReport:
-    """What `SegmentedLog.open` found and repaired."""
-
-    segments: int
-    log_start_offset: int
-    log_end_offset: int
-    truncated_bytes: int = 0
-    truncated_file: Path | None = None
-    truncated_at_position: int | None = None
-    indexes_rebuilt: tuple[Path, ...] = ()
-    epoch_cache_rebuilt: bool = False
-    recovery_point: int | None = None
-    """The checkpointed recovery point the open trusted, or None after a full scan."""
-    clean_shutdown: bool = False
-    """The checkpoint came from a clean close and matched the log's end exactly."""
-    full_scan_reason: str | None = None
-    """Why every batch was validated (no usable checkpoint, or a full scan was asked for)."""
-    segments_scanned: int = 0
-    """Segments whose batches were all validated from position 0."""
-    bytes_scanned: int = 0
-    """Bytes of batches validated (header, CRC, offsets, epochs); the rest was trusted."""
-    bytes_trusted: int = 0
-    """Bytes below the recovery point that were not read (their index files were loaded)."""
-
-
-class _DirectWriter:
-    """The active segment's `O_DIRECT | O_DSYNC` descriptor and the aligned copy of its last
-    block (see the module docstring).
-
-    `buf[:used]` holds the file's bytes from position `blk` (a multiple of DIRECT_BLOCK) to
-    the segment's end; everything after `used` is zero, so that a write of whole blocks puts
-    zeros, never stale bytes, after the last batch. `blk` is -1 when the copy is not known
-    (after an append through the page cache): the next write reads the head of its block.
-    `allocated` is how far the file is known to extend.
-    """
-
-    __slots__ = ("allocated", "blk", "buf", "fd", "seg_base", "used", "view")
-
-    def __init__(self, seg_base: int, fd: int, allocated: int) -> None:
-        self.seg_base = seg_base
-        self.fd = fd
-        self.buf = mmap.mmap(-1, DIRECT_MAX_BYTES + 2 * DIRECT_BLOCK)  # page-aligned, zeros
-        self.view = memoryview(self.buf)
-        self.blk = -1
-        self.used = 0
-        self.allocated = allocated
-
-    def close(self) -> None:
-        os.close(self.fd)
-        self.view.release()
-        self.buf.close()
-
-
-class SegmentedLog:
+class SegmentedLog(LogSegmentIO, LogDurability):
     """The metadata log of one partition directory. Open it with `SegmentedLog.open`.
 
-    See the module docstring for the thread-safety contract of `append` and `flush`.
+    See the module docstring for the thread-safety contract of `append` and `flush`, and for
+    the modules its methods come from.
     """
 
     def __init__(
@@ -253,7 +135,7 @@ class SegmentedLog:
         )
         """Zero-filled bytes kept ahead of the active segment's end for write-through appends
         (0: none, and every append goes through the page cache)."""
-        self._direct: _DirectWriter | None = None
+        self._direct: DirectWriter | None = None
         self._direct_refused = not hasattr(os, "O_DIRECT")
         self.segment_bytes = segment_bytes
         self.index_interval_bytes = index_interval_bytes
@@ -346,171 +228,14 @@ class SegmentedLog:
             raise ValueError(f"segment_bytes {segment_bytes} is too small")
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        bases: set[int] = set()
-        strays: list[Path] = []
-        for entry in sorted(os.listdir(d)):
-            parsed = parse_segment_file_name(entry)
-            if parsed is not None:
-                if parsed[1] == LOG_SUFFIX:
-                    bases.add(parsed[0])
-            elif entry.endswith((".log.deleted", ".index.deleted", ".timeindex.deleted")):
-                strays.append(d / entry)
-        for entry in sorted(os.listdir(d)):
-            parsed = parse_segment_file_name(entry)
-            if parsed is not None and parsed[1] != LOG_SUFFIX and parsed[0] not in bases:
-                strays.append(d / entry)
-        ordered = sorted(bases)
-        cp_file = checkpoint_path(d)
-        stored: list[EpochEntry] | None
-        try:
-            stored = read_epoch_checkpoint(cp_file)
-        except CorruptLogError as exc:
-            log.warning("event=epoch_checkpoint_unreadable file=%s error=%r", cp_file, str(exc))
-            stored = None
-        trusted: _TrustedOpen | None = None
-        reason: str | None = None
-        unusable = False
-        if full_scan:
-            reason = "a full scan was requested"
-        elif ordered:
-            try:
-                rp = read_recovery_checkpoint(d)
-            except RecoveryCheckpointError as exc:
-                rp, reason, unusable = None, f"unreadable recovery checkpoint: {exc}", True
-            if rp is None and reason is None:
-                reason = "no recovery checkpoint"
-            elif rp is not None:
-                planned = _open_from_recovery_point(d, ordered, index_interval_bytes, rp, stored)
-                if isinstance(planned, str):
-                    reason, unusable = f"recovery checkpoint {rp} not usable: {planned}", True
-                else:
-                    trusted = planned
-        if trusted is not None:
-            plans = trusted.plans
-        else:
-            if ordered:
-                log.log(
-                    logging.WARNING if unusable else logging.INFO,
-                    "event=recovery_full_scan dir=%s segments=%d reason=%r",
-                    d, len(ordered), reason,
-                )
-            plans = _scan_segments(d, ordered, index_interval_bytes)
-        # No exception: decide the repair, then apply it.
-        truncated_bytes = 0
-        truncated_file: Path | None = None
-        truncated_pos: int | None = None
-        for plan in plans:
-            if plan.truncate_to is not None:
-                truncated_file = plan.path
-                truncated_pos = plan.truncate_to
-                truncated_bytes += plan.file_size - plan.truncate_to
-        for path in strays:
-            log.info("event=stray_file_removed file=%s", path)
-            path.unlink(missing_ok=True)
-        segments: list[Segment] = []
-        cache = trusted.epochs if trusted is not None else LeaderEpochCache()
-        first_checked = trusted.first_checked if trusted is not None else 0
-        for i, plan in enumerate(plans):
-            if plan.delete:
-                truncated_bytes += plan.file_size
-                log.warning(
-                    "event=empty_segment_after_torn_tail_removed file=%s bytes=%d",
-                    plan.path, plan.file_size,
-                )
-                for p in (plan.path, plan.path.with_suffix(INDEX_SUFFIX),
-                          plan.path.with_suffix(TIME_INDEX_SUFFIX)):
-                    p.unlink(missing_ok=True)
-                continue
-            fd = os.open(plan.path, os.O_RDWR)
-            if plan.truncate_to is not None:
-                zeros = _preallocated_tail(fd, plan.truncate_to, plan.file_size)
-                os.ftruncate(fd, plan.truncate_to)
-                if zeros:  # space preallocated for write-through appends, not a torn batch
-                    log.info(
-                        "event=preallocated_tail_trimmed file=%s position=%d bytes_dropped=%d "
-                        "next_offset=%d", plan.path, plan.truncate_to,
-                        plan.file_size - plan.truncate_to, plan.next_offset,
-                    )
-                else:
-                    log.warning(
-                        "event=torn_tail_truncated file=%s position=%d bytes_dropped=%d "
-                        "last_valid_offset=%d next_offset=%d reason=%r",
-                        plan.path, plan.truncate_to, plan.file_size - plan.truncate_to,
-                        plan.next_offset - 1, plan.next_offset, plan.reason,
-                    )
-            if i >= first_checked:
-                # Below the recovery point the files were fsynced before it was checkpointed.
-                os.fsync(fd)
-            seg = Segment(
-                base_offset=plan.base_offset,
-                path=plan.path,
-                fd=fd,
-                size=plan.valid_size,
-                next_offset=plan.next_offset,
-                index=plan.index,
-            )
-            if trusted is None:  # a trusted open's cache already holds the scanned epochs
-                for e in plan.epochs:
-                    cache.assign(e.epoch, e.start_offset)
-            segments.append(seg)
-        if not segments:
-            segments.append(_create_segment(d, initial_offset, index_interval_bytes))
-        log_start = segments[0].base_offset
-        if trusted is not None and log_start < trusted.checkpoint.log_start_offset \
-                <= segments[-1].next_offset:
-            log_start = trusted.checkpoint.log_start_offset
-            cache.truncate_from_start(log_start)
-        # Kafka's loader does the same: an entry can only start at an offset the log holds
-        # (a stored entry for the log start of an empty log goes).
-        cache.truncate_from_end(segments[-1].next_offset)
-        _assign_segment_epochs(segments, cache)
-        rebuilt: list[Path] = []
-        for i, seg in enumerate(segments):
-            written = seg.index.sync_files(seg.index_path, seg.time_index_path)
-            if written:
-                rebuilt.append(seg.index_path)
-                log.info(
-                    "event=index_rebuilt file=%s entries=%d", seg.index_path, len(seg.index)
-                )
-            if written or i >= first_checked:
-                _fsync_paths(seg.index_path, seg.time_index_path)
-        segments[-1].open_index_files()
-        epoch_rebuilt = stored != list(cache.entries)
-        if epoch_rebuilt:
-            write_epoch_checkpoint(cp_file, cache.entries)
-            log.info(
-                "event=epoch_cache_rebuilt file=%s entries=%d previous=%s",
-                cp_file, len(cache.entries), "missing" if stored is None else len(stored),
-            )
-        fsync_dir(d)
-        scanned = [p for p in plans if not p.delete]
-        report = RecoveryReport(
-            segments=len(segments),
-            log_start_offset=log_start,
-            log_end_offset=segments[-1].next_offset,
-            truncated_bytes=truncated_bytes,
-            truncated_file=truncated_file,
-            truncated_at_position=truncated_pos,
-            indexes_rebuilt=tuple(rebuilt),
-            epoch_cache_rebuilt=epoch_rebuilt,
-            recovery_point=trusted.checkpoint.recovery_point if trusted is not None else None,
-            clean_shutdown=trusted.clean if trusted is not None else False,
-            full_scan_reason=reason if trusted is None else None,
-            segments_scanned=sum(1 for p in scanned if p.scanned_from == 0 and p.file_size > 0),
-            bytes_scanned=sum(max(p.valid_size - p.scanned_from, 0) for p in scanned),
-            bytes_trusted=sum(p.scanned_from for p in scanned),
-        )
-        log.info(
-            "event=log_opened dir=%s segments=%d log_start_offset=%d log_end_offset=%d "
-            "truncated_bytes=%d recovery_point=%s clean_shutdown=%s segments_scanned=%d "
-            "bytes_scanned=%d bytes_trusted=%d",
-            d, report.segments, report.log_start_offset, report.log_end_offset, truncated_bytes,
-            report.recovery_point, report.clean_shutdown, report.segments_scanned,
-            report.bytes_scanned, report.bytes_trusted,
+        segments, cache, report = recover_segments(
+            d, index_interval_bytes=index_interval_bytes, initial_offset=initial_offset,
+            full_scan=full_scan,
         )
         opened = cls(
             d, segments, cache, segment_bytes=segment_bytes,
-            index_interval_bytes=index_interval_bytes, report=report, log_start_offset=log_start,
+            index_interval_bytes=index_interval_bytes, report=report,
+            log_start_offset=report.log_start_offset,
             recovery_checkpoint_interval_s=recovery_checkpoint_interval_s,
             preallocate_bytes=preallocate_bytes,
         )
@@ -521,22 +246,12 @@ class SegmentedLog:
         return opened
 
     # ------------------------------------------------------------------ properties
+    # (and, inherited: `log_end_offset` from LogState, `durable_end_offset` from LogDurability)
 
     @property
     def log_start_offset(self) -> int:
         """The first offset still readable."""
         return self._log_start
-
-    @property
-    def log_end_offset(self) -> int:
-        """The offset the next appended batch must start at (LEO, exclusive)."""
-        return self._segments[-1].next_offset
-
-    @property
-    def durable_end_offset(self) -> int:
-        """Every offset below this is fsynced (as published by the last flush/truncation)."""
-        with self._lock:
-            return self._durable
 
     @property
     def epoch_cache(self) -> LeaderEpochCache:
@@ -664,39 +379,6 @@ class SegmentedLog:
                 report(synced_in)
         return expected
 
-    def _appended_locked(self, active: Segment, start: int, data: bytes | memoryview,
-                         metas: list[tuple[int, int, int, int, int]], expected: int) -> None:
-        """The bookkeeping of batches written at `start` of the active segment (under _lock):
-        index entries, the epoch cache, the segment's size and end, the tail's positions and
-        the recent bytes."""
-        for rel, base, last, epoch, max_ts in metas:
-            before_t = active.index.time_entry_count()
-            if active.index.observe(start + rel, last, max_ts):
-                self._index_dirty.add(active.base_offset)
-                o_entry, t_entry = active.index.last_entries_bytes()
-                append_entry(active.index_fd, o_entry, (len(active.index) - 1) * 8)
-                if active.index.time_entry_count() > before_t:
-                    append_entry(
-                        active.time_index_fd, t_entry,
-                        (active.index.time_entry_count() - 1) * 12,
-                    )
-            if self._epochs.assign(epoch, base):
-                active.epochs.append(EpochEntry(epoch, base))
-        active.size = start + len(data)
-        active.next_offset = expected
-        if self._tail_seg != active.base_offset:
-            self._forget_tail()
-            self._tail_seg = active.base_offset
-        self._keep_recent(start, data)
-        for rel, base, last, _epoch, _ts in metas:
-            self._tail_bases.append(base)
-            self._tail_lasts.append(last)
-            self._tail_pos.append(start + rel)
-        if len(self._tail_lasts) > 2 * TAIL_BATCHES:
-            del self._tail_bases[:-TAIL_BATCHES]
-            del self._tail_lasts[:-TAIL_BATCHES]
-            del self._tail_pos[:-TAIL_BATCHES]
-
     def adopt_written(self, write_pos: int, durable_end: int | None = None) -> int:
         """Owner thread: take as appended the batches that another writer (a native lane)
         wrote at the end of the active segment, up to file position `write_pos`, and as
@@ -740,124 +422,6 @@ class SegmentedLog:
         self._schedule_checkpoint()
         return expected
 
-    # ------------------------------------------------------------------ write-through
-
-    def _direct_writer(self, active: Segment) -> _DirectWriter | None:
-        """The active segment's write-through writer (under _lock); None where the
-        filesystem refuses O_DIRECT (logged once, then the page cache is used)."""
-        writer = self._direct
-        if writer is not None:
-            if writer.seg_base == active.base_offset:
-                return writer
-            self._close_direct()
-        if self._direct_refused:
-            return None
-        try:
-            fd = os.open(active.path, os.O_WRONLY | os.O_DIRECT | os.O_DSYNC)
-        except OSError as exc:
-            self._refuse_direct(exc)
-            return None
-        writer = self._direct = _DirectWriter(active.base_offset, fd, os.fstat(active.fd).st_size)
-        return writer
-
-    def _refuse_direct(self, exc: OSError) -> None:
-        """The filesystem refused a write-through: page cache and flush from now on."""
-        self._direct_refused = True
-        self._close_direct()
-        log.warning(
-            "event=write_through_unavailable dir=%s error=%r: appends go through the page cache "
-            "and the flush", self.directory, str(exc),
-        )
-
-    def _close_direct(self) -> None:
-        writer, self._direct = self._direct, None
-        if writer is not None:
-            writer.close()
-
-    def _write_direct(self, w: _DirectWriter, seg: Segment, data: memoryview, start: int) -> None:
-        """Write `data` at `start` (the segment's end) through `w`, durable on return."""
-        end = start + len(data)
-        if end > w.allocated:
-            self._preallocate(w, seg, end)
-        blk = start - start % DIRECT_BLOCK
-        buf = w.buf
-        if w.blk != blk or w.used != start - blk:
-            head = os.pread(seg.fd, start - blk, blk) if start > blk else b""
-            if len(head) != start - blk:
-                raise OSError(errno.EIO, f"short read of {seg.path} at {blk}")
-            if w.used > len(head):
-                buf[len(head):w.used] = bytes(w.used - len(head))
-            buf[:len(head)] = head
-            w.blk, w.used = blk, len(head)
-        rel = start - blk
-        buf[rel:rel + len(data)] = data
-        size = (rel + len(data) + DIRECT_BLOCK - 1) // DIRECT_BLOCK * DIRECT_BLOCK
-        w.used = rel + len(data)
-        blocks = w.view[:size]
-        try:
-            done = os.pwrite(w.fd, blocks, blk)
-        finally:
-            blocks.release()  # no export of the map may outlive this call
-        if done != size:
-            w.blk = -1
-            raise OSError(errno.EIO, f"short write-through write to {seg.path} at {blk}")
-        last = end - end % DIRECT_BLOCK
-        if last != blk:  # keep the last, partly filled block at the front, zeros after it
-            tail = end - last
-            buf[:tail] = buf[last - blk:end - blk]
-            buf[tail:w.used] = bytes(w.used - tail)
-            w.blk, w.used = last, tail
-
-    def _preallocate(self, w: _DirectWriter, seg: Segment, end: int) -> None:
-        """Zero-fill and sync the file up to `preallocate_bytes` past `end` (under _lock)."""
-        size = os.fstat(seg.fd).st_size
-        target = end + self.preallocate_bytes
-        target += -target % DIRECT_BLOCK
-        if size < target:
-            zeros = bytes(min(target - size, 1 << 20))
-            pos = size
-            while pos < target:
-                pos += os.pwrite(seg.fd, zeros[:target - pos], pos)
-            sync_data(seg.fd)
-            log.debug("event=segment_preallocated file=%s from=%d to=%d", seg.path, size, target)
-        w.allocated = max(size, target)
-
-    def _trim_preallocated(self, seg: Segment) -> None:
-        """Cut a segment's file back to its batches and fsync that (under _lock)."""
-        if os.fstat(seg.fd).st_size > seg.size:
-            os.ftruncate(seg.fd, seg.size)
-            os.fsync(seg.fd)
-
-    def _keep_recent(self, start: int, data: bytes | memoryview) -> None:
-        """Add an append at file position `start` of the active segment to the latest ones."""
-        recent = self._recent
-        if len(data) > RECENT_BYTES:
-            self._forget_recent()
-            return
-        if not recent or self._recent_at + self._recent_size != start:
-            self._forget_recent()
-            self._recent_at = start
-        else:
-            while recent and (len(recent) >= RECENT_APPENDS
-                              or self._recent_size + len(data) > RECENT_BYTES):
-                dropped = recent.pop(0)
-                self._recent_at += len(dropped)
-                self._recent_size -= len(dropped)
-        # bytes are immutable: kept without a copy; anything else is copied once
-        recent.append(data if type(data) is bytes else bytes(data))
-        self._recent_size += len(data)
-
-    def _forget_recent(self) -> None:
-        self._recent.clear()
-        self._recent_size = 0
-
-    def _forget_tail(self) -> None:
-        self._tail_seg = -1
-        self._forget_recent()
-        self._tail_bases.clear()
-        self._tail_lasts.clear()
-        self._tail_pos.clear()
-
     def _roll_locked(self) -> Segment:
         old = self._segments[-1]
         if self.preallocate_bytes:  # (a write-through writer exists only then)
@@ -868,7 +432,7 @@ class SegmentedLog:
             except OSError as exc:
                 raise self._flush_failed(exc) from exc
         old.close_index_files()
-        seg = _create_segment(self.directory, old.next_offset, self.index_interval_bytes)
+        seg = create_segment(self.directory, old.next_offset, self.index_interval_bytes)
         seg.open_index_files()
         self._segments.append(seg)
         self._bases.append(seg.base_offset)
@@ -878,358 +442,6 @@ class SegmentedLog:
             seg.path, seg.base_offset, old.size,
         )
         return seg
-
-    # ------------------------------------------------------------------ flush
-
-    def flush(self) -> int:
-        """fsync everything appended so far; returns the durable end offset.
-
-        Safe to call from one thread other than the owner while the owner appends (see the
-        module docstring). Also persists the leader-epoch checkpoint when it changed and the
-        directory when segments were created. An fsync failure marks the log failed: every
-        later call raises, as the page cache can no longer be trusted.
-        """
-        self._settle_flush()
-        with self._flush_lock:
-            self._check_usable()
-            with self._lock:
-                target = self.log_end_offset
-                target_at = (self._segments[-1].base_offset, self._segments[-1].size)
-                to_sync = list(self._unsynced.values())
-                self._unsynced.clear()
-                dir_dirty = self._dir_dirty
-                self._dir_dirty = False
-                epochs = self._epochs.entries
-            epochs_changed = epochs != self._epochs_written
-            started = time.perf_counter()
-            try:
-                for seg in to_sync:
-                    sync_data(seg.fd)
-                if dir_dirty:
-                    fsync_dir(self.directory)
-                if epochs_changed:
-                    write_epoch_checkpoint(checkpoint_path(self.directory), epochs)
-                    self._epochs_written = epochs
-            except OSError as exc:
-                raise self._flush_failed(exc) from exc
-            report = self.on_flush_time
-            if report is not None and (to_sync or dir_dirty or epochs_changed):
-                report(time.perf_counter() - started)
-            self._settled = False  # the caller reports this flush, which covers the settled one
-            return self._publish_durable(target, target_at)
-
-    def _flush_failed(self, exc: OSError) -> StorageError:
-        """Fail the log after a failed fsync; the error for the caller to raise."""
-        self._failed = exc
-        log.error("event=flush_failed dir=%s error=%r", self.directory, str(exc))
-        return StorageError(f"fsync failed in {self.directory}: {exc}")
-
-    def _publish_durable(self, target: int, target_at: tuple[int, int]) -> int:
-        """A flush that started when the log ended at `target` is done: raise the durable end
-        (never lower it: a later flush may have published more) and return it."""
-        with self._lock:
-            if target > self._durable:
-                self._durable = target
-                self._durable_at = target_at
-            durable = self._durable
-        self._schedule_checkpoint()
-        return durable
-
-    # ------------------------------------------------------------------ kernel flush
-
-    def use_kernel_sync(self, kernel: SyncEngine | None) -> None:
-        """Let `start_flush` hand fsyncs to `kernel` (owner thread; None: stop doing so)."""
-        self._settle_flush()
-        self._kernel = kernel
-
-    @property
-    def flush_in_flight(self) -> bool:
-        """A flush started by `start_flush` is not finished yet."""
-        return self._async is not None
-
-    def start_flush(self) -> bool:
-        """Owner thread: have the kernel fdatasync what was appended so far, and return at once.
-
-        True when started; `finish_flush` publishes it once the kernel's eventfd is readable.
-        False when it cannot start this way (no kernel sync attached, one already in flight,
-        nothing to sync, a new segment file or a changed leader-epoch checkpoint to persist as
-        well, or the kernel refused the request): the caller uses `flush` then.
-        """
-        kernel = self._kernel
-        if kernel is None or self._async is not None:
-            return False
-        self._check_usable()
-        with self._lock:
-            if (self._dir_dirty or len(self._unsynced) != 1
-                    or self._epochs.entries != self._epochs_written):
-                return False
-            (seg,) = self._unsynced.values()
-            try:
-                kernel.submit(seg.fd, seg.base_offset)
-            except OSError as exc:
-                log.warning("event=kernel_flush_refused dir=%s error=%r", self.directory,
-                            str(exc))
-                return False
-            self._unsynced.clear()
-            self._async = (self.log_end_offset,
-                           (self._segments[-1].base_offset, self._segments[-1].size),
-                           time.perf_counter())
-        return True
-
-    def finish_flush(self) -> int | None:
-        """Owner thread, when the kernel's eventfd is readable: the durable end offset if the
-        flush in flight is done (None: not yet, or none in flight). Raises StorageError, and
-        fails the log, when the kernel's fdatasync failed."""
-        kernel = self._kernel
-        if kernel is None:
-            return None
-        done = kernel.reap()
-        if self._async is None or not done:
-            return None
-        return self._flush_done(done[-1][1])
-
-    def _settle_flush(self) -> None:
-        """Wait for a kernel flush in flight and publish it (owner thread)."""
-        if self._async is None or self._kernel is None:
-            return
-        done = self._kernel.wait()  # blocks until one completes; [] if the engine has none
-        if not done:  # closed under the log: nothing will say whether the sync happened
-            self._async = None
-            raise self._flush_failed(OSError(errno.EIO, "the kernel flush in flight was lost"))
-        self._flush_done(done[-1][1])
-        self._settled = True
-
-    def take_settled(self) -> int | None:
-        """Owner thread: the durable end offset if a kernel flush was completed by waiting for
-        it (in a truncation, a log-start advance or a snapshot install) since the last call or
-        the last `flush`; its completion will not come from `finish_flush`, so the caller
-        reports this instead. None otherwise."""
-        if not self._settled:
-            return None
-        self._settled = False
-        return self.durable_end_offset
-
-    def _flush_done(self, result: int) -> int:
-        assert self._async is not None
-        target, target_at, started = self._async
-        self._async = None
-        if result < 0:
-            raise self._flush_failed(OSError(-result, os.strerror(-result)))
-        report = self.on_flush_time
-        if report is not None:
-            report(time.perf_counter() - started)
-        return self._publish_durable(target, target_at)
-
-    # ------------------------------------------------------------------ recovery point
-
-    def checkpoint_recovery_point(self) -> None:
-        """Checkpoint the durable end offset as the recovery point now (any thread).
-
-        Flushes do this on their own at most every `recovery_checkpoint_interval_s`; a
-        truncation below the recovery point and `close` (with the clean-shutdown mark) do it
-        at once.
-        """
-        with self._ckpt_lock:
-            self._check_usable()
-            self._write_checkpoint_locked(clean=False)
-
-    def _schedule_checkpoint(self) -> None:
-        """Ask for a recovery checkpoint at most `recovery_checkpoint_interval_s` after the last
-        one. The log's checkpoint thread writes it; it is started at the first need and then
-        sleeps between requests. (A timer thread per checkpoint put a thread's start, hundreds
-        of microseconds on a busy host, in the path of one append a second:
-        docs/journal/perf-43-quiet-follower.md.)"""
-        if self._ckpt_interval is None or self._ckpt_due:
-            return  # (read without the lock: a stale True was set by a request not yet taken)
-        start = None
-        with self._lock:
-            if self._ckpt_due or self._closed:
-                return
-            self._ckpt_due = True
-            if self._ckpt_thread is None:
-                start = self._ckpt_thread = threading.Thread(
-                    target=self._checkpoint_loop, name=f"checkpoint {self.directory.name}",
-                    daemon=True)
-        self._ckpt_wake.set()
-        if start is not None:
-            start.start()
-
-    def _checkpoint_loop(self) -> None:
-        """The checkpoint thread: waits for a request, then for the interval since the last
-        checkpoint, and writes one; until the log closes or fails."""
-        assert self._ckpt_interval is not None
-        while True:
-            self._ckpt_wake.wait()
-            delay = self._ckpt_last_at + self._ckpt_interval - time.monotonic()
-            if self._ckpt_stop.wait(delay if delay > 0 else 0):
-                return
-            with self._ckpt_lock:
-                with self._lock:
-                    self._ckpt_wake.clear()
-                    self._ckpt_due = False  # appends from now on ask again
-                    if self._closed or self._failed is not None:
-                        return
-                try:
-                    self._write_checkpoint_locked(clean=False)
-                except OSError as exc:
-                    # Only the restart gets slower (it validates from an older recovery point).
-                    log.error("event=recovery_checkpoint_failed dir=%s error=%r", self.directory,
-                              str(exc))
-
-    def _write_checkpoint_locked(self, *, clean: bool) -> None:
-        """Checkpoint the durable end as the recovery point (caller holds _ckpt_lock only).
-
-        The index files changed since the last checkpoint are fsynced first: everything the
-        checkpoint covers is on stable storage before the checkpoint says so.
-        """
-        with self._lock:
-            offset = self._durable
-            seg_base, position = self._durable_at
-            if seg_base not in self._bases:
-                # Its segment was deleted (log start advanced past it): nothing below the
-                # first remaining segment exists, and nothing in it is known flushed.
-                first = self._segments[0]
-                offset, seg_base, position = first.base_offset, first.base_offset, 0
-            cp = RecoveryCheckpoint(
-                self._log_start, offset, seg_base, position,
-                clean and offset == self.log_end_offset,
-            )
-            dirty = sorted(self._index_dirty)
-            self._index_dirty.clear()
-        self._ckpt_last_at = time.monotonic()
-        if not dirty and cp == self._ckpt_written:
-            return
-        try:
-            for base in dirty:
-                _fsync_paths(self.directory / segment_file_name(base, INDEX_SUFFIX),
-                             self.directory / segment_file_name(base, TIME_INDEX_SUFFIX))
-            if cp != self._ckpt_written:
-                write_recovery_checkpoint(self.directory, cp)
-                self._ckpt_written = cp
-        except OSError:
-            with self._lock:
-                self._index_dirty.update(dirty)
-            raise
-
-    def _lower_checkpoint_locked(self) -> None:
-        """After a truncation: the checkpoint must not claim offsets the log no longer has.
-
-        If it cannot be rewritten it is removed (the next open scans everything); if that
-        fails too the log is failed, as a stale recovery point could trust unflushed data.
-        """
-        try:
-            self._write_checkpoint_locked(clean=False)
-            return
-        except OSError as exc:
-            log.error("event=recovery_checkpoint_failed dir=%s error=%r action=remove",
-                      self.directory, str(exc))
-        try:
-            recovery_checkpoint_path(self.directory).unlink(missing_ok=True)
-            fsync_dir(self.directory)
-            self._ckpt_written = None
-        except OSError as exc:
-            self._failed = exc
-            raise StorageError(
-                f"cannot lower or remove the recovery checkpoint in {self.directory}: {exc}"
-            ) from exc
-
-    # ------------------------------------------------------------------ reads
-
-    def _segment_for(self, offset: int) -> Segment:
-        i = bisect.bisect_right(self._bases, offset) - 1
-        return self._segments[max(i, 0)]
-
-    def read(self, offset: int, max_bytes: int = MAX_BATCH_BYTES) -> bytes:
-        """Whole batches starting with the one that contains `offset`, up to `max_bytes`.
-
-        At least one batch is returned even if it is larger than `max_bytes` (as Kafka does);
-        reads stay within one segment; at the log end offset the result is empty. Raises
-        OffsetOutOfRangeError below the log start offset or above the log end offset.
-        """
-        self._check_usable()
-        if offset < self._log_start or offset > self.log_end_offset:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is outside the log [{self._log_start}, {self.log_end_offset}]"
-            )
-        if offset == self.log_end_offset:
-            return b""
-        seg = self._segment_for(offset)
-        if offset >= seg.next_offset:  # only possible on an empty active segment
-            return b""
-        pos = self._position_of(seg, offset)
-        if pos >= seg.size:
-            return b""
-        # One pread for up to max_bytes, then cut at the last whole batch; a first batch
-        # larger than max_bytes is read whole (at least one batch is returned).
-        chunk = self._pread(seg, min(max_bytes, seg.size - pos), pos)
-        end = 0
-        while end + LOG_OVERHEAD <= len(chunk):
-            size = int.from_bytes(chunk[end + 8:end + 12], "big", signed=True) + LOG_OVERHEAD
-            if end + size > len(chunk):
-                if end == 0:
-                    return self._pread(seg, size, pos)
-                break
-            end += size
-        if end == 0 and len(chunk) < LOG_OVERHEAD:
-            header = self._pread(seg, LOG_OVERHEAD, pos)
-            size = int.from_bytes(header[8:12], "big", signed=True) + LOG_OVERHEAD
-            return self._pread(seg, size, pos)
-        return chunk if end == len(chunk) else chunk[:end]
-
-    def _pread(self, seg: Segment, size: int, pos: int) -> bytes:
-        """`size` bytes of `seg` from file position `pos` (fewer at its end): from the latest
-        appends' bytes when they hold the whole range, else from the file."""
-        recent = self._recent
-        at = self._recent_at
-        if recent and seg.base_offset == self._tail_seg and at <= pos \
-                and pos + size <= at + self._recent_size:
-            # the appends from the last one back to the one holding `pos`
-            i = len(recent) - 1
-            start = at + self._recent_size - len(recent[-1])
-            while start > pos:
-                i -= 1
-                start -= len(recent[i])
-            data = recent[i]
-            if pos + size <= start + len(data):
-                return data if pos == start and size == len(data) else \
-                    data[pos - start:pos - start + size]
-            return b"".join(recent[i:])[pos - start:pos - start + size]
-        return os.pread(seg.fd, size, pos)
-
-    def _position_of(self, seg: Segment, offset: int) -> int:
-        """File position of the batch containing `offset` (scans from the index entry)."""
-        if seg.base_offset == self._tail_seg and self._tail_lasts \
-                and self._tail_bases[0] <= offset <= self._tail_lasts[-1]:
-            return self._tail_pos[bisect.bisect_left(self._tail_lasts, offset)]
-        pos = seg.index.lookup(offset)
-        while pos < seg.size:
-            head = os.pread(seg.fd, 27, pos)
-            base = int.from_bytes(head[0:8], "big", signed=True)
-            length = int.from_bytes(head[8:12], "big", signed=True)
-            delta = int.from_bytes(head[23:27], "big", signed=True)
-            if base + delta >= offset:
-                return pos
-            pos += length + LOG_OVERHEAD
-        return seg.size
-
-    def batches(self, start_offset: int | None = None) -> Iterator[RecordBatch]:
-        """Iterate the batches from the one containing `start_offset` (default: log start).
-
-        Owner thread only; do not append while iterating.
-        """
-        offset = self._log_start if start_offset is None else start_offset
-        while offset < self.log_end_offset:
-            chunk = self.read(offset, 1 << 20)
-            if not chunk:
-                break
-            pos = 0
-            batch: RecordBatch | None = None
-            while pos < len(chunk):
-                batch = RecordBatch.parse(chunk, pos)
-                yield batch
-                pos += batch.size_in_bytes
-            assert batch is not None
-            offset = batch.next_offset
 
     # ------------------------------------------------------------------ truncation
 
@@ -1309,7 +521,7 @@ class SegmentedLog:
                     self._delete_segment_files(seg)
                 self._unsynced.clear()
                 self._index_dirty.clear()
-                seg = _create_segment(self.directory, offset, self.index_interval_bytes)
+                seg = create_segment(self.directory, offset, self.index_interval_bytes)
                 seg.open_index_files()
                 self._segments = [seg]
                 self._bases = [offset]
@@ -1375,35 +587,7 @@ class SegmentedLog:
                     self._persist_epochs_locked()
         return deleted
 
-    def _persist_epochs_locked(self) -> None:
-        entries = self._epochs.entries
-        if entries != self._epochs_written:
-            write_epoch_checkpoint(checkpoint_path(self.directory), entries)
-            self._epochs_written = entries
-
-    def _rewrite_index_files(self, seg: Segment) -> None:
-        # The kept entries are a prefix of the file: rewrite them in place, then cut the rest
-        # (a crash in between leaves extra entries, which open drops, never a missing one).
-        for fd, content in (
-            (seg.index_fd, seg.index.offset_index_bytes()),
-            (seg.time_index_fd, seg.index.time_index_bytes()),
-        ):
-            if content:
-                os.pwrite(fd, content, 0)
-            os.ftruncate(fd, len(content))
-
-    def _delete_segment_files(self, seg: Segment) -> None:
-        seg.close()
-        for p in (seg.path, seg.index_path, seg.time_index_path):
-            p.unlink(missing_ok=True)
-
     # ------------------------------------------------------------------ lifecycle
-
-    def _check_usable(self) -> None:
-        if self._closed:
-            raise StorageError(f"log {self.directory} is closed")
-        if self._failed is not None:
-            raise StorageError(f"log {self.directory} failed earlier: {self._failed}")
 
     def close(self) -> None:
         """Flush, checkpoint the log end as the recovery point with the clean-shutdown mark,
@@ -1444,365 +628,3 @@ class SegmentedLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-# ---------------------------------------------------------------------- recovery scan
-
-
-@dataclass(slots=True)
-class _SegmentPlan:
-    base_offset: int
-    path: Path
-    file_size: int
-    valid_size: int
-    next_offset: int
-    index: SegmentIndex
-    epochs: list[EpochEntry]
-    truncate_to: int | None = None
-    delete: bool = False
-    reason: str = ""
-    scanned_from: int = 0
-    """File position the scan started at (0, or the last indexed batch of a trusted prefix)."""
-    offset_at_mark: int | None = None
-    """The offset of the batch boundary at the requested mark position, if the scan met it."""
-
-
-@dataclass(slots=True)
-class _Problem:
-    position: int
-    reason: str
-    repairable: bool = True
-    """True for what a torn write can leave (cut-short batch, bad header, bad CRC)."""
-
-
-@dataclass(slots=True)
-class _Start:
-    """Where to start validating a segment whose bytes below `trusted_end` are trusted."""
-
-    position: int
-    next_offset: int
-    last_epoch: int
-    index: SegmentIndex
-    trusted_end: int
-
-
-@dataclass(slots=True)
-class _TrustedOpen:
-    """The outcome of opening from a recovery point: the plans and the whole epoch cache
-    (the stored entries below the recovery point, the scanned ones from it on)."""
-
-    checkpoint: RecoveryCheckpoint
-    plans: list[_SegmentPlan]
-    epochs: LeaderEpochCache
-    first_checked: int
-    """Index of the segment the recovery point falls in (segments before it are trusted whole)."""
-    clean: bool
-
-
-class _TrustedRegionError(Exception):
-    """A problem below the recovery point: the checkpoint cannot be trusted (full scan)."""
-
-
-def _create_segment(directory: Path, base_offset: int, interval: int) -> Segment:
-    path = directory / segment_file_name(base_offset)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-    seg = Segment(base_offset, path, fd, 0, base_offset, SegmentIndex(base_offset, interval))
-    return seg
-
-
-def _preallocated_tail(fd: int, start: int, size: int) -> bool:
-    """Whether a file of `size` bytes ends in preallocated space from `start` (`zero_tail`)."""
-    with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mm:
-        view = memoryview(mm)
-        try:
-            return zero_tail(view, start)
-        finally:
-            view.release()
-
-
-def _fsync_paths(*paths: Path) -> None:
-    """fsync files by path (those that exist)."""
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            continue
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _assign_segment_epochs(segments: list[Segment], cache: LeaderEpochCache) -> None:
-    """Give each segment the epoch entries that start inside it."""
-    entries = cache.entries
-    for seg in segments:
-        seg.epochs = [e for e in entries if seg.base_offset <= e.start_offset < seg.next_offset]
-
-
-def _read_file(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return b""
-
-
-def _open_from_recovery_point(
-    directory: Path,
-    bases: list[int],
-    interval: int,
-    cp: RecoveryCheckpoint,
-    stored_epochs: list[EpochEntry] | None,
-) -> _TrustedOpen | str:
-    """Plan the open from a recovery checkpoint, or say why it cannot be used.
-
-    Trusted: every segment before the checkpoint's segment, and that segment's bytes below
-    the checkpoint's position (with their index entries and the epochs the leader-epoch
-    checkpoint gives for offsets below the recovery point). Validated: from the last indexed
-    batch of each trusted part to its end (so the chain of segments and the batch at the
-    recovery point are checked) and everything after the recovery point. A problem found
-    below the recovery point, or a recovery point that does not fall on a batch boundary
-    with that offset, means the checkpoint is stale: the caller falls back to a full scan.
-    """
-    if stored_epochs is None:
-        return "the leader-epoch-checkpoint is missing or unreadable"
-    if cp.segment not in bases:
-        return f"its segment {segment_file_name(cp.segment)} is not on disk"
-    k = bases.index(cp.segment)
-    rp_path = directory / segment_file_name(cp.segment)
-    rp_size = rp_path.stat().st_size
-    if cp.position > rp_size:
-        return f"position {cp.position} is beyond the end of {rp_path} ({rp_size} bytes)"
-    try:
-        # Below the recovery point the stored entries are trusted. So is the one starting at
-        # the log start even when that is the recovery point: a snapshot moved the log start
-        # there and the entry carries the epoch in force at it (truncate_from_start); the
-        # batches from the recovery point on are scanned and override it if they differ.
-        epochs = LeaderEpochCache([
-            e for e in stored_epochs
-            if e.start_offset < cp.recovery_point or e.start_offset == cp.log_start_offset
-        ])
-    except ValueError as exc:
-        return f"the leader-epoch-checkpoint is inconsistent: {exc}"
-    starts: dict[int, _Start] = {}
-    for i, base in enumerate(bases[: k + 1]):
-        path = directory / segment_file_name(base)
-        limit = cp.position if i == k else path.stat().st_size
-        loaded = SegmentIndex.load_trusted(
-            base, interval, _read_file(path.with_suffix(INDEX_SUFFIX)),
-            _read_file(path.with_suffix(TIME_INDEX_SUFFIX)), limit,
-        )
-        if isinstance(loaded, str):
-            log.warning(
-                "event=index_unusable file=%s reason=%r action=validate_whole_segment",
-                path.with_suffix(INDEX_SUFFIX), loaded,
-            )
-            loaded = SegmentIndex(base, interval)
-        resume = loaded.resume_position()
-        next_offset = base
-        if resume > 0:
-            with open(path, "rb") as fh:
-                head = os.pread(fh.fileno(), BATCH_HEADER_SIZE, resume)
-            try:
-                header = batch_header(head)
-            except ProtocolError as exc:
-                return f"the last index entry of {path} points at no batch: {exc}"
-            if header.last_offset != loaded.last_indexed_offset():
-                return (f"the last index entry of {path} names offset "
-                        f"{loaded.last_indexed_offset()}, the batch at position {resume} ends "
-                        f"at {header.last_offset}")
-            next_offset = header.base_offset
-        before = epochs.epoch_for_offset(next_offset - 1)
-        starts[base] = _Start(resume, next_offset, -1 if before is None else before, loaded, limit)
-    try:
-        plans = _scan_segments(directory, bases, interval, starts, (cp.segment, cp.position))
-    except _TrustedRegionError as exc:
-        return str(exc)
-    if plans[k].offset_at_mark != cp.recovery_point:
-        return (f"no batch boundary with offset {cp.recovery_point} at position {cp.position} "
-                f"of {rp_path}")
-    for plan in plans[: k + 1]:
-        for e in plan.epochs:
-            if cp.log_start_offset <= e.start_offset < cp.recovery_point \
-                    and epochs.epoch_for_offset(e.start_offset) != e.epoch:
-                return (f"the batch at offset {e.start_offset} has epoch {e.epoch}, the "
-                        "leader-epoch-checkpoint says otherwise")
-    last = plans[-1]
-    whole = LeaderEpochCache(list(epochs.entries))
-    try:
-        for plan in plans:
-            for e in plan.epochs:
-                if e.start_offset >= cp.recovery_point:
-                    whole.assign(e.epoch, e.start_offset)
-    except ValueError as exc:
-        return f"the leader-epoch-checkpoint disagrees with the batches after it: {exc}"
-    log_start = cp.log_start_offset if bases[0] < cp.log_start_offset <= last.next_offset \
-        else bases[0]
-    if last.next_offset > log_start and whole.epoch_for_offset(log_start) is None:
-        # Every batch needs its epoch (divergence checks, and the loader compares the log's
-        # last epoch with the snapshot's): never open a non-empty log without one.
-        return f"no leader epoch is known for the log start offset {log_start}"
-    clean = cp.clean_shutdown and k == len(bases) - 1 and cp.position == last.file_size
-    if cp.clean_shutdown and not clean:
-        log.warning(
-            "event=clean_shutdown_mark_mismatch dir=%s recovery_point=%d action=validate_tail",
-            directory, cp.recovery_point,
-        )
-    return _TrustedOpen(cp, plans, whole, k, clean)
-
-
-def _scan_segments(
-    directory: Path,
-    bases: list[int],
-    interval: int,
-    starts: dict[int, _Start] | None = None,
-    mark: tuple[int, int] | None = None,
-) -> list[_SegmentPlan]:
-    """Validate the segments; returns the repair plan or raises CorruptLogError.
-
-    Segments in `starts` are validated from the given position on; a problem below their
-    `trusted_end` raises _TrustedRegionError instead. `mark` = (segment base, position) asks
-    for the offset at that position (`offset_at_mark` of that segment's plan).
-    """
-    plans: list[_SegmentPlan] = []
-    expected_next: int | None = None
-    last_epoch = -1
-    problems: list[tuple[int, _Problem]] = []
-    for i, base in enumerate(bases):
-        path = directory / segment_file_name(base)
-        start = starts.get(base) if starts is not None else None
-        if expected_next is not None and base != expected_next:
-            problems.append(
-                (i, _Problem(0, f"segment base offset {base} does not continue the previous "
-                                f"segment, which ends at offset {expected_next}", False))
-            )
-        at = mark[1] if mark is not None and mark[0] == base else None
-        plan, problem, last_epoch = _scan_one(path, base, interval, last_epoch, start, at)
-        plans.append(plan)
-        if problem is not None:
-            problems.append((i, problem))
-        expected_next = plan.next_offset
-    if not problems:
-        return plans
-    idx, problem = problems[0]
-    plan = plans[idx]
-    start = starts.get(plan.base_offset) if starts is not None else None
-    if start is not None and (problem.position < start.trusted_end or problem.position == 0):
-        raise _TrustedRegionError(
-            f"{plan.path} at byte position {problem.position}, below the recovery point: "
-            f"{problem.reason}"
-        )
-    if not problem.repairable:
-        raise CorruptLogError(plan.path, problem.position, problem.reason)
-    if any(p.file_size > 0 for p in plans[idx + 1 :]):
-        raise CorruptLogError(
-            plan.path, problem.position,
-            f"{problem.reason} (not the tail of the log: later segments hold data; refusing "
-            "to start rather than drop what may be committed)",
-        )
-    found = _find_valid_batch_after(plan.path, problem.position, plan.next_offset)
-    if found is not None:
-        raise CorruptLogError(
-            plan.path, problem.position,
-            f"{problem.reason}; a valid batch (base offset {found[1]}) follows at position "
-            f"{found[0]}, so this is not a torn tail; refusing to start rather than drop what "
-            "may be committed",
-        )
-    plan.truncate_to = problem.position
-    plan.valid_size = problem.position
-    plan.reason = problem.reason
-    for p in plans[idx + 1:]:
-        p.delete = True
-    return plans
-
-
-def _scan_one(
-    path: Path,
-    base: int,
-    interval: int,
-    last_epoch: int,
-    start: _Start | None = None,
-    mark: int | None = None,
-) -> tuple[_SegmentPlan, _Problem | None, int]:
-    size = path.stat().st_size
-    index = start.index if start is not None else SegmentIndex(base, interval)
-    pos = start.position if start is not None else 0
-    next_offset = start.next_offset if start is not None else base
-    if start is not None:
-        last_epoch = start.last_epoch
-    epochs: list[EpochEntry] = []
-    plan = _SegmentPlan(base, path, size, size, base, index, epochs, scanned_from=pos)
-    if mark == pos:
-        plan.offset_at_mark = next_offset
-    if size == 0 or pos >= size:
-        plan.next_offset = next_offset
-        return plan, None, last_epoch
-    problem: _Problem | None = None
-    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        view = memoryview(mm)
-        try:
-            while pos < size:
-                try:
-                    batch = RecordBatch.parse(view, pos)
-                except TruncatedInputError as exc:
-                    problem = _Problem(pos, f"torn batch: {exc}")
-                    break
-                except ProtocolError as exc:
-                    problem = _Problem(pos, f"invalid batch header: {exc}")
-                    break
-                try:
-                    if not batch.is_valid():
-                        problem = _Problem(
-                            pos, f"CRC mismatch in batch with base offset {batch.base_offset}"
-                        )
-                        break
-                    if batch.base_offset != next_offset:
-                        problem = _Problem(
-                            pos, f"batch base offset {batch.base_offset} where offset "
-                            f"{next_offset} was expected", False,
-                        )
-                        break
-                    epoch = batch.partition_leader_epoch
-                    if epoch < last_epoch:
-                        problem = _Problem(
-                            pos, f"batch at offset {batch.base_offset} has epoch {epoch} "
-                            f"below the previous epoch {last_epoch}", False,
-                        )
-                        break
-                    if epoch > last_epoch:
-                        epochs.append(EpochEntry(epoch, batch.base_offset))
-                        last_epoch = epoch
-                    index.observe(pos, batch.last_offset, batch.max_timestamp)
-                    next_offset = batch.next_offset
-                    pos += batch.size_in_bytes
-                finally:
-                    del batch
-                if pos == mark:
-                    plan.offset_at_mark = next_offset
-            plan.next_offset = next_offset
-            plan.valid_size = pos
-        finally:
-            view.release()
-    return plan, problem, last_epoch
-
-
-def _find_valid_batch_after(path: Path, position: int, min_offset: int) -> tuple[int, int] | None:
-    """A CRC-valid batch starting after `position` with base offset >= min_offset, if any."""
-    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        magic = bytes([MAGIC])
-        q = data.find(magic, position + 1 + 16)
-        while q != -1:
-            start = q - 16
-            if start > position and len(data) - start >= BATCH_HEADER_SIZE:
-                length = int.from_bytes(data[start + 8:start + 12], "big", signed=True)
-                if BATCH_HEADER_SIZE - LOG_OVERHEAD <= length <= _MAX_SANE_BATCH \
-                        and start + length + LOG_OVERHEAD <= len(data):
-                    chunk = data[start:start + length + LOG_OVERHEAD]
-                    try:
-                        batch = RecordBatch.parse(chunk, 0)
-                        if batch.is_valid() and batch.base_offset >= min_offset:
-                            return start, batch.base_offset
-                    except ProtocolError:
-                        pass
-            q = data.find(magic, q + 1)
-    return None

@@ -13,7 +13,8 @@ from kraft.records.batch import RecordBatch, build_batch
 from kraft.storage import durability
 from kraft.storage.epoch_cache import EpochEntry
 from kraft.storage.errors import InvalidAppendError, OffsetOutOfRangeError, StorageError
-from kraft.storage.log import RECENT_APPENDS, SegmentedLog
+from kraft.storage.log import SegmentedLog
+from kraft.storage.log_segments import RECENT_APPENDS
 from tests.support.segments import rebuilt_index
 
 Batches = Callable[..., list[bytes]]

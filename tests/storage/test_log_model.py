@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kraft.records.batch import build_batch
-from kraft.storage import log as log_module
+from kraft.storage import log_segments
 from kraft.storage.epoch_cache import EpochEntry
 from kraft.storage.log import SegmentedLog
 
@@ -30,12 +30,12 @@ OPS = st.lists(
 @given(OPS)
 def test_log_matches_model(ops: list[tuple[object, ...]]) -> None:
     # a small budget for the latest appends kept in memory: they fall out by size as well
-    kept_bytes = log_module.RECENT_BYTES
-    log_module.RECENT_BYTES = 1500
+    kept_bytes = log_segments.RECENT_BYTES
+    log_segments.RECENT_BYTES = 1500
     try:
         _run_model(ops)
     finally:
-        log_module.RECENT_BYTES = kept_bytes
+        log_segments.RECENT_BYTES = kept_bytes
 
 
 def _run_model(ops: list[tuple[object, ...]]) -> None:
