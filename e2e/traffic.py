@@ -41,6 +41,9 @@ class Traffic:
                                    timeout=5.0, read_ratio=0.3)
         self.leaders: list[tuple[float, int, int]] = []
         """(time, leader id, epoch) each time the leader changed, as the nodes report it."""
+        self.seen_before: list[float] = []
+        """For each entry of `leaders`: when the leader before it was last seen, so the
+        change happened between the two times."""
         self._stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._threads = [threading.Thread(target=self._run, daemon=True),
@@ -79,6 +82,7 @@ class Traffic:
 
     def _follow(self) -> None:
         last_refresh = 0.0
+        seen = time.monotonic()
         while not self._stop.wait(0.2):
             if time.monotonic() - last_refresh > 1.0:
                 with contextlib.suppress(Exception):
@@ -87,6 +91,9 @@ class Traffic:
             got = self._leader()
             if got is not None and (not self.leaders or self.leaders[-1][1:] != got):
                 self.leaders.append((time.monotonic(), *got))
+                self.seen_before.append(seen)
+            if got is not None:
+                seen = time.monotonic()
 
     def __enter__(self) -> Traffic:
         self.started = time.monotonic()
@@ -138,11 +145,14 @@ class Traffic:
         acked = sorted(o.ret for o in ops if o.kind in WRITES and o.ret is not None)
         windows = _gaps(acked, self.started, self.stopped)
         per_change = []
-        for at, leader, epoch in self.leaders[1:]:
-            before = max((t for t in acked if t <= at), default=self.started)
-            after = min((t for t in acked if t > at), default=self.stopped)
-            per_change.append({"leader": leader, "epoch": epoch,
-                               "window_s": round(after - before, 3)})
+        for (at, leader, epoch), seen in zip(self.leaders[1:], self.seen_before[1:],
+                                             strict=True):
+            # the longest gap between acknowledged writes that overlaps the time in which
+            # the change happened (the old leader last seen .. the new one first seen)
+            points = [self.started, *acked, self.stopped]
+            window = max((b - a for a, b in itertools.pairwise(points) if b >= seen and a <= at),
+                         default=0.0)
+            per_change.append({"leader": leader, "epoch": epoch, "window_s": round(window, 3)})
         rejected_writes = sum(1 for op, _ in self.workload.rejected if op.kind in WRITES)
         self.result = {
             "linearizable": result.ok,
