@@ -64,7 +64,7 @@ test: $(STAMP) $(K8S_STAMP) $(CHECKOV_STAMP)
 	$(BIN)/pytest -n $(WORKERS) --dist loadgroup -q tests
 
 lint: $(STAMP)
-	$(BIN)/ruff check kraft operator pipeline tests bench tools
+	$(BIN)/ruff check kraft operator pipeline tests bench tools e2e
 	$(BIN)/mypy kraft
 
 # The peers (etcd from Debian, PySyncObj in .venv-peers/) are installed by the harness itself.

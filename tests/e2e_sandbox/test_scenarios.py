@@ -1,8 +1,8 @@
 """The end-to-end scenarios (`e2e/`) in the sandbox, as `make test` runs them: the leader's disk
 wiped under KV traffic (which also creates the quorum), a cold start of every pod and a bad
-spec on a running quorum. Each raises on a quorum that does not converge, on a KV history that
-is not linearizable (an acknowledged write lost) and on an action its scenario forbids; the
-times are measured (`make e2e`, docs/e2e.md), not asserted here.
+spec on a running quorum; and `make run`'s demo. Each scenario raises on a quorum that does not
+converge, on a KV history that is not linearizable (an acknowledged write lost) and on an
+action it forbids; the times are measured (`make e2e`, docs/e2e.md), not asserted here.
 """
 
 from __future__ import annotations
@@ -27,3 +27,16 @@ def test_scenario_in_the_sandbox(name: str, tmp_path: Path) -> None:
     assert figures["linearizable"] is True
     assert figures["writes_acknowledged"] > 0
     assert figures["ops_checked"] >= figures["writes_acknowledged"]
+
+
+def test_make_run_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`make run`: the quorum Ready, a disk wiped and healed with a new directory id (the
+    quorum's voter changes and the operator's DiskReplaced Event printed), every
+    acknowledged key read back."""
+    from kraft_operator.sandbox import demo
+
+    assert demo.main(["--state-dir", str(tmp_path / "sandbox")]) == 0
+    out = capsys.readouterr().out
+    assert "Ready and Quorate in" in out and "healed in" in out
+    assert "the quorum: RemoveRaftVoter" in out and "the quorum: AddRaftVoter" in out
+    assert "DiskReplaced" in out and "read back all" in out
