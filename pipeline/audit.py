@@ -6,11 +6,17 @@
 
 Steps (each logged as it starts, with counts and elapsed time):
 
-1. discover replica directories; 2. ingest every segment and snapshot through the `kraft`
-data source into `OUT/tables/records` (Parquet), and the batch table; 3. corrupt batches;
-4. voters and the high watermark (rule in `kraft_pipeline.consistency`); 5. committed and
-uncommitted divergence; 6. snapshots against each other and against the log; 7. history;
-8. workload; 9. summary.json, Parquet tables and report.html with PNG charts.
+1. discover replica directories; 2. ingest every segment and snapshot once through the
+`kraft` data source (`rows=batches`) into the staging table `OUT/tables/batches` (Parquet,
+one row per batch with its bytes); 3. corrupt batches; 4. voters, the offset ranges
+(`OUT/tables/offsets`) and the high watermark (rules in `kraft_pipeline.consistency`);
+5. committed and uncommitted divergence; 6. snapshots against each other and against the
+log; 7. history; 8. workload; 9. summary.json, Parquet tables and report.html with PNG
+charts. A running step logs a progress line at least every 10 s.
+
+The driver's memory does not depend on the size of the logs: every step is a Spark job
+whose result is small (counts, one row per replica, snapshot, control record or epoch, the
+first divergence per replica); nothing per record or per batch is collected, nothing cached.
 
 Exit status: 0 when the audit ran (whatever it found; with `--strict`, 1 when it found a
 committed divergence, a failed snapshot check or a corrupt batch), 2 for bad input (missing
@@ -24,6 +30,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import re
 import sys
 import threading
 import time
@@ -71,12 +79,16 @@ class Progress:
         self.input_bytes = 0
         self._step_t0 = self.t0
         self._spark: SparkSession | None = None
+        self.spark_start_s: float | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def watch(self, spark: SparkSession) -> None:
-        """Report the Spark tasks of `spark` in the periodic lines."""
+        """Report the Spark tasks of `spark` in the periodic lines (and note how long the
+        session took to start, when this Progress was made before it)."""
         self._spark = spark
+        if self.step == 0 and self.spark_start_s is None:
+            self.spark_start_s = round(time.monotonic() - self.t0, 2)
 
     def start(self, name: str, **fields: Any) -> None:
         """Log the start of the next step (and record the previous one as finished)."""
@@ -556,7 +568,8 @@ def _run_steps(
         }).relative_to(out))
     progress.done()
     summary["steps"] = progress.finished
-    summary["resources"] = driver_resources(spark)
+    summary["spark_start_s"] = progress.spark_start_s
+    summary["resources"] = driver_resources(spark, out / "logs" / "gc.log")
     summary["elapsed_s"] = round(time.monotonic() - progress.t0, 2)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     log.info("done consistent=%s committed_divergent=%s corrupt=%s elapsed=%.1fs summary=%s",
@@ -566,14 +579,20 @@ def _run_steps(
     return summary
 
 
-def driver_resources(spark: SparkSession) -> dict[str, Any]:
+_GC_LINE = re.compile(r"(\d+)M->(\d+)M\((\d+)M\)")
+
+
+def driver_resources(spark: SparkSession, gc_log: Path | None = None) -> dict[str, Any]:
     """The driver's memory high-water marks: the Python process's peak RSS and the driver
     JVM's peak heap (the sum of its heap pools' peaks, which bounds the peak heap in use;
-    in local mode the executors run in that JVM), with the JVM's maximum heap."""
+    in local mode the executors run in that JVM), with the JVM's maximum heap; from the GC
+    log when there is one, the largest heap before and after a collection (the latter is
+    the most the JVM held live); and the CPU seconds of every process of the audit."""
     import resource
 
     out: dict[str, Any] = {
-        "python_peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+        "python_peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "cpu_s": _tree_cpu_s(),
     }
     try:
         jvm = spark.sparkContext._jvm
@@ -591,7 +610,43 @@ def driver_resources(spark: SparkSession) -> dict[str, Any]:
         out["jvm_max_heap_mib"] = round(jvm.java.lang.Runtime.getRuntime().maxMemory() / 2**20, 1)
     except Exception as exc:  # a driver we cannot ask (e.g. Spark Connect): say so
         out["jvm_error"] = f"{type(exc).__name__}: {exc}"[:200]
+    if gc_log is not None and gc_log.exists():
+        pairs = [(int(a), int(b)) for a, b, _ in _GC_LINE.findall(gc_log.read_text())]
+        if pairs:
+            out["jvm_gc_max_before_mib"] = max(a for a, _ in pairs)
+            out["jvm_gc_max_after_mib"] = max(b for _, b in pairs)
+            out["jvm_gc_count"] = len(pairs)
     return out
+
+
+def _tree_cpu_s() -> float | None:
+    """CPU seconds used so far by this process and everything it started (the driver JVM,
+    the Python workers; reaped children included), from /proc; None where there is none."""
+    try:
+        tick = os.sysconf("SC_CLK_TCK")
+        parent: dict[int, int] = {}
+        used: dict[int, int] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # gone meanwhile
+            parent[int(entry)] = int(fields[1])
+            used[int(entry)] = sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
+    except (OSError, ValueError):
+        return None
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        total += used.get(pid, 0)
+        todo.extend(children.get(pid, []))
+    return round(total / tick, 1)
 
 
 def _replay_snapshots(

@@ -55,7 +55,8 @@ def build_session(
     `--py-files` (see docs/audit.md).
 
     With `log_dir`, a driver JVM started here writes Spark's own log (warnings, errors with
-    their Java stack traces) to `log_dir/spark.log` instead of the terminal.
+    their Java stack traces) to `log_dir/spark.log` instead of the terminal, and its garbage
+    collections to `log_dir/gc.log` (the heap before and after each one).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from kraft_pipeline.datasource import register
@@ -74,7 +75,8 @@ def build_session(
         log_path = Path(log_dir).resolve() / "spark.log"
         props = log_path.with_name("log4j2.properties")
         props.write_text(LOG4J2.format(path=log_path))
-        option = f"-Dlog4j2.configurationFile=file:{props}"
+        option = (f"-Dlog4j2.configurationFile=file:{props} "
+                  f"-Xlog:gc:file={log_path.with_name('gc.log')}")
         key = "spark.driver.extraJavaOptions"
         earlier = (conf or {}).get(key) or existing.get(key, None)
         settings[key] = f"{earlier} {option}" if earlier else option
