@@ -122,6 +122,7 @@ def run(size_bytes: int | None = None) -> dict[str, Any]:
                                f"records, the plain scan {rows} per replica")
         mb = seg_bytes / 1e6
         return {
+            "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "log_bytes_per_replica": seg_bytes,
             "records_per_replica": rows,
             "write_logs_s": round(write_s, 2),
@@ -149,7 +150,8 @@ def write_markdown(result: dict[str, Any], md_path: Path) -> None:
         f"bytes ({gib:.2f} GiB) and {result['records_per_replica']:,} records each; "
         "`python -m kraft_pipeline` with the defaults (local[*], 2 GiB driver heap), "
         "a fresh process per run, wall time from start to exit (JVM start-up included). "
-        f"Load average when the run ended: {result['load_average_1m']}.", "",
+        f"Measured on {result.get('measured_utc', '?')}; "
+        f"load average when the run ended: {result['load_average_1m']}.", "",
         "| run | seconds | MB/s | CPU seconds (all processes) | Python driver peak RSS (MiB) "
         "| driver JVM peak heap (MiB) | JVM heap after GC, max (MiB) |",
         "| --- | --- | --- | --- | --- | --- | --- |",
