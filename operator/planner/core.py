@@ -2,7 +2,7 @@
 
 The operations are asked in a fixed order; the first that has something to do decides:
 
-  paused -> invalid config -> record a new quorum's ids
+  paused -> invalid config -> spec.clusterId not the quorum's -> record a new quorum's ids
   no quorum answers: never formed -> bootstrap; formed -> cold start or quorum loss/recovery
   a quorum answers: clear the recovery annotation -> failed Nodes -> missing voter pods ->
   the recorded operation in flight -> stale incarnations (disk) -> scale down -> scale up ->
@@ -201,7 +201,8 @@ def plan(spec: models.KRaftQuorumSpec, observed: Observed) -> Plan:
         decision = Decision(ReportDegraded("InvalidConfig", "; ".join(map(str, problems))),
                             None, degraded="InvalidConfig")
     else:
-        decision = format_op.record_cluster(ctx) or _decide(ctx)
+        decision = (format_op.cluster_id_mismatch(ctx) or format_op.record_cluster(ctx)
+                    or _decide(ctx))
     realized = decision is None and _realized(ctx)
     if decision is None:
         decision = Decision(Wait("Reconciled" if realized else "Settling",

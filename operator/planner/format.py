@@ -14,12 +14,30 @@ from kraft_operator.planner.actions import (
     DeletePod,
     FormatMode,
     RecordCluster,
+    ReportDegraded,
     Wait,
 )
 from kraft_operator.planner.context import Context, Decision
 from kraft_operator.planner.roll import restart_unready_outdated
 
 REASON = "Formatting"
+
+
+def cluster_id_mismatch(ctx: Context) -> Decision | None:
+    """spec.clusterId differs from the cluster id the quorum was formatted with.
+
+    The API only keeps spec.clusterId from changing once it is set, so a quorum created
+    without one can be given any id later. No volume can change its cluster id: nothing is
+    done (a pod created now would refuse to start on its volume) until the spec agrees. The
+    quorum's own id is accepted, so a GitOps source may pin it after the fact."""
+    wanted, formatted = ctx.spec.cluster_id, ctx.obs.cluster_id
+    if wanted is None or formatted is None or wanted == formatted:
+        return None
+    message = (f"spec.clusterId {wanted} differs from the cluster id {formatted} the quorum "
+               f"was formatted with (status.clusterId); a quorum's cluster id cannot change, "
+               f"so nothing is done until spec.clusterId is removed or set to {formatted}")
+    return Decision(ReportDegraded("ClusterIdMismatch", message), None,
+                    degraded="ClusterIdMismatch")
 
 
 def record_cluster(ctx: Context) -> Decision | None:

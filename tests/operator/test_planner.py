@@ -723,3 +723,53 @@ def test_roll_restarts_lagging_followers_when_they_are_what_the_rollout_fixes() 
                      for p in stuck)
     held = plan(newer, replace(observed, quorum=lagging, pods=current2))
     assert held.action.reason == "RollWouldLoseMajority", held.action
+
+
+# --- a cluster id set after creation -------------------------------------------------------
+
+
+def test_a_different_cluster_id_set_after_creation_is_reported_and_nothing_changes() -> None:
+    world, spec = converged(3)
+    formatted = world.cluster_id
+    other = kafka_uuid(4242)
+    assert formatted and other != formatted
+    # Set later, together with a change that would otherwise start a scale-up.
+    bad = with_spec(spec, cluster_id=other, replicas=5)
+    world.generation += 1
+    result = plan(bad, world.observe())
+    assert isinstance(result.action, ReportDegraded)
+    degraded = result.condition("Degraded")
+    assert (degraded.status, degraded.reason) == ("True", "ClusterIdMismatch")
+    assert other in degraded.message and formatted in degraded.message
+    assert "spec.clusterId" in degraded.message
+    assert result.condition("Ready").status == "False"
+    assert result.condition("Progressing").status == "False"
+    assert result.status_fields["clusterId"] == formatted
+    assert "observedGeneration" not in result.status_fields
+    assert result.status_fields["votersReady"] == "3/5"  # status is still rebuilt
+    # Nothing is touched however often it is asked.
+    before = (sorted(p.name for p in world.observe().pods), world.cluster_id)
+    for _ in range(5):
+        step(world, bad)
+    assert (sorted(p.name for p in world.observe().pods), world.cluster_id) == before
+
+
+def test_the_quorums_own_cluster_id_pinned_later_is_accepted() -> None:
+    world, spec = converged(3)
+    pinned = with_spec(spec, cluster_id=world.cluster_id)
+    world.generation += 1
+    result = plan(pinned, world.observe())
+    assert result.action.reason == "Reconciled"
+    assert result.condition("Degraded").status == "False"
+    assert result.status_fields["observedGeneration"] == world.generation
+
+
+def test_removing_a_wrong_cluster_id_heals_the_report() -> None:
+    world, spec = converged(3)
+    world.generation += 1
+    assert isinstance(plan(with_spec(spec, cluster_id=kafka_uuid(4242)), world.observe()).action,
+                       ReportDegraded)
+    world.generation += 1
+    fixed = plan(with_spec(spec, cluster_id=None), world.observe())
+    assert fixed.condition("Degraded").status == "False"
+    assert fixed.condition("Ready").status == "True"
