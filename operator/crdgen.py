@@ -122,6 +122,7 @@ def build_crd() -> dict[str, Any]:
             "status": status_schema,
         },
         "required": ["spec"],
+        "x-kubernetes-validations": models.QUORUM_VALIDATIONS,
     }
     columns = [
         _condition_column("Ready", "Every voter caught up and the spec realized"),

@@ -214,9 +214,11 @@ class KRaftQuorumSpec(_Model):
     cluster_id: str | None = Field(
         default=None,
         pattern=KAFKA_UUID_PATTERN,
+        max_length=22,
         description=(
             "Cluster id to format a new quorum with (Kafka's 22-character Uuid text). Generated "
-            "and recorded in status.clusterId when unset; immutable once set."
+            "and recorded in status.clusterId when unset; immutable once set, and when first "
+            "set after the quorum was formatted it must be the id in status.clusterId."
         ),
     )
     resources: ResourceRequirements = Field(
@@ -344,7 +346,8 @@ class KRaftQuorumStatus(_Model):
         }
     )
 
-    cluster_id: str | None = Field(default=None, description="Cluster id the nodes are formatted with.")
+    cluster_id: str | None = Field(default=None, max_length=22,
+                                   description="Cluster id the nodes are formatted with.")
     observed_generation: int | None = Field(
         default=None,
         description="The generation whose spec is fully realized (set only once it is).",
@@ -377,6 +380,22 @@ class KRaftQuorumStatus(_Model):
             "Ready, Quorate, Progressing, Degraded, ReconciliationPaused, AwaitingApproval."
         ),
     )
+
+
+# CEL rules on the whole object (spec and status together). A spec.clusterId first set after
+# the quorum was formatted must be the id it was formatted with: a GitOps source may pin it, but
+# no other id can apply to volumes formatted already. A transition rule, so a mismatch stored
+# before the rule existed never blocks the operator's status writes (the planner reports it).
+QUORUM_VALIDATIONS: list[dict[str, str]] = [
+    {
+        "rule": "!has(self.spec.clusterId) || !has(self.status) || "
+        "!has(self.status.clusterId) || self.spec.clusterId == self.status.clusterId || "
+        "(has(oldSelf.spec.clusterId) && oldSelf.spec.clusterId == self.spec.clusterId)",
+        "message": "spec.clusterId can only be set to the cluster id the quorum was "
+        "formatted with (status.clusterId)",
+        "fieldPath": ".spec.clusterId",
+    }
+]
 
 
 class KRaftQuorum(_Model):

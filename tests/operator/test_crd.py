@@ -282,3 +282,21 @@ def test_config_seam_delegates_to_a_property_checker() -> None:
     assert [str(p) for p in problems] == [
         "spec.config['controller.quorum.fetch.timeout.ms']: 'soon' is not an integer"
     ]
+
+
+def test_a_cluster_id_set_later_must_be_the_recorded_one_by_its_cel_rule() -> None:
+    recorded, other = "MkU3OEVBNTcwNTJENDM2Qg", "A" * 22
+    created, problems = _admit(_quorum({}))
+    assert problems == []
+    old = {**created, "status": {"clusterId": recorded}}  # the operator recorded its id
+    changed = _admit({**_quorum({"clusterId": other}), "status": old["status"]}, old)[1]
+    assert changed == [("spec.clusterId", "spec.clusterId can only be set to the cluster id "
+                        "the quorum was formatted with (status.clusterId)")]
+    pinned = _admit({**_quorum({"clusterId": recorded}), "status": old["status"]}, old)[1]
+    assert pinned == []  # a GitOps source pinning the quorum's own id
+    # Before any id is recorded, any id may be set; and a mismatch stored before the rule
+    # existed does not block the operator's status writes.
+    assert _admit(_quorum({"clusterId": other}), created)[1] == []
+    stored = {**_quorum({"clusterId": other}), "status": {"clusterId": recorded}}
+    rewritten = {**stored, "status": {"clusterId": recorded, "replicas": 3}}
+    assert _admit(rewritten, stored)[1] == []
