@@ -180,18 +180,6 @@ class UpdateStrategy(_Model):
 class KRaftQuorumSpec(_Model):
     """The desired state of a KRaft controller quorum."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "!has(oldSelf.clusterId) || "
-                    "(has(self.clusterId) && self.clusterId == oldSelf.clusterId)",
-                    "message": "spec.clusterId is immutable once set",
-                }
-            ]
-        }
-    )
-
     replicas: int = Field(
         default=3,
         ge=MIN_REPLICAS,
@@ -382,11 +370,21 @@ class KRaftQuorumStatus(_Model):
     )
 
 
-# CEL rules on the whole object (spec and status together). A spec.clusterId first set after
-# the quorum was formatted must be the id it was formatted with: a GitOps source may pin it, but
-# no other id can apply to volumes formatted already. A transition rule, so a mismatch stored
-# before the rule existed never blocks the operator's status writes (the planner reports it).
+# CEL rules on the whole object (spec and status together), both transition rules.
+# spec.clusterId is immutable once set, except that a wrong one (stored where these rules did
+# not run) may be corrected to the id the quorum was formatted with. One first set after the
+# quorum was formatted must be that id: a GitOps source may pin it, but no other id can apply
+# to volumes formatted already. A mismatch stored before the rules existed never blocks the
+# operator's status writes (the planner reports it as Degraded=ClusterIdMismatch).
 QUORUM_VALIDATIONS: list[dict[str, str]] = [
+    {
+        "rule": "!has(oldSelf.spec.clusterId) || (has(self.spec.clusterId) && "
+        "(self.spec.clusterId == oldSelf.spec.clusterId || (has(self.status) && "
+        "has(self.status.clusterId) && self.spec.clusterId == self.status.clusterId)))",
+        "message": "spec.clusterId is immutable once set (a wrong one can only be corrected "
+        "to status.clusterId)",
+        "fieldPath": ".spec.clusterId",
+    },
     {
         "rule": "!has(self.spec.clusterId) || !has(self.status) || "
         "!has(self.status.clusterId) || self.spec.clusterId == self.status.clusterId || "

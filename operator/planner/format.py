@@ -35,7 +35,7 @@ def cluster_id_mismatch(ctx: Context) -> Decision | None:
         return None
     message = (f"spec.clusterId {wanted} differs from the cluster id {formatted} the quorum "
                f"was formatted with (status.clusterId); a quorum's cluster id cannot change, "
-               f"so nothing is done until spec.clusterId is removed or set to {formatted}")
+               f"so nothing is done until spec.clusterId is set to {formatted}")
     return Decision(ReportDegraded("ClusterIdMismatch", message), None,
                     degraded="ClusterIdMismatch")
 

@@ -134,8 +134,8 @@ def test_replicas_bounds_and_cluster_id_rule_in_schema() -> None:
     spec = _open_api(_crd())["properties"]["spec"]
     replicas = spec["properties"]["replicas"]
     assert (replicas["minimum"], replicas["maximum"], replicas["default"]) == (1, 9, 3)
-    rules = [r["rule"] for r in spec["x-kubernetes-validations"]]
-    assert any("oldSelf.clusterId" in r for r in rules)
+    rules = [r["rule"] for r in _open_api(_crd())["x-kubernetes-validations"]]
+    assert any("oldSelf.spec.clusterId" in r for r in rules)
 
 
 def _admit(doc: dict[str, Any], old: dict[str, Any] | None = None):
@@ -165,10 +165,12 @@ def test_cluster_id_is_immutable_once_set_by_its_cel_rule() -> None:
     old, problems = _admit(_quorum({"clusterId": cid}))
     assert problems == []
     assert _admit(_quorum({"clusterId": cid, "replicas": 5}), old)[1] == []
+    immutable = ("spec.clusterId", "spec.clusterId is immutable once set (a wrong one can "
+                 "only be corrected to status.clusterId)")
     changed = _admit(_quorum({"clusterId": other}), old)[1]
-    assert changed == [("spec", "spec.clusterId is immutable once set")]
+    assert changed == [immutable]
     dropped = _admit(_quorum({}), old)[1]
-    assert dropped == [("spec", "spec.clusterId is immutable once set")]
+    assert dropped == [immutable]
     unset, _ = _admit(_quorum({}))
     assert _admit(_quorum({"clusterId": cid}), unset)[1] == []  # setting it once is allowed
 
@@ -300,3 +302,8 @@ def test_a_cluster_id_set_later_must_be_the_recorded_one_by_its_cel_rule() -> No
     stored = {**_quorum({"clusterId": other}), "status": {"clusterId": recorded}}
     rewritten = {**stored, "status": {"clusterId": recorded, "replicas": 3}}
     assert _admit(rewritten, stored)[1] == []
+    # Such a stored mismatch can be corrected to the recorded id, and to nothing else.
+    corrected = {**_quorum({"clusterId": recorded}), "status": stored["status"]}
+    assert _admit(corrected, stored)[1] == []
+    third = {**_quorum({"clusterId": "B" * 22}), "status": stored["status"]}
+    assert [f for f, _ in _admit(third, stored)[1]] == ["spec.clusterId", "spec.clusterId"]

@@ -764,12 +764,12 @@ def test_the_quorums_own_cluster_id_pinned_later_is_accepted() -> None:
     assert result.status_fields["observedGeneration"] == world.generation
 
 
-def test_removing_a_wrong_cluster_id_heals_the_report() -> None:
+def test_correcting_a_wrong_cluster_id_heals_the_report() -> None:
     world, spec = converged(3)
     world.generation += 1
     assert isinstance(plan(with_spec(spec, cluster_id=kafka_uuid(4242)), world.observe()).action,
                        ReportDegraded)
     world.generation += 1
-    fixed = plan(with_spec(spec, cluster_id=None), world.observe())
+    fixed = plan(with_spec(spec, cluster_id=world.cluster_id), world.observe())
     assert fixed.condition("Degraded").status == "False"
     assert fixed.condition("Ready").status == "True"

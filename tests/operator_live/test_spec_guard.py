@@ -60,7 +60,7 @@ async def test_a_cluster_id_set_after_creation_must_be_the_quorums(kube: Kube) -
     degraded = condition(obj, "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "ClusterIdMismatch")
     assert OTHER_ID in degraded["message"] and formatted in degraded["message"]
-    assert f"removed or set to {formatted}" in degraded["message"]
+    assert f"until spec.clusterId is set to {formatted}" in degraded["message"]
     assert condition(obj, "Ready")["status"] == "False"
     assert obj["status"]["clusterId"] == formatted
     assert await owned(kube) == before  # nothing created, nothing changed
