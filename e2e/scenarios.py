@@ -379,21 +379,18 @@ def cold_start(run: Run) -> dict[str, Any]:
 
 
 def bad_spec(run: Run) -> dict[str, Any]:
-    """An unknown config key, replicas 0 and a changed cluster id on a running quorum: each
-    refused by the API or reported with a condition, and nothing touched (the same pods).
-
-    The quorum is created with its `clusterId` in the spec, so a change is refused by the
-    CRD's rule (a `clusterId` first set after the creation is not covered by that rule:
-    docs/e2e.md)."""
+    """A bad spec on a running quorum created without a `clusterId`: replicas 0, a `clusterId`
+    set later to another id than the quorum's, then (once the quorum's own id is pinned) a
+    changed one, and an unknown config key: each refused by the API or reported with a
+    condition, and nothing touched (the same pods). Pinning the quorum's own id is accepted."""
     import base64
     import uuid
 
     def new_id() -> str:
         return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
-    cluster_id = new_id()
-    obj = run.create(3, clusterId=cluster_id)
-    check(obj["status"]["clusterId"] == cluster_id, "formatted with the spec's cluster id")
+    obj = run.create(3)
+    cluster_id = obj["status"]["clusterId"]
     refused: dict[str, str] = {}
     with Traffic(run.backend, run.name) as traffic:
         uids = {n: p["metadata"]["uid"] for n, p in run.pods().items()}
@@ -401,6 +398,22 @@ def bad_spec(run: Run) -> dict[str, Any]:
         done = run.patch({"spec": {"replicas": 0}})
         check(done.returncode != 0, "replicas 0 refused by the API")
         refused["replicas: 0"] = done.stderr.strip().splitlines()[-1]
+        other = new_id()
+        done = run.patch({"spec": {"clusterId": other}})
+        if done.returncode != 0:
+            refused["clusterId set after creation"] = done.stderr.strip().splitlines()[-1]
+        else:  # an API that does not run the CRD's rules: the operator must report it
+            status = run.wait("Degraded=ClusterIdMismatch", lambda: (
+                c := run.cond("Degraded"))[:2] == ("True", "ClusterIdMismatch") and c, 60)
+            check(other in status[2] and cluster_id in status[2],
+                  "the mismatch names both cluster ids")
+            refused["clusterId set after creation"] = f"Degraded={status[1]}: {status[2]}"
+        done = run.patch({"spec": {"clusterId": cluster_id}})
+        check(done.returncode == 0, f"pinning the quorum's own clusterId accepted: "
+                                    f"{done.stderr.strip()}")
+        obj = run.wait("Ready with the quorum's clusterId pinned", lambda: run.ready(3), 120)
+        check(obj["spec"].get("clusterId") == cluster_id == obj["status"]["clusterId"],
+              "the pinned clusterId is the quorum's")
         done = run.patch({"spec": {"clusterId": new_id()}})
         check(done.returncode != 0, "a changed clusterId refused by the API")
         refused["clusterId changed"] = done.stderr.strip().splitlines()[-1]
