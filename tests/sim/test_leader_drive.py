@@ -12,7 +12,7 @@ import pytest
 
 import kraft.raft.lane as lane_rules
 import kraft.sim.leader_drive as leader_drive
-from kraft.raft.client import RaftCore, RaftFatalError
+from kraft.raft.core import RaftCore, RaftFatalError
 from kraft.raft.effects import AppendCommitted, Committed, SendFetchResponse
 from kraft.raft.events import Append, LeaderLaneReport, VoterFetched
 from kraft.raft.leader import LeaderState, ParkedFetch

@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import pytest
 
-import kraft.raft.client as client
+import kraft.raft.core as core_module
 import kraft.raft.leader as leader
-from kraft.raft.client import RaftCore
+from kraft.raft.core import RaftCore
 from kraft.raft.log import LogMeta
 from kraft.raft.messages import OffsetAndEpoch, VoteRequest
 from kraft.raft.state import UnattachedState
@@ -35,7 +35,7 @@ def patch_source(monkeypatch: pytest.MonkeyPatch, method: str, old: str, new: st
     src = textwrap.dedent(inspect.getsource(getattr(RaftCore, method)))
     assert old in src, f"mutation target not found in {method}"
     namespace: dict[str, object] = {}
-    exec(src.replace(old, new), vars(client), namespace)
+    exec(src.replace(old, new), vars(core_module), namespace)
     monkeypatch.setattr(RaftCore, method, namespace[method])
 
 
