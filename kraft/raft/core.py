@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass
 
 from kraft.protocol.errors import ErrorCode
-from kraft.protocol.uuid import Uuid
+from kraft.raft import elections
 from kraft.raft.config import LogState, QuorumStateData, RaftConfig
 from kraft.raft.effects import (
     AbortSnapshotDownload,
@@ -57,6 +56,7 @@ from kraft.raft.effects import (
     TruncateTo,
     WriteSnapshotChunk,
 )
+from kraft.raft.errors import RaftFatalError as RaftFatalError
 from kraft.raft.events import (
     ApiVersionsReceived,
     Append,
@@ -116,12 +116,13 @@ from kraft.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from kraft.raft.quorum import VoteResult, majority_size, vote_result
-from kraft.raft.records import kraft_version_record, leader_change, scan_control, voters_record
+from kraft.raft.quorum import majority_size
+from kraft.raft.records import kraft_version_record, scan_control, voters_record
 from kraft.raft.retention import RetainedSnapshot, follower_log_start, retention_log_start
 from kraft.raft.state import (
     CandidateState,
     FollowerState,
+    InFlight,
     ProspectiveState,
     ResignedState,
     Role,
@@ -132,28 +133,11 @@ from kraft.raft.voters import OffsetHistory, VoterNode, VoterSet
 
 logger = logging.getLogger("kraft.raft")
 
-RETRY_BACKOFF_BASE_MS = 100
-"""Base of the candidate's randomized exponential backoff after a lost election."""
-
 SNAPSHOT_STUCK_MS = 60_000
 """A snapshot not reported created after this long no longer blocks the next one."""
 
-CHECK_QUORUM_FACTOR = 1.5
-"""The leader resigns if a majority has not fetched within this many fetch timeouts."""
-
 State = UnattachedState | ProspectiveState | CandidateState | LeaderState | FollowerState | ResignedState
 """The state object of the current epoch."""
-
-
-class RaftFatalError(RuntimeError):
-    """A rule that must never break did (e.g. truncation below the high watermark)."""
-
-
-@dataclass(slots=True)
-class _InFlight:
-    destination: int
-    request: Request
-    deadline: int
 
 
 class RaftCore:
@@ -190,7 +174,7 @@ class RaftCore:
         self._qs = log_state.quorum_state
         self._persisted = log_state.quorum_state
         self._corr = 0
-        self._inflight: dict[int, _InFlight] = {}
+        self._inflight: dict[int, InFlight] = {}
         self._fetch_corr: int | None = None
         self._fetch_backoff_until = 0
         self._admin_corr: int | None = None
@@ -220,14 +204,14 @@ class RaftCore:
         )
         log_epoch = self.log.last_epoch()
         if epoch < log_epoch:
-            self._to_unattached(log_epoch, None)
+            elections.to_unattached(self, log_epoch, None)
         elif qs.leader_id == self.key.id:
             self.state = ResignedState(
                 epoch, self._now + self._election_timeout(), (), self.key.id, voted
             )
             self._emit_state()
         elif qs.leader_id >= 0:
-            self._to_follower(epoch, qs.leader_id, ())
+            elections.to_follower(self, epoch, qs.leader_id, ())
         else:
             self.state = UnattachedState(epoch, voted, None)
             self._emit_state()
@@ -320,7 +304,7 @@ class RaftCore:
             times.append(s.check_quorum_deadline)
             if len(self.log.snapshots) > 1:  # the retention rule only deletes with two
                 times.append(self._retention_at)
-            resend = self._begin_quorum_next(s)
+            resend = elections.begin_quorum_next(self, s)
             if resend is not None:
                 times.append(resend)
             times.extend(p.deadline for p in s.parked)
@@ -473,7 +457,7 @@ class RaftCore:
 
     def _send(self, dest: int, endpoints: tuple[Endpoint, ...], request: Request) -> int:
         corr = self._next_corr()
-        self._inflight[corr] = _InFlight(dest, request, self._now + self.config.request_timeout_ms)
+        self._inflight[corr] = InFlight(dest, request, self._now + self.config.request_timeout_ms)
         self._out.append(SendRequest(dest, endpoints, corr, request))
         return corr
 
@@ -509,245 +493,6 @@ class RaftCore:
 
     # ================================================================== transitions
 
-    def _set_state(self, new: State) -> None:
-        old = self.state
-        self.state = new
-        self._inflight.clear()
-        self._fetch_corr = None
-        self._fetch_backoff_until = 0
-        self._admin_corr = None
-        if isinstance(old, LeaderState):
-            self._abandon_leadership(old)
-        if isinstance(old, FollowerState) and old.download is not None and not old.download.complete:
-            self._out.append(AbortSnapshotDownload(old.download.snapshot_id))
-        if isinstance(new, LeaderState | FollowerState):
-            self._election_retries = 0
-        self._emit_state()
-        logger.debug(
-            "raft transition node=%s from=%s to=%s epoch=%s leader=%s",
-            self.key.id,
-            old.role.value,
-            new.role.value,
-            new.epoch,
-            new.leader_id,
-        )
-
-    def _to_unattached(self, epoch: int, voted: ReplicaKey | None) -> None:
-        self._persist(-1, epoch, voted)
-        deadline = self._now + self._election_timeout() if self._is_voter() else None
-        self._set_state(UnattachedState(epoch, voted, deadline))
-
-    def _to_follower(self, epoch: int, leader_id: int, endpoints: tuple[Endpoint, ...]) -> None:
-        old = self.state
-        voted = self._voted_of(old) if old.epoch == epoch else None
-        if not endpoints:
-            endpoints = self._endpoints_of(leader_id)
-        self._persist(leader_id, epoch, voted)
-        self._set_state(
-            FollowerState(
-                epoch, leader_id, endpoints, voted, self._now + self.config.fetch_timeout_ms
-            )
-        )
-
-    def _voted_of(self, s: State) -> ReplicaKey | None:
-        """Whom this replica voted for in the current epoch."""
-        if isinstance(s, CandidateState):
-            return self.key
-        return s.voted
-
-    def _to_prospective(self, leader_gone: bool = False) -> None:
-        """Start a pre-vote. `leader_gone`: the leader refused a connection, so it is not
-        retained (this replica grants votes, and a voter that still sees that leader alive
-        pulls it back to following it through its pre-vote rejection)."""
-        old = self.state
-        voted = self._voted_of(old)
-        retained: int = -1
-        endpoints: tuple[Endpoint, ...] = ()
-        if isinstance(old, FollowerState) and not leader_gone:
-            retained, endpoints = old.leader_id, old.leader_endpoints
-        elif isinstance(old, ResignedState | ProspectiveState):
-            retained = old.node_id if isinstance(old, ResignedState) else old.retained_leader
-        new = ProspectiveState(
-            old.epoch, voted, retained, endpoints, self._now + self._election_timeout()
-        )
-        new.granted.add(self.key.id)
-        self._set_state(new)
-        voters = self._voters()
-        result = vote_result(voters.ids(), new.granted, new.rejected)
-        if result is VoteResult.WON:
-            self._to_candidate()
-            return
-        self._request_votes(voters, new.epoch, pre_vote=True)
-
-    def _request_votes(self, voters: VoterSet, epoch: int, *, pre_vote: bool,
-                       only: int | None = None) -> None:
-        """Ask every other voter (or just `only`) for a (pre-)vote in `epoch` with this
-        replica's log end."""
-        last = self.log.end_position()
-        for v in voters.voters:
-            if v.id == self.key.id or (only is not None and v.id != only):
-                continue
-            self._send(
-                v.id,
-                v.endpoints,
-                VoteRequest(
-                    replica_epoch=epoch,
-                    replica_id=self.key.id,
-                    replica_directory_id=self.key.directory_id,
-                    voter_id=v.id,
-                    voter_directory_id=v.key.directory_id,
-                    last_offset_epoch=last.epoch,
-                    last_offset=last.offset,
-                    pre_vote=pre_vote,
-                ),
-            )
-
-    def _prospective_lost(self, s: ProspectiveState) -> None:
-        if s.retained_leader >= 0 and s.retained_leader != self.key.id:
-            self._to_follower(s.epoch, s.retained_leader, s.retained_endpoints)
-        else:
-            self._to_unattached(s.epoch, s.voted)
-
-    def _to_candidate(self) -> None:
-        epoch = self.state.epoch + 1
-        self._persist(-1, epoch, self.key)
-        new = CandidateState(epoch, self._now + self._election_timeout(), self._election_retries)
-        new.granted.add(self.key.id)
-        self._set_state(new)
-        voters = self._voters()
-        if vote_result(voters.ids(), new.granted, new.rejected) is VoteResult.WON:
-            self._to_leader()
-            return
-        self._request_votes(voters, epoch, pre_vote=False)
-
-    def _candidate_backoff(self, s: CandidateState) -> None:
-        self._election_retries += 1
-        s.retries = self._election_retries
-        span = 1 << min(self._election_retries, 21)
-        s.backoff_until = self._now + min(
-            RETRY_BACKOFF_BASE_MS * self._rng.randrange(0, span),
-            self.config.election_backoff_max_ms,
-        )
-
-    def _to_leader(self) -> None:
-        cand = self.state
-        assert isinstance(cand, CandidateState)
-        epoch = cand.epoch
-        cfg = self.config
-        leader = LeaderState(
-            epoch=epoch,
-            node_key=self.key,
-            epoch_start_offset=self.log.end_offset,
-            granting=frozenset(cand.granted),
-            check_quorum_deadline=self._now + int(CHECK_QUORUM_FACTOR * cfg.fetch_timeout_ms),
-            begin_quorum_resend_at=self._now + cfg.fetch_timeout_ms // 2,
-            voted=self.key,
-        )
-        self._persist(self.key.id, epoch, self.key)
-        self._set_state(leader)
-        logger.info(
-            "raft elected node=%s epoch=%s epoch_start=%s voters=%s",
-            self.key.id,
-            epoch,
-            leader.epoch_start_offset,
-            self._voters(),
-        )
-        voters = self._voters()
-        records: list[object] = [leader_change(self.key.id, voters, leader.granting)]
-        kv = self.kraft_version
-        if kv >= 1:
-            own = voters.get(self.key.id)
-            if not self.voters_history.has_log_entry():
-                records += [kraft_version_record(kv), voters_record(voters)]
-            elif (
-                own is not None
-                and own.key == self.key
-                and cfg.listeners
-                and (own.endpoints != cfg.listeners or own.kraft_version != cfg.kraft_version_range)
-            ):
-                updated = voters.replaced(VoterNode(self.key, cfg.listeners, cfg.kraft_version_range))
-                records.append(voters_record(updated))
-        self._append_control(tuple(records))
-        for v in voters.voters:
-            if v.id != self.key.id:
-                self._send_begin_quorum(v)
-
-    def _send_begin_quorum(self, v: VoterNode) -> None:
-        self._send(
-            v.id,
-            v.endpoints,
-            BeginQuorumEpochRequest(
-                leader_id=self.key.id,
-                leader_epoch=self.state.epoch,
-                voter_id=v.id,
-                voter_directory_id=v.key.directory_id,
-                leader_endpoints=self.config.listeners,
-            ),
-        )
-
-    def _resign(self, reason: str) -> None:
-        s = self.state
-        assert isinstance(s, LeaderState)
-        voters = self._voters()
-        # Best candidates first: the most caught-up voters are the likeliest to win quickly.
-        others = [v for v in voters.voters if v.key != self.key and v.id != self.key.id]
-        others.sort(key=lambda v: -(p.end_offset if (p := s.voter_progress(v)) else -1))
-        preferred = tuple(v.key for v in others)
-        logger.info("raft resign node=%s epoch=%s reason=%s", self.key.id, s.epoch, reason)
-        self._set_state(
-            ResignedState(
-                s.epoch, self._now + self._election_timeout(), preferred, self.key.id, self.key
-            )
-        )
-        for v in others:
-            self._send(
-                v.id,
-                v.endpoints,
-                EndQuorumEpochRequest(
-                    leader_id=self.key.id,
-                    leader_epoch=s.epoch,
-                    preferred_candidates=preferred,
-                    leader_endpoints=self.config.listeners,
-                ),
-            )
-
-    def _abandon_leadership(self, old: LeaderState) -> None:
-        for append_id in sorted(old.pending_appends):
-            self._out.append(AppendCommitted(append_id, ErrorCode.NOT_LEADER_OR_FOLLOWER))
-        old.pending_appends.clear()
-        if old.pending_change is not None:
-            pc = old.pending_change
-            self._reply_change(pc, ErrorCode.NOT_LEADER_OR_FOLLOWER, "leader changed")
-            old.pending_change = None
-        parked, old.parked = old.parked, []
-        for p in parked:
-            self._on_fetch(p.source, p.correlation_id, p.request)
-
-    def _maybe_transition_on_epoch(
-        self, epoch: int, leader_id: int, endpoints: tuple[Endpoint, ...]
-    ) -> bool:
-        """React to (epoch, leader) learnt from a peer; True when the state changed."""
-        s = self.state
-        if epoch > s.epoch:
-            if leader_id >= 0 and leader_id != self.key.id:
-                self._to_follower(epoch, leader_id, endpoints)
-            else:
-                self._to_unattached(epoch, None)
-            return True
-        # A Prospective replica that came from following a leader keeps that leader: hearing
-        # about it again from the voters it asks must not pull it back (it already timed out).
-        if (
-            epoch == s.epoch
-            and leader_id >= 0
-            and leader_id != self.key.id
-            and (
-                isinstance(s, UnattachedState | CandidateState)
-                or (isinstance(s, ProspectiveState) and s.retained_leader < 0)
-            )
-        ):
-            self._to_follower(epoch, leader_id, endpoints)
-            return True
-        return False
 
     # ================================================================== timers and polling
 
@@ -759,54 +504,8 @@ class RaftCore:
         s = self.state
         if isinstance(s, LeaderState):  # the steady state first
             self._leader_timers(s)
-        elif isinstance(s, UnattachedState):
-            if self._is_voter():
-                if s.election_deadline is None:
-                    s.election_deadline = now + self._election_timeout()
-                elif s.election_deadline <= now:
-                    self._to_prospective()
-            else:
-                s.election_deadline = None
-        elif isinstance(s, ProspectiveState):
-            if s.election_deadline <= now:
-                self._prospective_lost(s)
-        elif isinstance(s, CandidateState):
-            if s.backoff_until is not None:
-                if s.backoff_until <= now:
-                    self._to_prospective()
-            elif s.election_deadline <= now:
-                self._candidate_backoff(s)
-            elif s.vote_retry:
-                self._retry_votes(s)
-        elif isinstance(s, FollowerState):
-            # While the runtime installs a downloaded snapshot this replica sends no fetch by
-            # design: the leader's silence then says nothing, so the fetch timeout waits for
-            # the install and restarts when it ends (a long install must not turn a follower
-            # of a live leader into a candidate, or an observer into one that lost its leader).
-            if self._installing is None and s.fetch_deadline <= now:
-                refused = s.refused_prevote_at
-                stagger = self._survivor_rank(s) * self._survivor_step() if s.has_fetched and (
-                    refused is None or now - refused >= self.config.election_timeout_ms) else 0
-                if self._is_voter() and stagger > 0:
-                    # The leader went silent for every follower at once, so their fetch
-                    # timeouts expire together; if they all started a pre-vote together each
-                    # would grant the other's and both would split the real vote. Stop
-                    # protecting the leader now (grant pre-votes) and start our own one
-                    # `election_timeout / 10` later per rank.
-                    s.has_fetched = False
-                    s.waiting_turn = True
-                    s.fetch_deadline = now + stagger
-                elif self._is_voter():
-                    self._to_prospective()
-                else:
-                    self._to_unattached(s.epoch, s.voted)
-            elif s.leader_gone_at is not None and s.leader_gone_at <= now and self._is_voter():
-                self._to_prospective(leader_gone=True)
-        elif isinstance(s, ResignedState) and s.election_deadline <= now:
-            if self._is_voter():
-                self._to_prospective()
-            else:
-                self._to_unattached(s.epoch, s.voted)
+        else:
+            elections.expire_election_timers(self, s)
 
     def _leader_timers(self, s: LeaderState) -> None:
         now = self._now
@@ -830,62 +529,31 @@ class RaftCore:
             # not fetched within fetch timeout / 2, whether or not it ever fetched in this
             # epoch (a voter that restarted without knowing the leader learns it here).
             silent = [v for v in self._voters().voters
-                      if v.id != self.key.id and self._begin_quorum_due_at(s, v) <= now]
+                      if v.id != self.key.id and elections.begin_quorum_due_at(self, s, v) <= now]
             if silent:
                 s.begin_quorum_resend_at = now + self.config.fetch_timeout_ms // 2
                 for v in silent:
-                    self._send_begin_quorum(v)
+                    elections.send_begin_quorum(self, v)
         if s.check_quorum_deadline <= now:
-            if self._check_quorum_ok(s):
-                self._reset_check_quorum(s)
+            if elections.check_quorum_ok(self, s):
+                elections.reset_check_quorum(self, s)
             else:
-                self._resign("check-quorum: no majority fetched")
+                elections.resign(self, "check-quorum: no majority fetched")
 
-    def _begin_quorum_due_at(self, s: LeaderState, v: VoterNode) -> int:
-        """When voter `v` is due a BeginQuorumEpoch: fetch timeout / 2 after its last fetch
-        (at once when it has not fetched in this epoch)."""
-        p = s.voter_progress(v)
-        if p is None or p.last_fetch_ms < 0:
-            return -1
-        return p.last_fetch_ms + self.config.fetch_timeout_ms // 2
-
-    def _begin_quorum_next(self, s: LeaderState) -> int | None:
-        """When the BeginQuorumEpoch resend has work (`_leader_timers`): the resend timer, or
-        later when no other voter is due by then (None for a single voter). Voters that keep
-        fetching keep it in the future, so a steady leader gets no Tick for it."""
-        own = self.key.id
-        due = [self._begin_quorum_due_at(s, v) for v in self._voters().voters if v.id != own]
-        if not due:
-            return None
-        return max(s.begin_quorum_resend_at, min(due))
-
-    def _check_quorum_ok(self, s: LeaderState) -> bool:
-        voters = self._voters()
-        count = len(s.fetched_since_check & voters.ids())
-        if self._is_voter():
-            count += 1
-        return count >= majority_size(len(voters))
-
-    def _reset_check_quorum(self, s: LeaderState, at: int | None = None) -> None:
-        s.fetched_since_check.clear()
-        start = self._now if at is None else min(at, self._now)
-        s.check_quorum_deadline = max(
-            s.check_quorum_deadline,
-            start + int(CHECK_QUORUM_FACTOR * self.config.fetch_timeout_ms))
 
     def _on_request_failed(
         self, corr: int, unreachable: bool = False, disconnected: bool = False
     ) -> None:
         f = self._inflight.pop(corr, None)
         if f is not None and isinstance(f.request, VoteRequest):
-            self._vote_unanswered(f.request)
+            elections.vote_unanswered(self, f.request)
         if corr == self._fetch_corr:
             self._fetch_corr = None
             self._fetch_backoff_until = self._now + self.config.retry_backoff_ms
             s = self.state
             if f is not None and isinstance(s, FollowerState) and f.destination == s.leader_id:
                 if unreachable:
-                    self._leader_unreachable(s)
+                    elections.leader_unreachable(self, s)
                 elif disconnected:
                     # The leader's end of the connection went away with our fetch parked there
                     # (a killed leader's kernel closes it at once). Whether the leader is gone
@@ -900,61 +568,6 @@ class RaftCore:
             if isinstance(s, FollowerState):
                 s.next_admin_at = self._now + self.config.retry_backoff_ms * 10
 
-    def _vote_unanswered(self, req: VoteRequest) -> None:
-        """A vote request got no answer (the connection was refused or cut, or it timed out).
-        Like Kafka's candidates, ask that voter again after `retry_backoff_ms` for as long as
-        this round lasts: a voter that was restarting, or that this replica could briefly not
-        reach, still counts in this epoch instead of the next one (an election timeout later).
-
-        Pre-vote requests are not asked again. Granting a pre-vote records nothing, so two
-        prospective replicas can win each other's pre-votes and then split the real vote; the
-        survivors of a dead leader avoid that by starting one `election_timeout / 10` apart
-        (`_leader_unreachable`), and a pre-vote retried into a voter the moment it comes back
-        (itself prospective by then) undoes that spacing. A real vote is recorded, so asking
-        again can only win a vote that was not cast yet."""
-        s = self.state
-        if req.pre_vote or not isinstance(s, CandidateState):
-            return
-        if req.replica_epoch == s.epoch and s.backoff_until is None:
-            # one request per voter is in flight, and a failed one is never answered
-            s.vote_retry[req.voter_id] = self._now + self.config.retry_backoff_ms
-
-    def _retry_votes(self, s: CandidateState) -> None:
-        """Send the vote requests whose retry is due (see `_vote_unanswered`)."""
-        due = [v for v, at in s.vote_retry.items() if at <= self._now]
-        for vid in due:
-            del s.vote_retry[vid]
-            self._request_votes(self._voters(), s.epoch, pre_vote=False, only=vid)
-
-    def _leader_unreachable(self, s: FollowerState) -> None:
-        """The leader refused a connection: its process is gone. Stop protecting it from
-        pre-votes (this replica no longer fetches from a live leader) and, as a voter, start a
-        pre-vote soon instead of after the fetch timeout. Pre-vote keeps this safe: voters that
-        still fetch from a live leader reject it. Survivors go in voter-id order, one
-        `election_timeout / 10` apart, so two of them rarely split the vote."""
-        s.has_fetched = False
-        if not self._is_voter() or s.leader_gone_at is not None:
-            return
-        delay = 0 if s.refused_shorter_log else self._survivor_rank(s) * self._survivor_step()
-        s.leader_gone_at = self._now + delay
-        logger.info(
-            "raft leader unreachable node=%s leader=%s epoch=%s pre-vote in %sms",
-            self.key.id, s.leader_id, s.epoch, delay,
-        )
-
-    def _survivor_rank(self, s: FollowerState) -> int:
-        """This replica's place among the voters other than its leader, by id."""
-        others = sorted(i for i in self._voters().ids() if i != s.leader_id)
-        return others.index(self.key.id) if self.key.id in others else 0
-
-    def _survivor_step(self) -> int:
-        return max(1, self.config.election_timeout_ms // 10)
-
-    def _refusal_decides(self, asker: int) -> bool:
-        """Whether this replica refusing `asker` loses it the round when the leader is gone:
-        the other voters, the asker included, are short of a majority (3 or 4 voters)."""
-        ids = self._voters().ids()
-        return asker in ids and len(ids) - 2 < len(ids) // 2 + 1
 
     def _poll(self) -> None:
         if self._installing is not None:
@@ -1070,13 +683,13 @@ class RaftCore:
             self._on_fetch(src, corr, req)
         elif t is VoteRequest:
             assert isinstance(req, VoteRequest)
-            self._on_vote(src, corr, req)
+            elections.on_vote(self, src, corr, req)
         elif t is BeginQuorumEpochRequest:
             assert isinstance(req, BeginQuorumEpochRequest)
-            self._on_begin_quorum(src, corr, req)
+            elections.on_begin_quorum(self, src, corr, req)
         elif t is EndQuorumEpochRequest:
             assert isinstance(req, EndQuorumEpochRequest)
-            self._on_end_quorum(src, corr, req)
+            elections.on_end_quorum(self, src, corr, req)
         elif t is FetchSnapshotRequest:
             assert isinstance(req, FetchSnapshotRequest)
             self._on_fetch_snapshot(src, corr, req)
@@ -1100,181 +713,9 @@ class RaftCore:
 
     # ---------------------------------------------------------------- Vote
 
-    def _vote_response(self, error: ErrorCode, granted: bool) -> VoteResponse:
-        return VoteResponse(
-            error, self.state.leader_id, self.state.epoch, granted, self._leader_endpoints()
-        )
-
-    def _own_voter_key(self, voter_id: int, voter_directory_id: Uuid | None) -> bool:
-        """Whether a Vote / BeginQuorumEpoch names this replica as its receiver. A VoterId
-        below 0 (v0 requests have none) is no key and names nobody in particular, as in Kafka
-        (`RaftUtil.voteRequestVoterKey`); a key without a directory id matches by id."""
-        if voter_id < 0:
-            return True
-        return voter_id == self.key.id and (
-            voter_directory_id is None or voter_directory_id == self.key.directory_id)
-
-    def _on_vote(self, src: int, corr: int, req: VoteRequest) -> None:
-        bad_epoch = (
-            req.last_offset_epoch > req.replica_epoch
-            if req.pre_vote
-            else req.last_offset_epoch >= req.replica_epoch
-        )
-        if req.replica_id < 0 or req.last_offset < 0 or req.last_offset_epoch < 0 or bad_epoch:
-            self._respond(src, corr, self._vote_response(ErrorCode.INVALID_REQUEST, False))
-            return
-        if not self._own_voter_key(req.voter_id, req.voter_directory_id):
-            self._respond(src, corr, self._vote_response(ErrorCode.INVALID_VOTER_KEY, False))
-            return
-        if req.replica_epoch < self.state.epoch:
-            self._respond(src, corr, self._vote_response(ErrorCode.FENCED_LEADER_EPOCH, False))
-            return
-        if req.replica_epoch > self.state.epoch:
-            self._to_unattached(req.replica_epoch, None)
-        s = self.state
-        candidate = ReplicaKey(req.replica_id, req.replica_directory_id)
-        up_to_date = OffsetAndEpoch(req.last_offset_epoch, req.last_offset) >= self.log.end_position()
-        granted = False
-        if req.pre_vote:
-            if isinstance(s, UnattachedState | ProspectiveState | CandidateState | ResignedState):
-                granted = up_to_date
-            elif isinstance(s, FollowerState):
-                # A follower that hears from a live leader protects it (KIP-996).
-                granted = up_to_date and (not s.has_fetched or s.disconnected)
-                if not granted and self._is_voter() and self._refusal_decides(req.replica_id):
-                    # The asker cannot win without this replica. One whose fetch timed out
-                    # waits in Prospective for its election timeout without asking again (it
-                    # retains the silent leader that this answer names), so if this one's
-                    # fetch times out within that time nobody goes first: no turn to wait.
-                    s.refused_prevote_at = self._now
-                    if not up_to_date:
-                        # Refused for its shorter log: this replica is the one that can win.
-                        # It does not wait its turn after a refused connection either, and
-                        # ends a turn it is waiting. (A refused asker whose log is not shorter
-                        # and which asks again once a refusal sent it back to a dead leader
-                        # is granted then: going at once would make two candidates.)
-                        s.refused_shorter_log = True
-                        if s.leader_gone_at is not None:
-                            s.leader_gone_at = min(s.leader_gone_at, self._now)
-                        if s.waiting_turn:
-                            s.fetch_deadline = min(s.fetch_deadline, self._now)
-            if (
-                isinstance(s, ProspectiveState)
-                and not granted
-                and req.replica_epoch == s.epoch
-                and req.replica_id in s.rejected
-            ):
-                # That voter refused our pre-vote while it still fetched from the leader; now it
-                # asks for pre-votes itself, so it no longer does, and we refuse it (our log is
-                # longer): ask it again at once instead of waiting out the election timeout (two
-                # followers that time out together, the one with the longer log asking first,
-                # would otherwise both lose the round). Had we granted it, it wins with our
-                # vote: asking again would only make us a second candidate and split the vote.
-                s.rejected.discard(req.replica_id)
-                self._request_votes(self._voters(), s.epoch, pre_vote=True, only=req.replica_id)
-        elif isinstance(s, UnattachedState | ProspectiveState):
-            leader_known = isinstance(s, ProspectiveState) and s.retained_leader >= 0
-            voted = s.voted
-            same = voted is not None and voted.id == candidate.id and (
-                voted.directory_id is None or voted.directory_id == candidate.directory_id
-            )
-            if up_to_date and not leader_known and (voted is None or same):
-                granted = True
-                if voted is None:
-                    self._persist(-1, s.epoch, candidate)
-                    self._set_state(
-                        UnattachedState(s.epoch, candidate, self._now + self._election_timeout())
-                    )
-                elif isinstance(s, UnattachedState):
-                    s.election_deadline = self._now + self._election_timeout()
-        self._respond(src, corr, self._vote_response(ErrorCode.NONE, granted))
-
-    def _on_vote_response(self, req: VoteRequest, resp: VoteResponse) -> None:
-        s = self.state
-        # A granted pre-vote in our epoch means the voter does not fetch from a live leader,
-        # even if it still names one (its leader refused connections): count it rather than
-        # going back to follow that leader.
-        granted_prevote = (
-            req.pre_vote and resp.vote_granted and resp.error_code == ErrorCode.NONE
-            and resp.leader_epoch == s.epoch and isinstance(s, ProspectiveState)
-        )
-        if not granted_prevote and self._maybe_transition_on_epoch(
-            resp.leader_epoch, resp.leader_id, resp.leader_endpoints
-        ):
-            return
-        s = self.state
-        if resp.leader_epoch != s.epoch:
-            return
-        if req.pre_vote and isinstance(s, ProspectiveState) and req.replica_epoch == s.epoch:
-            if resp.error_code == ErrorCode.UNSUPPORTED_VERSION:
-                # The peer cannot pre-vote (Vote < v2): skip straight to a real election.
-                self._to_candidate()
-                return
-            if resp.error_code != ErrorCode.NONE:
-                return
-            (s.granted if resp.vote_granted else s.rejected).add(req.voter_id)
-            result = vote_result(self._voters().ids(), s.granted, s.rejected)
-            if result is VoteResult.WON:
-                self._to_candidate()
-            elif result is VoteResult.LOST:
-                self._prospective_lost(s)
-        elif not req.pre_vote and isinstance(s, CandidateState) and req.replica_epoch == s.epoch:
-            if resp.error_code != ErrorCode.NONE or s.backoff_until is not None:
-                return
-            (s.granted if resp.vote_granted else s.rejected).add(req.voter_id)
-            result = vote_result(self._voters().ids(), s.granted, s.rejected)
-            if result is VoteResult.WON:
-                self._to_leader()
-            elif result is VoteResult.LOST:
-                self._candidate_backoff(s)
 
     # ---------------------------------------------------------------- Begin/EndQuorumEpoch
 
-    def _on_begin_quorum(self, src: int, corr: int, req: BeginQuorumEpochRequest) -> None:
-        if not self._own_voter_key(req.voter_id, req.voter_directory_id):
-            err = ErrorCode.INVALID_VOTER_KEY
-        elif req.leader_epoch < self.state.epoch:
-            err = ErrorCode.FENCED_LEADER_EPOCH
-        else:
-            err = ErrorCode.NONE
-            s = self.state
-            if req.leader_epoch > s.epoch or (
-                s.leader_id < 0 and not isinstance(s, LeaderState | ResignedState)
-            ):
-                self._to_follower(req.leader_epoch, req.leader_id, req.leader_endpoints)
-        s = self.state
-        self._respond(src, corr, BeginQuorumEpochResponse(err, s.leader_id, s.epoch))
-
-    def _on_end_quorum(self, src: int, corr: int, req: EndQuorumEpochRequest) -> None:
-        s = self.state
-        if req.leader_epoch < s.epoch:
-            self._respond(
-                src, corr, EndQuorumEpochResponse(ErrorCode.FENCED_LEADER_EPOCH, s.leader_id, s.epoch)
-            )
-            return
-        if req.leader_epoch > s.epoch:
-            self._to_follower(req.leader_epoch, req.leader_id, req.leader_endpoints)
-        s = self.state
-        if isinstance(s, FollowerState) and s.leader_id == req.leader_id:
-            s.fetch_deadline = self._now + self._end_quorum_backoff(req.preferred_candidates)
-            s.has_fetched = False
-        self._respond(src, corr, EndQuorumEpochResponse(ErrorCode.NONE, s.leader_id, s.epoch))
-
-    def _end_quorum_backoff(self, preferred: tuple[ReplicaKey, ...]) -> int:
-        """Strict exponential backoff by rank among the resigning leader's preferred
-        candidates: the best one starts its election at once."""
-        cap = self.config.election_backoff_max_ms
-        own = self.key
-        # this replica by id and, where the entry names one, directory id (Kafka's
-        # endEpochElectionBackoff): an entry of this id with another directory is another replica
-        pos = next((i for i, k in enumerate(preferred) if k.id == own.id and (
-            k.directory_id is None or k.directory_id == own.directory_id)), None)
-        if pos is None:
-            return cap
-        if pos == 0:
-            return 0
-        n = len(preferred)
-        return min((cap >> (n - 1)) << (pos - 1), cap)
 
     # ---------------------------------------------------------------- Fetch (leader side)
 
@@ -1328,8 +769,8 @@ class RaftCore:
             voters = self._voters()
             if voters.is_voter(key):
                 s.fetched_since_check.add(key.id)
-                if self._check_quorum_ok(s):
-                    self._reset_check_quorum(s)
+                if elections.check_quorum_ok(self, s):
+                    elections.reset_check_quorum(self, s)
                 self._maybe_advance_hw()
                 if self.state is not s:
                     self._fetch_error(src, corr, ErrorCode.NOT_LEADER_OR_FOLLOWER)
@@ -1440,7 +881,7 @@ class RaftCore:
             and 0 <= self.voters_history.latest_offset() < new
         ):
             # A leader that removed itself serves until the removal commits, then steps down.
-            self._resign("removed from the voters set")
+            elections.resign(self, "removed from the voters set")
 
     def _set_hw(self, hw: int) -> None:
         if self.high_watermark is not None and hw <= self.high_watermark:
@@ -1858,9 +1299,9 @@ class RaftCore:
         if isinstance(resp, FetchResponse):
             self._on_fetch_response(resp)
         elif isinstance(resp, VoteResponse) and isinstance(req, VoteRequest):
-            self._on_vote_response(req, resp)
+            elections.on_vote_response(self, req, resp)
         elif isinstance(resp, BeginQuorumEpochResponse | EndQuorumEpochResponse):
-            if self._maybe_transition_on_epoch(resp.leader_epoch, resp.leader_id, ()):
+            if elections.maybe_transition_on_epoch(self, resp.leader_epoch, resp.leader_id, ()):
                 return
         elif isinstance(resp, FetchSnapshotResponse):
             self._on_fetch_snapshot_response(resp)
@@ -1873,14 +1314,14 @@ class RaftCore:
             s = self.state
             if resp.error_code == ErrorCode.NONE and isinstance(s, FollowerState):
                 s.update_voter_done = True
-            elif not self._maybe_transition_on_epoch(resp.leader_epoch, resp.leader_id, ()):
+            elif not elections.maybe_transition_on_epoch(self, resp.leader_epoch, resp.leader_id, ()):
                 pass
         # VoterChangeResponse (auto-join): the next attempt is paced by next_admin_at.
 
     # ---------------------------------------------------------------- Fetch (follower side)
 
     def _on_fetch_response(self, resp: FetchResponse) -> None:
-        if self._maybe_transition_on_epoch(resp.leader_epoch, resp.leader_id, resp.leader_endpoints):
+        if elections.maybe_transition_on_epoch(self, resp.leader_epoch, resp.leader_id, resp.leader_endpoints):
             return
         s = self.state
         if (
@@ -1942,7 +1383,7 @@ class RaftCore:
         self._fetch_corr = None
         if ev.fetch is not None:
             corr = self._next_corr()
-            self._inflight[corr] = _InFlight(
+            self._inflight[corr] = InFlight(
                 s.leader_id, ev.fetch, ev.fetch_sent_ms + self.config.request_timeout_ms
             )
             self._fetch_corr = corr
@@ -1986,13 +1427,13 @@ class RaftCore:
                 if voters.is_voter(v.key):
                     s.fetched_since_check.add(v.key.id)
                     fetched.append(v.last_fetch_ms)
-            if fetched and self._check_quorum_ok(s):
+            if fetched and elections.check_quorum_ok(self, s):
                 # the window restarts when the last of the fetches that made the majority
                 # came, not at the report: a report's lag does not lengthen the lease
                 needed = majority_size(len(voters)) - (1 if self._is_voter() else 0)
                 fetched.sort(reverse=True)
                 at = fetched[min(needed, len(fetched)) - 1] if needed > 0 else self._now
-                self._reset_check_quorum(s, at)
+                elections.reset_check_quorum(self, s, at)
         end = min(ev.durable_end, self.log.end_offset)
         if end > self.log.persisted_end:
             self.log.persisted_end = end
@@ -2073,7 +1514,7 @@ class RaftCore:
     # ---------------------------------------------------------------- FetchSnapshot (follower)
 
     def _on_fetch_snapshot_response(self, resp: FetchSnapshotResponse) -> None:
-        if self._maybe_transition_on_epoch(resp.leader_epoch, resp.leader_id, resp.leader_endpoints):
+        if elections.maybe_transition_on_epoch(self, resp.leader_epoch, resp.leader_id, resp.leader_endpoints):
             return
         s = self.state
         if not isinstance(s, FollowerState) or s.download is None or resp.leader_epoch != s.epoch:
@@ -2196,7 +1637,7 @@ class RaftCore:
 
     def _on_shutdown(self) -> None:
         if isinstance(self.state, LeaderState):
-            self._resign("shutdown")
+            elections.resign(self, "shutdown")
         self._shutting_down = True
 
     # ---------------------------------------------------------------- snapshots
