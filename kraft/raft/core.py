@@ -28,18 +28,12 @@ import logging
 import random
 
 from kraft.protocol.errors import ErrorCode
-from kraft.raft import elections
+from kraft.raft import elections, replication
 from kraft.raft.config import LogState, QuorumStateData, RaftConfig
 from kraft.raft.effects import (
     AbortSnapshotDownload,
     AdvanceLogStart,
-    AppendAccepted,
     AppendCommitted,
-    AppendControl,
-    AppendFetched,
-    AppendRecords,
-    AppendRejected,
-    Committed,
     CreateSnapshot,
     DeleteSnapshot,
     Effect,
@@ -48,12 +42,10 @@ from kraft.raft.effects import (
     MeasureRetention,
     PersistQuorumState,
     SendApiVersions,
-    SendFetchResponse,
     SendFetchSnapshotResponse,
     SendRequest,
     SendResponse,
     StateChanged,
-    TruncateTo,
     WriteSnapshotChunk,
 )
 from kraft.raft.errors import RaftFatalError as RaftFatalError
@@ -97,7 +89,6 @@ from kraft.raft.messages import (
     Endpoint,
     EndQuorumEpochRequest,
     EndQuorumEpochResponse,
-    FetchedBatch,
     FetchRequest,
     FetchResponse,
     FetchSnapshotRequest,
@@ -126,7 +117,6 @@ from kraft.raft.state import (
     ProspectiveState,
     ResignedState,
     Role,
-    SnapshotDownload,
     UnattachedState,
 )
 from kraft.raft.voters import OffsetHistory, VoterNode, VoterSet
@@ -224,7 +214,7 @@ class RaftCore:
             self.log.end_offset,
         )
         self._expire_timers()
-        self._poll()
+        replication.poll(self)
         out, self._out = self._out, []
         return out
 
@@ -242,10 +232,10 @@ class RaftCore:
             self._on_response(event.source, event.correlation_id, event.response)
         elif t is Persisted:
             assert isinstance(event, Persisted)
-            self._on_persisted(event.end_offset)
+            replication.on_persisted(self, event.end_offset)
         elif t is Append:
             assert isinstance(event, Append)
-            self._on_append(event)
+            replication.on_append(self, event)
         elif t is Tick:
             pass
         elif t is RequestFailed:
@@ -287,7 +277,7 @@ class RaftCore:
         else:  # pragma: no cover - the Event union is closed
             raise TypeError(f"unknown event {event!r}")
         self._expire_timers()
-        self._poll()
+        replication.poll(self)
         out, self._out = self._out, []
         return out
 
@@ -432,7 +422,7 @@ class RaftCore:
         s = self.state
         if not isinstance(s, FollowerState):
             return None
-        return self._fetch_request(s.epoch)
+        return replication.fetch_request(self, s.epoch)
 
     # ================================================================== helpers
 
@@ -519,7 +509,7 @@ class RaftCore:
             if due:
                 s.parked = [p for p in s.parked if p.deadline > now]
                 for p in due:
-                    self._answer_fetch(p.source, p.correlation_id, p.request)
+                    replication.answer_fetch(self, p.source, p.correlation_id, p.request)
         if s.pending_change is not None and s.pending_change.deadline <= now:
             pc = s.pending_change
             s.pending_change = None
@@ -569,57 +559,6 @@ class RaftCore:
                 s.next_admin_at = self._now + self.config.retry_backoff_ms * 10
 
 
-    def _poll(self) -> None:
-        if self._installing is not None:
-            return  # the log is being replaced underneath us: no fetch until that is done
-        s = self.state
-        if isinstance(s, FollowerState):
-            if self._fetch_corr is None and self._now >= self._fetch_backoff_until:
-                if s.download is not None:
-                    if not s.download.complete:
-                        self._fetch_corr = self._send(
-                            s.leader_id,
-                            s.leader_endpoints,
-                            FetchSnapshotRequest(
-                                replica_id=self.key.id,
-                                replica_directory_id=self.key.directory_id,
-                                current_leader_epoch=s.epoch,
-                                snapshot_id=s.download.snapshot_id,
-                                position=s.download.position,
-                                max_bytes=self.config.fetch_snapshot_max_bytes,
-                            ),
-                        )
-                elif self.log.persisted_end >= self.log.end_offset:
-                    self._fetch_corr = self._send(
-                        s.leader_id, s.leader_endpoints, self._fetch_request(s.epoch)
-                    )
-            if self._admin_corr is None and self._now >= s.next_admin_at and self._wants_admin(s):
-                self._send_admin(s)
-        elif (
-            isinstance(s, UnattachedState)
-            and not self._is_voter()
-            and self.config.bootstrap_servers
-            and self._fetch_corr is None
-            and self._now >= self._fetch_backoff_until
-        ):
-            servers = self.config.bootstrap_servers
-            i = self._bootstrap_index % len(servers)
-            self._bootstrap_index += 1
-            self._fetch_corr = self._send(-2 - i, (servers[i],), self._fetch_request(s.epoch))
-            # Bootstrap servers may not answer (not the leader, unreachable): pace the discovery.
-            self._fetch_backoff_until = self._now + self.config.retry_backoff_ms * 5
-
-    def _fetch_request(self, epoch: int) -> FetchRequest:
-        return FetchRequest(
-            replica_id=self.key.id,
-            replica_directory_id=self.key.directory_id,
-            current_leader_epoch=epoch,
-            fetch_offset=self.log.end_offset,
-            last_fetched_epoch=self.log.last_epoch(),
-            max_wait_ms=self.config.max_fetch_wait_ms,
-            max_bytes=self.config.max_fetch_bytes,
-            high_watermark=self.high_watermark if self.high_watermark is not None else -1,
-        )
 
     # ---------------------------------------------------------------- voter self-service
 
@@ -680,7 +619,7 @@ class RaftCore:
         t = type(req)
         if t is FetchRequest:
             assert isinstance(req, FetchRequest)
-            self._on_fetch(src, corr, req)
+            replication.on_fetch(self, src, corr, req)
         elif t is VoteRequest:
             assert isinstance(req, VoteRequest)
             elections.on_vote(self, src, corr, req)
@@ -733,162 +672,9 @@ class RaftCore:
             return ErrorCode.BROKER_NOT_AVAILABLE
         return None
 
-    def _fetch_error(self, dest: int, corr: int, err: ErrorCode) -> None:
-        s = self.state
-        hw = self.high_watermark if self.high_watermark is not None else -1
-        resp = FetchResponse(
-            err, s.leader_id, s.epoch, hw, self.log.start_offset,
-            leader_endpoints=self._leader_endpoints(),
-        )
-        self._out.append(SendFetchResponse(dest, corr, resp, None, 0))
-
-    def _on_fetch(self, src: int, corr: int, req: FetchRequest) -> None:
-        if (
-            req.max_wait_ms < 0
-            or req.fetch_offset < 0
-            or req.last_fetched_epoch < 0
-            or req.last_fetched_epoch > req.current_leader_epoch
-        ):
-            self._fetch_error(src, corr, ErrorCode.INVALID_REQUEST)
-            return
-        err = self._leader_only_error(req.current_leader_epoch)
-        if err is not None:
-            self._fetch_error(src, corr, err)
-            return
-        s = self.state
-        assert isinstance(s, LeaderState)
-        resp, read = self._fetch_answer(s, req)
-        if resp.diverging_epoch is not None or resp.snapshot_id is not None:
-            self._out.append(SendFetchResponse(src, corr, resp, None, req.max_bytes))
-            return
-        hw_before = s.high_watermark
-        key = ReplicaKey(req.replica_id, req.replica_directory_id)
-        if req.replica_id >= 0:
-            p = s.progress_for(key)
-            p.record_fetch(req.fetch_offset, self.log.end_offset, self._now)
-            voters = self._voters()
-            if voters.is_voter(key):
-                s.fetched_since_check.add(key.id)
-                if elections.check_quorum_ok(self, s):
-                    elections.reset_check_quorum(self, s)
-                self._maybe_advance_hw()
-                if self.state is not s:
-                    self._fetch_error(src, corr, ErrorCode.NOT_LEADER_OR_FOLLOWER)
-                    return
-        hw = s.high_watermark
-        follower_hw_behind = (
-            req.high_watermark is not None and hw is not None and req.high_watermark < hw
-        )
-        if read is None and req.max_wait_ms > 0 and (
-                not follower_hw_behind or s.writes_streaming):
-            wait = req.max_wait_ms
-            if follower_hw_behind:
-                # only the new high watermark to tell, while writes stream in: it rides on the
-                # next records (one answer and one refetch fewer per write), or goes alone
-                # when the linger runs out (`_hold_for_records`)
-                wait = min(wait, self.config.hw_linger_ms)
-            s.parked.append(ParkedFetch(src, corr, req, self._now + wait))
-            return
-        if hw != hw_before:
-            # this fetch moved the high watermark: the answer carries the new one (what is
-            # read is unchanged: the log's end and start do not move while the core runs)
-            resp = FetchResponse(ErrorCode.NONE, s.leader_id, s.epoch,
-                                 hw if hw is not None else -1, self.log.start_offset)
-        self._out.append(SendFetchResponse(src, corr, resp, read, req.max_bytes))
-
-    def _fetch_answer(self, s: LeaderState, req: FetchRequest) -> tuple[FetchResponse, int | None]:
-        """Decide what a valid Fetch gets: a snapshot id, a diverging epoch, or records."""
-        log = self.log
-        hw = s.high_watermark if s.high_watermark is not None else -1
-        base = (ErrorCode.NONE, s.leader_id, s.epoch, hw, log.start_offset)
-        if not log.inside_latest_epoch(req.fetch_offset, req.last_fetched_epoch):
-            # not the steady state: the fetcher may need a snapshot or have diverged
-            latest = log.latest_snapshot()
-            if req.fetch_offset == 0 and latest is not None and latest.offset > 0:
-                return FetchResponse(*base, snapshot_id=latest), None
-            if not (log.start_offset == 0 and req.fetch_offset == 0):
-                oldest = log.oldest_snapshot()
-                if latest is not None and oldest is not None and (
-                    req.fetch_offset < log.start_offset
-                    or (
-                        req.fetch_offset == log.start_offset
-                        and oldest.offset == log.start_offset
-                        and req.last_fetched_epoch != oldest.epoch
-                    )
-                    or req.last_fetched_epoch < oldest.epoch
-                ):
-                    return FetchResponse(*base, snapshot_id=latest), None
-                end = log.end_offset_for_epoch(req.last_fetched_epoch)
-                if end.epoch != req.last_fetched_epoch or end.offset < req.fetch_offset:
-                    return FetchResponse(*base, diverging_epoch=end), None
-        read = req.fetch_offset if req.fetch_offset < log.end_offset else None
-        return FetchResponse(*base), read
-
-    def _answer_fetch(self, src: int, corr: int, req: FetchRequest) -> None:
-        s = self.state
-        if not isinstance(s, LeaderState) or req.current_leader_epoch != s.epoch:
-            self._on_fetch(src, corr, req)
-            return
-        resp, read = self._fetch_answer(s, req)
-        self._out.append(SendFetchResponse(src, corr, resp, read, req.max_bytes))
-
-    def _complete_parked(self, s: LeaderState, hw_moved_only: bool) -> None:
-        if not s.parked:
-            return
-        if hw_moved_only:
-            done = [p for p in s.parked if p.request.high_watermark is not None]
-            s.parked = [p for p in s.parked if p.request.high_watermark is None]
-        else:
-            done, s.parked = s.parked, []
-        for p in done:
-            self._answer_fetch(p.source, p.correlation_id, p.request)
-
-    def _hold_for_records(self, s: LeaderState) -> None:
-        """The high watermark moved while writes stream in: the parked fetches it would
-        complete (KIP-1166) wait up to `hw_linger_ms` more for the next append, whose answer
-        carries the records and the new high watermark together; a fetch the linger outlasts
-        is answered with the high watermark alone when its deadline comes."""
-        due = self._now + self.config.hw_linger_ms
-        for p in s.parked:
-            if p.request.high_watermark is not None and p.deadline > due:
-                p.deadline = due
 
     # ---------------------------------------------------------------- high watermark
 
-    def _maybe_advance_hw(self) -> None:
-        s = self.state
-        if not isinstance(s, LeaderState):
-            return
-        new = s.compute_high_watermark(self._voters(), self.log.persisted_end)
-        if new is None or (s.high_watermark is not None and new <= s.high_watermark):
-            return
-        s.high_watermark = new
-        s.hw_advanced_at = self._now
-        self._set_hw(new)
-        for append_id in sorted(a for a, last in s.pending_appends.items() if last < new):
-            del s.pending_appends[append_id]
-            self._out.append(AppendCommitted(append_id, ErrorCode.NONE))
-        pc = s.pending_change
-        if pc is not None and pc.record_offset is not None and pc.record_offset < new:
-            s.pending_change = None
-            self._reply_change(pc, ErrorCode.NONE, None)
-        if s.writes_streaming:
-            self._hold_for_records(s)
-        else:
-            self._complete_parked(s, hw_moved_only=True)
-        if (
-            not self._voters().is_voter(self.key)
-            and 0 <= self.voters_history.latest_offset() < new
-        ):
-            # A leader that removed itself serves until the removal commits, then steps down.
-            elections.resign(self, "removed from the voters set")
-
-    def _set_hw(self, hw: int) -> None:
-        if self.high_watermark is not None and hw <= self.high_watermark:
-            return
-        self.high_watermark = hw
-        self._out.append(Committed(hw))
-        self._maybe_snapshot(force=False)
 
     # ---------------------------------------------------------------- FetchSnapshot (leader)
 
@@ -1020,7 +806,7 @@ class RaftCore:
         self._respond(pc.source, pc.correlation_id, response)
 
     def _append_voters(self, s: LeaderState, voters: VoterSet) -> int:
-        self._append_control((voters_record(voters),))
+        replication.append_control(self, (voters_record(voters),))
         return self.log.end_offset - 1
 
     def _missing_controller_listener(self, endpoints: tuple[Endpoint, ...]) -> str | None:
@@ -1112,7 +898,7 @@ class RaftCore:
         node = VoterNode(pc.key, pc.node.endpoints, ev.result.kraft_version)
         pc.record_offset = self._append_voters(s, self._voters().with_voter(node))
         pc.deadline = self._now + pc.timeout_ms
-        self._maybe_advance_hw()
+        replication.maybe_advance_hw(self)
 
     def _on_remove_voter(self, src: int, corr: int, req: RemoveRaftVoterRequest) -> None:
         s = self.state
@@ -1137,7 +923,7 @@ class RaftCore:
         s.pending_change = PendingChange(
             ChangeKind.REMOVE, src, corr, self._now + VOTER_CHANGE_TIMEOUT_MS, key, None, offset
         )
-        self._maybe_advance_hw()
+        replication.maybe_advance_hw(self)
 
     def _on_update_voter(self, src: int, corr: int, req: UpdateRaftVoterRequest) -> None:
         s = self.state
@@ -1189,7 +975,7 @@ class RaftCore:
         node = VoterNode(key, req.listeners, rng)
         if node != current:
             self._append_voters(s, voters.replaced(node))
-            self._maybe_advance_hw()
+            replication.maybe_advance_hw(self)
         reply(ErrorCode.NONE)
 
     def _on_controller_registration(self, src: int, corr: int,
@@ -1278,12 +1064,12 @@ class RaftCore:
         if req.validate_only:
             reply(ErrorCode.NONE)
             return
-        self._append_control((kraft_version_record(target), voters_record(VoterSet.of(upgraded))))
+        replication.append_control(self, (kraft_version_record(target), voters_record(VoterSet.of(upgraded))))
         s.pending_change = PendingChange(
             ChangeKind.UPGRADE, src, corr, self._now + VOTER_CHANGE_TIMEOUT_MS, self.key, None,
             self.log.end_offset - 1,
         )
-        self._maybe_advance_hw()
+        replication.maybe_advance_hw(self)
 
     # ================================================================== responses
 
@@ -1297,7 +1083,7 @@ class RaftCore:
         if corr == self._admin_corr:
             self._admin_corr = None
         if isinstance(resp, FetchResponse):
-            self._on_fetch_response(resp)
+            replication.on_fetch_response(self, resp)
         elif isinstance(resp, VoteResponse) and isinstance(req, VoteRequest):
             elections.on_vote_response(self, req, resp)
         elif isinstance(resp, BeginQuorumEpochResponse | EndQuorumEpochResponse):
@@ -1320,41 +1106,6 @@ class RaftCore:
 
     # ---------------------------------------------------------------- Fetch (follower side)
 
-    def _on_fetch_response(self, resp: FetchResponse) -> None:
-        if elections.maybe_transition_on_epoch(self, resp.leader_epoch, resp.leader_id, resp.leader_endpoints):
-            return
-        s = self.state
-        if (
-            not isinstance(s, FollowerState)
-            or resp.leader_epoch != s.epoch
-            or resp.error_code != ErrorCode.NONE
-        ):
-            # An error, or an answer from an older epoch: retry after the backoff.
-            self._fetch_backoff_until = self._now + self.config.retry_backoff_ms
-            return
-        self._leader_answered(s, self._now)
-        if resp.diverging_epoch is not None:
-            # Nothing of our log is known to match the leader's yet (the truncation may stop
-            # short of the divergence when we lack the epoch it names): the high watermark in
-            # this answer is not ours to take until a fetch is answered without divergence.
-            self._truncate_diverging(resp.diverging_epoch)
-            return
-        elif resp.snapshot_id is not None:
-            if s.download is None:
-                s.download = SnapshotDownload(resp.snapshot_id)
-                logger.info(
-                    "raft snapshot download node=%s snapshot=%s", self.key.id, resp.snapshot_id
-                )
-            return
-        elif resp.batches and not self._append_fetched(s, resp.batches):
-            return
-        if resp.high_watermark >= 0:
-            new = min(resp.high_watermark, self.log.end_offset)
-            if self.high_watermark is None or new > self.high_watermark:
-                self._set_hw(new)
-        if resp.log_start_offset > s.leader_log_start:
-            s.leader_log_start = resp.log_start_offset
-            self._follow_leader_log_start(s)
 
     def _on_follower_lane_report(self, ev: FollowerLaneReport) -> None:
         """The follower lane's work since it was armed (or last reported), taken as the
@@ -1372,13 +1123,13 @@ class RaftCore:
             )
         self._take_lane_appended("follower", ev.appended, ev.appended_bytes, ev.epoch)
         if ev.answered_ms is not None:
-            self._leader_answered(s, ev.answered_ms)
+            replication.leader_answered(self, s, ev.answered_ms)
         if ev.durable_end > self.log.persisted_end:
             self.log.persisted_end = min(ev.durable_end, self.log.end_offset)
         if ev.high_watermark is not None and ev.high_watermark >= 0:
             new = min(ev.high_watermark, self.log.end_offset)
             if self.high_watermark is None or new > self.high_watermark:
-                self._set_hw(new)
+                replication.set_hw(self, new)
         self._inflight.pop(self._fetch_corr, None)
         self._fetch_corr = None
         if ev.fetch is not None:
@@ -1437,7 +1188,7 @@ class RaftCore:
         end = min(ev.durable_end, self.log.end_offset)
         if end > self.log.persisted_end:
             self.log.persisted_end = end
-        self._maybe_advance_hw()
+        replication.maybe_advance_hw(self)
         if ev.high_watermark is not None and (
                 s.high_watermark is None or s.high_watermark < ev.high_watermark):
             # the lane answered commits (to clients, to fetchers) the core cannot back
@@ -1457,51 +1208,6 @@ class RaftCore:
             s.parked.extend(ParkedFetch(p.source, p.correlation_id, p.request, p.deadline)
                             for p in ev.parked)
 
-    def _leader_answered(self, s: FollowerState, at_ms: int) -> None:
-        """The leader answered a fetch of this epoch without an error at `at_ms`: the fetch
-        timeout runs from then, and the leader counts as alive."""
-        s.fetch_deadline = at_ms + self.config.fetch_timeout_ms
-        s.has_fetched = True
-        s.disconnected = False
-        s.leader_gone_at = None
-        s.waiting_turn = s.refused_shorter_log = False
-        s.refused_prevote_at = None
-
-    def _truncate_diverging(self, diverging: OffsetAndEpoch) -> None:
-        own = self.log.end_offset_for_epoch(diverging.epoch)
-        target = min(diverging.offset, own.offset, self.log.end_offset)
-        if self.high_watermark is not None and target < self.high_watermark:
-            raise RaftFatalError(
-                f"node {self.key.id}: truncation to {target} is below the high watermark "
-                f"{self.high_watermark} (diverging epoch {diverging})"
-            )
-        if target < self.log.end_offset:
-            self._truncate(target)
-
-    def _truncate(self, target: int) -> None:
-        self.log.truncate_to(target)
-        self.voters_history.truncate_to(target)
-        self.kraft_version_history.truncate_to(target)
-        self._out.append(TruncateTo(target))
-        logger.info("raft truncate node=%s end_offset=%s", self.key.id, target)
-
-    def _append_fetched(self, s: FollowerState, batches: tuple[FetchedBatch, ...]) -> bool:
-        if batches[0].base_offset != self.log.end_offset:
-            return False
-        for b in batches:
-            if b.epoch > s.epoch:
-                raise RaftFatalError(
-                    f"node {self.key.id}: fetched batch of epoch {b.epoch} > leader epoch {s.epoch}"
-                )
-            self.log.append(b.base_offset, b.last_offset, b.epoch)
-            if b.is_control:
-                self._scan_control(b.base_offset, b.control_records)
-            elif isinstance(b.payload, bytes | bytearray | memoryview):
-                self._bytes_since_snapshot += len(b.payload)
-            else:
-                self._bytes_since_snapshot += b.last_offset - b.base_offset + 1
-        self._out.append(AppendFetched(batches))
-        return True
 
     def _scan_control(self, base_offset: int, records: tuple[object, ...]) -> None:
         for i, record in enumerate(records):
@@ -1586,7 +1292,7 @@ class RaftCore:
             s.download = None
         logger.info("raft snapshot installed node=%s snapshot=%s", self.key.id, sid)
         if self.high_watermark is None or sid.offset > self.high_watermark:
-            self._set_hw(sid.offset)
+            replication.set_hw(self, sid.offset)
 
     def _on_snapshot_install_failed(self, sid: OffsetAndEpoch) -> None:
         self._install_done(sid)
@@ -1597,43 +1303,6 @@ class RaftCore:
 
     # ================================================================== local events
 
-    def _append_control(self, records: tuple[object, ...]) -> None:
-        s = self.state
-        assert isinstance(s, LeaderState)
-        base = self.log.end_offset
-        self.log.append(base, base + len(records) - 1, s.epoch)
-        self._scan_control(base, records)
-        self._out.append(AppendControl(base, s.epoch, records, self._now))
-        self._complete_parked(s, hw_moved_only=False)
-
-    def _on_append(self, ev: Append) -> None:
-        s = self.state
-        if not isinstance(s, LeaderState) or self._shutting_down or not ev.values:
-            err = (
-                ErrorCode.INVALID_REQUEST
-                if isinstance(s, LeaderState) and not ev.values
-                else ErrorCode.NOT_LEADER_OR_FOLLOWER
-            )
-            self._out.append(AppendRejected(ev.append_id, err, s.leader_id, s.epoch))
-            return
-        base = self.log.end_offset
-        last = base + len(ev.values) - 1
-        self.log.append(base, last, s.epoch)
-        self._bytes_since_snapshot += ev.size_bytes or len(ev.values)
-        self._out.append(AppendRecords(base, s.epoch, ev.values, self._now))
-        self._out.append(AppendAccepted(ev.append_id, base, last, s.epoch))
-        s.pending_appends[ev.append_id] = last
-        # writes stream in when this one came within the linger of the last commit: the next
-        # commit's high watermark may then wait for the write after it (`_hold_for_records`)
-        linger = self.config.hw_linger_ms
-        s.writes_streaming = linger > 0 and self._now - s.hw_advanced_at <= linger
-        self._complete_parked(s, hw_moved_only=False)
-
-    def _on_persisted(self, end: int) -> None:
-        end = min(end, self.log.end_offset)
-        if end > self.log.persisted_end:
-            self.log.persisted_end = end
-            self._maybe_advance_hw()
 
     def _on_shutdown(self) -> None:
         if isinstance(self.state, LeaderState):

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from kraft.protocol.errors import ErrorCode
 from kraft.protocol.uuid import Uuid
+from kraft.raft import replication
 from kraft.raft.effects import (
     AbortSnapshotDownload,
     AppendCommitted,
@@ -228,7 +229,7 @@ def to_leader(core: RaftCore) -> None:
         ):
             updated = voters.replaced(VoterNode(core.key, cfg.listeners, cfg.kraft_version_range))
             records.append(voters_record(updated))
-    core._append_control(tuple(records))
+    replication.append_control(core, tuple(records))
     for v in voters.voters:
         if v.id != core.key.id:
             send_begin_quorum(core, v)
@@ -285,7 +286,7 @@ def abandon_leadership(core: RaftCore, old: LeaderState) -> None:
         old.pending_change = None
     parked, old.parked = old.parked, []
     for p in parked:
-        core._on_fetch(p.source, p.correlation_id, p.request)
+        replication.on_fetch(core, p.source, p.correlation_id, p.request)
 
 
 def maybe_transition_on_epoch(core: RaftCore, epoch: int, leader_id: int, endpoints: tuple[Endpoint, ...]

@@ -14,6 +14,7 @@ import pytest
 
 import kraft.raft.elections as elections
 import kraft.raft.leader as leader
+import kraft.raft.replication as replication
 from kraft.raft.core import RaftCore
 from kraft.raft.log import LogMeta
 from kraft.raft.messages import OffsetAndEpoch, VoteRequest
@@ -76,8 +77,8 @@ def test_mutation_vote_without_log_check_is_caught(monkeypatch: pytest.MonkeyPat
 def test_mutation_follower_hw_not_capped_by_its_log_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    patch_source(monkeypatch, RaftCore, "_on_fetch_response",
-                 "new = min(resp.high_watermark, self.log.end_offset)",
+    patch_source(monkeypatch, replication, "on_fetch_response",
+                 "new = min(resp.high_watermark, core.log.end_offset)",
                  "new = resp.high_watermark")
     v = first_violation(range(0, 50))
     assert v is not None and "beyond its log" in v, v
@@ -85,9 +86,9 @@ def test_mutation_follower_hw_not_capped_by_its_log_is_caught(
 
 def test_mutation_truncating_past_divergence_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     # truncate one record too many: a committed record held by the follower is removed
-    patch_source(monkeypatch, RaftCore, "_truncate_diverging",
-                 "target = min(diverging.offset, own.offset, self.log.end_offset)",
-                 "target = max(0, min(diverging.offset, own.offset, self.log.end_offset) - 1)")
+    patch_source(monkeypatch, replication, "truncate_diverging",
+                 "target = min(diverging.offset, own.offset, core.log.end_offset)",
+                 "target = max(0, min(diverging.offset, own.offset, core.log.end_offset) - 1)")
     v = first_violation(range(0, 300))
     assert v is not None and ("committed_never_truncated" in v or "high watermark" in v), v
 
@@ -96,8 +97,8 @@ def test_mutation_fetching_before_fsync_is_caught(monkeypatch: pytest.MonkeyPatc
     # the follower acknowledges (FetchOffset) records that are not on disk yet: the leader
     # then commits what a majority does not hold durably, and a crash loses committed records
     # it acknowledged (whichever the seeds show first)
-    patch_source(monkeypatch, RaftCore, "_poll",
-                 "elif self.log.persisted_end >= self.log.end_offset:",
+    patch_source(monkeypatch, replication, "poll",
+                 "elif core.log.persisted_end >= core.log.end_offset:",
                  "elif True:")
     v = first_violation(range(0, 300))
     assert v is not None and ("acknowledged_committed_lost" in v
