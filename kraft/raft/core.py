@@ -28,7 +28,7 @@ import logging
 import random
 
 from kraft.protocol.errors import ErrorCode
-from kraft.raft import elections, replication
+from kraft.raft import elections, membership, replication
 from kraft.raft.config import LogState, QuorumStateData, RaftConfig
 from kraft.raft.effects import (
     AbortSnapshotDownload,
@@ -41,7 +41,6 @@ from kraft.raft.effects import (
     InstallSnapshot,
     MeasureRetention,
     PersistQuorumState,
-    SendApiVersions,
     SendFetchSnapshotResponse,
     SendRequest,
     SendResponse,
@@ -69,13 +68,8 @@ from kraft.raft.events import (
 )
 from kraft.raft.lane import FollowerLane, LaneVoter, LeaderLane
 from kraft.raft.leader import (
-    CAUGHT_UP_WINDOW_MS,
-    OBSERVER_SESSION_TIMEOUT_MS,
-    VOTER_CHANGE_TIMEOUT_MS,
-    ChangeKind,
     LeaderState,
     ParkedFetch,
-    PendingChange,
 )
 from kraft.raft.log import LogMeta
 from kraft.raft.messages import (
@@ -85,7 +79,6 @@ from kraft.raft.messages import (
     ControllerRegistrationRequest,
     ControllerRegistrationResponse,
     DescribeQuorumRequest,
-    DescribeQuorumResponse,
     Endpoint,
     EndQuorumEpochRequest,
     EndQuorumEpochResponse,
@@ -95,20 +88,16 @@ from kraft.raft.messages import (
     FetchSnapshotResponse,
     OffsetAndEpoch,
     RemoveRaftVoterRequest,
-    ReplicaDescription,
     ReplicaKey,
     Request,
     Response,
     UpdateKRaftVersionRequest,
-    UpdateKRaftVersionResponse,
     UpdateRaftVoterRequest,
     UpdateRaftVoterResponse,
-    VoterChangeResponse,
     VoteRequest,
     VoteResponse,
 )
 from kraft.raft.quorum import majority_size
-from kraft.raft.records import kraft_version_record, scan_control, voters_record
 from kraft.raft.retention import RetainedSnapshot, follower_log_start, retention_log_start
 from kraft.raft.state import (
     CandidateState,
@@ -119,7 +108,7 @@ from kraft.raft.state import (
     Role,
     UnattachedState,
 )
-from kraft.raft.voters import OffsetHistory, VoterNode, VoterSet
+from kraft.raft.voters import OffsetHistory, VoterSet
 
 logger = logging.getLogger("kraft.raft")
 
@@ -258,7 +247,7 @@ class RaftCore:
             self._on_snapshot_install_failed(event.snapshot_id)
         elif t is ApiVersionsReceived:
             assert isinstance(event, ApiVersionsReceived)
-            self._on_api_versions(event)
+            membership.on_api_versions(self, event)
         elif t is FollowerLaneReport or t is LeaderLaneReport:
             if t is FollowerLaneReport:
                 assert isinstance(event, FollowerLaneReport)
@@ -307,7 +296,7 @@ class RaftCore:
                 times.append(s.leader_gone_at)
             if polling and self._fetch_corr is None and self._fetch_backoff_until > self._now:
                 times.append(self._fetch_backoff_until)
-            if polling and self._admin_corr is None and self._wants_admin(s):
+            if polling and self._admin_corr is None and membership.wants_admin(self, s):
                 times.append(max(self._now, s.next_admin_at))
         elif isinstance(s, UnattachedState):
             if s.election_deadline is not None:
@@ -513,7 +502,7 @@ class RaftCore:
         if s.pending_change is not None and s.pending_change.deadline <= now:
             pc = s.pending_change
             s.pending_change = None
-            self._reply_change(pc, ErrorCode.REQUEST_TIMED_OUT, "timed out")
+            membership.reply_change(self, pc, ErrorCode.REQUEST_TIMED_OUT, "timed out")
         if s.begin_quorum_resend_at <= now:
             # Kafka's LeaderState.needToSendBeginQuorumRequests: every other voter that has
             # not fetched within fetch timeout / 2, whether or not it ever fetched in this
@@ -562,56 +551,6 @@ class RaftCore:
 
     # ---------------------------------------------------------------- voter self-service
 
-    def _wants_admin(self, s: FollowerState) -> bool:
-        """Does this follower need to send UpdateRaftVoter or auto-join requests?"""
-        cfg = self.config
-        if self._is_voter():
-            if s.update_voter_done or not cfg.listeners:
-                return False
-            own = self._voters().get(self.key.id)
-            assert own is not None
-            if self.kraft_version == 0:
-                return True
-            if own.endpoints == cfg.listeners and own.kraft_version == cfg.kraft_version_range:
-                # Nothing to publish to this leader; a new leader means a new FollowerState.
-                s.update_voter_done = True
-                return False
-            return True
-        caught_up = self.high_watermark is not None and self.high_watermark >= self.log.end_offset
-        if self.kraft_version == 0:
-            # a caught-up observer (it knows the quorum is at kraft.version 0) tells the leader
-            # its supported range, which a kraft.version upgrade checks (Kafka's controllers
-            # register with the active controller)
-            return not s.registered and caught_up
-        if not cfg.auto_join or not cfg.listeners:
-            return False
-        return caught_up
-
-    def _send_admin(self, s: FollowerState) -> None:
-        cfg = self.config
-        voters = self._voters()
-        s.next_admin_at = self._now + cfg.update_voter_period_ms
-        request: Request
-        if not voters.is_voter(self.key) and self.kraft_version == 0:
-            request = ControllerRegistrationRequest(self.key.id, self.key.directory_id,
-                                                    cfg.listeners, cfg.kraft_version_range)
-        elif voters.is_voter(self.key):
-            request = UpdateRaftVoterRequest(
-                current_leader_epoch=s.epoch,
-                voter_id=self.key.id,
-                voter_directory_id=self.key.directory_id,
-                listeners=cfg.listeners,
-                kraft_version_feature=cfg.kraft_version_range,
-            )
-        else:
-            stale = voters.get(self.key.id)
-            if stale is not None:
-                # Auto-join: our id is a voter under an old directory id (a lost disk); remove
-                # that stale replica first, then add ourselves.
-                request = RemoveRaftVoterRequest(self.key.id, stale.key.directory_id)
-            else:
-                request = AddRaftVoterRequest(self.key.id, self.key.directory_id, cfg.listeners)
-        self._admin_corr = self._send(s.leader_id, s.leader_endpoints, request)
 
     # ================================================================== requests
 
@@ -633,22 +572,22 @@ class RaftCore:
             assert isinstance(req, FetchSnapshotRequest)
             self._on_fetch_snapshot(src, corr, req)
         elif t is DescribeQuorumRequest:
-            self._on_describe(src, corr)
+            membership.on_describe(self, src, corr)
         elif t is AddRaftVoterRequest:
             assert isinstance(req, AddRaftVoterRequest)
-            self._on_add_voter(src, corr, req)
+            membership.on_add_voter(self, src, corr, req)
         elif t is RemoveRaftVoterRequest:
             assert isinstance(req, RemoveRaftVoterRequest)
-            self._on_remove_voter(src, corr, req)
+            membership.on_remove_voter(self, src, corr, req)
         elif t is UpdateRaftVoterRequest:
             assert isinstance(req, UpdateRaftVoterRequest)
-            self._on_update_voter(src, corr, req)
+            membership.on_update_voter(self, src, corr, req)
         elif t is UpdateKRaftVersionRequest:
             assert isinstance(req, UpdateKRaftVersionRequest)
-            self._on_update_kraft_version(src, corr, req)
+            membership.on_update_kraft_version(self, src, corr, req)
         elif t is ControllerRegistrationRequest:
             assert isinstance(req, ControllerRegistrationRequest)
-            self._on_controller_registration(src, corr, req)
+            membership.on_controller_registration(self, src, corr, req)
 
     # ---------------------------------------------------------------- Vote
 
@@ -713,363 +652,9 @@ class RaftCore:
 
     # ---------------------------------------------------------------- DescribeQuorum
 
-    def _on_describe(self, src: int, corr: int) -> None:
-        s = self.state
-        if not isinstance(s, LeaderState):
-            self._respond(
-                src,
-                corr,
-                DescribeQuorumResponse(
-                    ErrorCode.NOT_LEADER_OR_FOLLOWER, s.leader_id, s.epoch, -1,
-                    error_message="not the leader",
-                ),
-            )
-            return
-        voters = self._voters()
-        rows: list[ReplicaDescription] = []
-        for v in voters.voters:
-            if v.id == self.key.id and (v.key.directory_id in (None, self.key.directory_id)):
-                rows.append(
-                    ReplicaDescription(
-                        self.key.id, self.key.directory_id, self.log.end_offset, self._now, self._now
-                    )
-                )
-                continue
-            p = s.voter_progress(v)
-            rows.append(
-                ReplicaDescription(
-                    v.id,
-                    p.key.directory_id if p else v.key.directory_id,
-                    p.end_offset if p else -1,
-                    p.last_fetch_ms if p else -1,
-                    p.last_caught_up_ms if p else -1,
-                )
-            )
-        observers = [
-            ReplicaDescription(
-                p.key.id, p.key.directory_id, p.end_offset, p.last_fetch_ms, p.last_caught_up_ms
-            )
-            for p in sorted(s.progress.values(), key=lambda p: (p.key.id, str(p.key.directory_id)))
-            if not voters.is_voter(p.key)
-            and p.last_fetch_ms >= self._now - OBSERVER_SESSION_TIMEOUT_MS
-        ]
-        if not voters.is_voter(self.key):
-            observers.append(
-                ReplicaDescription(
-                    self.key.id, self.key.directory_id, self.log.end_offset, self._now, self._now
-                )
-            )
-        hw = s.high_watermark if s.high_watermark is not None else -1
-        self._respond(
-            src,
-            corr,
-            DescribeQuorumResponse(
-                ErrorCode.NONE,
-                s.leader_id,
-                s.epoch,
-                hw,
-                tuple(rows),
-                tuple(observers),
-                tuple((v.id, v.endpoints) for v in voters.voters),
-            ),
-        )
 
     # ---------------------------------------------------------------- voter changes (leader)
 
-    def _change_precondition_error(self, s: LeaderState) -> tuple[ErrorCode, str] | None:
-        if s.pending_change is not None:
-            return ErrorCode.REQUEST_TIMED_OUT, "another voter change is in progress"
-        if s.high_watermark is None or s.high_watermark <= s.epoch_start_offset:
-            return ErrorCode.REQUEST_TIMED_OUT, "the leader has not committed its epoch start yet"
-        if self.voters_history.latest_offset() >= s.high_watermark:
-            return ErrorCode.REQUEST_TIMED_OUT, "the latest voters record is not committed yet"
-        return None
-
-    def _voter_change_refusal(self) -> tuple[ErrorCode, str] | None:
-        """Why an AddRaftVoter/RemoveRaftVoter cannot start now (None when it can)."""
-        s = self.state
-        if not isinstance(s, LeaderState) or self._shutting_down:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER, "not the leader"
-        pre = self._change_precondition_error(s)
-        if pre is not None:
-            return pre
-        if self.kraft_version < 1:
-            return ErrorCode.UNSUPPORTED_VERSION, "kraft.version 0 does not support voter changes"
-        return None
-
-    def _reply_change(self, pc: PendingChange, err: ErrorCode, message: str | None) -> None:
-        response: Response
-        if pc.kind is ChangeKind.UPGRADE:
-            response = UpdateKRaftVersionResponse(err, message)
-        else:
-            response = VoterChangeResponse(err, message)
-        self._respond(pc.source, pc.correlation_id, response)
-
-    def _append_voters(self, s: LeaderState, voters: VoterSet) -> int:
-        replication.append_control(self, (voters_record(voters),))
-        return self.log.end_offset - 1
-
-    def _missing_controller_listener(self, endpoints: tuple[Endpoint, ...]) -> str | None:
-        """The cluster's controller listener (the first of this replica's listeners) when
-        `endpoints` have none by that name, else None. Kafka refuses AddRaftVoter and
-        UpdateRaftVoter without it: no voter could reach the new endpoints."""
-        if not self.config.listeners:
-            return None
-        name = self.config.listeners[0].name
-        if any(e.name.upper() == name.upper() for e in endpoints):
-            return None
-        return name
-
-    def _on_add_voter(self, src: int, corr: int, req: AddRaftVoterRequest) -> None:
-        s = self.state
-
-        def fail(err: ErrorCode, msg: str) -> None:
-            self._respond(src, corr, VoterChangeResponse(err, msg))
-
-        refused = self._voter_change_refusal()
-        if refused is not None:
-            fail(*refused)
-            return
-        assert isinstance(s, LeaderState)
-        if req.voter_id < 0 or req.voter_directory_id is None or req.voter_directory_id.is_zero():
-            fail(ErrorCode.INVALID_REQUEST, "the new voter needs an id and a directory id")
-            return
-        if not req.listeners:
-            fail(ErrorCode.INVALID_REQUEST, "the new voter has no endpoint")
-            return
-        missing = self._missing_controller_listener(req.listeners)
-        if missing is not None:
-            fail(ErrorCode.INVALID_REQUEST,
-                 f"the new voter's endpoints {[e.name for e in req.listeners]} do not include "
-                 f"the controller listener {missing}")
-            return
-        voters = self._voters()
-        if voters.is_voter_id(req.voter_id):
-            fail(ErrorCode.DUPLICATE_VOTER, f"node {req.voter_id} is already a voter")
-            return
-        key = ReplicaKey(req.voter_id, req.voter_directory_id)
-        p = s.progress.get(key)
-        hw = s.high_watermark or 0
-        lag: str | None = None
-        if p is None:
-            lag = "the leader has had no fetch from it"
-        elif p.last_caught_up_ms < 0:
-            lag = f"it has not reached the leader's log end (fetched to {p.end_offset})"
-        elif p.last_fetch_ms < self._now - CAUGHT_UP_WINDOW_MS:
-            lag = f"its last fetch was {self._now - p.last_fetch_ms} ms ago"
-        elif p.end_offset < hw:
-            lag = f"it fetched to {p.end_offset}, behind the high watermark {hw}"
-        if lag is not None:
-            logger.info(
-                "raft add-voter refused node=%s replica=%s reason=%r log_end=%s hw=%s",
-                self.key.id, key, lag, self.log.end_offset, hw,
-            )
-            fail(ErrorCode.REQUEST_TIMED_OUT, f"replica {key} has not caught up: {lag}")
-            return
-        s.pending_change = PendingChange(
-            ChangeKind.ADD,
-            src,
-            corr,
-            self._now + self.config.request_timeout_ms,
-            key,
-            VoterNode(key, req.listeners),
-            timeout_ms=max(req.timeout_ms, 1),
-        )
-        self._out.append(SendApiVersions(req.voter_id, req.listeners))
-
-    def _on_api_versions(self, ev: ApiVersionsReceived) -> None:
-        s = self.state
-        if not isinstance(s, LeaderState):
-            return
-        pc = s.pending_change
-        if pc is None or pc.kind is not ChangeKind.ADD or pc.record_offset is not None:
-            return
-        if pc.key.id != ev.node_id:
-            return
-        if ev.result.error_code != ErrorCode.NONE:
-            s.pending_change = None
-            self._reply_change(pc, ErrorCode.REQUEST_TIMED_OUT, "new voter unreachable")
-            return
-        if not ev.result.kraft_version.supports(1):
-            s.pending_change = None
-            self._reply_change(pc, ErrorCode.INVALID_REQUEST, "new voter lacks kraft.version 1")
-            return
-        assert pc.node is not None
-        node = VoterNode(pc.key, pc.node.endpoints, ev.result.kraft_version)
-        pc.record_offset = self._append_voters(s, self._voters().with_voter(node))
-        pc.deadline = self._now + pc.timeout_ms
-        replication.maybe_advance_hw(self)
-
-    def _on_remove_voter(self, src: int, corr: int, req: RemoveRaftVoterRequest) -> None:
-        s = self.state
-
-        def fail(err: ErrorCode, msg: str) -> None:
-            self._respond(src, corr, VoterChangeResponse(err, msg))
-
-        refused = self._voter_change_refusal()
-        if refused is not None:
-            fail(*refused)
-            return
-        assert isinstance(s, LeaderState)
-        if req.voter_directory_id is None or req.voter_directory_id.is_zero():
-            fail(ErrorCode.INVALID_REQUEST, "a directory id is required")
-            return
-        key = ReplicaKey(req.voter_id, req.voter_directory_id)
-        voters = self._voters()
-        if not voters.has_exact(key) or len(voters) <= 1:
-            fail(ErrorCode.VOTER_NOT_FOUND, f"replica {key} is not a removable voter")
-            return
-        offset = self._append_voters(s, voters.without(key))
-        s.pending_change = PendingChange(
-            ChangeKind.REMOVE, src, corr, self._now + VOTER_CHANGE_TIMEOUT_MS, key, None, offset
-        )
-        replication.maybe_advance_hw(self)
-
-    def _on_update_voter(self, src: int, corr: int, req: UpdateRaftVoterRequest) -> None:
-        s = self.state
-
-        def reply(err: ErrorCode) -> None:
-            st = self.state
-            self._respond(src, corr, UpdateRaftVoterResponse(err, st.leader_id, st.epoch))
-
-        err = self._leader_only_error(req.current_leader_epoch)
-        if err is not None:
-            reply(err)
-            return
-        assert isinstance(s, LeaderState)
-        rng = req.kraft_version_feature
-        if (
-            req.voter_directory_id is None
-            or req.voter_directory_id.is_zero()
-            or rng.min_supported < 0
-            or rng.max_supported < rng.min_supported
-            or not req.listeners
-        ):
-            reply(ErrorCode.INVALID_REQUEST)
-            return
-        if not rng.supports(self.kraft_version) or self._missing_controller_listener(
-                req.listeners) is not None:
-            # Kafka's UpdateVoterHandler: the voter must still support the finalized
-            # kraft.version and still listen on the controller listener; nothing is written,
-            # nor remembered for a later upgrade
-            reply(ErrorCode.INVALID_REQUEST)
-            return
-        voters = self._voters()
-        current = voters.get(req.voter_id)
-        key = ReplicaKey(req.voter_id, req.voter_directory_id)
-        if current is None or not voters.is_voter(key):
-            reply(ErrorCode.VOTER_NOT_FOUND)
-            return
-        p = s.progress_for(key)
-        p.reported_range = rng
-        p.reported_endpoints = req.listeners
-        if self.kraft_version == 0:
-            # kraft.version 0: nothing is written; the leader remembers the voter's directory
-            # id and supported range so a later kraft.version upgrade can check them.
-            reply(ErrorCode.NONE)
-            return
-        pre = self._change_precondition_error(s)
-        if pre is not None:
-            reply(pre[0])
-            return
-        node = VoterNode(key, req.listeners, rng)
-        if node != current:
-            self._append_voters(s, voters.replaced(node))
-            replication.maybe_advance_hw(self)
-        reply(ErrorCode.NONE)
-
-    def _on_controller_registration(self, src: int, corr: int,
-                                    req: ControllerRegistrationRequest) -> None:
-        s = self.state
-        if not isinstance(s, LeaderState) or self._shutting_down:
-            self._respond(src, corr, ControllerRegistrationResponse(
-                ErrorCode.NOT_CONTROLLER, "not the active controller"))
-            return
-        rng = req.kraft_version_feature
-        if req.controller_id < 0 or rng.min_supported < 0 or rng.max_supported < rng.min_supported:
-            self._respond(src, corr, ControllerRegistrationResponse(
-                ErrorCode.INVALID_REQUEST, "bad controller id or kraft.version range"))
-            return
-        s.registered_ranges[req.controller_id] = rng
-        self._respond(src, corr, ControllerRegistrationResponse(ErrorCode.NONE))
-
-    def _observer_refusal(self, s: LeaderState, target: int) -> str | None:
-        """Why an observer may not take kraft.version `target` (None when all may): every
-        observer DescribeQuorum lists must have registered a range that holds it (Kafka checks
-        the supported range of every registered controller and broker)."""
-        voters = self._voters()
-        for p in sorted(s.progress.values(), key=lambda p: p.key.id):
-            if (voters.is_voter(p.key) or p.key.id == self.key.id
-                    or p.last_fetch_ms < self._now - OBSERVER_SESSION_TIMEOUT_MS):
-                continue
-            rng = s.registered_ranges.get(p.key.id)
-            if rng is None:
-                return (f"Invalid update version {target} for feature kraft.version. Observer "
-                        f"{p.key.id} has not registered, and may not support this feature")
-            if not rng.supports(target):
-                return (f"Invalid update version {target} for feature kraft.version. Observer "
-                        f"{p.key.id} only supports versions "
-                        f"{rng.min_supported}-{rng.max_supported}")
-        return None
-
-    def _on_update_kraft_version(self, src: int, corr: int, req: UpdateKRaftVersionRequest) -> None:
-        s = self.state
-
-        def reply(err: ErrorCode, msg: str | None = None) -> None:
-            self._respond(src, corr, UpdateKRaftVersionResponse(err, msg))
-
-        if not isinstance(s, LeaderState) or self._shutting_down:
-            # an UpdateFeatures answer: Kafka's controllers say NOT_CONTROLLER
-            reply(ErrorCode.NOT_CONTROLLER, "not the active controller")
-            return
-        current = self.kraft_version
-        target = req.kraft_version
-        if target < current:
-            reply(ErrorCode.INVALID_UPDATE_VERSION, "kraft.version cannot be downgraded")
-            return
-        if target == current:
-            reply(ErrorCode.NONE)
-            return
-        if target > 1 or not self.config.kraft_version_range.supports(target):
-            reply(ErrorCode.INVALID_UPDATE_VERSION, f"kraft.version {target} is not supported")
-            return
-        observer = self._observer_refusal(s, target)
-        if observer is not None:
-            reply(ErrorCode.INVALID_UPDATE_VERSION, observer)
-            return
-        pre = self._change_precondition_error(s)
-        if pre is not None:
-            reply(*pre)
-            return
-        upgraded: list[VoterNode] = []
-        for v in self._voters().voters:
-            if v.id == self.key.id:
-                upgraded.append(VoterNode(self.key, self.config.listeners or v.endpoints,
-                                          self.config.kraft_version_range))
-                continue
-            p = s.voter_progress(v)
-            why = None
-            if p is None or p.reported_range is None:
-                why = f"voter {v.id} has not reported its supported range"
-            elif not p.reported_range.supports(target):
-                rng = p.reported_range
-                why = f"voter {v.id} supports {rng.min_supported}-{rng.max_supported}"
-            elif p.key.directory_id is None:
-                why = f"the directory id of voter {v.id} is not known"
-            if why is not None or p is None or p.reported_range is None:
-                reply(ErrorCode.INVALID_UPDATE_VERSION, f"Invalid upgrade of kraft.version to "
-                      f"{target} because not all of the voters support it: {why}")
-                return
-            upgraded.append(VoterNode(p.key, p.reported_endpoints or v.endpoints, p.reported_range))
-        if req.validate_only:
-            reply(ErrorCode.NONE)
-            return
-        replication.append_control(self, (kraft_version_record(target), voters_record(VoterSet.of(upgraded))))
-        s.pending_change = PendingChange(
-            ChangeKind.UPGRADE, src, corr, self._now + VOTER_CHANGE_TIMEOUT_MS, self.key, None,
-            self.log.end_offset - 1,
-        )
-        replication.maybe_advance_hw(self)
 
     # ================================================================== responses
 
@@ -1092,16 +677,9 @@ class RaftCore:
         elif isinstance(resp, FetchSnapshotResponse):
             self._on_fetch_snapshot_response(resp)
         elif isinstance(resp, ControllerRegistrationResponse):
-            s = self.state
-            if (resp.error_code == ErrorCode.NONE and isinstance(s, FollowerState)
-                    and f.destination == s.leader_id):
-                s.registered = True
+            membership.on_controller_registration_response(self, f.destination, resp)
         elif isinstance(resp, UpdateRaftVoterResponse):
-            s = self.state
-            if resp.error_code == ErrorCode.NONE and isinstance(s, FollowerState):
-                s.update_voter_done = True
-            elif not elections.maybe_transition_on_epoch(self, resp.leader_epoch, resp.leader_id, ()):
-                pass
+            membership.on_update_voter_response(self, resp)
         # VoterChangeResponse (auto-join): the next attempt is paced by next_admin_at.
 
     # ---------------------------------------------------------------- Fetch (follower side)
@@ -1209,13 +787,6 @@ class RaftCore:
                             for p in ev.parked)
 
 
-    def _scan_control(self, base_offset: int, records: tuple[object, ...]) -> None:
-        for i, record in enumerate(records):
-            voters, version = scan_control((record,))
-            if version is not None:
-                self.kraft_version_history.add(base_offset + i, version)
-            if voters is not None:
-                self.voters_history.add(base_offset + i, voters)
 
     # ---------------------------------------------------------------- FetchSnapshot (follower)
 

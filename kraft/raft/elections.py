@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from kraft.protocol.errors import ErrorCode
 from kraft.protocol.uuid import Uuid
-from kraft.raft import replication
+from kraft.raft import membership, replication
 from kraft.raft.effects import (
     AbortSnapshotDownload,
     AppendCommitted,
@@ -282,7 +282,7 @@ def abandon_leadership(core: RaftCore, old: LeaderState) -> None:
     old.pending_appends.clear()
     if old.pending_change is not None:
         pc = old.pending_change
-        core._reply_change(pc, ErrorCode.NOT_LEADER_OR_FOLLOWER, "leader changed")
+        membership.reply_change(core, pc, ErrorCode.NOT_LEADER_OR_FOLLOWER, "leader changed")
         old.pending_change = None
     parked, old.parked = old.parked, []
     for p in parked:

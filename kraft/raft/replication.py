@@ -18,7 +18,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from kraft.protocol.errors import ErrorCode
-from kraft.raft import elections
+from kraft.raft import elections, membership
 from kraft.raft.effects import (
     AppendAccepted,
     AppendCommitted,
@@ -82,8 +82,8 @@ def poll(core: RaftCore) -> None:
                 core._fetch_corr = core._send(
                     s.leader_id, s.leader_endpoints, fetch_request(core, s.epoch)
                 )
-        if core._admin_corr is None and core._now >= s.next_admin_at and core._wants_admin(s):
-            core._send_admin(s)
+        if core._admin_corr is None and core._now >= s.next_admin_at and membership.wants_admin(core, s):
+            membership.send_admin(core, s)
     elif (
         isinstance(s, UnattachedState)
         and not core._is_voter()
@@ -254,7 +254,7 @@ def maybe_advance_hw(core: RaftCore) -> None:
     pc = s.pending_change
     if pc is not None and pc.record_offset is not None and pc.record_offset < new:
         s.pending_change = None
-        core._reply_change(pc, ErrorCode.NONE, None)
+        membership.reply_change(core, pc, ErrorCode.NONE, None)
     if s.writes_streaming:
         hold_for_records(core, s)
     else:
@@ -353,7 +353,7 @@ def append_fetched(core: RaftCore, s: FollowerState, batches: tuple[FetchedBatch
             )
         core.log.append(b.base_offset, b.last_offset, b.epoch)
         if b.is_control:
-            core._scan_control(b.base_offset, b.control_records)
+            membership.read_control_records(core, b.base_offset, b.control_records)
         elif isinstance(b.payload, bytes | bytearray | memoryview):
             core._bytes_since_snapshot += len(b.payload)
         else:
@@ -367,7 +367,7 @@ def append_control(core: RaftCore, records: tuple[object, ...]) -> None:
     assert isinstance(s, LeaderState)
     base = core.log.end_offset
     core.log.append(base, base + len(records) - 1, s.epoch)
-    core._scan_control(base, records)
+    membership.read_control_records(core, base, records)
     core._out.append(AppendControl(base, s.epoch, records, core._now))
     complete_parked(core, s, hw_moved_only=False)
 
