@@ -28,24 +28,17 @@ import logging
 import random
 
 from kraft.protocol.errors import ErrorCode
-from kraft.raft import elections, membership, replication
+from kraft.raft import elections, membership, replication, snapshots
 from kraft.raft.config import LogState, QuorumStateData, RaftConfig
 from kraft.raft.effects import (
-    AbortSnapshotDownload,
-    AdvanceLogStart,
     AppendCommitted,
-    CreateSnapshot,
-    DeleteSnapshot,
     Effect,
     FetchAdopted,
-    InstallSnapshot,
     MeasureRetention,
     PersistQuorumState,
-    SendFetchSnapshotResponse,
     SendRequest,
     SendResponse,
     StateChanged,
-    WriteSnapshotChunk,
 )
 from kraft.raft.errors import RaftFatalError as RaftFatalError
 from kraft.raft.events import (
@@ -98,7 +91,6 @@ from kraft.raft.messages import (
     VoteResponse,
 )
 from kraft.raft.quorum import majority_size
-from kraft.raft.retention import RetainedSnapshot, follower_log_start, retention_log_start
 from kraft.raft.state import (
     CandidateState,
     FollowerState,
@@ -111,9 +103,6 @@ from kraft.raft.state import (
 from kraft.raft.voters import OffsetHistory, VoterSet
 
 logger = logging.getLogger("kraft.raft")
-
-SNAPSHOT_STUCK_MS = 60_000
-"""A snapshot not reported created after this long no longer blocks the next one."""
 
 State = UnattachedState | ProspectiveState | CandidateState | LeaderState | FollowerState | ResignedState
 """The state object of the current epoch."""
@@ -232,19 +221,19 @@ class RaftCore:
             self._on_request_failed(event.correlation_id, event.unreachable, event.disconnected)
         elif t is SnapshotRequested:
             assert isinstance(event, SnapshotRequested)
-            self._maybe_snapshot(force=True, at=event.end_offset)
+            snapshots.maybe_snapshot(self, force=True, at=event.end_offset)
         elif t is SnapshotCreated:
             assert isinstance(event, SnapshotCreated)
-            self._on_snapshot_created(event.snapshot_id, event.size_bytes)
+            snapshots.on_snapshot_created(self, event.snapshot_id, event.size_bytes)
         elif t is SnapshotInstalled:
             assert isinstance(event, SnapshotInstalled)
-            self._on_snapshot_installed(event)
+            snapshots.on_snapshot_installed(self, event)
         elif t is RetentionMeasured:
             assert isinstance(event, RetentionMeasured)
-            self._on_retention_measured(event)
+            snapshots.on_retention_measured(self, event)
         elif t is SnapshotInstallFailed:
             assert isinstance(event, SnapshotInstallFailed)
-            self._on_snapshot_install_failed(event.snapshot_id)
+            snapshots.on_snapshot_install_failed(self, event.snapshot_id)
         elif t is ApiVersionsReceived:
             assert isinstance(event, ApiVersionsReceived)
             membership.on_api_versions(self, event)
@@ -570,7 +559,7 @@ class RaftCore:
             elections.on_end_quorum(self, src, corr, req)
         elif t is FetchSnapshotRequest:
             assert isinstance(req, FetchSnapshotRequest)
-            self._on_fetch_snapshot(src, corr, req)
+            snapshots.on_fetch_snapshot(self, src, corr, req)
         elif t is DescribeQuorumRequest:
             membership.on_describe(self, src, corr)
         elif t is AddRaftVoterRequest:
@@ -617,38 +606,6 @@ class RaftCore:
 
     # ---------------------------------------------------------------- FetchSnapshot (leader)
 
-    def _on_fetch_snapshot(self, src: int, corr: int, req: FetchSnapshotRequest) -> None:
-        s = self.state
-        err = self._leader_only_error(req.current_leader_epoch)
-        size = 0
-        if err is None:
-            assert isinstance(s, LeaderState)
-            known = self.log.snapshots.get(req.snapshot_id)
-            if known is None or req.snapshot_id.offset == 0:
-                err = ErrorCode.SNAPSHOT_NOT_FOUND
-            elif req.position < 0 or req.position >= known:
-                err = ErrorCode.POSITION_OUT_OF_RANGE
-            else:
-                err = ErrorCode.NONE
-                size = known
-                key = ReplicaKey(req.replica_id, req.replica_directory_id)
-                s.snapshot_reads[key] = (req.snapshot_id, self._now)
-                p = s.progress_for(key)
-                p.last_fetch_ms = self._now
-                if self._voters().is_voter(key):
-                    s.fetched_since_check.add(key.id)
-        resp = FetchSnapshotResponse(
-            err,
-            s.leader_id,
-            s.epoch,
-            req.snapshot_id,
-            size=size,
-            position=req.position,
-            leader_endpoints=self._leader_endpoints(),
-        )
-        self._out.append(
-            SendFetchSnapshotResponse(src, corr, resp, req.max_bytes if err == ErrorCode.NONE else 0)
-        )
 
     # ---------------------------------------------------------------- DescribeQuorum
 
@@ -675,7 +632,7 @@ class RaftCore:
             if elections.maybe_transition_on_epoch(self, resp.leader_epoch, resp.leader_id, ()):
                 return
         elif isinstance(resp, FetchSnapshotResponse):
-            self._on_fetch_snapshot_response(resp)
+            snapshots.on_fetch_snapshot_response(self, resp)
         elif isinstance(resp, ControllerRegistrationResponse):
             membership.on_controller_registration_response(self, f.destination, resp)
         elif isinstance(resp, UpdateRaftVoterResponse):
@@ -790,87 +747,6 @@ class RaftCore:
 
     # ---------------------------------------------------------------- FetchSnapshot (follower)
 
-    def _on_fetch_snapshot_response(self, resp: FetchSnapshotResponse) -> None:
-        if elections.maybe_transition_on_epoch(self, resp.leader_epoch, resp.leader_id, resp.leader_endpoints):
-            return
-        s = self.state
-        if not isinstance(s, FollowerState) or s.download is None or resp.leader_epoch != s.epoch:
-            return
-        d = s.download
-        if resp.error_code in (ErrorCode.SNAPSHOT_NOT_FOUND, ErrorCode.POSITION_OUT_OF_RANGE):
-            # The leader no longer has it (a newer one replaced it): go back to Fetch, which
-            # redirects us to the current snapshot.
-            self._out.append(AbortSnapshotDownload(d.snapshot_id))
-            s.download = None
-            return
-        if resp.error_code != ErrorCode.NONE:
-            self._fetch_backoff_until = self._now + self.config.retry_backoff_ms
-            return
-        if resp.snapshot_id != d.snapshot_id or resp.position != d.position or d.complete:
-            return
-        data = resp.unaligned_records
-        n = len(data) if isinstance(data, bytes | bytearray | memoryview) else 0
-        if n == 0:
-            self._out.append(AbortSnapshotDownload(d.snapshot_id))
-            s.download = None
-            return
-        s.fetch_deadline = self._now + self.config.fetch_timeout_ms
-        s.has_fetched = True
-        s.disconnected = False
-        s.waiting_turn = s.refused_shorter_log = False
-        s.refused_prevote_at = None
-        self._out.append(WriteSnapshotChunk(d.snapshot_id, d.position, data))
-        d.position += n
-        if d.position >= resp.size:
-            d.complete = True
-            self._installing = d.snapshot_id
-            self._out.append(InstallSnapshot(d.snapshot_id))
-
-    def _install_done(self, sid: OffsetAndEpoch) -> None:
-        """The runtime answered InstallSnapshot: fetching resumes, and the fetch timeout
-        (stopped during the install, see `_expire_timers`) starts again from now."""
-        if self._installing != sid:
-            return
-        self._installing = None
-        s = self.state
-        if isinstance(s, FollowerState):
-            s.fetch_deadline = max(s.fetch_deadline, self._now + self.config.fetch_timeout_ms)
-
-    def _on_snapshot_installed(self, ev: SnapshotInstalled) -> None:
-        sid = ev.snapshot_id
-        self._install_done(sid)
-        if sid.offset <= self.log.end_offset and sid in self.log.snapshots:
-            return
-        if self.high_watermark is not None and sid.offset < self.high_watermark:
-            raise RaftFatalError(
-                f"node {self.key.id}: installed snapshot {sid} below high watermark "
-                f"{self.high_watermark}"
-            )
-        old_snapshots = [x for x in self.log.snapshots if x != sid]
-        self.log.reset_to_snapshot(sid, ev.size_bytes)
-        for x in old_snapshots:
-            del self.log.snapshots[x]
-            self._out.append(DeleteSnapshot(x))
-        # The snapshot's sets stand at its last offset: they came from the log, so a later leader
-        # need not write them again (that is only for the bootstrap checkpoint at -1).
-        base = ev.voters if ev.voters is not None else self.config.static_voters
-        self.voters_history.reset(sid.offset - 1, base)
-        self.kraft_version_history.reset(sid.offset - 1, ev.kraft_version)
-        self._bytes_since_snapshot = 0
-        self._last_snapshot_ms = self._now
-        s = self.state
-        if isinstance(s, FollowerState) and s.download is not None and s.download.snapshot_id == sid:
-            s.download = None
-        logger.info("raft snapshot installed node=%s snapshot=%s", self.key.id, sid)
-        if self.high_watermark is None or sid.offset > self.high_watermark:
-            replication.set_hw(self, sid.offset)
-
-    def _on_snapshot_install_failed(self, sid: OffsetAndEpoch) -> None:
-        self._install_done(sid)
-        s = self.state
-        if isinstance(s, FollowerState) and s.download is not None and s.download.snapshot_id == sid:
-            s.download = None
-        logger.warning("raft snapshot install failed node=%s snapshot=%s", self.key.id, sid)
 
     # ================================================================== local events
 
@@ -882,41 +758,6 @@ class RaftCore:
 
     # ---------------------------------------------------------------- snapshots
 
-    def _maybe_snapshot(self, force: bool, at: int | None = None) -> None:
-        hw = self.high_watermark
-        if hw is None:
-            return
-        if (
-            self._snapshot_in_progress is not None
-            and self._now - self._snapshot_started_ms < SNAPSHOT_STUCK_MS
-        ):
-            return  # one at a time; a runtime that never reported back gets another chance
-        if at is not None:
-            if at > hw:
-                logger.warning(
-                    "raft snapshot refused node=%s end_offset=%s high_watermark=%s",
-                    self.key.id, at, hw,
-                )
-                return
-            hw = at
-        latest = self.log.latest_snapshot()
-        if latest is not None and latest.offset >= hw:
-            return
-        if hw <= self.log.start_offset or hw <= 0:
-            return
-        if not force:
-            interval = self.config.snapshot_interval_ms
-            due = self._bytes_since_snapshot >= self.config.snapshot_max_bytes_between or (
-                interval > 0 and self._now - self._last_snapshot_ms >= interval
-            )
-            if not due:
-                return
-        sid = OffsetAndEpoch(self.log.epoch_at(hw), hw)
-        self._snapshot_in_progress = sid
-        self._snapshot_started_ms = self._now
-        self._bytes_since_snapshot = 0
-        self._last_snapshot_ms = self._now
-        self._out.append(CreateSnapshot(sid, self.voters_at(hw), self.kraft_version_at(hw)))
 
     def voters_at(self, end_offset: int) -> VoterSet | None:
         """The voters set in force for the log prefix ending at `end_offset`."""
@@ -927,66 +768,7 @@ class RaftCore:
         v = self.kraft_version_history.value_at(end_offset)
         return v if v is not None else 0
 
-    def _on_snapshot_created(self, sid: OffsetAndEpoch, size: int) -> None:
-        if self._snapshot_in_progress == sid:
-            self._snapshot_in_progress = None
-        if sid.offset > self.log.end_offset:
-            return
-        self.log.snapshots[sid] = size
-        logger.info("raft snapshot created node=%s snapshot=%s size=%s", self.key.id, sid, size)
-        # The leader's log start waits for its retention check (`_on_retention_measured`); a
-        # follower's may now reach the leader's.
-        s = self.state
-        if isinstance(s, FollowerState):
-            self._follow_leader_log_start(s)
 
     # ---------------------------------------------------------------- retention (KIP-630)
 
-    def _on_retention_measured(self, ev: RetentionMeasured) -> None:
-        """The leader's retention check (`kraft.raft.retention`): delete the snapshots, and the
-        log below them, that metadata.max.retention.bytes / .ms no longer keep, except one a
-        FetchSnapshot is still reading."""
-        s = self.state
-        if not isinstance(s, LeaderState):
-            return  # a follower's log start follows its leader's instead
-        window = self.config.fetch_timeout_ms
-        for key in [k for k, (_, at) in s.snapshot_reads.items() if self._now - at >= window]:
-            del s.snapshot_reads[key]
-        times = dict(ev.snapshot_timestamps)
-        target = retention_log_start(
-            (RetainedSnapshot(sid, size, times.get(sid)) for sid, size in self.log.snapshots.items()),
-            self.log.start_offset,
-            ev.log_segments,
-            self._now,
-            self.config.retention_max_bytes,
-            self.config.retention_max_ms,
-            {sid for sid, _ in s.snapshot_reads.values()},
-        )
-        if target is not None:
-            self._move_log_start(target, "retention")
 
-    def _follow_leader_log_start(self, s: FollowerState) -> None:
-        """KIP-630: a follower's log start is min(the leader's log start, its own latest
-        snapshot), at one of its own snapshots."""
-        hw = self.high_watermark
-        if hw is None or s.leader_log_start <= self.log.start_offset:
-            return
-        target = follower_log_start(self.log.snapshots, self.log.start_offset,
-                                    s.leader_log_start, hw)
-        if target is not None:
-            self._move_log_start(target, "leader log start")
-
-    def _move_log_start(self, sid: OffsetAndEpoch, why: str) -> None:
-        """Start the log at the end of snapshot `sid` (at or below the high watermark) and
-        delete every older snapshot."""
-        hw = self.high_watermark if self.high_watermark is not None else 0
-        if not self.log.start_offset < sid.offset <= min(hw, self.log.end_offset):
-            return
-        self.log.advance_start(sid.offset)
-        self._out.append(AdvanceLogStart(sid.offset))
-        gone = sorted(x for x in self.log.snapshots if x.offset < sid.offset)
-        for old in gone:
-            del self.log.snapshots[old]
-            self._out.append(DeleteSnapshot(old))
-        logger.info("raft log start moved node=%s log_start=%s snapshot=%s deleted=%s why=%s",
-                    self.key.id, sid.offset, sid, [str(x) for x in gone], why)

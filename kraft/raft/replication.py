@@ -18,7 +18,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from kraft.protocol.errors import ErrorCode
-from kraft.raft import elections, membership
+from kraft.raft import elections, membership, snapshots
 from kraft.raft.effects import (
     AppendAccepted,
     AppendCommitted,
@@ -42,7 +42,6 @@ from kraft.raft.messages import (
     FetchedBatch,
     FetchRequest,
     FetchResponse,
-    FetchSnapshotRequest,
     OffsetAndEpoch,
     ReplicaKey,
 )
@@ -69,14 +68,7 @@ def poll(core: RaftCore) -> None:
                     core._fetch_corr = core._send(
                         s.leader_id,
                         s.leader_endpoints,
-                        FetchSnapshotRequest(
-                            replica_id=core.key.id,
-                            replica_directory_id=core.key.directory_id,
-                            current_leader_epoch=s.epoch,
-                            snapshot_id=s.download.snapshot_id,
-                            position=s.download.position,
-                            max_bytes=core.config.fetch_snapshot_max_bytes,
-                        ),
+                        snapshots.fetch_snapshot_request(core, s, s.download),
                     )
             elif core.log.persisted_end >= core.log.end_offset:
                 core._fetch_corr = core._send(
@@ -272,7 +264,7 @@ def set_hw(core: RaftCore, hw: int) -> None:
         return
     core.high_watermark = hw
     core._out.append(Committed(hw))
-    core._maybe_snapshot(force=False)
+    snapshots.maybe_snapshot(core, force=False)
 
 
 def on_fetch_response(core: RaftCore, resp: FetchResponse) -> None:
@@ -309,7 +301,7 @@ def on_fetch_response(core: RaftCore, resp: FetchResponse) -> None:
             set_hw(core, new)
     if resp.log_start_offset > s.leader_log_start:
         s.leader_log_start = resp.log_start_offset
-        core._follow_leader_log_start(s)
+        snapshots.follow_leader_log_start(core, s)
 
 
 def leader_answered(core: RaftCore, s: FollowerState, at_ms: int) -> None:
