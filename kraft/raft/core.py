@@ -28,12 +28,10 @@ import logging
 import random
 
 from kraft.protocol.errors import ErrorCode
-from kraft.raft import elections, membership, replication, snapshots
+from kraft.raft import elections, lease, membership, replication, snapshots
 from kraft.raft.config import LogState, QuorumStateData, RaftConfig
 from kraft.raft.effects import (
-    AppendCommitted,
     Effect,
-    FetchAdopted,
     MeasureRetention,
     PersistQuorumState,
     SendRequest,
@@ -59,7 +57,7 @@ from kraft.raft.events import (
     SnapshotRequested,
     Tick,
 )
-from kraft.raft.lane import FollowerLane, LaneVoter, LeaderLane
+from kraft.raft.lane import FollowerLane, LeaderLane
 from kraft.raft.leader import (
     LeaderState,
     ParkedFetch,
@@ -90,7 +88,6 @@ from kraft.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from kraft.raft.quorum import majority_size
 from kraft.raft.state import (
     CandidateState,
     FollowerState,
@@ -240,10 +237,10 @@ class RaftCore:
         elif t is FollowerLaneReport or t is LeaderLaneReport:
             if t is FollowerLaneReport:
                 assert isinstance(event, FollowerLaneReport)
-                self._on_follower_lane_report(event)
+                lease.on_follower_lane_report(self, event)
             else:
                 assert isinstance(event, LeaderLaneReport)
-                self._on_leader_lane_report(event)
+                lease.on_leader_lane_report(self, event)
             if event.armed:
                 # The lane goes on under its lease: the timers and the poll wait for the next
                 # event, before which the runtime stops the lane. A timer that ended the lease
@@ -342,65 +339,24 @@ class RaftCore:
     # ---------------------------------------------------------------- the native lane's lease
 
     def leader_lane(self) -> LeaderLane | None:
-        """The lease this leader would give the native lane now (docs/native-lane.md), or None
-        when it would not arm one: only in the steady state of its epoch, with this epoch's
-        LeaderChange and the voters set committed, no voter change or resignation pending, and
-        itself a voter."""
-        s = self.state
-        if not isinstance(s, LeaderState) or self._shutting_down:
-            return None
-        hw = s.high_watermark
-        if hw is None or hw <= s.epoch_start_offset or self.log.last_epoch() != s.epoch:
-            return None
-        if s.pending_change is not None or s.resign_when_committed is not None:
-            return None
-        if self.voters_history.latest_offset() >= hw or not self._is_voter():
-            return None
-        own = s.node_key
-        lane_voters = []
-        for v in self._voters().voters:
-            if v.id == own.id and (v.key.directory_id is None or v.key == own):
-                lane_voters.append(LaneVoter(v.id, None, True))
-                continue
-            key = v.key if v.key.directory_id is not None else s.latest_key_by_id.get(v.id)
-            row = s.voter_progress(v)
-            lane_voters.append(LaneVoter(v.id, key, False, row.end_offset if row else -1))
-        return LeaderLane(s.epoch, s.epoch_start_offset, self.log.start_offset,
-                          self.log.end_offset, self.log.persisted_end, hw, lane_voters)
+        """The lease this leader would give the native lane now, None when it would not arm
+        one (the rules: `kraft.raft.lease.leader_lane`)."""
+        return lease.leader_lane(self)
 
     def lend_parked(self) -> list[ParkedFetch]:
-        """The fetches this leader holds parked, handed to the native lane it arms now (from
-        `leader_lane()`): the lane answers them by the same rules, and hands back the ones it
-        still holds when it stops (`LeaderLaneReport.parked`)."""
-        s = self.state
-        if not isinstance(s, LeaderState):
-            return []
-        parked, s.parked = s.parked, []
-        return parked
+        """The fetches this leader holds parked, handed to the native lane it arms now
+        (`kraft.raft.lease.lend_parked`)."""
+        return lease.lend_parked(self)
 
     def follower_lane(self) -> FollowerLane | None:
-        """The lease this follower would give the native lane now, or None when it would not
-        arm one: only with a fetch in flight to its leader, and no snapshot being downloaded
-        or installed."""
-        s = self.state
-        if not isinstance(s, FollowerState) or self._shutting_down:
-            return None
-        if s.download is not None or self._installing is not None or self._fetch_corr is None:
-            return None
-        return FollowerLane(s.epoch, s.leader_id, self._fetch_corr, self.log.end_offset,
-                            self.high_watermark)
+        """The lease this follower would give the native lane now, None when it would not arm
+        one (the rules: `kraft.raft.lease.follower_lane`)."""
+        return lease.follower_lane(self)
 
     def lane_fetch(self) -> FetchRequest | None:
-        """The fetch this follower would send its leader now, None when it follows none.
-
-        A follower's lane sends its fetches from this template. The lane keeps the replica,
-        its directory id, the epoch, MaxWaitMs and MaxBytes, and sets the fetch offset, the
-        last fetched epoch and the high watermark of each one.
-        """
-        s = self.state
-        if not isinstance(s, FollowerState):
-            return None
-        return replication.fetch_request(self, s.epoch)
+        """The fetch this follower would send its leader now, the template of the follower
+        lane's fetches; None when it follows none (`kraft.raft.lease.lane_fetch`)."""
+        return lease.lane_fetch(self)
 
     # ================================================================== helpers
 
@@ -640,108 +596,6 @@ class RaftCore:
         # VoterChangeResponse (auto-join): the next attempt is paced by next_admin_at.
 
     # ---------------------------------------------------------------- Fetch (follower side)
-
-
-    def _on_follower_lane_report(self, ev: FollowerLaneReport) -> None:
-        """The follower lane's work since it was armed (or last reported), taken as the
-        answers and syncs it stands for: the records appended, the durable end, the high
-        watermark, the fetch deadline, and the lane's fetch in flight as this core's."""
-        s = self.state
-        if (not isinstance(s, FollowerState) or s.epoch != ev.epoch
-                or s.leader_id != ev.leader_id or self._fetch_corr is None):
-            # the lane wrote to the log under a lease this core no longer holds: the runtime
-            # broke its contract (a report before any other event), and the log is suspect
-            raise RaftFatalError(
-                f"node {self.key.id}: a follower lane's report for epoch {ev.epoch}, leader "
-                f"{ev.leader_id}, reached a {s.role.value} of epoch {s.epoch} "
-                f"(fetch in flight: {self._fetch_corr})"
-            )
-        self._take_lane_appended("follower", ev.appended, ev.appended_bytes, ev.epoch)
-        if ev.answered_ms is not None:
-            replication.leader_answered(self, s, ev.answered_ms)
-        if ev.durable_end > self.log.persisted_end:
-            self.log.persisted_end = min(ev.durable_end, self.log.end_offset)
-        if ev.high_watermark is not None and ev.high_watermark >= 0:
-            new = min(ev.high_watermark, self.log.end_offset)
-            if self.high_watermark is None or new > self.high_watermark:
-                replication.set_hw(self, new)
-        self._inflight.pop(self._fetch_corr, None)
-        self._fetch_corr = None
-        if ev.fetch is not None:
-            corr = self._next_corr()
-            self._inflight[corr] = InFlight(
-                s.leader_id, ev.fetch, ev.fetch_sent_ms + self.config.request_timeout_ms
-            )
-            self._fetch_corr = corr
-            self._out.append(FetchAdopted(corr))
-
-    def _take_lane_appended(self, side: str, appended: tuple[tuple[int, int], ...],
-                            size: int, epoch: int) -> None:
-        """The batches a lane appended, each continuing the log, into the log's metadata."""
-        for base, last in appended:
-            if base != self.log.end_offset or last < base:
-                raise RaftFatalError(
-                    f"node {self.key.id}: a {side} lane appended {base}-{last}, but the log "
-                    f"ends at {self.log.end_offset}"
-                )
-            self.log.append(base, last, epoch)
-        self._bytes_since_snapshot += size
-
-    def _on_leader_lane_report(self, ev: LeaderLaneReport) -> None:
-        """The leader lane's work since it was armed (or last reported), taken as the fetches,
-        appends and syncs it stands for: the records appended, the voters' rows and
-        check-quorum, the durable end and the high watermark, then the appends and fetches
-        the lane hands over."""
-        s = self.state
-        if not isinstance(s, LeaderState) or s.epoch != ev.epoch or self._shutting_down:
-            raise RaftFatalError(
-                f"node {self.key.id}: a leader lane's report for epoch {ev.epoch} reached a "
-                f"{s.role.value} of epoch {s.epoch}"
-            )
-        self._take_lane_appended("leader", ev.appended, ev.appended_bytes, ev.epoch)
-        if ev.voters:
-            voters = self._voters()
-            fetched: list[int] = []
-            for v in ev.voters:
-                row = s.progress_for(v.key)
-                if v.last_fetch_ms < row.last_fetch_ms:
-                    continue  # the core counted a later fetch itself: keep its row
-                row.end_offset = v.end_offset
-                row.last_fetch_ms = row.prev_fetch_ms = v.last_fetch_ms
-                row.prev_fetch_leader_end = v.prev_fetch_leader_end
-                row.last_caught_up_ms = max(row.last_caught_up_ms, v.last_caught_up_ms)
-                if voters.is_voter(v.key):
-                    s.fetched_since_check.add(v.key.id)
-                    fetched.append(v.last_fetch_ms)
-            if fetched and elections.check_quorum_ok(self, s):
-                # the window restarts when the last of the fetches that made the majority
-                # came, not at the report: a report's lag does not lengthen the lease
-                needed = majority_size(len(voters)) - (1 if self._is_voter() else 0)
-                fetched.sort(reverse=True)
-                at = fetched[min(needed, len(fetched)) - 1] if needed > 0 else self._now
-                elections.reset_check_quorum(self, s, at)
-        end = min(ev.durable_end, self.log.end_offset)
-        if end > self.log.persisted_end:
-            self.log.persisted_end = end
-        replication.maybe_advance_hw(self)
-        if ev.high_watermark is not None and (
-                s.high_watermark is None or s.high_watermark < ev.high_watermark):
-            # the lane answered commits (to clients, to fetchers) the core cannot back
-            raise RaftFatalError(
-                f"node {self.key.id}: a leader lane reported high watermark "
-                f"{ev.high_watermark}; its rows give {s.high_watermark}"
-            )
-        s.hw_advanced_at = max(s.hw_advanced_at, ev.hw_advanced_ms)
-        s.writes_streaming = ev.writes_streaming
-        hw = s.high_watermark if s.high_watermark is not None else -1
-        for append_id, last in ev.pending:
-            if last < hw:
-                self._out.append(AppendCommitted(append_id, ErrorCode.NONE))
-            else:
-                s.pending_appends[append_id] = last
-        if ev.parked:
-            s.parked.extend(ParkedFetch(p.source, p.correlation_id, p.request, p.deadline)
-                            for p in ev.parked)
 
 
 
