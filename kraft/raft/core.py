@@ -20,6 +20,19 @@ Protocol: KIP-595 (epochs, votes, Begin/EndQuorumEpoch, fetch-based replication,
 KIP-996 (pre-vote), KIP-320 (leader-epoch fencing, divergence), KIP-630 (snapshots), KIP-853
 (voters set in the log, Add/Remove/UpdateRaftVoter, kraft.version upgrade), KIP-1166 (follower
 high watermark in Fetch).
+
+This module owns the core's state, its public API and the dispatch of events, requests,
+answers and timers; the rules live in one module per concern, as functions over this state:
+
+- `kraft.raft.elections` — KIP-595/996: transitions, Vote and pre-vote, Begin/EndQuorumEpoch,
+  check-quorum, the election timers;
+- `kraft.raft.replication` — KIP-595/320/1166: Fetch on both sides, divergence and
+  truncation, the high watermark, parking, appends;
+- `kraft.raft.membership` — KIP-853: Add/Remove/UpdateRaftVoter, auto-join, the kraft.version
+  upgrade, controller registration, DescribeQuorum;
+- `kraft.raft.snapshots` — KIP-630: FetchSnapshot on both sides, snapshot creation, log start
+  and retention;
+- `kraft.raft.lease` — the native lane's lease and the lane's reports.
 """
 
 from __future__ import annotations
@@ -58,10 +71,7 @@ from kraft.raft.events import (
     Tick,
 )
 from kraft.raft.lane import FollowerLane, LeaderLane
-from kraft.raft.leader import (
-    LeaderState,
-    ParkedFetch,
-)
+from kraft.raft.leader import LeaderState, ParkedFetch
 from kraft.raft.log import LogMeta
 from kraft.raft.messages import (
     AddRaftVoterRequest,
@@ -260,7 +270,7 @@ class RaftCore:
         """The earliest time at which a `Tick` has work to do (None: no timer armed)."""
         times: list[int] = [f.deadline for f in self._inflight.values()]
         s = self.state
-        # `_poll` sends nothing while the runtime replaces the log with a snapshot: arming its
+        # `replication.poll` sends nothing while the runtime replaces the log with a snapshot: arming its
         # timers then would ask for a Tick "now" again and again (a busy loop for as long as
         # the install takes). SnapshotInstalled/SnapshotInstallFailed wake the poll instead.
         polling = self._installing is None
@@ -276,7 +286,7 @@ class RaftCore:
             if s.pending_change is not None:
                 times.append(s.pending_change.deadline)
         elif isinstance(s, FollowerState):
-            if polling:  # an install outstanding stops the fetch timeout (see _expire_timers)
+            if polling:  # an install outstanding stops the fetch timeout (see elections.expire_election_timers)
                 times.append(s.fetch_deadline)
             if s.leader_gone_at is not None:
                 times.append(s.leader_gone_at)
@@ -358,13 +368,17 @@ class RaftCore:
         lane's fetches; None when it follows none (`kraft.raft.lease.lane_fetch`)."""
         return lease.lane_fetch(self)
 
-    # ================================================================== helpers
+    # ================================================================== shared by the concerns
+    # The concern modules (`elections`, `replication`, `membership`, `snapshots`, `lease`)
+    # are parts of this core: they read and write its state and use these helpers.
 
     def _voters(self) -> VoterSet:
+        """The active voters set (as `voters()`, for the concern modules)."""
         v = self.voters_history.latest()
         return v if v is not None else VoterSet(())
 
     def _is_voter(self) -> bool:
+        """Whether this replica is a voter, cached per voters set (asked on every event)."""
         voters = self._voters()
         if voters is not self._voter_cache_set:
             self._voter_cache_set = voters
@@ -372,23 +386,28 @@ class RaftCore:
         return self._voter_cache
 
     def _election_timeout(self) -> int:
+        """A fresh random election timeout in [T, 2T)."""
         t = self.config.election_timeout_ms
         return self._rng.randrange(t, 2 * t)
 
     def _next_corr(self) -> int:
+        """The next correlation id of this core's requests."""
         self._corr += 1
         return self._corr
 
     def _send(self, dest: int, endpoints: tuple[Endpoint, ...], request: Request) -> int:
+        """Send `request`, tracked in flight until answered or timed out; its correlation id."""
         corr = self._next_corr()
         self._inflight[corr] = InFlight(dest, request, self._now + self.config.request_timeout_ms)
         self._out.append(SendRequest(dest, endpoints, corr, request))
         return corr
 
     def _respond(self, dest: int, corr: int, response: Response) -> None:
+        """Answer the request `corr` of `dest`."""
         self._out.append(SendResponse(dest, corr, response))
 
     def _persist(self, leader_id: int, epoch: int, voted: ReplicaKey | None) -> None:
+        """Persist the quorum-state when it changed (before any later send of this step)."""
         data = QuorumStateData(
             epoch, leader_id, voted.id if voted else -1, voted.directory_id if voted else None
         )
@@ -400,10 +419,12 @@ class RaftCore:
                 0 if v0 else 1, tuple(sorted(self._voters().ids())) if v0 else ()))
 
     def _emit_state(self) -> None:
+        """Tell the runtime the current role, epoch and leader."""
         s = self.state
         self._out.append(StateChanged(s.role.value, s.epoch, s.leader_id))
 
     def _leader_endpoints(self) -> tuple[Endpoint, ...]:
+        """The endpoints of the current leader as this replica knows them (answers carry them)."""
         s = self.state
         if isinstance(s, FollowerState):
             return s.leader_endpoints
@@ -412,94 +433,30 @@ class RaftCore:
         return ()
 
     def _endpoints_of(self, node_id: int) -> tuple[Endpoint, ...]:
+        """The endpoints of voter `node_id`, empty when it is no voter."""
         v = self._voters().get(node_id)
         return v.endpoints if v is not None else ()
 
-    # ================================================================== transitions
-
-
-    # ================================================================== timers and polling
-
-    def _expire_timers(self) -> None:
-        now = self._now
-        if self._inflight:
-            for corr in [c for c, f in self._inflight.items() if f.deadline <= now]:
-                self._on_request_failed(corr)  # removes it from `_inflight`
+    def _leader_only_error(self, request_epoch: int) -> ErrorCode | None:
+        """The error a leader-only request of `request_epoch` gets here, None when this is the
+        leader of that epoch (Kafka's order of checks)."""
         s = self.state
-        if isinstance(s, LeaderState):  # the steady state first
-            self._leader_timers(s)
-        else:
-            elections.expire_election_timers(self, s)
+        if request_epoch < s.epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        if request_epoch > s.epoch:
+            return ErrorCode.UNKNOWN_LEADER_EPOCH
+        if not isinstance(s, LeaderState):
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if self._shutting_down:
+            # Kafka's order of checks; a leader resigns on Shutdown, so this only answers
+            # requests a runtime still delivers to a leader on its way down.
+            return ErrorCode.BROKER_NOT_AVAILABLE
+        return None
 
-    def _leader_timers(self, s: LeaderState) -> None:
-        now = self._now
-        if self._retention_at <= now and len(self.log.snapshots) > 1:
-            # Kafka's periodic cleaner: the runtime measures the log, `_on_retention_measured`
-            # decides what goes (with a single snapshot nothing can)
-            self._retention_at = now + self.config.retention_check_interval_ms
-            self._out.append(MeasureRetention())
-        if s.parked:
-            due = [p for p in s.parked if p.deadline <= now]
-            if due:
-                s.parked = [p for p in s.parked if p.deadline > now]
-                for p in due:
-                    replication.answer_fetch(self, p.source, p.correlation_id, p.request)
-        if s.pending_change is not None and s.pending_change.deadline <= now:
-            pc = s.pending_change
-            s.pending_change = None
-            membership.reply_change(self, pc, ErrorCode.REQUEST_TIMED_OUT, "timed out")
-        if s.begin_quorum_resend_at <= now:
-            # Kafka's LeaderState.needToSendBeginQuorumRequests: every other voter that has
-            # not fetched within fetch timeout / 2, whether or not it ever fetched in this
-            # epoch (a voter that restarted without knowing the leader learns it here).
-            silent = [v for v in self._voters().voters
-                      if v.id != self.key.id and elections.begin_quorum_due_at(self, s, v) <= now]
-            if silent:
-                s.begin_quorum_resend_at = now + self.config.fetch_timeout_ms // 2
-                for v in silent:
-                    elections.send_begin_quorum(self, v)
-        if s.check_quorum_deadline <= now:
-            if elections.check_quorum_ok(self, s):
-                elections.reset_check_quorum(self, s)
-            else:
-                elections.resign(self, "check-quorum: no majority fetched")
-
-
-    def _on_request_failed(
-        self, corr: int, unreachable: bool = False, disconnected: bool = False
-    ) -> None:
-        f = self._inflight.pop(corr, None)
-        if f is not None and isinstance(f.request, VoteRequest):
-            elections.vote_unanswered(self, f.request)
-        if corr == self._fetch_corr:
-            self._fetch_corr = None
-            self._fetch_backoff_until = self._now + self.config.retry_backoff_ms
-            s = self.state
-            if f is not None and isinstance(s, FollowerState) and f.destination == s.leader_id:
-                if unreachable:
-                    elections.leader_unreachable(self, s)
-                elif disconnected:
-                    # The leader's end of the connection went away with our fetch parked there
-                    # (a killed leader's kernel closes it at once). Whether the leader is gone
-                    # is for the next connection attempt to tell, but this replica no longer
-                    # hears from it: it grants pre-votes until a fetch succeeds again, so a
-                    # survivor that learns first that the leader refuses connections is not
-                    # refused by this one in the instant before it learns it too.
-                    s.disconnected = True
-        if corr == self._admin_corr:
-            self._admin_corr = None
-            s = self.state
-            if isinstance(s, FollowerState):
-                s.next_admin_at = self._now + self.config.retry_backoff_ms * 10
-
-
-
-    # ---------------------------------------------------------------- voter self-service
-
-
-    # ================================================================== requests
+    # ================================================================== dispatch
 
     def _on_request(self, src: int, corr: int, req: Request) -> None:
+        """Dispatch a request to the concern that answers it."""
         t = type(req)
         if t is FetchRequest:
             assert isinstance(req, FetchRequest)
@@ -534,44 +491,8 @@ class RaftCore:
             assert isinstance(req, ControllerRegistrationRequest)
             membership.on_controller_registration(self, src, corr, req)
 
-    # ---------------------------------------------------------------- Vote
-
-
-    # ---------------------------------------------------------------- Begin/EndQuorumEpoch
-
-
-    # ---------------------------------------------------------------- Fetch (leader side)
-
-    def _leader_only_error(self, request_epoch: int) -> ErrorCode | None:
-        s = self.state
-        if request_epoch < s.epoch:
-            return ErrorCode.FENCED_LEADER_EPOCH
-        if request_epoch > s.epoch:
-            return ErrorCode.UNKNOWN_LEADER_EPOCH
-        if not isinstance(s, LeaderState):
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if self._shutting_down:
-            # Kafka's order of checks; a leader resigns on Shutdown, so this only answers
-            # requests a runtime still delivers to a leader on its way down.
-            return ErrorCode.BROKER_NOT_AVAILABLE
-        return None
-
-
-    # ---------------------------------------------------------------- high watermark
-
-
-    # ---------------------------------------------------------------- FetchSnapshot (leader)
-
-
-    # ---------------------------------------------------------------- DescribeQuorum
-
-
-    # ---------------------------------------------------------------- voter changes (leader)
-
-
-    # ================================================================== responses
-
     def _on_response(self, src: int, corr: int, resp: Response) -> None:
+        """Match an answer to its request in flight and dispatch it to the concern that sent it."""
         f = self._inflight.pop(corr, None)
         if f is None:
             return  # duplicate, late or from a previous state: ignore
@@ -595,23 +516,89 @@ class RaftCore:
             membership.on_update_voter_response(self, resp)
         # VoterChangeResponse (auto-join): the next attempt is paced by next_admin_at.
 
-    # ---------------------------------------------------------------- Fetch (follower side)
+    def _on_request_failed(
+        self, corr: int, unreachable: bool = False, disconnected: bool = False
+    ) -> None:
+        """A request got no answer: a vote to ask again, a fetch to back off from (and a
+        leader that refused the connection), an admin request to pace."""
+        f = self._inflight.pop(corr, None)
+        if f is not None and isinstance(f.request, VoteRequest):
+            elections.vote_unanswered(self, f.request)
+        if corr == self._fetch_corr:
+            self._fetch_corr = None
+            self._fetch_backoff_until = self._now + self.config.retry_backoff_ms
+            s = self.state
+            if f is not None and isinstance(s, FollowerState) and f.destination == s.leader_id:
+                if unreachable:
+                    elections.leader_unreachable(self, s)
+                elif disconnected:
+                    # The leader's end of the connection went away with our fetch parked there
+                    # (a killed leader's kernel closes it at once). Whether the leader is gone
+                    # is for the next connection attempt to tell, but this replica no longer
+                    # hears from it: it grants pre-votes until a fetch succeeds again, so a
+                    # survivor that learns first that the leader refuses connections is not
+                    # refused by this one in the instant before it learns it too.
+                    s.disconnected = True
+        if corr == self._admin_corr:
+            self._admin_corr = None
+            s = self.state
+            if isinstance(s, FollowerState):
+                s.next_admin_at = self._now + self.config.retry_backoff_ms * 10
 
+    def _expire_timers(self) -> None:
+        """Fire every timer due by now: requests in flight, then the current state's timers."""
+        now = self._now
+        if self._inflight:
+            for corr in [c for c, f in self._inflight.items() if f.deadline <= now]:
+                self._on_request_failed(corr)  # removes it from `_inflight`
+        s = self.state
+        if isinstance(s, LeaderState):  # the steady state first
+            self._leader_timers(s)
+        else:
+            elections.expire_election_timers(self, s)
 
-
-    # ---------------------------------------------------------------- FetchSnapshot (follower)
-
-
-    # ================================================================== local events
-
+    def _leader_timers(self, s: LeaderState) -> None:
+        """The leader's timers: retention check, parked fetches, a pending voter change,
+        the BeginQuorumEpoch resend and check-quorum."""
+        now = self._now
+        if self._retention_at <= now and len(self.log.snapshots) > 1:
+            # Kafka's periodic cleaner: the runtime measures the log, `snapshots.on_retention_measured`
+            # decides what goes (with a single snapshot nothing can)
+            self._retention_at = now + self.config.retention_check_interval_ms
+            self._out.append(MeasureRetention())
+        if s.parked:
+            due = [p for p in s.parked if p.deadline <= now]
+            if due:
+                s.parked = [p for p in s.parked if p.deadline > now]
+                for p in due:
+                    replication.answer_fetch(self, p.source, p.correlation_id, p.request)
+        if s.pending_change is not None and s.pending_change.deadline <= now:
+            pc = s.pending_change
+            s.pending_change = None
+            membership.reply_change(self, pc, ErrorCode.REQUEST_TIMED_OUT, "timed out")
+        if s.begin_quorum_resend_at <= now:
+            # Kafka's LeaderState.needToSendBeginQuorumRequests: every other voter that has
+            # not fetched within fetch timeout / 2, whether or not it ever fetched in this
+            # epoch (a voter that restarted without knowing the leader learns it here).
+            silent = [v for v in self._voters().voters
+                      if v.id != self.key.id and elections.begin_quorum_due_at(self, s, v) <= now]
+            if silent:
+                s.begin_quorum_resend_at = now + self.config.fetch_timeout_ms // 2
+                for v in silent:
+                    elections.send_begin_quorum(self, v)
+        if s.check_quorum_deadline <= now:
+            if elections.check_quorum_ok(self, s):
+                elections.reset_check_quorum(self, s)
+            else:
+                elections.resign(self, "check-quorum: no majority fetched")
 
     def _on_shutdown(self) -> None:
+        """A leader resigns; from now on no lease, append or voter change is granted."""
         if isinstance(self.state, LeaderState):
             elections.resign(self, "shutdown")
         self._shutting_down = True
 
-    # ---------------------------------------------------------------- snapshots
-
+    # ================================================================== the voters along the log
 
     def voters_at(self, end_offset: int) -> VoterSet | None:
         """The voters set in force for the log prefix ending at `end_offset`."""
@@ -621,8 +608,3 @@ class RaftCore:
         """The kraft.version in force for the log prefix ending at `end_offset`."""
         v = self.kraft_version_history.value_at(end_offset)
         return v if v is not None else 0
-
-
-    # ---------------------------------------------------------------- retention (KIP-630)
-
-

@@ -21,13 +21,8 @@ from typing import TYPE_CHECKING
 from kraft.protocol.errors import ErrorCode
 from kraft.protocol.uuid import Uuid
 from kraft.raft import membership, replication
-from kraft.raft.effects import (
-    AbortSnapshotDownload,
-    AppendCommitted,
-)
-from kraft.raft.leader import (
-    LeaderState,
-)
+from kraft.raft.effects import AbortSnapshotDownload, AppendCommitted
+from kraft.raft.leader import LeaderState
 from kraft.raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -325,7 +320,7 @@ def begin_quorum_due_at(core: RaftCore, s: LeaderState, v: VoterNode) -> int:
 
 
 def begin_quorum_next(core: RaftCore, s: LeaderState) -> int | None:
-    """When the BeginQuorumEpoch resend has work (`_leader_timers`): the resend timer, or
+    """When the BeginQuorumEpoch resend has work (`RaftCore._leader_timers`): the resend timer, or
     later when no other voter is due by then (None for a single voter). Voters that keep
     fetching keep it in the future, so a steady leader gets no Tick for it."""
     own = core.key.id
@@ -360,7 +355,7 @@ def vote_unanswered(core: RaftCore, req: VoteRequest) -> None:
     Pre-vote requests are not asked again. Granting a pre-vote records nothing, so two
     prospective replicas can win each other's pre-votes and then split the real vote; the
     survivors of a dead leader avoid that by starting one `election_timeout / 10` apart
-    (`_leader_unreachable`), and a pre-vote retried into a voter the moment it comes back
+    (`leader_unreachable`), and a pre-vote retried into a voter the moment it comes back
     (itself prospective by then) undoes that spacing. A real vote is recorded, so asking
     again can only win a vote that was not cast yet."""
     s = core.state
@@ -372,7 +367,7 @@ def vote_unanswered(core: RaftCore, req: VoteRequest) -> None:
 
 
 def retry_votes(core: RaftCore, s: CandidateState) -> None:
-    """Send the vote requests whose retry is due (see `_vote_unanswered`)."""
+    """Send the vote requests whose retry is due (see `vote_unanswered`)."""
     due = [v for v, at in s.vote_retry.items() if at <= core._now]
     for vid in due:
         del s.vote_retry[vid]

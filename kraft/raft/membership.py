@@ -20,12 +20,8 @@ from typing import TYPE_CHECKING
 
 from kraft.protocol.errors import ErrorCode
 from kraft.raft import elections, replication
-from kraft.raft.effects import (
-    SendApiVersions,
-)
-from kraft.raft.events import (
-    ApiVersionsReceived,
-)
+from kraft.raft.effects import SendApiVersions
+from kraft.raft.events import ApiVersionsReceived
 from kraft.raft.leader import (
     CAUGHT_UP_WINDOW_MS,
     OBSERVER_SESSION_TIMEOUT_MS,
@@ -52,9 +48,7 @@ from kraft.raft.messages import (
     VoterChangeResponse,
 )
 from kraft.raft.records import kraft_version_record, scan_control, voters_record
-from kraft.raft.state import (
-    FollowerState,
-)
+from kraft.raft.state import FollowerState
 from kraft.raft.voters import VoterNode, VoterSet
 
 if TYPE_CHECKING:

@@ -31,13 +31,8 @@ from kraft.raft.effects import (
     TruncateTo,
 )
 from kraft.raft.errors import RaftFatalError
-from kraft.raft.events import (
-    Append,
-)
-from kraft.raft.leader import (
-    LeaderState,
-    ParkedFetch,
-)
+from kraft.raft.events import Append
+from kraft.raft.leader import LeaderState, ParkedFetch
 from kraft.raft.messages import (
     FetchedBatch,
     FetchRequest,
@@ -45,11 +40,7 @@ from kraft.raft.messages import (
     OffsetAndEpoch,
     ReplicaKey,
 )
-from kraft.raft.state import (
-    FollowerState,
-    SnapshotDownload,
-    UnattachedState,
-)
+from kraft.raft.state import FollowerState, SnapshotDownload, UnattachedState
 
 if TYPE_CHECKING:
     from kraft.raft.core import RaftCore
@@ -147,7 +138,7 @@ def on_fetch(core: RaftCore, src: int, corr: int, req: FetchRequest) -> None:
         if follower_hw_behind:
             # only the new high watermark to tell, while writes stream in: it rides on the
             # next records (one answer and one refetch fewer per write), or goes alone
-            # when the linger runs out (`_hold_for_records`)
+            # when the linger runs out (`hold_for_records`)
             wait = min(wait, core.config.hw_linger_ms)
         s.parked.append(ParkedFetch(src, corr, req, core._now + wait))
         return
@@ -382,7 +373,7 @@ def on_append(core: RaftCore, ev: Append) -> None:
     core._out.append(AppendAccepted(ev.append_id, base, last, s.epoch))
     s.pending_appends[ev.append_id] = last
     # writes stream in when this one came within the linger of the last commit: the next
-    # commit's high watermark may then wait for the write after it (`_hold_for_records`)
+    # commit's high watermark may then wait for the write after it (`hold_for_records`)
     linger = core.config.hw_linger_ms
     s.writes_streaming = linger > 0 and core._now - s.hw_advanced_at <= linger
     complete_parked(core, s, hw_moved_only=False)

@@ -27,13 +27,8 @@ from kraft.raft.effects import (
     WriteSnapshotChunk,
 )
 from kraft.raft.errors import RaftFatalError
-from kraft.raft.events import (
-    RetentionMeasured,
-    SnapshotInstalled,
-)
-from kraft.raft.leader import (
-    LeaderState,
-)
+from kraft.raft.events import RetentionMeasured, SnapshotInstalled
+from kraft.raft.leader import LeaderState
 from kraft.raft.messages import (
     FetchSnapshotRequest,
     FetchSnapshotResponse,
@@ -41,10 +36,7 @@ from kraft.raft.messages import (
     ReplicaKey,
 )
 from kraft.raft.retention import RetainedSnapshot, follower_log_start, retention_log_start
-from kraft.raft.state import (
-    FollowerState,
-    SnapshotDownload,
-)
+from kraft.raft.state import FollowerState, SnapshotDownload
 
 if TYPE_CHECKING:
     from kraft.raft.core import RaftCore
@@ -128,7 +120,7 @@ def on_fetch_snapshot_response(core: RaftCore, resp: FetchSnapshotResponse) -> N
 
 def install_done(core: RaftCore, sid: OffsetAndEpoch) -> None:
     """The runtime answered InstallSnapshot: fetching resumes, and the fetch timeout
-    (stopped during the install, see `_expire_timers`) starts again from now."""
+    (stopped during the install, see `elections.expire_election_timers`) starts again from now."""
     if core._installing != sid:
         return
     core._installing = None
@@ -219,7 +211,7 @@ def on_snapshot_created(core: RaftCore, sid: OffsetAndEpoch, size: int) -> None:
         return
     core.log.snapshots[sid] = size
     logger.info("raft snapshot created node=%s snapshot=%s size=%s", core.key.id, sid, size)
-    # The leader's log start waits for its retention check (`_on_retention_measured`); a
+    # The leader's log start waits for its retention check (`on_retention_measured`); a
     # follower's may now reach the leader's.
     s = core.state
     if isinstance(s, FollowerState):

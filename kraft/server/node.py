@@ -56,8 +56,8 @@ from kraft.protocol.framing import decode_request, encode_response, encode_respo
 from kraft.raft import effects as fx
 from kraft.raft import events as ev
 from kraft.raft import messages as m
-from kraft.raft.core import RaftCore
 from kraft.raft.config import LogState, QuorumStateData, RaftConfig
+from kraft.raft.core import RaftCore
 from kraft.raft.lane import native
 from kraft.raft.leader import ChangeKind, LeaderState
 from kraft.raft.records import voters_from_record, voters_record

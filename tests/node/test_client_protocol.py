@@ -11,7 +11,6 @@ from collections.abc import Callable
 
 import pytest
 
-from kraft.server.kv_client import KraftClient, NotLeader, OutcomeUnknown, QuorumClient
 from kraft.server.client_protocol import (
     ERROR,
     MAX_FRAME,
@@ -26,6 +25,7 @@ from kraft.server.client_protocol import (
     encode_request,
     encode_response,
 )
+from kraft.server.kv_client import KraftClient, NotLeader, OutcomeUnknown, QuorumClient
 from kraft.server.local import LocalCluster
 
 
