@@ -58,6 +58,8 @@ CHECK_QUORUM_FACTOR = 1.5
 
 
 def set_state(core: RaftCore, new: State) -> None:
+    """Enter state `new`: forget the requests in flight, hand back what a leader held, abort a
+    snapshot download, and tell the runtime."""
     old = core.state
     core.state = new
     core._inflight.clear()
@@ -82,12 +84,15 @@ def set_state(core: RaftCore, new: State) -> None:
 
 
 def to_unattached(core: RaftCore, epoch: int, voted: ReplicaKey | None) -> None:
+    """Become Unattached in `epoch` (keeping `voted`); a voter arms its election timeout."""
     core._persist(-1, epoch, voted)
     deadline = core._now + core._election_timeout() if core._is_voter() else None
     set_state(core, UnattachedState(epoch, voted, deadline))
 
 
 def to_follower(core: RaftCore, epoch: int, leader_id: int, endpoints: tuple[Endpoint, ...]) -> None:
+    """Follow `leader_id` in `epoch` (its endpoints, else those of the voters set); the fetch
+    timeout starts now."""
     old = core.state
     voted = voted_of(core, old) if old.epoch == epoch else None
     if not endpoints:
@@ -157,6 +162,7 @@ def request_votes(core: RaftCore, voters: VoterSet, epoch: int, *, pre_vote: boo
 
 
 def prospective_lost(core: RaftCore, s: ProspectiveState) -> None:
+    """The pre-vote round was lost or timed out: back to the retained leader, else Unattached."""
     if s.retained_leader >= 0 and s.retained_leader != core.key.id:
         to_follower(core, s.epoch, s.retained_leader, s.retained_endpoints)
     else:
@@ -164,6 +170,7 @@ def prospective_lost(core: RaftCore, s: ProspectiveState) -> None:
 
 
 def to_candidate(core: RaftCore) -> None:
+    """Start an election in the next epoch: vote for itself (persisted) and ask the voters."""
     epoch = core.state.epoch + 1
     core._persist(-1, epoch, core.key)
     new = CandidateState(epoch, core._now + core._election_timeout(), core._election_retries)
@@ -177,6 +184,7 @@ def to_candidate(core: RaftCore) -> None:
 
 
 def candidate_backoff(core: RaftCore, s: CandidateState) -> None:
+    """The election was lost or timed out: wait a randomized, exponentially growing backoff."""
     core._election_retries += 1
     s.retries = core._election_retries
     span = 1 << min(core._election_retries, 21)
@@ -187,6 +195,9 @@ def candidate_backoff(core: RaftCore, s: CandidateState) -> None:
 
 
 def to_leader(core: RaftCore) -> None:
+    """Won the election: lead, and append this epoch's LeaderChange (with the kraft.version and
+    voters records a kraft.version 1 quorum still lacks, or this voter's updated endpoints),
+    then send BeginQuorumEpoch to the other voters."""
     cand = core.state
     assert isinstance(cand, CandidateState)
     epoch = cand.epoch
@@ -231,6 +242,7 @@ def to_leader(core: RaftCore) -> None:
 
 
 def send_begin_quorum(core: RaftCore, v: VoterNode) -> None:
+    """Tell voter `v` that this replica leads the current epoch."""
     core._send(
         v.id,
         v.endpoints,
@@ -245,6 +257,8 @@ def send_begin_quorum(core: RaftCore, v: VoterNode) -> None:
 
 
 def resign(core: RaftCore, reason: str) -> None:
+    """Step down (`reason` is logged) and send EndQuorumEpoch naming the most caught-up voters
+    first as the preferred successors."""
     s = core.state
     assert isinstance(s, LeaderState)
     voters = core._voters()
@@ -272,6 +286,8 @@ def resign(core: RaftCore, reason: str) -> None:
 
 
 def abandon_leadership(core: RaftCore, old: LeaderState) -> None:
+    """A leader's state ends: its pending appends and voter change fail with
+    NOT_LEADER_OR_FOLLOWER, and its parked fetches are answered as a non-leader."""
     for append_id in sorted(old.pending_appends):
         core._out.append(AppendCommitted(append_id, ErrorCode.NOT_LEADER_OR_FOLLOWER))
     old.pending_appends.clear()
@@ -331,6 +347,7 @@ def begin_quorum_next(core: RaftCore, s: LeaderState) -> int | None:
 
 
 def check_quorum_ok(core: RaftCore, s: LeaderState) -> bool:
+    """Whether a majority of the voters (this one included) fetched since the last check."""
     voters = core._voters()
     count = len(s.fetched_since_check & voters.ids())
     if core._is_voter():
@@ -339,6 +356,7 @@ def check_quorum_ok(core: RaftCore, s: LeaderState) -> bool:
 
 
 def reset_check_quorum(core: RaftCore, s: LeaderState, at: int | None = None) -> None:
+    """Restart the check-quorum window from `at` (default now), never earlier than it ends."""
     s.fetched_since_check.clear()
     start = core._now if at is None else min(at, core._now)
     s.check_quorum_deadline = max(
@@ -398,6 +416,7 @@ def survivor_rank(core: RaftCore, s: FollowerState) -> int:
 
 
 def survivor_step(core: RaftCore) -> int:
+    """The delay between the survivors' pre-votes after their leader died."""
     return max(1, core.config.election_timeout_ms // 10)
 
 
@@ -409,6 +428,7 @@ def refusal_decides(core: RaftCore, asker: int) -> bool:
 
 
 def vote_response(core: RaftCore, error: ErrorCode, granted: bool) -> VoteResponse:
+    """This replica's answer to a Vote, with what it knows of the epoch and leader."""
     return VoteResponse(
         error, core.state.leader_id, core.state.epoch, granted, core._leader_endpoints()
     )
@@ -425,6 +445,8 @@ def own_voter_key(core: RaftCore, voter_id: int, voter_directory_id: Uuid | None
 
 
 def on_vote(core: RaftCore, src: int, corr: int, req: VoteRequest) -> None:
+    """Answer a Vote or pre-vote (KIP-595, KIP-996): validate, fence old epochs, and grant only
+    to an up-to-date log, at most one vote per epoch, never while a live leader is known."""
     bad_epoch = (
         req.last_offset_epoch > req.replica_epoch
         if req.pre_vote
@@ -501,6 +523,8 @@ def on_vote(core: RaftCore, src: int, corr: int, req: VoteRequest) -> None:
 
 
 def on_vote_response(core: RaftCore, req: VoteRequest, resp: VoteResponse) -> None:
+    """Count a (pre-)vote answer: a newer epoch ends the round; a majority moves on (to
+    candidate, to leader), a lost round goes back or backs off."""
     s = core.state
     # A granted pre-vote in our epoch means the voter does not fetch from a live leader,
     # even if it still names one (its leader refused connections): count it rather than
@@ -541,6 +565,7 @@ def on_vote_response(core: RaftCore, req: VoteRequest, resp: VoteResponse) -> No
 
 
 def on_begin_quorum(core: RaftCore, src: int, corr: int, req: BeginQuorumEpochRequest) -> None:
+    """A leader announces its epoch: follow it when the epoch is new or no leader is known."""
     if not own_voter_key(core, req.voter_id, req.voter_directory_id):
         err = ErrorCode.INVALID_VOTER_KEY
     elif req.leader_epoch < core.state.epoch:
@@ -557,6 +582,8 @@ def on_begin_quorum(core: RaftCore, src: int, corr: int, req: BeginQuorumEpochRe
 
 
 def on_end_quorum(core: RaftCore, src: int, corr: int, req: EndQuorumEpochRequest) -> None:
+    """The leader resigns: its followers start their elections after a backoff by their rank
+    among its preferred successors."""
     s = core.state
     if req.leader_epoch < s.epoch:
         core._respond(

@@ -84,6 +84,8 @@ def wants_admin(core: RaftCore, s: FollowerState) -> bool:
 
 
 def send_admin(core: RaftCore, s: FollowerState) -> None:
+    """Send the follower's admin request: registration (an observer at kraft.version 0),
+    UpdateRaftVoter (a voter), or auto-join (remove a stale self, then add itself)."""
     cfg = core.config
     voters = core._voters()
     s.next_admin_at = core._now + cfg.update_voter_period_ms
@@ -122,6 +124,8 @@ def read_control_records(core: RaftCore, base_offset: int, records: tuple[object
 
 
 def change_precondition_error(core: RaftCore, s: LeaderState) -> tuple[ErrorCode, str] | None:
+    """Why no voter change or upgrade may start now: one is pending, or this leader's epoch
+    start or the latest voters record is not committed yet (None when one may)."""
     if s.pending_change is not None:
         return ErrorCode.REQUEST_TIMED_OUT, "another voter change is in progress"
     if s.high_watermark is None or s.high_watermark <= s.epoch_start_offset:
@@ -145,6 +149,7 @@ def voter_change_refusal(core: RaftCore) -> tuple[ErrorCode, str] | None:
 
 
 def reply_change(core: RaftCore, pc: PendingChange, err: ErrorCode, message: str | None) -> None:
+    """Answer the request of a pending voter change or kraft.version upgrade."""
     response: Response
     if pc.kind is ChangeKind.UPGRADE:
         response = UpdateKRaftVersionResponse(err, message)
@@ -154,6 +159,7 @@ def reply_change(core: RaftCore, pc: PendingChange, err: ErrorCode, message: str
 
 
 def append_voters(core: RaftCore, s: LeaderState, voters: VoterSet) -> int:
+    """Append a voters record of `voters`; its offset."""
     replication.append_control(core, (voters_record(voters),))
     return core.log.end_offset - 1
 
@@ -171,6 +177,8 @@ def missing_controller_listener(core: RaftCore, endpoints: tuple[Endpoint, ...])
 
 
 def on_add_voter(core: RaftCore, src: int, corr: int, req: AddRaftVoterRequest) -> None:
+    """AddRaftVoter: refuse what is invalid, a duplicate, or a replica that has not caught up;
+    else probe the new voter's ApiVersions before writing the voters record."""
     s = core.state
 
     def fail(err: ErrorCode, msg: str) -> None:
@@ -229,6 +237,8 @@ def on_add_voter(core: RaftCore, src: int, corr: int, req: AddRaftVoterRequest) 
 
 
 def on_api_versions(core: RaftCore, ev: ApiVersionsReceived) -> None:
+    """The new voter's ApiVersions answered a pending AddRaftVoter: append the voters record
+    when it supports kraft.version 1, else fail the change."""
     s = core.state
     if not isinstance(s, LeaderState):
         return
@@ -253,6 +263,7 @@ def on_api_versions(core: RaftCore, ev: ApiVersionsReceived) -> None:
 
 
 def on_remove_voter(core: RaftCore, src: int, corr: int, req: RemoveRaftVoterRequest) -> None:
+    """RemoveRaftVoter: append the voters set without that replica (never the last voter)."""
     s = core.state
 
     def fail(err: ErrorCode, msg: str) -> None:
@@ -279,6 +290,8 @@ def on_remove_voter(core: RaftCore, src: int, corr: int, req: RemoveRaftVoterReq
 
 
 def on_update_voter(core: RaftCore, src: int, corr: int, req: UpdateRaftVoterRequest) -> None:
+    """UpdateRaftVoter: a voter's endpoints and supported kraft.version range; remembered at
+    kraft.version 0, written as a voters record at 1 when they changed."""
     s = core.state
 
     def reply(err: ErrorCode) -> None:
@@ -334,6 +347,8 @@ def on_update_voter(core: RaftCore, src: int, corr: int, req: UpdateRaftVoterReq
 
 def on_controller_registration(core: RaftCore, src: int, corr: int,
                                 req: ControllerRegistrationRequest) -> None:
+    """ControllerRegistration: remember the observer's supported kraft.version range for a
+    later upgrade."""
     s = core.state
     if not isinstance(s, LeaderState) or core._shutting_down:
         core._respond(src, corr, ControllerRegistrationResponse(
@@ -369,6 +384,8 @@ def observer_refusal(core: RaftCore, s: LeaderState, target: int) -> str | None:
 
 
 def on_update_kraft_version(core: RaftCore, src: int, corr: int, req: UpdateKRaftVersionRequest) -> None:
+    """Upgrade kraft.version (UpdateFeatures): every voter and registered observer must support
+    the target; writes the kraft.version and voters records, answered when they commit."""
     s = core.state
 
     def reply(err: ErrorCode, msg: str | None = None) -> None:
@@ -429,6 +446,8 @@ def on_update_kraft_version(core: RaftCore, src: int, corr: int, req: UpdateKRaf
 
 
 def on_describe(core: RaftCore, src: int, corr: int) -> None:
+    """DescribeQuorum: the leader reports its epoch, high watermark, the voters' and the recent
+    observers' progress, and the voters' endpoints."""
     s = core.state
     if not isinstance(s, LeaderState):
         core._respond(

@@ -49,6 +49,8 @@ logger = logging.getLogger("kraft.raft")
 
 
 def poll(core: RaftCore) -> None:
+    """Send what a follower (or a bootstrapping observer) owes now: its next Fetch or
+    FetchSnapshot (a Fetch only once what it has is durable), and its admin request."""
     if core._installing is not None:
         return  # the log is being replaced underneath us: no fetch until that is done
     s = core.state
@@ -83,6 +85,7 @@ def poll(core: RaftCore) -> None:
 
 
 def fetch_request(core: RaftCore, epoch: int) -> FetchRequest:
+    """The follower's Fetch from its log end in `epoch`, carrying its high watermark (KIP-1166)."""
     return FetchRequest(
         replica_id=core.key.id,
         replica_directory_id=core.key.directory_id,
@@ -96,6 +99,8 @@ def fetch_request(core: RaftCore, epoch: int) -> FetchRequest:
 
 
 def on_fetch(core: RaftCore, src: int, corr: int, req: FetchRequest) -> None:
+    """Answer a Fetch as leader: validate, record the fetcher's progress (a voter's may move the
+    high watermark), then answer, or park the fetch until records or a newer high watermark come."""
     if (
         req.max_wait_ms < 0
         or req.fetch_offset < 0
@@ -151,6 +156,7 @@ def on_fetch(core: RaftCore, src: int, corr: int, req: FetchRequest) -> None:
 
 
 def fetch_error(core: RaftCore, dest: int, corr: int, err: ErrorCode) -> None:
+    """Answer a Fetch with error `err` and what this replica knows of the epoch and leader."""
     s = core.state
     hw = core.high_watermark if core.high_watermark is not None else -1
     resp = FetchResponse(
@@ -190,6 +196,7 @@ def fetch_answer(core: RaftCore, s: LeaderState, req: FetchRequest) -> tuple[Fet
 
 
 def answer_fetch(core: RaftCore, src: int, corr: int, req: FetchRequest) -> None:
+    """Answer a fetch that was parked (anew, as a non-leader, when the epoch moved on)."""
     s = core.state
     if not isinstance(s, LeaderState) or req.current_leader_epoch != s.epoch:
         on_fetch(core, src, corr, req)
@@ -199,6 +206,8 @@ def answer_fetch(core: RaftCore, src: int, corr: int, req: FetchRequest) -> None
 
 
 def complete_parked(core: RaftCore, s: LeaderState, hw_moved_only: bool) -> None:
+    """Answer the parked fetches (only those that carried a high watermark when
+    `hw_moved_only`): new records or a new high watermark came."""
     if not s.parked:
         return
     if hw_moved_only:
@@ -222,6 +231,9 @@ def hold_for_records(core: RaftCore, s: LeaderState) -> None:
 
 
 def maybe_advance_hw(core: RaftCore) -> None:
+    """Move the leader's high watermark over the voters' persisted offsets, and complete what
+    it commits: client appends, a pending voter change, parked fetches, and a removed leader's
+    resignation."""
     s = core.state
     if not isinstance(s, LeaderState):
         return
@@ -251,6 +263,7 @@ def maybe_advance_hw(core: RaftCore) -> None:
 
 
 def set_hw(core: RaftCore, hw: int) -> None:
+    """Take high watermark `hw` (never backwards): commit up to it, and maybe snapshot."""
     if core.high_watermark is not None and hw <= core.high_watermark:
         return
     core.high_watermark = hw
@@ -259,6 +272,8 @@ def set_hw(core: RaftCore, hw: int) -> None:
 
 
 def on_fetch_response(core: RaftCore, resp: FetchResponse) -> None:
+    """A follower takes its leader's answer: a newer epoch, an error (back off), a divergence
+    (truncate), a snapshot to download, or records, the high watermark and the log start."""
     if elections.maybe_transition_on_epoch(core, resp.leader_epoch, resp.leader_id, resp.leader_endpoints):
         return
     s = core.state
@@ -307,6 +322,8 @@ def leader_answered(core: RaftCore, s: FollowerState, at_ms: int) -> None:
 
 
 def truncate_diverging(core: RaftCore, diverging: OffsetAndEpoch) -> None:
+    """Truncate to where this log and the leader's agree for the diverging epoch (KIP-320);
+    never below the high watermark."""
     own = core.log.end_offset_for_epoch(diverging.epoch)
     target = min(diverging.offset, own.offset, core.log.end_offset)
     if core.high_watermark is not None and target < core.high_watermark:
@@ -319,6 +336,7 @@ def truncate_diverging(core: RaftCore, diverging: OffsetAndEpoch) -> None:
 
 
 def truncate(core: RaftCore, target: int) -> None:
+    """Cut the log, and the voters and kraft.version read from it, at `target`."""
     core.log.truncate_to(target)
     core.voters_history.truncate_to(target)
     core.kraft_version_history.truncate_to(target)
@@ -327,6 +345,7 @@ def truncate(core: RaftCore, target: int) -> None:
 
 
 def append_fetched(core: RaftCore, s: FollowerState, batches: tuple[FetchedBatch, ...]) -> bool:
+    """Append the fetched batches when they continue this log (False when they do not)."""
     if batches[0].base_offset != core.log.end_offset:
         return False
     for b in batches:
@@ -346,6 +365,8 @@ def append_fetched(core: RaftCore, s: FollowerState, batches: tuple[FetchedBatch
 
 
 def append_control(core: RaftCore, records: tuple[object, ...]) -> None:
+    """Append the leader's control records (LeaderChange, voters, kraft.version) and wake the
+    parked fetches."""
     s = core.state
     assert isinstance(s, LeaderState)
     base = core.log.end_offset
@@ -356,6 +377,8 @@ def append_control(core: RaftCore, records: tuple[object, ...]) -> None:
 
 
 def on_append(core: RaftCore, ev: Append) -> None:
+    """A client's records: a leader appends them (answered when committed); anyone else rejects
+    them."""
     s = core.state
     if not isinstance(s, LeaderState) or core._shutting_down or not ev.values:
         err = (
@@ -380,6 +403,7 @@ def on_append(core: RaftCore, ev: Append) -> None:
 
 
 def on_persisted(core: RaftCore, end: int) -> None:
+    """The log is durable up to `end`: a leader counts itself up to there."""
     end = min(end, core.log.end_offset)
     if end > core.log.persisted_end:
         core.log.persisted_end = end

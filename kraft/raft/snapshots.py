@@ -48,6 +48,8 @@ SNAPSHOT_STUCK_MS = 60_000
 
 
 def on_fetch_snapshot(core: RaftCore, src: int, corr: int, req: FetchSnapshotRequest) -> None:
+    """FetchSnapshot as leader: answer a chunk of a snapshot it holds, noting the reader (its
+    snapshot is then kept from retention, and it counts as having fetched)."""
     s = core.state
     err = core._leader_only_error(req.current_leader_epoch)
     size = 0
@@ -82,6 +84,8 @@ def on_fetch_snapshot(core: RaftCore, src: int, corr: int, req: FetchSnapshotReq
 
 
 def on_fetch_snapshot_response(core: RaftCore, resp: FetchSnapshotResponse) -> None:
+    """A follower takes a chunk of the snapshot it downloads; the last one asks the runtime to
+    install it. A snapshot the leader no longer has sends it back to Fetch."""
     if elections.maybe_transition_on_epoch(core, resp.leader_epoch, resp.leader_id, resp.leader_endpoints):
         return
     s = core.state
@@ -130,6 +134,9 @@ def install_done(core: RaftCore, sid: OffsetAndEpoch) -> None:
 
 
 def on_snapshot_installed(core: RaftCore, ev: SnapshotInstalled) -> None:
+    """The runtime installed snapshot `ev.snapshot_id`: the log restarts at its end, older
+    snapshots go, the voters and kraft.version are the snapshot's, and the high watermark
+    reaches it."""
     sid = ev.snapshot_id
     install_done(core, sid)
     if sid.offset <= core.log.end_offset and sid in core.log.snapshots:
@@ -160,6 +167,7 @@ def on_snapshot_installed(core: RaftCore, ev: SnapshotInstalled) -> None:
 
 
 def on_snapshot_install_failed(core: RaftCore, sid: OffsetAndEpoch) -> None:
+    """The install failed: the download is dropped and fetching resumes."""
     install_done(core, sid)
     s = core.state
     if isinstance(s, FollowerState) and s.download is not None and s.download.snapshot_id == sid:
@@ -168,6 +176,8 @@ def on_snapshot_install_failed(core: RaftCore, sid: OffsetAndEpoch) -> None:
 
 
 def maybe_snapshot(core: RaftCore, force: bool, at: int | None = None) -> None:
+    """Ask the runtime for a snapshot at the high watermark (or at `at`, never above it) when
+    forced, or when enough bytes or time went by since the last one; one at a time."""
     hw = core.high_watermark
     if hw is None:
         return
@@ -205,6 +215,8 @@ def maybe_snapshot(core: RaftCore, force: bool, at: int | None = None) -> None:
 
 
 def on_snapshot_created(core: RaftCore, sid: OffsetAndEpoch, size: int) -> None:
+    """The runtime wrote snapshot `sid`: it is known from now on, and a follower's log start may
+    follow its leader's."""
     if core._snapshot_in_progress == sid:
         core._snapshot_in_progress = None
     if sid.offset > core.log.end_offset:
