@@ -150,20 +150,25 @@ class RaftCore:
         self._persisted = log_state.quorum_state
         self._corr = 0
         self._inflight: dict[int, InFlight] = {}
+        # replication: the fetch in flight, its backoff, the next bootstrap server to ask
         self._fetch_corr: int | None = None
         self._fetch_backoff_until = 0
+        self._bootstrap_index = 0
+        # membership: the follower's admin request in flight
         self._admin_corr: int | None = None
+        # elections: lost elections in a row (the candidate's backoff grows with them)
         self._election_retries = 0
+        # snapshots: the one being created, what makes the next one due, the retention
+        # check's timer, the downloaded one the runtime installs
         self._snapshot_in_progress: OffsetAndEpoch | None = None
         self._snapshot_started_ms = now_ms
         self._bytes_since_snapshot = 0
         self._last_snapshot_ms = now_ms
         self._retention_at = now_ms + config.retention_check_interval_ms
+        self._installing: OffsetAndEpoch | None = None
         self._shutting_down = False
-        self._bootstrap_index = 0
         self.state: State = UnattachedState(0)
         self._started = False
-        self._installing: OffsetAndEpoch | None = None
         self._voter_cache_set: VoterSet | None = None
         self._voter_cache = False
 
