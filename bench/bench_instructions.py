@@ -42,8 +42,8 @@ VALUE = b"v" * 100
 async def _quorum(workdir: Path, writes: int) -> int:
     """Three nodes and a sequential client in this process; returns the high watermark."""
     from bench.kraft_cluster import BENCH_PROPERTIES
-    from kraft.server.client import KraftClient
     from kraft.server.config import load_config
+    from kraft.server.kv_client import KraftClient
     from kraft.server.local import LocalCluster
     from kraft.server.node import KraftNode
 

@@ -6,7 +6,7 @@
 * commit throughput and latency of 3 voters: `CLIENTS` concurrent HTTP clients PUT 100-byte
   values to the leader for `WRITE_SECONDS`; latency is measured by the client from request to
   the 200 answer (committed on a majority, fsynced, applied);
-* the same through the binary pipelined client protocol (`kraft.server.client`): one write
+* the same through the binary pipelined client protocol (`kraft.server.kv_client`): one write
   at a time (sequential latency), and `BINARY_WORKERS` x `BINARY_BATCH` writes outstanding on
   one connection (throughput);
 * failover after `kill -9` of the leader: from the kill until a write commits again (a client
@@ -29,7 +29,7 @@ from typing import Any
 
 import aiohttp
 
-from kraft.server.client import ClientError, KraftClient
+from kraft.server.kv_client import ClientError, KraftClient
 from kraft.server.local import LocalCluster
 
 QUICK = os.environ.get("BENCH_QUICK") == "1"
@@ -340,7 +340,7 @@ def render_section(result: dict[str, Any]) -> str:
     if bs or bp:
         lines += [
             "",
-            "**Binary pipelined client protocol** (`kraft.server.client`, one TCP connection to "
+            "**Binary pipelined client protocol** (`kraft.server.kv_client`, one TCP connection to "
             "the leader, 100-byte PUTs, committed on a majority after fsync and applied; latency "
             "per call, per `put_many` batch when batched):",
             "",

@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any
 
-from kraft.raft.client import RaftCore
+from kraft.raft.core import RaftCore
 from kraft.sim.cluster import SimParams, run_seed
 
 

@@ -147,7 +147,7 @@ def driver_main() -> None:
         """`visibility` through the binary client: PUT on the leader, then GET_STALE on the
         follower back to back until the value shows (one poll costs one loopback round trip,
         about 0.1-0.2 ms, instead of an HTTP request)."""
-        from kraft.server.client import KraftClient
+        from kraft.server.kv_client import KraftClient
 
         gaps: list[float] = []
         polls: list[int] = []
@@ -194,7 +194,7 @@ def driver_main() -> None:
 
     # ---------------------------------------------------------------- binary client
     async def bin_clients(addr: list[Any], n: int) -> list[Any]:
-        from kraft.server.client import KraftClient
+        from kraft.server.kv_client import KraftClient
 
         return [await KraftClient(addr[0], addr[1]).connect() for _ in range(n)]
 
@@ -259,7 +259,7 @@ def driver_main() -> None:
 
     async def bin_failover(addrs: dict[str, list[Any]], inflight: int, kill_at: float,
                            max_s: float, req_timeout: float) -> dict[str, Any]:
-        from kraft.server.client import KraftClient, NotLeader
+        from kraft.server.kv_client import KraftClient, NotLeader
 
         ids = list(addrs)
         cur = [ids[0]]
@@ -577,7 +577,7 @@ class KraftCluster:
                            "dynamic (kraft.version 1)", **self.lc.properties,
                            "client": "aiohttp HTTP/1.1 PUT /v1/kv/{key}, keep-alive, separate process"
                            if self.client == "http" else "binary pipelined KV protocol "
-                           "(kraft.server.client.KraftClient), up to 8 connections, separate process"}}
+                           "(kraft.server.kv_client.KraftClient), up to 8 connections, separate process"}}
 
     # ------------------------------------------------------------------ processes
 

@@ -128,7 +128,7 @@ def _configure_dump(p: argparse.ArgumentParser) -> None:
 
 
 def _run_dump(args: argparse.Namespace) -> int:
-    from kraft.storage.dump import dump
+    from kraft.dump import dump
 
     report = dump(args.path, sys.stdout)
     if report.problems:

@@ -152,7 +152,7 @@ def test_a_setting_is_not_taken_for_a_module_but_a_wrong_one_is_reported() -> No
 
 
 @pytest.mark.parametrize("wrong", [
-    "`kraft.raft.elections`",           # no such module
+    "`kraft.raft.ballots`",             # no such module
     "`kraft.server.node.NoSuchThing`",  # no such name in a module
     "`kraft.raft._lane.NoSuchShell`",   # no such name in the C module
     "`kraft/lane/`",                    # no such folder

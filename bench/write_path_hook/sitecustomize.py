@@ -36,7 +36,7 @@ STEPS: tuple[tuple[str, str, str, str, str], ...] = (
     ("kraft.server.frames", "FrameConnection", "send", "request_sent", ""),
     ("kraft.server.node", "_FetchCodec", "decode", "decode", "decoded"),
     ("kraft.server.node", "KraftNode", "_apply_step", "apply", "applied"),
-    ("kraft.raft.client", "RaftCore", "handle", "core", "core_done"),
+    ("kraft.raft.core", "RaftCore", "handle", "core", "core_done"),
     ("kraft.storage.log", "SegmentedLog", "append", "append", "appended"),
     ("kraft.storage.log", "SegmentedLog", "start_flush", "flush_submit", "flush_submitted"),
     ("kraft.storage.log", "SegmentedLog", "_write_direct", "write", "written"),

@@ -2549,7 +2549,7 @@ static int leader_send_answer(LeaderShellObject *sh, shell_voter *v, int32_t cor
     return rc == 0 ? 1 : leader_fail(sh, "send");
 }
 
-/* The high watermark moved at `now` (RaftCore._maybe_advance_hw): while writes stream in, the
+/* The high watermark moved at `now` (kraft.raft.replication.maybe_advance_hw): while writes stream in, the
  * parked fetches that asked for it wait at most the linger more for the next batch, which
  * carries it; otherwise they get it now. */
 static int leader_hw_moved(LeaderShellObject *sh, int64_t now)

@@ -120,7 +120,7 @@ class LeaderState:
     rule keeps a snapshot read within the fetch timeout (a download in progress)."""
     writes_streaming: bool = False
     """The latest append came within `hw_linger_ms` of the high watermark's last move: the
-    next move's answers to parked fetches wait for the next append (`RaftCore._hold_for_records`)."""
+    next move's answers to parked fetches wait for the next append (`kraft.raft.replication.hold_for_records`)."""
     _rows_of: tuple[VoterSet, tuple[ReplicaProgress | None, ...]] | None = field(
         default=None, repr=False, compare=False)
 

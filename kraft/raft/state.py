@@ -22,7 +22,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from kraft.raft.messages import Endpoint, OffsetAndEpoch, ReplicaKey
+from kraft.raft.messages import Endpoint, OffsetAndEpoch, ReplicaKey, Request
 
 
 class Role(enum.Enum):
@@ -156,3 +156,13 @@ class ResignedState:
     def leader_id(self) -> int:
         """A resigned replica still names itself as the epoch's leader."""
         return self.node_id
+
+
+@dataclass(slots=True)
+class InFlight:
+    """A request the core sent and still awaits an answer to: where it went, what it was, and
+    when it times out (`RequestFailed`)."""
+
+    destination: int
+    request: Request
+    deadline: int

@@ -39,7 +39,9 @@ from kraft.raft import events as ev
 from kraft.raft import messages as m
 from kraft.raft.lane import to_native
 from kraft.raft.leader import LeaderState, ParkedFetch
+from kraft.server import frame_answer
 from kraft.server.fetch_fast import decode_fetch_request, encode_fetch_request
+from kraft.server.frame_answer import FrameAnswer
 from kraft.server.frames import DeferredReply, _FrameServerProtocol
 from kraft.server.lane_tick import LaneTicker
 from kraft.storage.errors import StorageError
@@ -102,8 +104,6 @@ class LeaderLaneRunner:
 
     def try_arm(self) -> None:
         """Arm the lane if the core gives a lease and the connections are in a state to lend."""
-        from kraft.server.node import _FrameAnswer
-
         node = self._node
         core, md, clients, listener = node.core, node.md, node.client_server, node.listener
         if (self._armed is not None or core is None or md is None or clients is None
@@ -147,7 +147,7 @@ class LeaderLaneRunner:
                 return self._why_not("voter")
             if p is not None:
                 answer = node._inbound.get(p.correlation_id)
-                if type(answer) is not _FrameAnswer or answer.peer != peer:
+                if type(answer) is not FrameAnswer or answer.peer != peer:
                     return self._why_not("voter_parked")
             voters[v.id] = proto
             keys[v.id] = v.key
@@ -166,7 +166,7 @@ class LeaderLaneRunner:
             p = parked.get(rid)
             if p is not None:
                 answer = node._inbound[p.correlation_id]
-                assert type(answer) is _FrameAnswer
+                assert type(answer) is FrameAnswer
                 frame = encode_fetch_request(p.request, node.cluster_id, answer.version,
                                              answer.corr, None)
                 if frame is None:
@@ -311,8 +311,6 @@ class LeaderLaneRunner:
         fetches as the core's again (returned: the node answers each on its connection when
         the core does); the PUTs not committed as the node's own writes, answered once
         applied."""
-        from kraft.server.node import FRAME_ANSWER_TIMEOUT_S, _FrameAnswer
-
         node = self._node
         assert node._loop is not None
         out: list[ParkedFetch] = []
@@ -330,8 +328,8 @@ class LeaderLaneRunner:
                 node._inbound_ids += 1
                 key = node._inbound_ids
                 reply = DeferredReply()
-                answer = _FrameAnswer(ApiKey.FETCH, version, wire_corr, reply,
-                                      node._loop.time() + FRAME_ANSWER_TIMEOUT_S,
+                answer = FrameAnswer(ApiKey.FETCH, version, wire_corr, reply,
+                                      node._loop.time() + frame_answer.FRAME_ANSWER_TIMEOUT_S,
                                       proto.peer.connection_id)
                 node._inbound[key] = answer
                 node._sweep.ask(answer.deadline)

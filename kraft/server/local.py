@@ -158,7 +158,7 @@ class LocalNode:
 
     @property
     def client(self) -> tuple[str, int]:
-        """(host, port) of the binary client protocol (`kraft.server.client`)."""
+        """(host, port) of the binary client protocol (`kraft.server.kv_client`)."""
         return (self.host, self.client_port)
 
     @property

@@ -50,14 +50,13 @@ from typing import Any, Final, Protocol
 
 from kraft.protocol import messages as w
 from kraft.protocol.api import SUPPORTED_FEATURES, ApiKey, api_spec, api_versions_response
-from kraft.protocol.codec import Spliced
 from kraft.protocol.errors import ErrorCode, ProtocolError, UnsupportedVersionError
-from kraft.protocol.framing import decode_request, encode_response, encode_response_parts
+from kraft.protocol.framing import decode_request, encode_response
 from kraft.raft import effects as fx
 from kraft.raft import events as ev
 from kraft.raft import messages as m
-from kraft.raft.client import RaftCore
 from kraft.raft.config import LogState, QuorumStateData, RaftConfig
+from kraft.raft.core import RaftCore
 from kraft.raft.lane import native
 from kraft.raft.leader import ChangeKind, LeaderState
 from kraft.raft.records import voters_from_record, voters_record
@@ -66,6 +65,7 @@ from kraft.raft.voters import VoterSet, static_voter_set
 from kraft.records.batch import build_batch
 from kraft.records.control import KRaftVersionRecord, VotersRecord, build_control_batch
 from kraft.records.snapshot_format import iter_snapshot_batches
+from kraft.server import frame_answer
 from kraft.server.admin import (
     AdminServer,
     KvAnswer,
@@ -83,7 +83,6 @@ from kraft.server.features import (
     NOT_CONTROLLER_MESSAGE,
     FeatureState,
     FeatureUpdateError,
-    core_answer,
     plan_feature_updates,
     update_features_response,
     updates_of,
@@ -92,7 +91,6 @@ from kraft.server.fetch_fast import (
     decode_fetch_request,
     decode_fetch_response,
     encode_fetch_request,
-    encode_fetch_response,
 )
 from kraft.server.follower_lane import FollowerLaneRunner
 from kraft.server.forward import (
@@ -103,23 +101,21 @@ from kraft.server.forward import (
     encode_answer,
     is_forward_frame,
 )
+from kraft.server.frame_answer import FrameAnswer
 from kraft.server.frames import (
     DeferredReply,
     EarliestDeadline,
     FrameListener,
     PeerClosedError,
     PeerInfo,
-    ReplyBody,
 )
 from kraft.server.leader_lane import LeaderLaneRunner
 from kraft.server.metrics import DISK_LATENCY_BUCKETS, Registry
 from kraft.server.translate import (
     TopLevelError,
-    remove_voter_response,
     request_to_core,
     request_to_wire,
     response_to_core,
-    response_to_wire,
 )
 from kraft.server.transport import (
     KafkaConnection,
@@ -137,13 +133,14 @@ from kraft.statemachine.kv import (
     encode_put,
 )
 from kraft.storage.bootstrap import METADATA_VERSION_FEATURE, read_bootstrap_checkpoint
+from kraft.storage.engine_choice import open_engine
 from kraft.storage.errors import OffsetOutOfRangeError, StorageError
 from kraft.storage.layout import BOOTSTRAP_CHECKPOINT, SnapshotId
 from kraft.storage.loader import MetadataDir, open_metadata_dir
 from kraft.storage.quorum_state import QuorumStateData as StoredQuorumState
 from kraft.storage.snapshot_load import SnapshotStream, read_snapshot_control
 from kraft.storage.snapshots import SnapshotChunkReader, SnapshotWriter, iter_snapshot_values
-from kraft.storage.sync_engine import SyncEngine, open_engine
+from kraft.storage.sync_engine import SyncEngine
 
 log = logging.getLogger("kraft.server.node")
 
@@ -166,18 +163,12 @@ MAX_APPEND_BYTES = 1024 * 1024
 MAX_APPEND_VALUES = 16384
 """...and at this many values (tiny values: a batch's cut then looks at no more pending writes
 than this, however many wait)."""
-SPLICE_RECORDS_BYTES = 64 * 1024
-"""Records (a snapshot chunk, a fetch's batches) at least this large are written to the
-socket as they were read, not copied into the encoded response."""
 APPLY_CHUNK = 8192
 """Committed records applied in one step of the core loop; the loop handles what arrived
 meanwhile (fetches, acknowledgements, new writes) between two steps."""
 APPLY_EVERY = 16
 """Events the core loop handles at most while committed records wait to be applied."""
 CLIENT_TIMEOUT_S = 15.0
-FRAME_ANSWER_TIMEOUT_S = 60.0
-"""A request frame the core has not answered by then gets REQUEST_TIMED_OUT (AddRaftVoter:
-its own TimeoutMs plus 5 s when longer)."""
 INLINE_FLUSH_EVERY = 64
 """Inline flush mode: fsync after at most this many events handled since an append, even
 while more keep queueing (a busy leader's own durable offset still moves)."""
@@ -265,66 +256,6 @@ class _Flusher:
             self._thread.join(timeout=10)
 
 
-class _FrameAnswer:
-    """A Kafka request frame waiting for the core's answer: encodes it into the frame body
-    the listener writes back (or a REQUEST_TIMED_OUT answer when the core never answers)."""
-
-    __slots__ = ("api", "corr", "deadline", "features", "future", "peer", "version")
-
-    def __init__(self, api: ApiKey, version: int, corr: int, future: DeferredReply,
-                 deadline: float, peer: int = -1, features: tuple[str, ...] = ()) -> None:
-        self.features = features
-        """UpdateFeatures: the request's feature names, one result each on success."""
-        self.api = api
-        self.version = version
-        self.corr = corr
-        self.future = future
-        self.deadline = deadline
-        """Loop time after which it is answered REQUEST_TIMED_OUT (`KraftNode._sweep_inbound`)."""
-        self.peer = peer
-        """The listener's id of the connection the frame came on (-1: not kept)."""
-
-    def finish(self, response: m.Response, records: bytes | None) -> None:
-        if self.future.done():
-            return
-        try:
-            body: ReplyBody | None = None
-            if self.api is ApiKey.FETCH and type(response) is m.FetchResponse and (
-                    records is None or len(records) < SPLICE_RECORDS_BYTES):
-                # a follower's fetch: straight from the core's answer to the frame
-                body = encode_fetch_response(self.version, self.corr, response, records)
-            if body is None:
-                body = self._general(response, records)
-        except Exception as exc:  # the listener closes the connection
-            log.error("event=response_not_encoded api=%s version=%d error=%r", self.api.name,
-                      self.version, str(exc))
-            body = None
-        self.future.set(body)
-
-    def _general(self, response: m.Response, records: bytes | None) -> ReplyBody:
-        """The answer's frame body through the wire dataclasses and the generated codecs."""
-        wire: object
-        if self.api == ApiKey.UPDATE_FEATURES and isinstance(response,
-                                                             m.UpdateKRaftVersionResponse):
-            code, message = core_answer(response.error_code, response.error_message)
-            return encode_response(self.api, self.version, self.corr, update_features_response(
-                self.version, code, message, self.features))[4:]
-        if self.api == ApiKey.REMOVE_RAFT_VOTER and isinstance(response, m.VoterChangeResponse):
-            return encode_response(self.api, self.version, self.corr,
-                                   remove_voter_response(response))[4:]
-        if records is not None and len(records) >= SPLICE_RECORDS_BYTES:
-            # the records (a snapshot chunk, a fetch's batches) go out as they were read
-            wire = response_to_wire(response, self.version, Spliced(records))
-            return encode_response_parts(self.api, self.version, self.corr, wire)
-        wire = response_to_wire(response, self.version, records)
-        return encode_response(self.api, self.version, self.corr, wire)[4:]
-
-    def timed_out(self) -> None:
-        if not self.future.done():
-            body = api_spec(self.api).response_class(error_code=int(ErrorCode.REQUEST_TIMED_OUT))
-            self.future.set(encode_response(self.api, self.version, self.corr, body)[4:])
-
-
 class _FetchCodec:
     """The direct codecs of `kraft.server.fetch_fast` for one outbound FetchRequest (the
     `FastCodec` of `KafkaConnection.send`): the answer decodes to a core FetchResponse."""
@@ -373,7 +304,7 @@ class KraftNode:
         self._core_timer: asyncio.TimerHandle | None = None
         self._core_timer_at = 0
         """The core deadline (ms) `_core_timer` wakes the core loop for."""
-        self._inbound: dict[int, asyncio.Future[tuple[m.Response, bytes | None]] | _FrameAnswer] = {}
+        self._inbound: dict[int, asyncio.Future[tuple[m.Response, bytes | None]] | FrameAnswer] = {}
         self._inbound_ids = 0
         self._address_memo: tuple[tuple[m.Endpoint, ...] | None, tuple[str, int] | None] = (
             None, None)
@@ -1433,7 +1364,7 @@ class KraftNode:
         waiter = self._inbound.pop(corr, None)
         if waiter is None:
             return
-        if type(waiter) is _FrameAnswer:
+        if type(waiter) is FrameAnswer:
             waiter.finish(response, records)
         elif isinstance(waiter, asyncio.Future) and not waiter.done():
             waiter.set_result((response, records))
@@ -1445,12 +1376,12 @@ class KraftNode:
         or, for a parked fetch, within its MaxWaitMs."""
         now = (self._loop or asyncio.get_running_loop()).time()
         expired = [k for k, w in self._inbound.items()
-                   if type(w) is _FrameAnswer and w.deadline <= now]
+                   if type(w) is FrameAnswer and w.deadline <= now]
         for key in expired:
             waiter = self._inbound.pop(key)
-            assert type(waiter) is _FrameAnswer
+            assert type(waiter) is FrameAnswer
             waiter.timed_out()
-        earliest = min((w.deadline for w in self._inbound.values() if type(w) is _FrameAnswer),
+        earliest = min((w.deadline for w in self._inbound.values() if type(w) is FrameAnswer),
                        default=None)
         if earliest is not None:
             self._sweep.ask(earliest)
@@ -1549,14 +1480,14 @@ class KraftNode:
                source: int | None = None, peer: int = -1,
                features: tuple[str, ...] = ()) -> DeferredReply:
         """Hand a decoded request to the core; its answer completes the returned reply."""
-        timeout = FRAME_ANSWER_TIMEOUT_S
+        timeout = frame_answer.FRAME_ANSWER_TIMEOUT_S
         if isinstance(request, m.AddRaftVoterRequest):
             timeout = max(timeout, request.timeout_ms / 1000 + 5)
         self._inbound_ids += 1
         key = self._inbound_ids
         assert self._loop is not None
         deadline = self._loop.time() + timeout
-        answer = _FrameAnswer(api, version, corr, DeferredReply(), deadline, peer, features)
+        answer = FrameAnswer(api, version, corr, DeferredReply(), deadline, peer, features)
         self._inbound[key] = answer
         self._sweep.ask(deadline)
         self._enqueue(ev.RequestReceived(_source_of(request) if source is None else source, key,

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 
 from kraft.protocol.errors import ErrorCode
 from kraft.protocol.uuid import Uuid
-from kraft.raft.client import RaftCore
 from kraft.raft.config import QuorumStateData, RaftConfig
+from kraft.raft.core import RaftCore
 from kraft.raft.effects import (
     AbortSnapshotDownload,
     AdvanceLogStart,

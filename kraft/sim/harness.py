@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 
 from kraft.protocol.errors import ErrorCode
 from kraft.protocol.uuid import Uuid
-from kraft.raft.client import RaftCore
 from kraft.raft.config import LogState, QuorumStateData, RaftConfig
+from kraft.raft.core import RaftCore
 from kraft.raft.effects import (
     Effect,
     PersistQuorumState,

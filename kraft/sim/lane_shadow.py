@@ -24,7 +24,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import cast
 
-from kraft.raft.client import RaftCore
+from kraft.raft.core import RaftCore
 from kraft.raft.effects import (
     AppendFetched,
     AppendRecords,

@@ -252,7 +252,7 @@ class LeaderDrive:
     def _hw_moved(self, n: SimNode, a: _Armed) -> None:
         """The lane's high watermark moved: it is claimed committed, the appends below it are
         answered, and the parked fetches that asked for it get it (or wait for the next
-        records while writes stream in), as the core's `_maybe_advance_hw` does."""
+        records while writes stream in), as the core's `replication.maybe_advance_hw` does."""
         sim = self._sim
         lane = cast(LeaderLane, a.lane)
         hw = lane.high_watermark
@@ -301,7 +301,7 @@ class LeaderDrive:
 
     def _answer(self, n: SimNode, a: _Armed, source: int, corr: int, req: FetchRequest) -> None:
         """Answer a voter's fetch: the records from its offset, if any, and the high
-        watermark, as the core's `_answer_fetch` would."""
+        watermark, as the core's `replication.answer_fetch` would."""
         lane = cast(LeaderLane, a.lane)
         hw = lane.high_watermark
         resp = FetchResponse(ErrorCode.NONE, a.leader_id, a.epoch, hw if hw is not None else -1,

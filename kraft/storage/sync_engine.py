@@ -1,6 +1,6 @@
 """The engines that start a log's fdatasync from the owner thread and signal its completion on
-an eventfd (`SegmentedLog.start_flush` / `finish_flush`), what they share, and the choice
-between them.
+an eventfd (`SegmentedLog.start_flush` / `finish_flush`) and what they share; the choice
+between them is `kraft.storage.engine_choice.open_engine`.
 
 * `uring` (`kraft.storage.uring`): io_uring. The default where the kernel and the seccomp
   profile allow it.
@@ -116,25 +116,3 @@ class SyncEngine:
 
     def _release(self) -> None:
         raise NotImplementedError
-
-
-def open_engine(choice: Choice) -> tuple[SyncEngine | None, str]:
-    """The engine `choice` names (`auto`: io_uring if it opens here), with its name; (None,
-    "thread") when the choice is `off` or the engine cannot be opened here (logged)."""
-    # the engines' modules build on SyncEngine above
-    from kraft.storage.aio import KernelSync
-    from kraft.storage.uring import UringSync
-
-    engine: SyncEngine | None = None
-    name = "thread"
-    if choice in ("auto", "uring"):
-        engine = UringSync.open()
-        name = "uring"
-    elif choice == "aio":
-        engine = KernelSync.open()
-        name = "aio"
-    if engine is not None:
-        return engine, name
-    if choice in ("uring", "aio"):
-        log.warning("event=flush_engine_unavailable engine=%s fallback=thread", choice)
-    return None, "thread"

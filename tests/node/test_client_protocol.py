@@ -1,5 +1,5 @@
 """The binary pipelined KV client protocol (`kraft.server.client_protocol`) and its asyncio
-client (`kraft.server.client`) against real `kraft run` processes."""
+client (`kraft.server.kv_client`) against real `kraft run` processes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from collections.abc import Callable
 
 import pytest
 
-from kraft.server.client import KraftClient, NotLeader, OutcomeUnknown, QuorumClient
 from kraft.server.client_protocol import (
     ERROR,
     MAX_FRAME,
@@ -26,6 +25,7 @@ from kraft.server.client_protocol import (
     encode_request,
     encode_response,
 )
+from kraft.server.kv_client import KraftClient, NotLeader, OutcomeUnknown, QuorumClient
 from kraft.server.local import LocalCluster
 
 

@@ -16,8 +16,8 @@ import pytest
 from kraft.protocol.uuid import Uuid
 from kraft.raft import messages as m
 from kraft.raft.lane import native
-from kraft.server.client import KraftClient
 from kraft.server.follower_lane import next_fetch
+from kraft.server.kv_client import KraftClient
 from kraft.server.local import LocalCluster, http_call
 from kraft.storage.layout import partition_dir
 from tests.support.lanes import (

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import kraft.server.node as node_module
+import kraft.server.frame_answer as frame_answer
 from kraft.protocol import messages as w
 from kraft.protocol.api import ApiKey
 from kraft.protocol.errors import ErrorCode
@@ -58,12 +58,12 @@ async def test_an_unanswered_frame_times_out_and_an_earlier_deadline_rearms_the_
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     node = await _leader(tmp_path)
     try:
-        monkeypatch.setattr(node_module, "FRAME_ANSWER_TIMEOUT_S", 30.0)
+        monkeypatch.setattr(frame_answer, "FRAME_ANSWER_TIMEOUT_S", 30.0)
         late = await parked_fetch(node, 1)
         await asyncio.sleep(0.3)
         assert node._sweep.at < float("inf")  # armed for the first frame's deadline
         first_deadline = node._sweep.at
-        monkeypatch.setattr(node_module, "FRAME_ANSWER_TIMEOUT_S", 0.4)
+        monkeypatch.setattr(frame_answer, "FRAME_ANSWER_TIMEOUT_S", 0.4)
         soon = await parked_fetch(node, 2)
         resp = await asyncio.wait_for(soon, 10)
         assert resp.error_code == ErrorCode.REQUEST_TIMED_OUT

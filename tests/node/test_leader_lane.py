@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from kraft.raft.lane import native
-from kraft.server.client import KraftClient, NotLeader, OutcomeUnknown
+from kraft.server.kv_client import KraftClient, NotLeader, OutcomeUnknown
 from kraft.server.local import LocalCluster
 from tests.support.lanes import applied_everywhere, lane_stats, local_value, log_bytes
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kraft.protocol.errors import ErrorCode
-from kraft.raft.client import RaftFatalError
 from kraft.raft.config import QuorumStateData
+from kraft.raft.core import RaftFatalError
 from kraft.raft.effects import Committed, TruncateTo
 from kraft.raft.events import Shutdown
 from kraft.raft.messages import FetchRequest, OffsetAndEpoch

@@ -11,7 +11,7 @@ import pytest
 
 import kraft.raft.lane as lane_rules
 import kraft.sim.lane_drive as lane_drive
-from kraft.raft.client import RaftFatalError
+from kraft.raft.core import RaftFatalError
 from kraft.raft.effects import AppendFetched, Committed, FetchAdopted, SendRequest
 from kraft.raft.events import FollowerLaneReport, ResponseReceived
 from kraft.raft.messages import FetchedBatch, FetchRequest, FetchResponse

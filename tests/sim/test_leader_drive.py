@@ -11,8 +11,9 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import kraft.raft.lane as lane_rules
+import kraft.raft.replication as replication
 import kraft.sim.leader_drive as leader_drive
-from kraft.raft.client import RaftCore, RaftFatalError
+from kraft.raft.core import RaftCore, RaftFatalError
 from kraft.raft.effects import AppendCommitted, Committed, SendFetchResponse
 from kraft.raft.events import Append, LeaderLaneReport, VoterFetched
 from kraft.raft.leader import LeaderState, ParkedFetch
@@ -229,7 +230,7 @@ def _report_without(field: str) -> Callable[..., None]:
     return report_
 
 
-def _parked_dropped(self: RaftCore, s: LeaderState, hw_moved_only: bool) -> None:
+def _parked_dropped(core: RaftCore, s: LeaderState, hw_moved_only: bool) -> None:
     s.parked = [p for p in s.parked if hw_moved_only and p.request.high_watermark is None]
 
 
@@ -268,7 +269,7 @@ def test_a_broken_leader_drive_is_caught(mutate: Callable[[str], None], which: s
 
 def test_the_new_invariants_catch_the_core_too(monkeypatch: pytest.MonkeyPatch) -> None:
     # a core that drops its parked fetches instead of answering them
-    monkeypatch.setattr(RaftCore, "_complete_parked", _parked_dropped)
+    monkeypatch.setattr(replication, "complete_parked", _parked_dropped)
     for seed in range(30):
         r = run_seed(seed, SimParams())
         if not r.ok:
@@ -278,12 +279,12 @@ def test_the_new_invariants_catch_the_core_too(monkeypatch: pytest.MonkeyPatch) 
         pytest.fail("dropped parked fetches: not caught in seeds 0-29")
     monkeypatch.undo()
     # a core that counts its own records durable when it appends them
-    original = RaftCore._on_append
+    original = replication.on_append
 
-    def on_append(self: RaftCore, ev: Append) -> None:
-        original(self, ev)
-        self._on_persisted(self.log.end_offset)
-    monkeypatch.setattr(RaftCore, "_on_append", on_append)
+    def on_append(core: RaftCore, ev: Append) -> None:
+        original(core, ev)
+        replication.on_persisted(core, core.log.end_offset)
+    monkeypatch.setattr(replication, "on_append", on_append)
     for seed in range(30):
         r = run_seed(seed, SimParams(lane_shadow=False))  # the lane's check would see it first
         if not r.ok:

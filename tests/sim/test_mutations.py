@@ -5,14 +5,17 @@ invariant (the scan stops at the first failing seed)."""
 from __future__ import annotations
 
 import inspect
+import sys
 import textwrap
 from collections.abc import Callable
+from types import ModuleType
 
 import pytest
 
-import kraft.raft.client as client
+import kraft.raft.elections as elections
 import kraft.raft.leader as leader
-from kraft.raft.client import RaftCore
+import kraft.raft.replication as replication
+from kraft.raft.core import RaftCore
 from kraft.raft.log import LogMeta
 from kraft.raft.messages import OffsetAndEpoch, VoteRequest
 from kraft.raft.state import UnattachedState
@@ -30,13 +33,17 @@ def first_violation(seeds: range) -> str | None:
     return None
 
 
-def patch_source(monkeypatch: pytest.MonkeyPatch, method: str, old: str, new: str) -> None:
-    """Replace one line of a RaftCore method (the mutation) and install the result."""
-    src = textwrap.dedent(inspect.getsource(getattr(RaftCore, method)))
-    assert old in src, f"mutation target not found in {method}"
+def patch_source(
+    monkeypatch: pytest.MonkeyPatch, owner: ModuleType | type, name: str, old: str, new: str
+) -> None:
+    """Replace one line of a function of the core (the mutation) and install the result.
+    `owner` is the concern module (`kraft.raft.elections`, ...) or `RaftCore` that holds it."""
+    src = textwrap.dedent(inspect.getsource(getattr(owner, name)))
+    assert old in src, f"mutation target not found in {name}"
     namespace: dict[str, object] = {}
-    exec(src.replace(old, new), vars(client), namespace)
-    monkeypatch.setattr(RaftCore, method, namespace[method])
+    module = owner if isinstance(owner, ModuleType) else sys.modules[owner.__module__]
+    exec(src.replace(old, new), vars(module), namespace)
+    monkeypatch.setattr(owner, name, namespace[name])
 
 
 def test_mutation_hw_advanced_on_a_minority_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -47,15 +54,15 @@ def test_mutation_hw_advanced_on_a_minority_is_caught(monkeypatch: pytest.Monkey
 
 
 def test_mutation_two_votes_in_one_epoch_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    original: Callable[..., None] = RaftCore._on_vote
+    original: Callable[..., None] = elections.on_vote
 
-    def forgetful(self: RaftCore, src: int, corr: int, req: VoteRequest) -> None:
-        s = self.state
+    def forgetful(core: RaftCore, src: int, corr: int, req: VoteRequest) -> None:
+        s = core.state
         if isinstance(s, UnattachedState) and not req.pre_vote and req.replica_epoch == s.epoch:
             s.voted = None  # forget the vote already cast in this epoch
-        original(self, src, corr, req)
+        original(core, src, corr, req)
 
-    monkeypatch.setattr(RaftCore, "_on_vote", forgetful)
+    monkeypatch.setattr(elections, "on_vote", forgetful)
     v = first_violation(range(0, 300))
     # two leaders in one epoch fork the log: whichever invariant sees the fork first fires
     assert v is not None, v
@@ -70,8 +77,8 @@ def test_mutation_vote_without_log_check_is_caught(monkeypatch: pytest.MonkeyPat
 def test_mutation_follower_hw_not_capped_by_its_log_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    patch_source(monkeypatch, "_on_fetch_response",
-                 "new = min(resp.high_watermark, self.log.end_offset)",
+    patch_source(monkeypatch, replication, "on_fetch_response",
+                 "new = min(resp.high_watermark, core.log.end_offset)",
                  "new = resp.high_watermark")
     v = first_violation(range(0, 50))
     assert v is not None and "beyond its log" in v, v
@@ -79,9 +86,9 @@ def test_mutation_follower_hw_not_capped_by_its_log_is_caught(
 
 def test_mutation_truncating_past_divergence_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     # truncate one record too many: a committed record held by the follower is removed
-    patch_source(monkeypatch, "_truncate_diverging",
-                 "target = min(diverging.offset, own.offset, self.log.end_offset)",
-                 "target = max(0, min(diverging.offset, own.offset, self.log.end_offset) - 1)")
+    patch_source(monkeypatch, replication, "truncate_diverging",
+                 "target = min(diverging.offset, own.offset, core.log.end_offset)",
+                 "target = max(0, min(diverging.offset, own.offset, core.log.end_offset) - 1)")
     v = first_violation(range(0, 300))
     assert v is not None and ("committed_never_truncated" in v or "high watermark" in v), v
 
@@ -90,8 +97,8 @@ def test_mutation_fetching_before_fsync_is_caught(monkeypatch: pytest.MonkeyPatc
     # the follower acknowledges (FetchOffset) records that are not on disk yet: the leader
     # then commits what a majority does not hold durably, and a crash loses committed records
     # it acknowledged (whichever the seeds show first)
-    patch_source(monkeypatch, "_poll",
-                 "elif self.log.persisted_end >= self.log.end_offset:",
+    patch_source(monkeypatch, replication, "poll",
+                 "elif core.log.persisted_end >= core.log.end_offset:",
                  "elif True:")
     v = first_violation(range(0, 300))
     assert v is not None and ("acknowledged_committed_lost" in v

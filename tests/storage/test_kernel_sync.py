@@ -14,9 +14,10 @@ import pytest
 
 from kraft.storage import aio, uring
 from kraft.storage.aio import KernelSync
+from kraft.storage.engine_choice import open_engine
 from kraft.storage.errors import StorageError
 from kraft.storage.log import SegmentedLog
-from kraft.storage.sync_engine import SyncEngine, open_engine
+from kraft.storage.sync_engine import SyncEngine
 from kraft.storage.uring import UringSync
 
 Batches = Callable[..., list[bytes]]

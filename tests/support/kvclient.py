@@ -102,7 +102,7 @@ class KVWorkload:
         self.addresses = addresses
         self.binary = binary or {}
         """Node id -> the binary client protocol's address: one more client writes and reads
-        through it (`kraft.server.client.KraftClient`), on one connection to the leader, as
+        through it (`kraft.server.kv_client.KraftClient`), on one connection to the leader, as
         a producer would (the leader's native lane serves such a connection)."""
         self.keys = [f"key{i}" for i in range(keys)]
         self.clients = clients
@@ -147,7 +147,7 @@ class KVWorkload:
     async def _binary_client(self, client: int) -> None:
         """PUTs and linearizable GETs over the binary protocol, one at a time, on one
         connection that follows the leader (NOT_LEADER names it)."""
-        from kraft.server.client import ClientError, KraftClient, NotLeader
+        from kraft.server.kv_client import ClientError, KraftClient, NotLeader
 
         rng = random.Random(self.rng.random())
         ids = sorted(self.binary)

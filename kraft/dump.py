@@ -6,6 +6,9 @@ keys, then the key, the headers and the payload. Control records are decoded by 
 records are decoded as KV commands, else as metadata records (apiKey name, version, and the
 decoded body for FeatureLevelRecord) when their value carries the metadata frame, else shown
 as text or hex.
+
+A tool over storage, records and the KV state machine, so it sits above those packages (as the
+CLI does), not in `kraft.storage`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,91 @@
+"""A Kafka request frame waiting for the core's answer (`FrameAnswer`), and how long it may
+wait.
+
+Shared by the node (`kraft.server.node`), which registers one per request frame it hands the
+core, and the leader lane (`kraft.server.leader_lane`), which registers one per parked fetch it
+hands back: a module below both, so neither imports the other for it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kraft.protocol.api import ApiKey, api_spec
+from kraft.protocol.codec import Spliced
+from kraft.protocol.errors import ErrorCode
+from kraft.protocol.framing import encode_response, encode_response_parts
+from kraft.raft import messages as m
+from kraft.server.features import core_answer, update_features_response
+from kraft.server.fetch_fast import encode_fetch_response
+from kraft.server.frames import DeferredReply, ReplyBody
+from kraft.server.translate import remove_voter_response, response_to_wire
+
+log = logging.getLogger("kraft.server.node")
+"""The node's logger: what goes wrong answering a frame is logged as the node's, as before."""
+
+SPLICE_RECORDS_BYTES = 64 * 1024
+"""Records (a snapshot chunk, a fetch's batches) at least this large are written to the
+socket as they were read, not copied into the encoded response."""
+FRAME_ANSWER_TIMEOUT_S = 60.0
+"""A request frame the core has not answered by then gets REQUEST_TIMED_OUT (AddRaftVoter:
+its own TimeoutMs plus 5 s when longer)."""
+
+
+class FrameAnswer:
+    """A Kafka request frame waiting for the core's answer: encodes it into the frame body
+    the listener writes back (or a REQUEST_TIMED_OUT answer when the core never answers)."""
+
+    __slots__ = ("api", "corr", "deadline", "features", "future", "peer", "version")
+
+    def __init__(self, api: ApiKey, version: int, corr: int, future: DeferredReply,
+                 deadline: float, peer: int = -1, features: tuple[str, ...] = ()) -> None:
+        self.features = features
+        """UpdateFeatures: the request's feature names, one result each on success."""
+        self.api = api
+        self.version = version
+        self.corr = corr
+        self.future = future
+        self.deadline = deadline
+        """Loop time after which it is answered REQUEST_TIMED_OUT (`KraftNode._sweep_inbound`)."""
+        self.peer = peer
+        """The listener's id of the connection the frame came on (-1: not kept)."""
+
+    def finish(self, response: m.Response, records: bytes | None) -> None:
+        if self.future.done():
+            return
+        try:
+            body: ReplyBody | None = None
+            if self.api is ApiKey.FETCH and type(response) is m.FetchResponse and (
+                    records is None or len(records) < SPLICE_RECORDS_BYTES):
+                # a follower's fetch: straight from the core's answer to the frame
+                body = encode_fetch_response(self.version, self.corr, response, records)
+            if body is None:
+                body = self._general(response, records)
+        except Exception as exc:  # the listener closes the connection
+            log.error("event=response_not_encoded api=%s version=%d error=%r", self.api.name,
+                      self.version, str(exc))
+            body = None
+        self.future.set(body)
+
+    def _general(self, response: m.Response, records: bytes | None) -> ReplyBody:
+        """The answer's frame body through the wire dataclasses and the generated codecs."""
+        wire: object
+        if self.api == ApiKey.UPDATE_FEATURES and isinstance(response,
+                                                             m.UpdateKRaftVersionResponse):
+            code, message = core_answer(response.error_code, response.error_message)
+            return encode_response(self.api, self.version, self.corr, update_features_response(
+                self.version, code, message, self.features))[4:]
+        if self.api == ApiKey.REMOVE_RAFT_VOTER and isinstance(response, m.VoterChangeResponse):
+            return encode_response(self.api, self.version, self.corr,
+                                   remove_voter_response(response))[4:]
+        if records is not None and len(records) >= SPLICE_RECORDS_BYTES:
+            # the records (a snapshot chunk, a fetch's batches) go out as they were read
+            wire = response_to_wire(response, self.version, Spliced(records))
+            return encode_response_parts(self.api, self.version, self.corr, wire)
+        wire = response_to_wire(response, self.version, records)
+        return encode_response(self.api, self.version, self.corr, wire)[4:]
+
+    def timed_out(self) -> None:
+        if not self.future.done():
+            body = api_spec(self.api).response_class(error_code=int(ErrorCode.REQUEST_TIMED_OUT))
+            self.future.set(encode_response(self.api, self.version, self.corr, body)[4:])
