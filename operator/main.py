@@ -33,7 +33,10 @@ SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kraft-operator", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="kraft-operator", description=__doc__.splitlines()[0],
+        usage="kraft-operator [run] [options]   (run the operator; the default)\n"
+              "       kraft-operator crd             (print the CRD YAML, from the models)")
     parser.add_argument("--namespace", "-n", action="append", default=[],
                         help="watch this namespace (repeatable); default: all namespaces")
     parser.add_argument("--all-namespaces", "-A", action="store_true",
@@ -42,21 +45,31 @@ def build_parser() -> argparse.ArgumentParser:
                         help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the "
                              "in-cluster service account)")
     parser.add_argument("--http", default="0.0.0.0:8080", metavar="HOST:PORT",
-                        help="liveness (/healthz) and metrics (/metrics) endpoint; '' for none")
+                        help="liveness (/healthz) and metrics (/metrics) endpoint; '' for none "
+                             "(default: 0.0.0.0:8080)")
     parser.add_argument("--interval", type=float, default=5.0,
-                        help="seconds between reconcile passes of each KRaftQuorum")
-    parser.add_argument("--lease-name", default="kraft-operator")
+                        help="seconds between reconcile passes of each KRaftQuorum "
+                             "(default: 5.0)")
+    parser.add_argument("--lease-name", default="kraft-operator",
+                        help="name of the coordination.k8s.io Lease (default: kraft-operator)")
     parser.add_argument("--lease-namespace", default=None,
                         help="namespace of the Lease (default: $POD_NAMESPACE, the service "
                              "account's namespace, the kubeconfig context's, or default)")
-    parser.add_argument("--lease-duration", type=float, default=15.0)
-    parser.add_argument("--renew-deadline", type=float, default=10.0)
-    parser.add_argument("--retry-period", type=float, default=2.0)
+    parser.add_argument("--lease-duration", type=float, default=15.0,
+                        help="seconds a standby waits after the last renewal before taking "
+                             "the Lease (default: 15.0)")
+    parser.add_argument("--renew-deadline", type=float, default=10.0,
+                        help="seconds the leader keeps trying to renew before it exits "
+                             "(code 3) (default: 10.0)")
+    parser.add_argument("--retry-period", type=float, default=2.0,
+                        help="seconds between Lease acquire and renew attempts (default: 2.0)")
     parser.add_argument("--identity", default=None,
                         help="this replica's name in the Lease (default: hostname + random)")
     parser.add_argument("--admin-timeout", type=float, default=10.0,
-                        help="seconds a membership change may take to commit")
-    parser.add_argument("--log-level", default="INFO")
+                        help="seconds a membership change may take to commit (default: 10.0)")
+    parser.add_argument("--log-level", default="INFO", type=str.upper,
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                        help="default: INFO")
     return parser
 
 
