@@ -335,7 +335,7 @@ async def describe(ref: QuorumRef, node_ids: Iterable[int], cluster_id: str | No
                                 client_id="kraft-operator") as admin:
             info = await admin.describe_quorum()
     except AdminError as exc:
-        return None, f"{exc.name}: {exc}" if getattr(exc, "name", None) else str(exc)
+        return None, str(exc)  # "NAME: message": the Kafka error name is already there
     except (OSError, ValueError) as exc:
         return None, f"{type(exc).__name__}: {exc}"
     if info.leader_id < 0:

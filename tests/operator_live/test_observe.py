@@ -138,3 +138,11 @@ def test_without_permission_to_read_nodes_no_node_failure_is_assumed() -> None:
     gone = observe.build(REF, observe.Snapshot(body, snap.pods, snap.pvcs, [], snap.volumes),
                          None, {}, now=10_000.0).observed
     assert type(plan(spec, gone).action).__name__ != "Wait"
+
+
+async def test_describe_names_the_error_once() -> None:
+    """No node resolves: the reason reported under Quorate=False names the Kafka error once."""
+    quorum, why = await observe.describe(REF, [0, 1], None, 1.0)
+    assert quorum is None and why is not None
+    assert why.startswith("NETWORK_EXCEPTION: no bootstrap controller answered"), why
+    assert why.count("NETWORK_EXCEPTION") == 1, why
