@@ -325,12 +325,22 @@ class ColumnBuffer:
         return list(zip(*columns, strict=True))
 
 
+# (hash, stored CRC-32C, size) of batches whose records framed without error in this process;
+# bounded (cleared when full), so a worker's memory does not grow with the log.
+_FRAMED: set[tuple[int, int, int]] = set()
+FRAMED_MAX = 1 << 20
+
+
 class BatchBuffer:
     """Rows of `rows=batches`: one per batch, with its header fields, a 64-bit hash and a copy
     of its bytes (`data`), gathered until they make one Arrow record batch.
 
     A CRC-valid batch is also checked record by record (`RecordBatch.values()`, which frames
     every record); when its records do not parse it becomes an `invalid_records` error row.
+    Replicas that agree hold the same batches byte for byte, so that record check runs once
+    per distinct batch in a Python worker: a batch whose hash, stored CRC-32C and size equal
+    those of a batch already framed without error in this process (`_FRAMED`) is not framed
+    again. Its CRC is still checked, and a batch that failed the check is checked again.
     """
 
     def __init__(self) -> None:
@@ -361,21 +371,26 @@ class BatchBuffer:
 
     def take(self, f: LogFile, batch: RecordBatch) -> None:
         """Add one CRC-valid batch (or its `invalid_records` error row)."""
-        try:
-            values = batch.values()
-            if len(values) != batch.records_count:
-                raise ProtocolError(
-                    f"record batch at byte position {batch.position} (base offset "
-                    f"{batch.base_offset}): header announces {batch.records_count} records, "
-                    f"{len(values)} found"
-                )
-        except ProtocolError as exc:
-            self.add_row(_error_row(f, batch.position, batch, f"invalid_records: {exc}"))
-            return
-        del values
         raw = batch.raw
         digest = int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "big",
                                 signed=True)
+        seen = (digest, batch.crc, batch.size_in_bytes)
+        if seen not in _FRAMED:
+            try:
+                values = batch.values()
+                if len(values) != batch.records_count:
+                    raise ProtocolError(
+                        f"record batch at byte position {batch.position} (base offset "
+                        f"{batch.base_offset}): header announces {batch.records_count} "
+                        f"records, {len(values)} found"
+                    )
+            except ProtocolError as exc:
+                self.add_row(_error_row(f, batch.position, batch, f"invalid_records: {exc}"))
+                return
+            del values
+            if len(_FRAMED) >= FRAMED_MAX:
+                _FRAMED.clear()
+            _FRAMED.add(seen)
         row = (
             f.replica, f.node_id, f.directory_id, f.source, f.path, f.snapshot_end_offset,
             f.snapshot_epoch, batch.position, batch.base_offset, batch.last_offset,
