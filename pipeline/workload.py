@@ -303,6 +303,66 @@ def _key_partials(batches: Any, hw: int, codec: bool) -> Any:
         ops.clear()
         return table
 
+    def general(batch: Any, j: int, value: Any, offset: int, record_keys: Any) -> Any:
+        """One record through the codec (or its record key); returns the batch's record keys
+        once they were read."""
+        op: str | None = None
+        kb: bytes | None = None
+        vlen: int | None = None
+        n = 0 if value is None else len(value)
+        if n >= 6 and value[0] == FORMAT_VERSION and value[1] in (OP_PUT, OP_DELETE):
+            klen = length_at(value, 2)[0]
+            kend = 6 + klen
+            if value[1] == OP_DELETE:
+                if klen != absent and kend == n:
+                    op, kb = "DELETE", bytes(value[6:kend])
+            elif kend + 4 <= n:
+                vl = length_at(value, kend)[0]
+                if klen != absent and vl != absent and kend + 4 + vl == n:
+                    op, kb, vlen = "PUT", bytes(value[6:kend]), vl
+            if kb is not None and kb not in keys:
+                try:
+                    kb.decode()
+                except UnicodeDecodeError:
+                    op = kb = vlen = None  # the codec calls it INVALID
+        if op is None:
+            if not codec:
+                vlen = None if value is None else n
+            elif value is not None:
+                try:
+                    cmd = decode(bytes(value))
+                except error:
+                    op = "INVALID"
+                else:
+                    op = _OPS.get(cmd.op, str(cmd.op))
+                    if cmd.op != 4:
+                        kb = cmd.key.encode()
+                    vlen = len(cmd.value) if cmd.value is not None else None
+        name = op or "unknown"
+        ops[name] = ops.get(name, 0) + 1
+        if kb is None:
+            if record_keys is None:
+                record_keys = [r.key for r in batch.records()]
+            raw_key = record_keys[j]
+            if raw_key is None:
+                return record_keys
+            kb = bytes(raw_key).decode("utf-8", "replace").encode()
+        entry = keys.get(kb)
+        if entry is None:
+            entry = keys[kb] = [0, 0, -1, None, 0, 0, None]
+        entry[0] += 1
+        if op == "DELETE":
+            entry[1] += 1
+        if offset > entry[2]:
+            entry[2] = offset
+            entry[3] = op
+        if vlen is not None:
+            entry[4] += vlen
+            entry[5] += 1
+            if entry[6] is None or vlen > entry[6]:
+                entry[6] = vlen
+        return record_keys
+
     for table in batches:
         bases = table.column("batch_base_offset").to_pylist()
         lasts = table.column("batch_last_offset").to_pylist()
@@ -311,73 +371,67 @@ def _key_partials(batches: Any, hw: int, codec: bool) -> Any:
             batch = RecordBatch.parse(data[i].as_py(), 0)
             base, last = bases[i], lasts[i]
             record_keys: Any = None
-            if batch.records_count == last - base + 1:
-                values = batch.values()
-                offsets: Any = range(base, base + len(values))
+            if not (codec and batch.records_count == last - base + 1):
+                if batch.records_count == last - base + 1:
+                    values = batch.values()
+                    offsets: Any = range(base, base + len(values))
+                else:
+                    records = list(batch.records())
+                    values = [r.value for r in records]
+                    offsets = [r.offset for r in records]
+                    record_keys = [r.key for r in records]
+                for j, value in enumerate(values):
+                    if offsets[j] >= hw:
+                        break
+                    record_keys = general(batch, j, value, offsets[j], record_keys)
             else:
-                records = list(batch.records())
-                values = [r.value for r in records]
-                offsets = [r.offset for r in records]
-                record_keys = [r.key for r in records]
-            for j, value in enumerate(values):
-                offset = offsets[j]
-                if offset >= hw:
-                    break
-                op: str | None = None
-                kb: bytes | None = None
-                vlen: int | None = None
-                n = 0 if value is None else len(value)
-                if n >= 6 and value[0] == FORMAT_VERSION and value[1] in (OP_PUT, OP_DELETE):
-                    klen = length_at(value, 2)[0]
-                    kend = 6 + klen
-                    if value[1] == OP_DELETE:
-                        if klen != absent and kend == n:
-                            op, kb = "DELETE", bytes(value[6:kend])
-                    elif kend + 4 <= n:
-                        vl = length_at(value, kend)[0]
-                        if klen != absent and vl != absent and kend + 4 + vl == n:
-                            op, kb, vlen = "PUT", bytes(value[6:kend]), vl
-                    if kb is not None and kb not in keys:
-                        try:
-                            kb.decode()
-                        except UnicodeDecodeError:
-                            op = kb = vlen = None  # the codec calls it INVALID
-                if op is None:
-                    if not codec:
-                        vlen = None if value is None else n
-                    elif value is not None:
-                        try:
-                            cmd = decode(bytes(value))
-                        except error:
-                            op = "INVALID"
-                        else:
-                            op = _OPS.get(cmd.op, str(cmd.op))
-                            if cmd.op != 4:
-                                kb = cmd.key.encode()
-                            vlen = len(cmd.value) if cmd.value is not None else None
-                name = op or "unknown"
-                ops[name] = ops.get(name, 0) + 1
-                if kb is None:
-                    if record_keys is None:
-                        record_keys = [r.key for r in batch.records()]
-                    raw_key = record_keys[j]
-                    if raw_key is None:
-                        continue
-                    kb = bytes(raw_key).decode("utf-8", "replace").encode()
-                entry = keys.get(kb)
-                if entry is None:
-                    entry = keys[kb] = [0, 0, -1, None, 0, 0, None]
-                entry[0] += 1
-                if op == "DELETE":
-                    entry[1] += 1
-                if offset > entry[2]:
-                    entry[2] = offset
-                    entry[3] = op
-                if vlen is not None:
-                    entry[4] += vlen
-                    entry[5] += 1
-                    if entry[6] is None or vlen > entry[6]:
-                        entry[6] = vlen
+                # Fast path: offsets are dense; PUT and DELETE of the codec's exact layout
+                # (its key valid UTF-8) are counted in place, anything else goes to `general`.
+                values = batch.values()
+                puts = deletes = 0
+                offset = base
+                for j, value in enumerate(values):
+                    if offset >= hw:
+                        break
+                    n = 0 if value is None else len(value)
+                    if n >= 6 and value[0] == FORMAT_VERSION:
+                        code = value[1]
+                        klen = length_at(value, 2)[0]
+                        kend = 6 + klen
+                        if code == OP_PUT and klen != absent and kend + 4 <= n:
+                            vl = length_at(value, kend)[0]
+                            if vl != absent and kend + 4 + vl == n:
+                                entry = keys.get(bytes(value[6:kend]))
+                                if entry is not None:
+                                    puts += 1
+                                    entry[0] += 1
+                                    if offset > entry[2]:
+                                        entry[2] = offset
+                                        entry[3] = "PUT"
+                                    entry[4] += vl
+                                    entry[5] += 1
+                                    if entry[6] is None or vl > entry[6]:
+                                        entry[6] = vl
+                                    offset += 1
+                                    continue
+                        elif code == OP_DELETE and klen != absent and kend == n:
+                            entry = keys.get(bytes(value[6:kend]))
+                            if entry is not None:
+                                deletes += 1
+                                entry[0] += 1
+                                entry[1] += 1
+                                if offset > entry[2]:
+                                    entry[2] = offset
+                                    entry[3] = "DELETE"
+                                offset += 1
+                                continue
+                    # a key not seen yet (its UTF-8 checked there) or another command
+                    record_keys = general(batch, j, value, offset, record_keys)
+                    offset += 1
+                if puts:
+                    ops["PUT"] = ops.get("PUT", 0) + puts
+                if deletes:
+                    ops["DELETE"] = ops.get("DELETE", 0) + deletes
             if len(keys) >= MAX_KEYS_PER_PARTIAL:
                 yield flush()
     if keys or ops:
