@@ -828,7 +828,7 @@ class Kubelet:
                     return
         candidates = [n for n in candidates if not self._anti_affinity_blocks(pod, n)]
         if not candidates:
-            self._unschedulable(pod, f"0/{len(self.node_names)} nodes are available")
+            self._unschedulable(pod, self._no_node_message(pod, selector))
             return
         load = {n: 0 for n in candidates}
         for other in self._pods():
@@ -844,6 +844,36 @@ class Kubelet:
             self.api._commit(PODS, pod, new, None)
             self.record_event(pod, "Scheduled", f"Successfully assigned {ns}/{meta['name']} "
                                                 f"to {node}")
+
+    def _no_node_message(self, pod: Obj, selector: dict[str, str]) -> str:
+        """The scheduler's "0/N nodes are available: ..." with the count of each reason."""
+        ns = pod["metadata"].get("namespace", "default")
+        bound: set[str] = set()
+        for claim in self._claims_of(pod):
+            pvc = self.api._get(PVCS, ns, claim) or {"metadata": {}}
+            node = (pvc["metadata"].get("annotations") or {}).get(
+                "volume.kubernetes.io/selected-node")
+            if node:
+                bound.add(node)
+        counts: dict[str, int] = {}
+        for name in self.node_names:
+            node_obj = self.api._get(NODES, None, name) or {}
+            labels = (node_obj.get("metadata") or {}).get("labels") or {}
+            if name in self.down:
+                why = "node(s) were not ready"
+            elif any(labels.get(k) != v for k, v in selector.items()):
+                why = "node(s) didn't match Pod's node affinity/selector"
+            elif (node_obj.get("spec") or {}).get("unschedulable"):
+                why = "node(s) were unschedulable"
+            elif bound and name not in bound:
+                why = "node(s) had volume node affinity conflict"
+            elif self._anti_affinity_blocks(pod, name):
+                why = "node(s) didn't match pod anti-affinity rules"
+            else:
+                continue
+            counts[why] = counts.get(why, 0) + 1
+        detail = ", ".join(f"{n} {why}" for why, n in sorted(counts.items()))
+        return f"0/{len(self.node_names)} nodes are available" + (f": {detail}." if detail else "")
 
     def _anti_affinity_blocks(self, pod: Obj, node: str) -> bool:
         terms = ((((pod.get("spec") or {}).get("affinity") or {}).get("podAntiAffinity") or {})

@@ -312,3 +312,21 @@ def test_a_claim_in_use_goes_only_after_its_pod(sandbox: SandboxHandle) -> None:
                                                        check=False).returncode != 0)
     assert sandbox.kubectl("get", "pv", pv_name, check=False).returncode != 0
     assert not path.exists()
+
+
+def test_an_unschedulable_pod_says_why_each_node_was_refused(sandbox: SandboxHandle) -> None:
+    spread = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"group": "one-per-node"}},
+         "topologyKey": "kubernetes.io/hostname"}]}}
+    pods = [pod(f"spread-{i}", "import time; time.sleep(3600)", affinity=spread)
+            for i in range(4)]
+    for p in pods:
+        p["metadata"]["labels"]["group"] = "one-per-node"
+    apply(sandbox, *pods)
+    pending = wait_for("one pod unschedulable", lambda: [
+        p["metadata"]["name"] for p in pods
+        if condition(status_of(sandbox, p["metadata"]["name"]), "PodScheduled") == "False"])
+    message = next(c["message"] for c in status_of(sandbox, pending[0])["conditions"]
+                   if c["type"] == "PodScheduled")
+    assert message == ("0/3 nodes are available: "
+                       "3 node(s) didn't match pod anti-affinity rules."), message
