@@ -116,7 +116,8 @@ def write_docs(results: list[dict[str, Any]], meta: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m e2e", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m e2e", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("scenarios", nargs="*", help=f"default: all ({', '.join(SCENARIOS)})")
     p.add_argument("--write-docs", action="store_true",
                    help="write the figures to docs/e2e.json and docs/e2e.md")
