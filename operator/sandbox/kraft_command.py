@@ -13,8 +13,8 @@ from kraft.cli import Command, register
 
 def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("args", nargs=argparse.REMAINDER,
-                        help="up | fault KIND TARGET | pods | claims | env (see kraft-sandbox "
-                             "--help)")
+                        help="up | fault KIND TARGET | pods | claims | env | run PROGRAM ARGS... "
+                             "(see kraft-sandbox --help)")
 
 
 def _run(args: argparse.Namespace) -> int:

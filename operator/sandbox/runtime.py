@@ -83,6 +83,9 @@ class Sandbox:
         it, so that they come back on the empty disk (as after a disk replacement)."""
         path = self.kubelet.claim_dir(namespace, claim)
         if path is None:
+            if self.kubelet.api._get(PVCS, namespace, claim) is None:
+                raise FaultError(f"no claim {namespace}/{claim} (kubectl get pvc -n {namespace} "
+                                 "lists them)")
             raise FaultError(f"claim {namespace}/{claim} is not bound to a volume")
         hit = []
         if crash:

@@ -66,6 +66,8 @@ def test_up_prints_kubeconfig_and_faults_work_from_the_command_line(
         assert bad.returncode == 1 and "nosuch is not running" in bad.stderr
         bad = run("--state-dir", str(state), "fault", "node-down", "mars", check=False)
         assert bad.returncode == 1 and "no node named 'mars'" in bad.stderr
+        bad = run("--state-dir", str(state), "fault", "wipe-pvc", "data-nosuch", check=False)
+        assert bad.returncode == 1 and "no claim default/data-nosuch" in bad.stderr, bad.stderr
         assert run("env", "--state-dir", str(state)).stdout.strip() == \
             f"export KUBECONFIG={kubeconfig}"
         last = wait_for("the pod's process", pid)
@@ -146,3 +148,6 @@ def test_kraft_sandbox_is_a_subcommand_of_kraft() -> None:
 
     load_plugins()
     assert "sandbox" in COMMANDS
+    done = subprocess.run([str(Path(sys.executable).parent / "kraft"), "sandbox", "--help"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert "run PROGRAM" in " ".join(done.stdout.split()), done.stdout
