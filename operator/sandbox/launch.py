@@ -110,7 +110,8 @@ def _entrypoint(program: str) -> Callable[..., Any]:
     for entry in found:
         fn: Callable[..., Any] = entry.load()
         return fn
-    raise SystemExit(f"launch: no installed program named {program!r}")
+    raise SystemExit(f"launch: no installed program named {program!r} (it runs a console "
+                     "script of this environment, such as kraft, kraft-operator or kopf)")
 
 
 def main(argv: list[str] | None = None) -> int:
