@@ -131,6 +131,17 @@ def _condition(obj: Obj, kind: str) -> Obj | None:
     return None
 
 
+def _says_volume_gone(pod: Obj) -> bool:
+    """Whether the pod's status says a volume it mounts is gone (the kubelet reports a
+    node-local volume that went with its Node in the pod's message while it waits to mount
+    it: 'the local volume of claim "data-kq-2" is gone', 'path ... does not exist')."""
+    status = pod.get("status") or {}
+    texts = [str(status.get("message") or "")]
+    for c in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        texts.append(str(((c.get("state") or {}).get("waiting") or {}).get("message") or ""))
+    return any("volume" in t and ("is gone" in t or "does not exist" in t) for t in texts)
+
+
 def pod_state(pod: Obj, reported: Reported | None = None) -> PodState | None:
     """One node's Pod as the planner sees it (None for a pod without the node-id label)."""
     node_id = _node_id(pod)
@@ -145,7 +156,12 @@ def pod_state(pod: Obj, reported: Reported | None = None) -> PodState | None:
         phase = PodPhase(status.get("phase") or "Pending")
     except ValueError:
         phase = PodPhase.UNKNOWN
-    ready = (_condition(pod, "Ready") or {}).get("status") == "True"
+    ready_cond = _condition(pod, "Ready") or {}
+    ready = ready_cond.get("status") == "True"
+    created_at = parse_time(meta.get("creationTimestamp"))
+    gone_since = None
+    if not ready and _says_volume_gone(pod):
+        gone_since = parse_time(ready_cond.get("lastTransitionTime")) or created_at
     directory = reported.directory_id if reported is not None else \
         notes.get(models.DIRECTORY_ID_ANNOTATION)
     return PodState(
@@ -156,7 +172,8 @@ def pod_state(pod: Obj, reported: Reported | None = None) -> PodState | None:
         waiting_reason=waiting.get("reason"),
         spec_hash=notes.get(models.POD_SPEC_HASH_ANNOTATION, ""),
         auto_join=notes.get(models.AUTO_JOIN_ANNOTATION, "true") == "true",
-        created_at=parse_time(meta.get("creationTimestamp")),
+        created_at=created_at,
+        volume_gone_since=gone_since,
     )
 
 

@@ -114,6 +114,9 @@ class PodState:
     spec_hash: str = ""
     auto_join: bool = True
     created_at: float = 0.0
+    volume_gone_since: float | None = None
+    """Set when the pod's status says its claim's volume is gone (the kubelet cannot mount
+    it: a node-local volume lost with its Node): since when the pod has not been ready."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -149,12 +149,21 @@ class Context:
         since = self.node_down_since(node_name)
         return since is not None and self.now - since >= self.grace
 
+    def volume_reported_gone(self, node_id: int) -> bool:
+        """The node's pod has said for the grace period that its volume is gone (the Node
+        may be Ready again: it came back without the node-local volume)."""
+        pod = self.live_pod(node_id)
+        since = pod.volume_gone_since if pod is not None else None
+        return since is not None and self.now - since >= self.grace
+
     def volume_lost(self, node_id: int) -> bool:
-        """The node's volume is gone: claim Lost, or node-local on a Node down past the grace."""
+        """The node's volume is gone: claim Lost, node-local on a Node down past the grace,
+        or its pod reporting it gone for the grace period."""
         pvc = self.pvcs.get(node_id)
         if pvc is None:
             return False
-        return pvc.phase == PvcPhase.LOST or self.down_beyond_grace(pvc.node_name)
+        return (pvc.phase == PvcPhase.LOST or self.down_beyond_grace(pvc.node_name)
+                or self.volume_reported_gone(node_id))
 
     # --- quorum arithmetic -------------------------------------------------------------------
 

@@ -376,6 +376,27 @@ def test_node_local_volume_lost_with_its_node_is_replaced_with_a_new_incarnation
     assert old not in world.voters and realized(world, spec)
 
 
+def test_node_back_ready_without_its_local_volume_is_replaced_after_the_grace_period() -> None:
+    world, spec = converged(3)
+    for p in world.pods.values():
+        p.node_name = "k8s-a" if p.node_id == 2 else "k8s-b"
+    world.pvcs[2] = replace(world.pvcs[2], node_name="k8s-a")
+    old = next(k for k in world.voters if k[0] == 2)
+    world.node_back_without_volumes("k8s-a")  # Ready again, the volume gone
+    world.tick()
+    early = plan(spec, world.observe())
+    assert not isinstance(early.action, DeletePVC | DeletePod)  # within the grace period
+    world.now += spec.node_failure_grace_period_seconds + 1
+    result = plan(spec, world.observe())
+    # the evidence is the pod's status: the claim goes first, then the pod
+    assert result.action == DeletePVC(2, "data-kq-2")
+    assert result.condition("Progressing").reason == "ReplacingNode"
+    actions = actions_until_done(world, spec)
+    assert DeletePod(2, "kq-2", "VolumeLost", force=True) in actions
+    assert old not in world.voters and realized(world, spec)
+    assert world.pvcs[2].directory_id != old[1]  # a new volume, a new directory id
+
+
 def test_no_replacement_while_a_majority_is_unreachable() -> None:
     world, spec = converged(3)
     for p in world.pods.values():

@@ -59,6 +59,7 @@ class SimPod:
     node_name: str = "k8s-a"
     age: int = 0  # ticks since it started; caught up and ready from age 1
     broken: bool = False  # cannot start (bad spec, no room): stays Pending
+    volume_gone_since: float | None = None  # its status says its volume is gone
 
     @property
     def key(self) -> tuple[int, str]:
@@ -126,7 +127,8 @@ class World:
                 name=f"kq-{p.node_id}", node_id=p.node_id, directory_id=p.directory_id,
                 phase=PodPhase.PENDING if p.broken else PodPhase.RUNNING,
                 ready=quorum is not None and not p.broken and p.age >= 1,
-                node_name=p.node_name, spec_hash=p.spec_hash, auto_join=p.auto_join)
+                node_name=p.node_name, spec_hash=p.spec_hash, auto_join=p.auto_join,
+                volume_gone_since=p.volume_gone_since)
             for p in self.pods.values())
         return Observed(
             generation=self.generation, pods=pods, pvcs=tuple(self.pvcs.values()),
@@ -242,6 +244,15 @@ class World:
         """The node's volume is gone (and its pod with it)."""
         self.pods.pop(node_id, None)
         self.pvcs.pop(node_id, None)
+
+    def node_back_without_volumes(self, name: str) -> None:
+        """The Node went down and came back Ready, its node-local volumes gone: its pods stay
+        Pending, their status saying the volume is gone; the claims still look Bound."""
+        self.nodes[name] = NodeState(name, True, self.now)
+        for pod in self.pods.values():
+            if pod.node_name == name:
+                pod.broken = True
+                pod.volume_gone_since = self.now
 
     def fail_k8s_node(self, name: str) -> None:
         self.nodes[name] = NodeState(name, False, self.now)

@@ -146,3 +146,15 @@ async def test_describe_names_the_error_once() -> None:
     assert quorum is None and why is not None
     assert why.startswith("NETWORK_EXCEPTION: no bootstrap controller answered"), why
     assert why.count("NETWORK_EXCEPTION") == 1, why
+
+
+def test_a_pod_reporting_its_volume_gone_carries_since_when_it_is_not_ready() -> None:
+    message = 'the local volume of claim "data-kq-0" is gone (its node lost its disks)'
+    stuck = pod(0, D_OLD, phase="Pending", message=message, conditions=[
+        {"type": "Ready", "status": "False", "lastTransitionTime": "2026-01-02T03:05:05Z"}])
+    running = pod(1, D_NEW)
+    snap = observe.Snapshot(BODY, [stuck, running], [pvc(0, D_OLD)], [], {"pv-1": LOCAL_PV})
+    obs = observe.build(REF, snap, None, {}, now=5.0).observed
+    by_id = {p.node_id: p for p in obs.pods}
+    assert by_id[0].volume_gone_since == observe.parse_time("2026-01-02T03:05:05Z")
+    assert by_id[1].volume_gone_since is None
