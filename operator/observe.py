@@ -142,6 +142,24 @@ def _says_volume_gone(pod: Obj) -> bool:
     return any("volume" in t and ("is gone" in t or "does not exist" in t) for t in texts)
 
 
+FORMATTED_FOR_ANOTHER_EXIT = 3
+"""`kraft format`'s exit code for a directory formatted for another cluster or node."""
+
+
+def _format_refused(pod: Obj) -> str | None:
+    """The format init container's message when it refused a foreign volume (exit code 3,
+    now or on its last run while it waits in CrashLoopBackOff), else None."""
+    status = pod.get("status") or {}
+    for c in status.get("initContainerStatuses") or []:
+        if c.get("name") != "format":
+            continue
+        for state in (c.get("state") or {}, c.get("lastState") or {}):
+            ended = state.get("terminated") or {}
+            if ended.get("exitCode") == FORMATTED_FOR_ANOTHER_EXIT:
+                return str(ended.get("message") or "").strip()
+    return None
+
+
 def pod_state(pod: Obj, reported: Reported | None = None) -> PodState | None:
     """One node's Pod as the planner sees it (None for a pod without the node-id label)."""
     node_id = _node_id(pod)
@@ -174,6 +192,7 @@ def pod_state(pod: Obj, reported: Reported | None = None) -> PodState | None:
         auto_join=notes.get(models.AUTO_JOIN_ANNOTATION, "true") == "true",
         created_at=created_at,
         volume_gone_since=gone_since,
+        format_refused=_format_refused(pod),
     )
 
 

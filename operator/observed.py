@@ -117,6 +117,9 @@ class PodState:
     volume_gone_since: float | None = None
     """Set when the pod's status says its claim's volume is gone (the kubelet cannot mount
     it: a node-local volume lost with its Node): since when the pod has not been ready."""
+    format_refused: str | None = None
+    """Set when the format init container exited 3 (`kraft format` refused a volume formatted
+    for another cluster or node): its termination message, or "" when it gave none."""
 
 
 @dataclass(frozen=True, slots=True)

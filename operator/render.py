@@ -282,7 +282,10 @@ def pod(ref: QuorumRef, action: CreatePod, cluster_id: str) -> dict[str, Any]:
                     {"name": "config", "configMap": {"name": ref.config_map}}],
         "initContainers": [{"name": "format", "image": spec.image,
                             "imagePullPolicy": spec.image_pull_policy,
-                            "command": init_format, "volumeMounts": mounts}],
+                            "command": init_format, "volumeMounts": mounts,
+                            # kraft format's error (a volume of another cluster) becomes the
+                            # terminated state's message, which the operator reports
+                            "terminationMessagePolicy": "FallbackToLogsOnError"}],
         "containers": [container],
     }
     if tmpl.affinity:

@@ -2,7 +2,8 @@
 
 The operations are asked in a fixed order; the first that has something to do decides:
 
-  paused -> invalid config -> spec.clusterId not the quorum's -> record a new quorum's ids
+  paused -> invalid config -> spec.clusterId not the quorum's -> record a new quorum's ids ->
+  a pod's volume formatted for another cluster (ForeignVolume: reported, nothing deleted)
   no quorum answers: never formed -> bootstrap; formed -> cold start or quorum loss/recovery
   a quorum answers: clear the recovery annotation -> failed Nodes -> missing voter pods ->
   the recorded operation in flight -> stale incarnations (disk) -> scale down -> scale up ->
@@ -202,7 +203,7 @@ def plan(spec: models.KRaftQuorumSpec, observed: Observed) -> Plan:
                             None, degraded="InvalidConfig")
     else:
         decision = (format_op.cluster_id_mismatch(ctx) or format_op.record_cluster(ctx)
-                    or _decide(ctx))
+                    or format_op.foreign_volumes(ctx) or _decide(ctx))
     realized = decision is None and _realized(ctx)
     if decision is None:
         decision = Decision(Wait("Reconciled" if realized else "Settling",

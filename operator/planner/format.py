@@ -8,6 +8,8 @@ majority of them runs (a cold start of a new quorum must not wedge).
 
 from __future__ import annotations
 
+import re
+
 from kraft_operator.planner.actions import (
     CreatePod,
     CreatePVC,
@@ -38,6 +40,35 @@ def cluster_id_mismatch(ctx: Context) -> Decision | None:
                f"so nothing is done until spec.clusterId is set to {formatted}")
     return Decision(ReportDegraded("ClusterIdMismatch", message), None,
                     degraded="ClusterIdMismatch")
+
+
+_FOREIGN = re.compile(r"formatted for cluster (\S+?),? not (\S+?)[:.,]?(?:\s|$)")
+
+
+def foreign_volumes(ctx: Context) -> Decision | None:
+    """A pod's format init container refuses its volume: it was formatted for another
+    cluster (or node), e.g. a quorum created again under the same name over kept claims.
+    Nothing is deleted (the volume holds another cluster's data): a person decides."""
+    refused = [p for p in sorted(ctx.pods.values(), key=lambda p: p.node_id)
+               if not p.deleting and p.format_refused is not None]
+    if not refused:
+        return None
+    pvc_names = {n: c.name for n, c in ctx.pvcs.items()}
+    claims = ", ".join(pvc_names.get(p.node_id, f"the claim of node {p.node_id}") for p in refused)
+    found = next((m for m in (_FOREIGN.search(p.format_refused or "") for p in refused) if m), None)
+    if found is not None:
+        theirs, ours = found.group(1), found.group(2)
+        what = (f"formatted for cluster {theirs}, not this quorum's {ours}. To start on their "
+                f"data, create the KRaftQuorum again with spec.clusterId: {theirs}; to start "
+                "afresh, delete the claims (losing their data)")
+    else:
+        details = "; ".join(p.format_refused for p in refused if p.format_refused)
+        what = (f"formatted for another cluster or node ({details or 'kraft format exit code 3'})."
+                " To start on their data, create the KRaftQuorum again with spec.clusterId set "
+                "to the cluster id in the volume's meta.properties; to start afresh, delete the "
+                "claims (losing their data)")
+    message = f"the volumes of {claims} are {what}; nothing is deleted"
+    return Decision(ReportDegraded("ForeignVolume", message), None, degraded="ForeignVolume")
 
 
 def record_cluster(ctx: Context) -> Decision | None:

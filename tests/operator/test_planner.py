@@ -794,3 +794,25 @@ def test_correcting_a_wrong_cluster_id_heals_the_report() -> None:
     fixed = plan(with_spec(spec, cluster_id=world.cluster_id), world.observe())
     assert fixed.condition("Degraded").status == "False"
     assert fixed.condition("Ready").status == "True"
+
+
+def test_volumes_formatted_for_another_cluster_are_reported_degraded_and_kept() -> None:
+    spec = models.KRaftQuorumSpec(replicas=3)
+    world = World()
+    while len(world.pods) < 3:  # ids recorded, claims and pods created
+        step(world, spec)
+    refusal = ("error: /var/lib/kraft/data/meta.properties is formatted for cluster "
+               "OLDaaaaaaaaaaaaaaaaaaa, not NEWbbbbbbbbbbbbbbbbbbb: this volume holds another "
+               "cluster's data.")
+    observed = world.observe()
+    pods = tuple(replace(p, phase=PodPhase.PENDING, ready=False, format_refused=refusal)
+                 for p in observed.pods)
+    assert pods
+    result = plan(spec, replace(observed, pods=pods, quorum=None))
+    assert isinstance(result.action, ReportDegraded)
+    assert result.action.reason == "ForeignVolume"
+    degraded = result.condition("Degraded")
+    assert degraded.status == "True" and degraded.reason == "ForeignVolume"
+    for text in ("OLDaaaaaaaaaaaaaaaaaaa", "NEWbbbbbbbbbbbbbbbbbbb", "spec.clusterId",
+                 "delete the claims", "data-kq-0"):
+        assert text in degraded.message

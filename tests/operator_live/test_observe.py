@@ -158,3 +158,18 @@ def test_a_pod_reporting_its_volume_gone_carries_since_when_it_is_not_ready() ->
     by_id = {p.node_id: p for p in obs.pods}
     assert by_id[0].volume_gone_since == observe.parse_time("2026-01-02T03:05:05Z")
     assert by_id[1].volume_gone_since is None
+
+
+def test_a_format_init_container_that_exits_3_reports_a_foreign_volume() -> None:
+    text = "error: meta.properties is formatted for cluster A, not B: this volume holds ..."
+    init = {"name": "format", "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": 3, "reason": "Error", "message": text}}}
+    other = {"name": "format", "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+             "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}
+    refused = observe.pod_state(pod(0, D_OLD, phase="Pending", initContainerStatuses=[init]))
+    failed = observe.pod_state(pod(1, D_OLD, phase="Pending", initContainerStatuses=[other]))
+    bare = dict(init, lastState={"terminated": {"exitCode": 3}})
+    silent = observe.pod_state(pod(2, D_OLD, phase="Pending", initContainerStatuses=[bare]))
+    assert refused is not None and refused.format_refused == text
+    assert failed is not None and failed.format_refused is None
+    assert silent is not None and silent.format_refused == ""
