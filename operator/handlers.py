@@ -5,7 +5,8 @@ level-based reconcile pass (`Reconciler.reconcile`):
       -> write the records the nodes reported (directory ids)
       -> plan (the pure planner: one next safe action)
       -> make the standing objects match (Services, ConfigMap, PodDisruptionBudget)
-      -> write status (rebuilt from what was observed; currentOperation before the action)
+      -> write status (rebuilt from what was observed; currentOperation before the action;
+         skipped when nothing in it changed)
       -> run the one action -> a Kubernetes Event for it, structured logs, metrics.
 
 Passes of one resource never overlap (a lock per resource: kopf runs timers and change
@@ -50,6 +51,34 @@ def _conditions(previous: list[Obj], wanted: list[tuple[str, str, str, str]],
         out.append({"type": type_, "status": status, "reason": reason, "message": message,
                     "lastTransitionTime": since or now, "observedGeneration": generation})
     return out
+
+
+def steady_caught_up_times(previous: Obj, status: Obj) -> None:
+    """Keep each replica's stored lastCaughtUpTime while it stays caught up.
+
+    The leader moves a caught-up replica's last-caught-up time at every fetch, so copying it
+    would change the status at every pass. A caught-up replica's time is kept as stored (it
+    says since when it has been caught up, to the pass); a new time is taken when the replica
+    is new or its caughtUp changes, and while it lags the leader's time is shown as it is (it
+    no longer moves: it says when the replica was last caught up)."""
+    for key in ("voters", "observers"):
+        before = {(r.get("id"), r.get("directoryId")): r for r in previous.get(key) or []}
+        for replica in status.get(key) or []:
+            old = before.get((replica.get("id"), replica.get("directoryId")))
+            if (old is not None and replica.get("caughtUp") and old.get("caughtUp")
+                    and old.get("lastCaughtUpTime") and "lastCaughtUpTime" in replica):
+                replica["lastCaughtUpTime"] = old["lastCaughtUpTime"]
+
+
+def status_unchanged(previous: Obj, patch: Obj) -> bool:
+    """Whether merging this status patch would change nothing stored (a None removes)."""
+    for key, value in patch.items():
+        if value is None:
+            if previous.get(key) is not None:
+                return False
+        elif previous.get(key) != value:
+            return False
+    return True
 
 
 class Reconciler:
@@ -130,8 +159,11 @@ class Reconciler:
             for what in changed:
                 log.info("event=standing_object quorum=%s/%s change=%r", namespace, name, what)
         status = self._status(body, ref, result, seen, problems)
-        await kube.patch(models.API_VERSION, models.PLURAL, namespace, name,
-                         {"status": status}, subresource="status")
+        if not status_unchanged(body.get("status") or {}, status):
+            # only a change a user would see: an identical patch would still be a new
+            # resourceVersion and a new row in `kubectl get -w`
+            await kube.patch(models.API_VERSION, models.PLURAL, namespace, name,
+                             {"status": status}, subresource="status")
         for warning in result.warnings:
             if (ref.uid, generation, warning) not in self._warned:
                 self._warned.add((ref.uid, generation, warning))
@@ -174,8 +206,9 @@ class Reconciler:
             if c.type == "Degraded" and problems and c.reason == "InvalidConfig":
                 message = "spec.config: " + "; ".join(problems)
             wanted.append((c.type, c.status, c.reason, message))
-        previous = (body.get("status") or {}).get("conditions") or []
-        status["conditions"] = _conditions(previous, wanted, generation)
+        stored = body.get("status") or {}
+        status["conditions"] = _conditions(stored.get("conditions") or [], wanted, generation)
+        steady_caught_up_times(stored, status)
         return status
 
     @staticmethod

@@ -103,3 +103,52 @@ async def test_passes_chain_while_actions_are_carried_out(kube: Kube) -> None:
     pods = await kube.list("v1", "pods", "default")
     assert all("--initial-controllers" in p["spec"]["initContainers"][0]["command"]
                for p in pods)
+
+
+def _voters(time_0: str, time_1: str, caught_up_1: bool = True) -> list[dict[str, Any]]:
+    return [{"id": 0, "directoryId": "AAAAAAAAAAAAAAAAAAAAAQ", "caughtUp": True,
+             "lastCaughtUpTime": time_0},
+            {"id": 1, "directoryId": "AAAAAAAAAAAAAAAAAAAAAg", "caughtUp": caught_up_1,
+             "lastCaughtUpTime": time_1}]
+
+
+def test_a_quiet_quorum_rebuilds_the_status_it_has_stored() -> None:
+    from kraft_operator.handlers import status_unchanged, steady_caught_up_times
+
+    stored = {"voters": _voters("2026-01-01T00:00:00Z", "2026-01-01T00:00:00Z"), "leader": None,
+              "votersReady": "2/2"}
+    # five seconds later the leader reports both caught up at a later time
+    rebuilt = {"voters": _voters("2026-01-01T00:00:05Z", "2026-01-01T00:00:05Z"),
+               "leader": None, "votersReady": "2/2"}
+    steady_caught_up_times(stored, rebuilt)
+    assert rebuilt["voters"] == stored["voters"]
+    assert status_unchanged(stored, rebuilt)
+    # a replica that falls behind is a change, with the leader's time as it is
+    lagging = {"voters": _voters("2026-01-01T00:00:05Z", "2026-01-01T00:00:03Z", False),
+               "leader": None, "votersReady": "1/2"}
+    steady_caught_up_times(stored, lagging)
+    assert lagging["voters"][1]["lastCaughtUpTime"] == "2026-01-01T00:00:03Z"
+    assert lagging["voters"][0]["lastCaughtUpTime"] == "2026-01-01T00:00:00Z"
+    assert not status_unchanged(stored, lagging)
+    # a field the patch removes counts only when it is stored
+    assert not status_unchanged({"currentOperation": {"type": "Rolling"}},
+                                {"currentOperation": None})
+
+
+async def test_a_pass_that_changes_nothing_does_not_write_the_status(kube: Kube) -> None:
+    await make(kube, {"replicas": 3, "paused": True})
+    reconciler = Reconciler(kube)
+    await reconciler.reconcile("default", "kq")
+    first = await kube.get(models.API_VERSION, models.PLURAL, "default", "kq")
+    writes: list[str] = []
+    patch = kube.patch
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        writes.append(str(kwargs.get("subresource")))
+        return await patch(*args, **kwargs)
+
+    kube.patch = counted  # type: ignore[method-assign]
+    await reconciler.reconcile("default", "kq")
+    second = await kube.get(models.API_VERSION, models.PLURAL, "default", "kq")
+    assert second["status"] == first["status"]
+    assert "status" not in writes
