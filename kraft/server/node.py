@@ -1891,8 +1891,11 @@ class KraftNode:
         voters = core.voters()
         since = now_ms() - self.config.fetch_timeout_ms
         fetched = 0
+        own = s.node_key
         for v in voters.voters:
-            if v.key == s.node_key:
+            # itself as the core counts it: same id, and the same directory id unless the set
+            # has none (a static quorum's voters carry no directory id)
+            if v.id == own.id and (v.key.directory_id is None or v.key == own):
                 fetched += 1
                 continue
             p = s.voter_progress(v)

@@ -219,3 +219,11 @@ async def test_a_follower_of_a_new_epoch_is_not_ready_before_the_new_leader_answ
         await asyncio.to_thread(cluster.wait_ready, follower, 60)
     finally:
         await q.stop()
+
+
+def test_a_static_single_voter_leader_is_ready(clusters: Callable[..., LocalCluster]) -> None:
+    """A static quorum's voters carry no directory id: the leader still counts itself."""
+    c = clusters(voters=1, static=True)
+    c.format(1)
+    c.start(1)
+    c.wait_ready(1, 60)
