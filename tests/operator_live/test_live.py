@@ -6,7 +6,9 @@ Scenarios: a 3-voter KRaftQuorum becomes Ready and Quorate with its status read 
 quorum; `kubectl scale` to 5 (the operator SIGKILLed while a voter is being added: it
 restarts, waits for its Lease to expire, and resumes) and back to 3 (the removed voters stay
 removed, although their pods ran with auto-join); a follower's volume wiped under it (it comes
-back with a new directory id and the stale voter is removed); a bad spec (an unknown config
+back with a new directory id and the stale voter is removed); a Node that goes down and comes
+back Ready without its node-local volumes (the pod gets a new claim after the grace period); a
+bad spec (an unknown config
 key) reported with nothing touched; two operators, one Lease: one acts, the other waits and
 takes over, and a leader that lost its Lease exits.
 """
@@ -229,6 +231,31 @@ def test_a_wiped_follower_comes_back_as_a_new_incarnation(sb: SandboxHandle) -> 
     replaced = [e for e in events(sb) if e["reason"] == "DiskReplaced"]
     assert replaced and old in replaced[0]["message"] and new in replaced[0]["message"]
     assert replaced[0]["type"] == "Warning"
+
+
+def test_a_node_back_without_its_local_volume_gets_a_new_one(sb: SandboxHandle) -> None:
+    apply(sb, operator_pod("op-a"), quorum(nodeFailureGracePeriodSeconds=8))
+    obj = wait_for("a 3-voter quorum Ready", lambda: ready(sb, "kq", 3), timeout_s=120)
+    leader = obj["status"]["leader"]["id"]
+    hosts = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in get(sb, "pods")["items"]}
+    node = next(i for i in (2, 1, 0)
+                if i != leader and hosts.get(f"kq-{i}") not in (None, hosts.get("op-a")))
+    old = {v["id"]: v["directoryId"] for v in obj["status"]["voters"]}[node]
+    host = hosts[f"kq-{node}"]
+    sb.faults.node_down(host)
+    sb.faults.node_up(host)  # back at once, Ready, its node-local volumes gone
+
+    def healed() -> Any:
+        got = ready(sb, "kq", 3)
+        if got is None:
+            return None
+        ids = {v["id"]: v["directoryId"] for v in got["status"]["voters"]}
+        return got if ids.get(node) not in (None, old) else None
+
+    obj = wait_for(f"node {node} back on a new volume", healed, timeout_s=180)
+    assert (node, old) not in {(v["id"], v["directoryId"]) for v in obj["status"]["voters"]}
+    assert any(e["reason"] == "DeletedVolume" and f"data-kq-{node}" in e["message"]
+               for e in events(sb))
 
 
 def test_bad_spec_is_reported_and_two_operators_share_one_lease(sb: SandboxHandle) -> None:
