@@ -8,7 +8,8 @@ restarts, waits for its Lease to expire, and resumes) and back to 3 (the removed
 removed, although their pods ran with auto-join); a follower's volume wiped under it (it comes
 back with a new directory id and the stale voter is removed); a Node that goes down and comes
 back Ready without its node-local volumes (the pod gets a new claim after the grace period); a
-bad spec (an unknown config
+quorum created again under the same name over its kept claims (Degraded=ForeignVolume, nothing
+deleted); a bad spec (an unknown config
 key) reported with nothing touched; two operators, one Lease: one acts, the other waits and
 takes over, and a leader that lost its Lease exits.
 """
@@ -256,6 +257,25 @@ def test_a_node_back_without_its_local_volume_gets_a_new_one(sb: SandboxHandle) 
     assert (node, old) not in {(v["id"], v["directoryId"]) for v in obj["status"]["voters"]}
     assert any(e["reason"] == "DeletedVolume" and f"data-kq-{node}" in e["message"]
                for e in events(sb))
+
+
+def test_a_quorum_created_again_over_kept_claims_is_degraded_foreign_volume(
+        sb: SandboxHandle) -> None:
+    apply(sb, operator_pod("op-a"), quorum())
+    obj = wait_for("a 3-voter quorum Ready", lambda: ready(sb, "kq", 3), timeout_s=120)
+    old = obj["status"]["clusterId"]
+    sb.kubectl("delete", "kq", "kq", "--wait=true")
+    wait_for("the pods gone", lambda: not pod_ips(sb) or None, timeout_s=60)
+    apply(sb, quorum())  # a new cluster id; the claims keep the old one's volumes
+
+    def foreign() -> Any:
+        got = cond(get(sb, "kq", "kq"), "Degraded")
+        return got if got[:2] == ("True", "ForeignVolume") else None
+
+    _, _, message = wait_for("Degraded=ForeignVolume", foreign, timeout_s=90)
+    assert "data-kq-0" in message and "spec.clusterId" in message
+    assert all(get(sb, "pvc", f"data-kq-{i}") is not None for i in range(3))  # nothing deleted
+    assert get(sb, "kq", "kq")["status"]["clusterId"] != old
 
 
 def test_bad_spec_is_reported_and_two_operators_share_one_lease(sb: SandboxHandle) -> None:
