@@ -172,8 +172,17 @@ class World:
             case CreatePod(node_id=n, directory_id=d, spec_hash=h, auto_join=a):
                 assert n not in self.pods, f"pod of {n} exists"
                 assert n in self.pvcs and self.pvcs[n].directory_id == d, "pod without its claim"
-                node = next(name for name, s in sorted(self.nodes.items()) if s.ready)
-                self.pods[n] = SimPod(n, d, h, a, node_name=node, broken=h in self.broken_hashes)
+                pvc = self.pvcs[n]
+                if pvc.node_name is not None:
+                    # a node-local volume: the pod can only run where its volume is, and
+                    # stays Pending while that Node is down
+                    node = pvc.node_name
+                    down = node in self.nodes and not self.nodes[node].ready
+                else:
+                    node = next(name for name, s in sorted(self.nodes.items()) if s.ready)
+                    down = False
+                self.pods[n] = SimPod(n, d, h, a, node_name=node,
+                                      broken=h in self.broken_hashes or down)
             case DeletePod(node_id=n):
                 self.pods.pop(n, None)
             case AddVoter(node_id=n, directory_id=d):
