@@ -60,6 +60,7 @@ from dataclasses import asdict, is_dataclass
 from enum import Enum
 from typing import Any
 
+import crc32c
 from kraft_pipeline.layout import LogFile, discover_replicas
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
@@ -93,6 +94,10 @@ BATCH_SCHEMA_DDL = (
 """The schema of `option("rows", "batches")`: one row per batch, with the batch's bytes."""
 
 BATCH_COLUMNS = [c.strip().split(" ")[0] for c in BATCH_SCHEMA_DDL.split(",")]
+BATCH_INDEX_DDL = BATCH_SCHEMA_DDL.rsplit(",", 1)[0]
+"""The schema of `option("rows", "batches").option("batchBytes", "false")`: the batch rows
+without their bytes, an index into the files (`file`, `position`, `batch_size`); the bytes
+are read back where needed with `read_batch_bytes`."""
 ARROW_BATCH_BYTES = 16 * 1024 * 1024
 """With `rows=batches`: at most about this many bytes of `data` per Arrow record batch."""
 
@@ -325,10 +330,9 @@ class ColumnBuffer:
         return list(zip(*columns, strict=True))
 
 
-# (hash, stored CRC-32C, size) of batches whose records framed without error in this process;
-# bounded (cleared when full), so a worker's memory does not grow with the log.
-_FRAMED: set[tuple[int, int, int]] = set()
 FRAMED_MAX = 1 << 20
+"""At most this many batches are remembered as framed by one buffer (the set is cleared when
+full), so a worker's memory does not grow with the log."""
 
 
 class BatchBuffer:
@@ -338,12 +342,15 @@ class BatchBuffer:
     A CRC-valid batch is also checked record by record (`RecordBatch.values()`, which frames
     every record); when its records do not parse it becomes an `invalid_records` error row.
     Replicas that agree hold the same batches byte for byte, so that record check runs once
-    per distinct batch in a Python worker: a batch whose hash, stored CRC-32C and size equal
-    those of a batch already framed without error in this process (`_FRAMED`) is not framed
-    again. Its CRC is still checked, and a batch that failed the check is checked again.
+    per distinct batch a buffer sees: a batch whose hash, stored CRC-32C and size equal those
+    of a batch this buffer already framed without error (`framed`) is not framed again. Its
+    CRC is still checked, and a batch that failed the check is checked again. The reader
+    plans the copies of one segment into one partition (one buffer) for this.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, keep_bytes: bool = True) -> None:
+        self.framed: set[tuple[int, int, int]] = set()
+        self.keep_bytes = keep_bytes
         self._reset()
 
     def _reset(self) -> None:
@@ -375,7 +382,7 @@ class BatchBuffer:
         digest = int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "big",
                                 signed=True)
         seen = (digest, batch.crc, batch.size_in_bytes)
-        if seen not in _FRAMED:
+        if seen not in self.framed:
             try:
                 values = batch.values()
                 if len(values) != batch.records_count:
@@ -388,9 +395,9 @@ class BatchBuffer:
                 self.add_row(_error_row(f, batch.position, batch, f"invalid_records: {exc}"))
                 return
             del values
-            if len(_FRAMED) >= FRAMED_MAX:
-                _FRAMED.clear()
-            _FRAMED.add(seen)
+            if len(self.framed) >= FRAMED_MAX:
+                self.framed.clear()
+            self.framed.add(seen)
         row = (
             f.replica, f.node_id, f.directory_id, f.source, f.path, f.snapshot_end_offset,
             f.snapshot_epoch, batch.position, batch.base_offset, batch.last_offset,
@@ -399,7 +406,8 @@ class BatchBuffer:
         )
         for i, value in enumerate(row):
             self.columns[i].append(value)
-        self.data += raw
+        if self.keep_bytes:
+            self.data += raw
         del raw
         self.ends.append(len(self.data))
         self.valid.append(True)
@@ -411,6 +419,11 @@ class BatchBuffer:
         import pyarrow as pa
 
         n = self.rows
+        if not self.keep_bytes:
+            arrays = [pa.array(self.columns[i], type=field.type)
+                      for i, field in enumerate(arrow_schema)]
+            self._reset()
+            return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
         arrays = [pa.array(self.columns[i], type=field.type)
                   for i, field in enumerate(list(arrow_schema)[:-1])]
         offsets = np.asarray(self.ends, dtype=np.int32)
@@ -503,6 +516,47 @@ def scan_file_rows(f: LogFile) -> list[tuple[Any, ...]]:
 # ----------------------------------------------------------------------------- Spark API
 
 
+def plan_partitions(files: list[LogFile], group_bytes: int = 0, copies_bytes: int = 0
+                    ) -> list[list[LogFile]]:
+    """Spark input partitions for `files`, largest first: one file each by default.
+
+    With `copies_bytes`, the copies of one file across replicas (the same source and file
+    name: a segment's name is its base offset, a snapshot's its end offset and epoch) share a
+    partition while they hold at most that many bytes together, so the batch rows' record
+    check frames each distinct batch once (`BatchBuffer`). With `group_bytes`, the remaining
+    files smaller than that are packed together, up to that many bytes per partition.
+    """
+    groups: list[list[LogFile]] = []
+    single: list[LogFile] = []
+    if copies_bytes > 0:
+        copies: dict[tuple[str, str], list[LogFile]] = {}
+        for lf in files:
+            copies.setdefault((lf.source, os.path.basename(lf.path)), []).append(lf)
+        for same in copies.values():
+            if len(same) > 1 and sum(lf.size_bytes for lf in same) <= copies_bytes:
+                groups.append(sorted(same, key=lambda lf: lf.path))
+            else:
+                single.extend(same)
+    else:
+        single = list(files)
+    single.sort(key=lambda lf: (-lf.size_bytes, lf.path))
+    group: list[LogFile] = []
+    size = 0
+    for lf in single:
+        if group_bytes <= 0 or lf.size_bytes >= group_bytes:
+            groups.append([lf])
+            continue
+        if group and size + lf.size_bytes > group_bytes:
+            groups.append(group)
+            group, size = [], 0
+        group.append(lf)
+        size += lf.size_bytes
+    if group:
+        groups.append(group)
+    groups.sort(key=lambda g: (-sum(lf.size_bytes for lf in g), g[0].path))
+    return groups
+
+
 class KraftFilePartition(InputPartition):
     """One Spark input partition: one segment or snapshot file (or a few small ones).
 
@@ -516,11 +570,35 @@ class KraftFilePartition(InputPartition):
         self.files = files
 
 
+def _options(options: Any) -> dict[str, str]:
+    """The source's options with their names in lower case, as Spark hands them over (its
+    options are case-insensitive: `dict()` of them has lower-case keys)."""
+    return {str(k).lower(): str(v) for k, v in dict(options).items()}
+
+
 def _paths_option(options: dict[str, str]) -> list[str]:
     raw = options.get("paths") or options.get("path") or ""
     if raw.startswith("["):
         return [str(p) for p in json.loads(raw)]
     return [p for p in (s.strip() for s in raw.split(",")) if p]
+
+
+def _bytes_option(options: dict[str, str], name: str) -> int:
+    raw = options.get(name.lower(), "0")
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"option {name}={raw!r}: expected a number of bytes (0 or more)")
+    return value
+
+
+def _batch_bytes(options: dict[str, str]) -> bool:
+    keep = (options.get("batchbytes") or "true").lower()
+    if keep not in ("true", "false"):
+        raise ValueError(f"option batchBytes={keep!r}: expected 'true' or 'false'")
+    return keep == "true"
 
 
 def _batch_rows(options: dict[str, str]) -> bool:
@@ -539,56 +617,50 @@ class KraftDataSource(DataSource):
         return "kraft"
 
     def schema(self) -> str:
-        """`SCHEMA_DDL`, or `BATCH_SCHEMA_DDL` with `rows=batches`."""
-        return BATCH_SCHEMA_DDL if _batch_rows(dict(self.options)) else SCHEMA_DDL
+        """`SCHEMA_DDL`, or `BATCH_SCHEMA_DDL` with `rows=batches` (`BATCH_INDEX_DDL` with
+        `batchBytes=false` as well)."""
+        options = _options(self.options)
+        if not _batch_rows(options):
+            return SCHEMA_DDL
+        return BATCH_SCHEMA_DDL if _batch_bytes(options) else BATCH_INDEX_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A batch reader over the replica directories named by `path`/`paths`."""
-        return KraftReader(dict(self.options))
+        return KraftReader(_options(self.options))
 
 
 class KraftReader(DataSourceReader):
     """Plans one partition per file and decodes it into Arrow record batches."""
 
     def __init__(self, options: dict[str, str]) -> None:
+        options = _options(options)
         self.paths = _paths_option(options)
         self.include_snapshots = options.get("snapshots", "true").lower() != "false"
         self.include_log = options.get("log", "true").lower() != "false"
-        self.group_bytes = int(options.get("groupSmallFilesBytes", "0"))
+        self.group_bytes = _bytes_option(options, "groupSmallFilesBytes")
+        self.copies_bytes = _bytes_option(options, "groupCopiesBytes")
         self.batch_rows = _batch_rows(options)
+        self.batch_bytes = _batch_bytes(options)
 
     def partitions(self) -> list[InputPartition]:
-        """One partition per segment and per snapshot file, largest first."""
+        """The files, planned by `plan_partitions`."""
         files: list[LogFile] = []
         for replica in discover_replicas(self.paths):
             if self.include_log:
                 files.extend(replica.segments)
             if self.include_snapshots:
                 files.extend(replica.snapshots)
-        files.sort(key=lambda lf: (-lf.size_bytes, lf.path))
-        if self.group_bytes <= 0:
-            return [KraftFilePartition([lf]) for lf in files]
-        parts: list[InputPartition] = []
-        group: list[LogFile] = []
-        size = 0
-        for lf in files:
-            if lf.size_bytes >= self.group_bytes:
-                parts.append(KraftFilePartition([lf]))
-                continue
-            if group and size + lf.size_bytes > self.group_bytes:
-                parts.append(KraftFilePartition(group))
-                group, size = [], 0
-            group.append(lf)
-            size += lf.size_bytes
-        if group:
-            parts.append(KraftFilePartition(group))
-        return parts
+        return [KraftFilePartition(group)
+                for group in plan_partitions(files, self.group_bytes, self.copies_bytes)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """Yield pyarrow RecordBatches of about ARROW_BATCH_ROWS rows for one partition."""
         assert isinstance(partition, KraftFilePartition)
         arrow_schema = _arrow_batch_schema() if self.batch_rows else _arrow_schema()
-        buffer: Any = BatchBuffer() if self.batch_rows else ColumnBuffer()
+        if self.batch_rows and not self.batch_bytes:
+            arrow_schema = arrow_schema.remove(arrow_schema.get_field_index("data"))
+        buffer: Any = (BatchBuffer(keep_bytes=self.batch_bytes) if self.batch_rows
+                       else ColumnBuffer())
         for file in partition.files:
             for _ in scan_file(file, buffer, ARROW_BATCH_ROWS):
                 if buffer.rows >= ARROW_BATCH_ROWS or (
@@ -631,20 +703,80 @@ class _FileOf:
 
 
 def explode_batches(batches: Iterator[Any]) -> Iterator[Any]:
-    """`mapInArrow` function: batch rows (`rows=batches`, readable ones with `data`) to record
-    rows in the record schema (`SCHEMA_DDL`), as the record reader would have made them."""
+    """`mapInArrow` function: batch rows (`rows=batches`) to record rows in the record schema
+    (`SCHEMA_DDL`), as the record reader would have made them. Rows without a `data` column
+    (the index of `batchBytes=false`) have their bytes read back with `BatchBytes`."""
     arrow_schema = _arrow_schema()
     buffer = ColumnBuffer()
-    for table in batches:
-        data = table.column("data")
-        meta = table.drop_columns(["data"]).to_pylist()
-        for i, row in enumerate(meta):
-            raw = data[i].as_py()
-            if raw is None or row["error"] is not None:
-                continue
-            batch = RecordBatch.parse(raw, 0)
-            buffer.add_batch(_FileOf(row), batch, _batch_records(batch), row["position"])
-            if buffer.rows >= ARROW_BATCH_ROWS:
-                yield buffer.to_arrow(arrow_schema)
+    with BatchBytes() as reader:
+        for table in batches:
+            if "data" in table.column_names:
+                data = table.column("data").to_pylist()
+                meta = table.drop_columns(["data"]).to_pylist()
+            else:
+                meta = table.to_pylist()
+                data = [reader.read(row) for row in meta]
+            for i, row in enumerate(meta):
+                raw = data[i]
+                if raw is None or row["error"] is not None:
+                    continue
+                batch = RecordBatch.parse(raw, 0)
+                buffer.add_batch(_FileOf(row), batch, _batch_records(batch), row["position"])
+                if buffer.rows >= ARROW_BATCH_ROWS:
+                    yield buffer.to_arrow(arrow_schema)
     if buffer.rows:
         yield buffer.to_arrow(arrow_schema)
+
+
+class FileChangedError(RuntimeError):
+    """A file no longer holds, at an indexed position, the batch read there at ingest."""
+
+
+class BatchBytes:
+    """Reads indexed batches' bytes back from their files (`file`, `position`, `batch_size`)
+    and checks each against the CRC-32C recorded when it was indexed (`batch_crc`).
+
+    A file that changed meanwhile (a live node's log truncated, cleaned or rewritten under
+    the audit) raises FileChangedError naming the file and position, never wrong bytes.
+    Files are memory-mapped once each and unmapped by `close()` (or on leaving `with`).
+    """
+
+    def __init__(self) -> None:
+        self._maps: dict[str, mmap.mmap] = {}
+
+    def __enter__(self) -> BatchBytes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Unmap every file."""
+        for m in self._maps.values():
+            m.close()
+        self._maps.clear()
+
+    def read(self, row: dict[str, Any]) -> bytes | None:
+        """The bytes of the batch row `row` (None for an error row)."""
+        if row.get("error") is not None or row.get("batch_size") is None:
+            return None
+        path, position, size = row["file"], int(row["position"]), int(row["batch_size"])
+        m = self._maps.get(path)
+        if m is None:
+            try:
+                with open(path, "rb") as f:
+                    m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError) as exc:
+                raise FileChangedError(
+                    f"{path}: cannot be read back ({exc}); it changed since the audit indexed "
+                    f"it: audit a copy of the directory, or a stopped node's") from exc
+            self._maps[path] = m
+        raw = m[position:position + size]
+        crc = int(row["batch_crc"])
+        if len(raw) != size or int.from_bytes(raw[17:21], "big") != crc or (
+                crc32c.crc32c(raw[21:]) != crc):
+            raise FileChangedError(
+                f"{path}: the batch at byte position {position} ({size} bytes, CRC {crc}) is "
+                f"no longer there; the file changed since the audit indexed it: audit a copy "
+                f"of the directory, or a stopped node's")
+        return raw

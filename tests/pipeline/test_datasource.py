@@ -127,3 +127,43 @@ def test_rows_option_is_checked(spark: Any, scenario: Any) -> None:
     with pytest.raises(Exception, match="rows='bogus'"):
         spark.read.format("kraft").option("rows", "bogus").load(
             str(scenario.replicas["node-1"])).collect()
+
+
+def test_index_rows_read_back_the_same_records_from_the_files(
+    spark: Any, scenario: Any, rows: Any
+) -> None:
+    """`batchBytes=false` keeps the bytes out of the rows; `explode_batches` reads them back
+    from the files by position and gives exactly the record reader's rows."""
+    from kraft_pipeline.datasource import BATCH_INDEX_DDL, SCHEMA_DDL, explode_batches
+
+    paths = ",".join(str(p) for p in scenario.replicas.values())
+    index = (spark.read.format("kraft").option("paths", paths).option("rows", "batches")
+             .option("batchBytes", "false").load())
+    assert "data" not in index.columns
+    assert index.schema.simpleString() == spark.createDataFrame(
+        [], BATCH_INDEX_DDL).schema.simpleString()
+    again = index.filter(F.col("error").isNull()).mapInArrow(explode_batches, SCHEMA_DDL)
+    ok = rows.filter(F.col("error").isNull())
+    assert again.count() == ok.count()
+    assert again.exceptAll(ok).count() == 0 and ok.exceptAll(again).count() == 0
+
+
+def test_grouping_options_are_taken_whatever_their_case(spark: Any, scenario: Any) -> None:
+    """Spark hands a source its options with lower-case names: the byte options still work."""
+    files = [f for r in discover_replicas([str(scenario.root)]) for f in r.files]
+    total = sum(f.size_bytes for f in files)
+    paths = ",".join(str(p) for p in scenario.replicas.values())
+
+    def partitions(**options: str) -> int:
+        reader = spark.read.format("kraft").option("paths", paths)
+        for k, v in options.items():
+            reader = reader.option(k, v)
+        return int(reader.load().rdd.getNumPartitions())
+
+    assert partitions() == len(files)
+    assert partitions(groupSmallFilesBytes=str(total + 1)) == 1
+    copies = partitions(groupCopiesBytes=str(total + 1))
+    names = {(f.source, f.path.rsplit("/", 1)[1]) for f in files}
+    assert copies == len(names) < len(files)
+    with pytest.raises(Exception, match="groupCopiesBytes='lots'"):
+        partitions(groupCopiesBytes="lots")

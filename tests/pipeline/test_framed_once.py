@@ -1,5 +1,5 @@
 """The batch scan of `rows=batches` (no Spark session) frames the records of each distinct
-batch once per process: replicas that agree hold the same bytes, so their copies are not
+batch once per buffer (one Spark partition): replicas that agree hold the same bytes, so their copies are not
 framed again; a batch whose records do not frame is reported on every copy."""
 
 from __future__ import annotations
@@ -39,11 +39,6 @@ def _unframed(base: int, values: list[bytes]) -> bytes:
     raw[-1] = 2  # headers count: varint 1
     struct.pack_into(">I", raw, CRC_AT, crc32c.crc32c(bytes(raw[ATTRIBUTES_AT:])))
     return bytes(raw)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_cache() -> None:
-    datasource._FRAMED.clear()
 
 
 def test_each_distinct_batch_is_framed_once_across_replicas(
