@@ -65,7 +65,8 @@ class Progress:
     its running time and the share of its Spark tasks done; during `ingest`, where a task
     reads one file (or a group of small ones), that is the share of the input read. Every
     finished step is recorded in OUT/steps.json (name, seconds), so a failed audit shows
-    what it finished.
+    what it finished, with the CPU seconds every process of the audit spent in each
+    (the driver JVM and its Python workers: on a busy machine, the figure to compare).
     """
 
     def __init__(self, out: Path | None = None, interval: float = PROGRESS_INTERVAL_S) -> None:
@@ -78,6 +79,7 @@ class Progress:
         self.input_files = 0
         self.input_bytes = 0
         self._step_t0 = self.t0
+        self._step_cpu0 = _tree_cpu_s()
         self._spark: SparkSession | None = None
         self.spark_start_s: float | None = None
         self._stop = threading.Event()
@@ -96,6 +98,7 @@ class Progress:
         self.step += 1
         self.name = name
         self._step_t0 = time.monotonic()
+        self._step_cpu0 = _tree_cpu_s()
         extra = " ".join(f"{k}={v}" for k, v in fields.items())
         log.info("step=%d/%d name=%s elapsed=%.1fs %s", self.step, STEPS, name,
                  self._step_t0 - self.t0, extra)
@@ -127,8 +130,13 @@ class Progress:
     def _finish_step(self) -> None:
         if self.name is None:
             return
-        self.finished.append({"step": self.step, "name": self.name,
-                              "seconds": round(time.monotonic() - self._step_t0, 2)})
+        cpu = _tree_cpu_s()
+        self.finished.append({
+            "step": self.step, "name": self.name,
+            "seconds": round(time.monotonic() - self._step_t0, 2),
+            "cpu_s": (None if cpu is None or self._step_cpu0 is None
+                      else round(cpu - self._step_cpu0, 1)),
+        })
         self._write(None)
 
     def _write(self, failed: dict[str, Any] | None) -> None:
@@ -189,17 +197,53 @@ def group_bytes(replicas: list[Replica], parallelism: int) -> int:
     return max(64 * 1024, min(4 * 1024 * 1024, total // max(1, 2 * parallelism)))
 
 
+def copies_bytes(replicas: list[Replica], parallelism: int) -> int:
+    """The data source's `groupCopiesBytes` for this input.
+
+    The copies of a segment across replicas are read in one partition (so the record check
+    frames each distinct batch once) while that partition holds at most half of one core's
+    share of the input: enough partitions remain to keep every core busy. Replicas with few large
+    segments keep a partition per file.
+    """
+    total = sum(f.size_bytes for r in replicas for f in r.files)
+    return total // max(1, 2 * parallelism)
+
+
 def ingest(spark: SparkSession, replicas: list[Replica], out: Path) -> DataFrame:
-    """Read every file once through the `kraft` source (`rows=batches`) into the staging table
-    OUT/tables/batches (Parquet); return that table. Later steps read only the columns they
-    need from it, and decode records from its `data` column only where they must."""
+    """Read every file once through the `kraft` source (`rows=batches`, `batchBytes=false`)
+    into the staging table OUT/tables/batches (Parquet, one row per batch: its header fields,
+    hash, CRC and place in its file); return that table.
+
+    Later steps read only the columns they need from it; the few that decode records (control
+    records, ranges where replicas differ, snapshots, the reference replica's workload) read
+    those batches' bytes back from the files by position, checked against the indexed CRC
+    (`kraft_pipeline.datasource.BatchBytes`). Keeping the bytes out of the table spares the
+    JVM from copying, compressing and decompressing every byte of every replica.
+    """
     paths = [r.root for r in replicas]
-    grouping = group_bytes(replicas, spark.sparkContext.defaultParallelism)
+    parallelism = spark.sparkContext.defaultParallelism
     df = (spark.read.format("kraft").option("paths", json.dumps(paths))
-          .option("rows", "batches").option("groupSmallFilesBytes", str(grouping)).load())
+          .option("rows", "batches").option("batchBytes", "false")
+          .option("groupSmallFilesBytes", str(group_bytes(replicas, parallelism)))
+          .option("groupCopiesBytes", str(copies_bytes(replicas, parallelism))).load())
     target = out / "tables" / "batches"
     df.write.mode("overwrite").parquet(str(target))
+    staged = sum(p.stat().st_size for p in target.glob("*.parquet"))
+    spark.conf.set("spark.sql.files.maxPartitionBytes", str(staging_split_bytes(staged,
+                                                                                  parallelism)))
     return spark.read.parquet(str(target))
+
+
+def staging_split_bytes(staged: int, parallelism: int) -> int:
+    """`spark.sql.files.maxPartitionBytes` for reading the staging table back.
+
+    Its Parquet compresses far better than the batches decode (agreeing replicas repeat
+    one another, and metadata compresses well), so Spark's default split (the table's bytes
+    per core) would give each core one task and a step that decodes one replica's records
+    would run on as many cores as that replica's rows happen to span. A quarter of a core's
+    share keeps every core busy; at most Spark's default of 128 MiB.
+    """
+    return max(1 << 20, min(128 << 20, staged // max(1, 4 * parallelism)))
 
 
 def records_of(batches: DataFrame) -> DataFrame:

@@ -88,6 +88,12 @@ def classify(text: str, master: str, driver_memory: str, log_text: str = "") -> 
         return Failure(f"--driver-memory {driver_memory} is below what Spark needs to start "
                        f"({_first_line(text.split('must be at least', 1)[1])[:20].strip()} "
                        f"bytes of heap)", "use --driver-memory 1g or more")
+    changed = re.search(r"FileChangedError: ([^\n]*)", text)
+    if changed:  # a live node's directory changed under the audit (not Spark's doing)
+        message = changed.group(1).split(": the batch", 1)[0].split(": cannot be read", 1)[0]
+        return Failure(f"an input file changed while the audit read it ({message[:200]})",
+                       "audit a copy of the replica directories, or the directories of "
+                       "stopped nodes")
     if _find(text, _OOM):
         return Failure(f"out of memory ({_memory_line(text)})", mem_hint)
     if _find(text, _LOST_EXECUTOR):

@@ -261,6 +261,7 @@ def _key_partials(batches: Any, hw: int, codec: bool) -> Any:
     import struct
 
     import pyarrow as pa
+    from kraft_pipeline.datasource import BatchBytes
 
     from kraft.records.batch import RecordBatch
 
@@ -363,12 +364,16 @@ def _key_partials(batches: Any, hw: int, codec: bool) -> Any:
                 entry[6] = vlen
         return record_keys
 
+    reader = BatchBytes()
     for table in batches:
         bases = table.column("batch_base_offset").to_pylist()
         lasts = table.column("batch_last_offset").to_pylist()
-        data = table.column("data")
+        if "data" in table.column_names:
+            data = table.column("data").to_pylist()
+        else:
+            data = [reader.read(row) for row in table.to_pylist()]
         for i in range(table.num_rows):
-            batch = RecordBatch.parse(data[i].as_py(), 0)
+            batch = RecordBatch.parse(data[i], 0)
             base, last = bases[i], lasts[i]
             record_keys: Any = None
             if not (codec and batch.records_count == last - base + 1):
@@ -434,21 +439,26 @@ def _key_partials(batches: Any, hw: int, codec: bool) -> Any:
                     ops["DELETE"] = ops.get("DELETE", 0) + deletes
             if len(keys) >= MAX_KEYS_PER_PARTIAL:
                 yield flush()
+    reader.close()
     if keys or ops:
         yield flush()
 
 
 def key_space_of(ref_batches: DataFrame, hw: int | None, scratch: str, top: int = 20
                  ) -> tuple[dict[str, Any], pd.DataFrame]:
-    """`key_space` of the reference replica's data batch rows (with `data`) below `hw`.
+    """`key_space` of the reference replica's data batch rows below `hw` (with `data`, or the
+    index of `batchBytes=false`, whose bytes are read back from the files).
 
     The records are decoded once: the per-key partial sums go to Parquet at `scratch`, and
     the totals, the live keys and the top keys are read from there.
     """
     codec = kv_available()
     limit = hw if hw is not None else (1 << 62)
+    wanted = ["batch_base_offset", "batch_last_offset"] + (
+        ["data"] if "data" in ref_batches.columns else
+        ["file", "position", "batch_size", "batch_crc", "error"])
     rows = ref_batches.filter(~F.col("is_control") & (F.col("batch_base_offset") < limit)).select(
-        "batch_base_offset", "batch_last_offset", "data")
+        *wanted)
 
     def partials(it: Any) -> Any:
         return _key_partials(it, limit, codec)
