@@ -75,7 +75,7 @@ def export_head(dest: Path) -> str:
 
 
 def build_lane(dest: Path) -> bool:
-    """Build the native lane (`kraft/raft/_lane.c`, `setup.LANE`) in place in an exported
+    """Build the native lane (`kraft/lane/_native.c`, `setup.LANE`) in place in an exported
     tree, as `make` builds it in the working tree: an export holds no build, and without it the
     nodes would run without the lane. False, with the compiler's words printed, where it does
     not build (the nodes then run the Python path, and say so in their logs)."""

@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 import random
 
+from kraft.lane.rules import FollowerLane, LeaderLane
 from kraft.protocol.errors import ErrorCode
 from kraft.raft import elections, lease, membership, replication, snapshots
 from kraft.raft.config import LogState, QuorumStateData, RaftConfig
@@ -70,7 +71,6 @@ from kraft.raft.events import (
     SnapshotRequested,
     Tick,
 )
-from kraft.raft.lane import FollowerLane, LeaderLane
 from kraft.raft.leader import LeaderState, ParkedFetch
 from kraft.raft.log import LogMeta
 from kraft.raft.messages import (

@@ -14,12 +14,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from kraft.lane.rules import FollowerLane, LaneVoter, LeaderLane
 from kraft.protocol.errors import ErrorCode
 from kraft.raft import elections, replication
 from kraft.raft.effects import AppendCommitted, FetchAdopted
 from kraft.raft.errors import RaftFatalError
 from kraft.raft.events import FollowerLaneReport, LeaderLaneReport
-from kraft.raft.lane import FollowerLane, LaneVoter, LeaderLane
 from kraft.raft.leader import LeaderState, ParkedFetch
 from kraft.raft.messages import FetchRequest
 from kraft.raft.quorum import majority_size

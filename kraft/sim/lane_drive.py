@@ -30,9 +30,9 @@ from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import TYPE_CHECKING, cast
 
+from kraft.lane import FollowerLane, LaneAnswer, to_native
 from kraft.raft.effects import SendRequest
 from kraft.raft.events import Event, FollowerLaneReport, RequestFailed, ResponseReceived
-from kraft.raft.lane import FollowerLane, LaneAnswer, to_native
 from kraft.raft.messages import Endpoint, FetchedBatch, FetchRequest, FetchResponse
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class _Armed:
     """One follower's lane while it is armed."""
 
     lane: object
-    """`kraft.raft.lane.FollowerLane`, or the C one: the same interface."""
+    """`kraft.lane.rules.FollowerLane`, or the C one: the same interface."""
     epoch: int
     leader: int
     endpoints: tuple[Endpoint, ...]
@@ -72,7 +72,7 @@ class _Armed:
 
 
 class FollowerDrive:
-    """The followers' lanes of one simulated cluster. `native` (`kraft.raft.lane.native()`)
+    """The followers' lanes of one simulated cluster. `native` (`kraft.lane.native()`)
     runs the rules' C implementation; `fail(rule, message)` reports a violation."""
 
     def __init__(self, sim: Simulation, fail: Callable[[str, str], None],

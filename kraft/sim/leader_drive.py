@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, cast
 
+from kraft.lane import LeaderLane, to_native
 from kraft.protocol.errors import ErrorCode
 from kraft.raft.effects import SendFetchResponse
 from kraft.raft.events import (
@@ -38,7 +39,6 @@ from kraft.raft.events import (
     RequestReceived,
     VoterFetched,
 )
-from kraft.raft.lane import LeaderLane, to_native
 from kraft.raft.leader import LeaderState, ParkedFetch, ReplicaProgress
 from kraft.raft.messages import FetchRequest, FetchResponse, ReplicaKey
 
@@ -54,7 +54,7 @@ class _Armed:
     """One leader's lane while it is armed."""
 
     lane: object
-    """`kraft.raft.lane.LeaderLane`, or the C one: the same interface."""
+    """`kraft.lane.rules.LeaderLane`, or the C one: the same interface."""
     epoch: int
     leader_id: int
     token: int
@@ -77,7 +77,7 @@ class _Armed:
 
 
 class LeaderDrive:
-    """The leaders' lanes of one simulated cluster. `native` (`kraft.raft.lane.native()`)
+    """The leaders' lanes of one simulated cluster. `native` (`kraft.lane.native()`)
     runs the rules' C implementation; `fail(rule, message)` reports a violation."""
 
     def __init__(self, sim: Simulation, fail: Callable[[str, str], None],

@@ -86,7 +86,7 @@ from kraft.storage.recovery_point import RecoveryCheckpoint
 from kraft.storage.sync_engine import SyncEngine
 
 try:  # the native lane's scan of an append (the same checks, in C), where it was built
-    from kraft.raft._lane import scan_appended as _native_scan
+    from kraft.lane._native import scan_appended as _native_scan
 except ImportError:  # pragma: no cover - no C compiler at install time
     _native_scan = None  # type: ignore[assignment]
 

@@ -1,4 +1,4 @@
-"""The leader's lane reading the binary client protocol's PUTs (`kraft.raft._lane.read_puts`)
+"""The leader's lane reading the binary client protocol's PUTs (`kraft.lane._native.read_puts`)
 and answering them (`put_answer`), docs/native-lane.md step 3: the same KV records and answers
 as `kraft.server.client_protocol` and `kraft.statemachine.kv` make."""
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kraft.raft.lane import native
+from kraft.lane import native
 from kraft.server.client_protocol import (
     OK,
     OP_DELETE,
@@ -23,7 +23,7 @@ from kraft.server.client_protocol import (
 from kraft.statemachine.kv import encode_put
 
 C = native()
-pytestmark = pytest.mark.skipif(C is None, reason="kraft.raft._lane was not built (no C compiler)")
+pytestmark = pytest.mark.skipif(C is None, reason="kraft.lane._native was not built (no C compiler)")
 
 keys = st.text(st.characters(max_codepoint=0x7F), max_size=60)
 puts = st.lists(st.tuples(st.integers(0, 2**32 - 1), keys, st.binary(max_size=300)), max_size=20)

@@ -1,4 +1,4 @@
-"""The native lane's rules (`kraft.raft.lane`), the lease a core gives (`RaftCore.leader_lane` /
+"""The native lane's rules (`kraft.lane.rules`), the lease a core gives (`RaftCore.leader_lane` /
 `follower_lane`), and their check against the core in the simulator (`kraft.sim.lane_shadow`,
 docs/native-lane.md step 1)."""
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-import kraft.raft.lane as lane_rules
+import kraft.lane.rules as lane_rules
+from kraft.lane import FollowerLane, LaneAnswer, LaneFetch, LaneVoter, LeaderLane
 from kraft.raft.events import Append
-from kraft.raft.lane import FollowerLane, LaneAnswer, LaneFetch, LaneVoter, LeaderLane
 from kraft.raft.leader import LeaderState
 from kraft.raft.messages import FetchedBatch, FetchRequest, ReplicaKey
 from kraft.sim.cluster import SimParams, run_seed

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-import kraft.raft.lane as lane_rules
+import kraft.lane.rules as lane_rules
 import kraft.sim.lane_drive as lane_drive
 from kraft.raft.core import RaftFatalError
 from kraft.raft.effects import AppendFetched, Committed, FetchAdopted, SendRequest

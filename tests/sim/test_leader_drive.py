@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-import kraft.raft.lane as lane_rules
+import kraft.lane.rules as lane_rules
 import kraft.raft.replication as replication
 import kraft.sim.leader_drive as leader_drive
 from kraft.raft.core import RaftCore, RaftFatalError

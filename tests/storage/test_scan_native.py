@@ -1,4 +1,4 @@
-"""The C scan of an append (`kraft.raft._lane.scan_appended`) against the Python scan of
+"""The C scan of an append (`kraft.lane._native.scan_appended`) against the Python scan of
 `SegmentedLog._scan_appended`: on whole, valid batches that continue the log they give the same
 positions, offsets, epochs and timestamps; on anything the Python scan refuses, the C scan
 takes nothing (None), so the Python scan runs and names what is wrong."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kraft.raft.lane import native
+from kraft.lane import native
 from kraft.records.batch import build_batch
 from kraft.records.control import LeaderChangeMessage, LeaderChangeVoter, build_control_batch
 from kraft.storage import log as log_module

@@ -1,7 +1,7 @@
-/* kraft.raft._lane: the native lane's rules in C (docs/native-lane.md, step 1b), and the
+/* kraft.lane._native: the native lane's rules in C (docs/native-lane.md, step 1b), and the
  * follower's reading of the leader's answers (step 2's first piece).
  *
- * The same rules as kraft/raft/lane.py, input for input: a leader counts its voters' plain
+ * The same rules as kraft/lane/rules.py, input for input: a leader counts its voters' plain
  * fetches at its tail, its appends and its own syncs, and moves the high watermark; a follower
  * takes the plain answers to its fetch in flight. Anything else is handed over (None), and a
  * handed-over input changes nothing. No I/O, no clock, no allocation on a decision: the
@@ -181,8 +181,8 @@ static int follower_answer(follower_lane *f, int32_t correlation_id, int32_t err
 
 static PyObject *lane_result(const char *name)
 {
-    /* kraft.raft.lane's LaneFetch / LaneAnswer, so both implementations answer alike */
-    PyObject *mod = PyImport_ImportModule("kraft.raft.lane");
+    /* kraft.lane.rules's LaneFetch / LaneAnswer, so both implementations answer alike */
+    PyObject *mod = PyImport_ImportModule("kraft.lane.rules");
     PyObject *t;
     if (mod == NULL)
         return NULL;
@@ -456,10 +456,10 @@ static PyMethodDef LeaderLane_methods[] = {
 
 static PyTypeObject LeaderLaneType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "kraft.raft._lane.LeaderLane",
+    .tp_name = "kraft.lane._native.LeaderLane",
     .tp_basicsize = sizeof(LeaderLaneObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A leader's lane: kraft.raft.lane.LeaderLane's rules in C.",
+    .tp_doc = "A leader's lane: kraft.lane.rules.LeaderLane's rules in C.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)LeaderLane_init,
     .tp_methods = LeaderLane_methods,
@@ -618,10 +618,10 @@ static PyMethodDef FollowerLane_methods[] = {
 
 static PyTypeObject FollowerLaneType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "kraft.raft._lane.FollowerLane",
+    .tp_name = "kraft.lane._native.FollowerLane",
     .tp_basicsize = sizeof(FollowerLaneObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A follower's lane: kraft.raft.lane.FollowerLane's rules in C.",
+    .tp_doc = "A follower's lane: kraft.lane.rules.FollowerLane's rules in C.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)FollowerLane_init,
     .tp_methods = FollowerLane_methods,
@@ -1263,7 +1263,7 @@ static PyObject *lane_time_follower_step(PyObject *module, PyObject *args)
  * loop stops at the first frame it does not take (handover), when asked to (stop), when the
  * leader closes the connection, or on an I/O error; what it read and did not take is kept for
  * the caller. Its end is signalled on a pipe the caller can watch, and progress() reads what
- * it has made durable while it runs. The node runs it (kraft/server/follower_lane.py). The
+ * it has made durable while it runs. The node runs it (kraft/lane/follower.py). The
  * socket and the log descriptor stay the caller's: the loop never closes them. */
 
 enum { SHELL_IDLE, SHELL_RUNNING, SHELL_HANDOVER, SHELL_STOPPED, SHELL_CLOSED, SHELL_ERROR };
@@ -1652,7 +1652,7 @@ static int FollowerShell_init(FollowerShellObject *self, PyObject *args, PyObjec
         return -1;
     }
     if (!PyObject_TypeCheck(lane, &FollowerLaneType)) {
-        PyErr_SetString(PyExc_TypeError, "lane must be a kraft.raft._lane.FollowerLane");
+        PyErr_SetString(PyExc_TypeError, "lane must be a kraft.lane._native.FollowerLane");
         return -1;
     }
     if (sock < 0 || log_fd < 0 || write_pos < 0) {
@@ -1821,7 +1821,7 @@ static PyMethodDef FollowerShell_methods[] = {
 
 static PyTypeObject FollowerShellType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "kraft.raft._lane.FollowerShell",
+    .tp_name = "kraft.lane._native.FollowerShell",
     .tp_basicsize = sizeof(FollowerShellObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "The follower lane's I/O loop on its own thread (docs/native-lane.md, step 2).",
@@ -3045,7 +3045,7 @@ static int LeaderShell_init(LeaderShellObject *self, PyObject *args, PyObject *k
         return -1;
     }
     if (!PyObject_TypeCheck(lane, &LeaderLaneType)) {
-        PyErr_SetString(PyExc_TypeError, "lane must be a kraft.raft._lane.LeaderLane");
+        PyErr_SetString(PyExc_TypeError, "lane must be a kraft.lane._native.LeaderLane");
         return -1;
     }
     if (client < 0 || log_fd < 0 || write_pos < 0) {
@@ -3313,7 +3313,7 @@ static PyMethodDef LeaderShell_methods[] = {
 
 static PyTypeObject LeaderShellType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "kraft.raft._lane.LeaderShell",
+    .tp_name = "kraft.lane._native.LeaderShell",
     .tp_basicsize = sizeof(LeaderShellObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "The leader lane's I/O loop on its own thread (docs/native-lane.md, step 3).",
@@ -3366,14 +3366,14 @@ static PyMethodDef lane_functions[] = {
 
 static struct PyModuleDef lane_module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "kraft.raft._lane",
+    .m_name = "kraft.lane._native",
     .m_doc = "The native lane's rules in C (docs/native-lane.md, step 1b), and the follower's "
              "reading of the leader's answers (step 2).",
     .m_size = -1,
     .m_methods = lane_functions,
 };
 
-PyMODINIT_FUNC PyInit__lane(void)
+PyMODINIT_FUNC PyInit__native(void)
 {
     PyObject *m;
     crc_init();

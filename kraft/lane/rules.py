@@ -6,10 +6,10 @@ watermark. A follower's lane takes the leader's plain answers: it appends their 
 learns the high watermark. Anything outside the lease is handed over to the core. The methods
 below say this by returning None, and they then change nothing.
 
-These classes are the rules in plain Python, with no I/O, like the rest of `kraft/raft/`. They
-are not on the node's path. The simulator runs them next to every core
+These classes are the rules in plain Python, with no I/O, like the consensus core
+(`kraft.raft`) they serve. They are not on the node's path. The simulator runs them next to every core
 (`kraft.sim.lane_shadow`), and after each event checks that whatever the lane claimed to handle,
-the core handled the same way. `native()` gives the same rules in C (`kraft/raft/_lane.c`),
+the core handled the same way. `native()` gives the same rules in C (`kraft.lane._native`),
 which the tests check against these input for input, and the simulator can run in their
 place.
 
@@ -174,13 +174,13 @@ class FollowerLane:
 
 
 def native() -> ModuleType | None:
-    """The C implementation of these rules (`kraft.raft._lane`: `LeaderLane`, `FollowerLane`),
+    """The C implementation of these rules (`kraft.lane._native`: `LeaderLane`, `FollowerLane`),
     or None where it was not built (the install builds it when a C compiler is there)."""
     try:
-        from kraft.raft import _lane
+        from kraft.lane import _native
     except ImportError:
         return None
-    return _lane
+    return _native
 
 
 def to_native(lane: LeaderLane | FollowerLane, module: ModuleType) -> object:

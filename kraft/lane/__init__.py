@@ -1,0 +1,45 @@
+"""The native lane (docs/native-lane.md): an accelerator of the write path's steady state,
+behind one boundary.
+
+The consensus core (`kraft.raft`) leases the lane the steady state of one epoch
+(`kraft.raft.lease`: `LeaderLease`, `FollowerLease`) and takes back the lane's work as events
+(`LeaderLaneReport`, `FollowerLaneReport`). It never imports this package. Here:
+
+- the lane's rules in plain Python (`LeaderLane`, `FollowerLane`, built from a lease), and the
+  same rules in C (`native()`, the extension `kraft.lane._native`, and `to_native`);
+- the node's runners of the lane's loops (`FollowerLaneRunner`, `LeaderLaneRunner`), which arm
+  the C loops under a lease, tick them and turn what they did into reports;
+- the bookkeeping tick (`LaneTicker`).
+
+The names below are the package's interface: the node, the simulator, the benchmarks and the
+tests outside the lane's own import nothing else of it.
+"""
+
+from kraft.lane.follower import FollowerLaneRunner, next_fetch
+from kraft.lane.leader import LeaderLaneRunner, ParkedFetchFrames
+from kraft.lane.rules import (
+    FollowerLane,
+    LaneAnswer,
+    LaneFetch,
+    LaneVoter,
+    LeaderLane,
+    native,
+    to_native,
+)
+from kraft.lane.ticker import IDLE_S, LaneTicker
+
+__all__ = [
+    "IDLE_S",
+    "FollowerLane",
+    "FollowerLaneRunner",
+    "LaneAnswer",
+    "LaneFetch",
+    "LaneTicker",
+    "LaneVoter",
+    "LeaderLane",
+    "LeaderLaneRunner",
+    "ParkedFetchFrames",
+    "native",
+    "next_fetch",
+    "to_native",
+]
