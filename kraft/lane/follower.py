@@ -25,7 +25,7 @@ The lane stops when:
 - the leader closes the connection, or the loop fails. A failed write or fdatasync stops the
   node, as a failed fsync does.
 
-The lane arms only when the core gives a lease (`RaftCore.follower_lane()`), the log's last
+The lane arms only when the core gives a lease (`RaftCore.follower_lease()`), the log's last
 epoch is the lease's, everything appended is durable with no flush in flight, and the fetch in
 flight was sent on an open connection that holds nothing else.
 """
@@ -139,7 +139,7 @@ class FollowerLaneRunner:
         core, md = node.core, node.md
         if self._armed is not None or core is None or md is None or fetch_sent is None:
             return
-        lease = core.follower_lane()
+        lease = core.follower_lease()
         if lease is None or core.log.last_epoch() != lease.epoch:
             return
         core_corr, conn, wire, version = fetch_sent

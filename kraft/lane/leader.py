@@ -20,7 +20,7 @@ The core learns what the loop did from `LeaderLaneReport`s:
   committed yet, which the node answers when they are applied, as its own writes; and every
   connection with its unread bytes.
 
-The lane arms only when the core gives a lease (`RaftCore.leader_lane()`), everything appended
+The lane arms only when the core gives a lease (`RaftCore.leader_lease()`), everything appended
 is durable with no flush in flight and no write of the node's own waiting, exactly one client
 connection is open with nothing in flight, and each connected voter's connection holds nothing
 but the fetch the core holds parked for it.
@@ -141,7 +141,7 @@ class LeaderLaneRunner:
         dlog = md.log
         if dlog.flush_in_flight or dlog.durable_end_offset != dlog.log_end_offset:
             return self._why_not("log")
-        lease = core.leader_lane()
+        lease = core.leader_lease()
         if lease is None or core.log.last_epoch() != lease.epoch:
             return
         if dlog.log_end_offset != lease.log_end:

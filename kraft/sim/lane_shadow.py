@@ -1,7 +1,7 @@
 """The native lane's rules (`kraft.lane.rules`) run beside every simulated core.
 
 This is step 1 of docs/native-lane.md. Before each event, a replica's lane (armed from the
-lease its core gives, `RaftCore.leader_lane` / `follower_lane`) decides whether the event is
+lease its core gives, `RaftCore.leader_lease` / `follower_lease`) decides whether the event is
 its own and what it makes of it:
 - on a leader: a voter's fetch, a client's append, the leader's own sync;
 - on a follower: the leader's answer to the fetch in flight.
@@ -113,10 +113,15 @@ class LaneShadow:
 
     def _arm(self, core: RaftCore) -> tuple[RaftCore, object | None, bool]:
         """The lane of the lease `core` gives now (None: it gives none), and whether it leads."""
-        lane: LeaderLane | FollowerLane | None = core.leader_lane()
-        leads = lane is not None
-        if lane is None:
-            lane = core.follower_lane()
+        lane: LeaderLane | FollowerLane | None = None
+        leader = core.leader_lease()
+        if leader is not None:
+            lane = LeaderLane.from_lease(leader)
+        else:
+            follower = core.follower_lease()
+            if follower is not None:
+                lane = FollowerLane.from_lease(follower)
+        leads = leader is not None
         if lane is None or self._native is None:
             return core, lane, leads
         return core, to_native(lane, self._native), leads

@@ -3,7 +3,7 @@ step 3's proof).
 
 As `kraft.sim.lane_drive` does for followers, a leader's lane does the steady state's work
 here, as it will in the node:
-- the core arms it (`RaftCore.leader_lane()`) and lends it the fetches it holds parked
+- the core arms it (`RaftCore.leader_lease()`) and lends it the fetches it holds parked
   (`RaftCore.lend_parked()`);
 - the lane takes the voters' plain fetches (each one an acknowledgement), the clients'
   appends and its own syncs. It moves the high watermark by the rules, answers the fetches
@@ -100,7 +100,7 @@ class LeaderDrive:
         core = n.core
         if core is None or n.node_id in self._armed:
             return
-        lease = core.leader_lane()
+        lease = core.leader_lease()
         if lease is None:
             return
         s = core.state
@@ -113,7 +113,7 @@ class LeaderDrive:
             rows[v.key] = ReplicaProgress(v.key) if row is None else ReplicaProgress(
                 row.key, row.end_offset, row.last_fetch_ms, row.last_caught_up_ms,
                 row.prev_fetch_ms, row.prev_fetch_leader_end)
-        lane: object = lease
+        lane: object = LeaderLane.from_lease(lease)
         if self._native is not None:
             lane = to_native(lease, self._native)
         self._tokens += 1
@@ -352,6 +352,6 @@ class LeaderDrive:
                        f"high watermark {core.high_watermark}), the disk at "
                        f"{n.disk.end_offset}, and the lane's durable end is {a.durable} "
                        f"(high watermark {lane.high_watermark})")
-        if armed and core.leader_lane() is None:
+        if armed and core.leader_lease() is None:
             self._report(n, a, armed=False)  # the lease ended: hand the rest over
             self._count("leader_drive_stop_after_report")
