@@ -9,7 +9,9 @@ The consensus core (`kraft.raft`) leases the lane the steady state of one epoch
   same rules in C (`native()`, the extension `kraft.lane._native`, and `to_native`);
 - the node's runners of the lane's loops (`FollowerLaneRunner`, `LeaderLaneRunner`), which arm
   the C loops under a lease, tick them and turn what they did into reports;
-- the bookkeeping tick (`LaneTicker`).
+- the bookkeeping tick (`LaneTicker`);
+- the C scan of an append (`append_scan`), which the node hands the log
+  (`SegmentedLog.use_native_scan`): storage imports nothing of the lane.
 
 The names below are the package's interface: the node, the simulator, the benchmarks and the
 tests outside the lane's own import nothing else of it.
@@ -23,6 +25,7 @@ from kraft.lane.rules import (
     LaneFetch,
     LaneVoter,
     LeaderLane,
+    append_scan,
     native,
     to_native,
 )
@@ -39,6 +42,7 @@ __all__ = [
     "LeaderLane",
     "LeaderLaneRunner",
     "ParkedFetchFrames",
+    "append_scan",
     "native",
     "next_fetch",
     "to_native",

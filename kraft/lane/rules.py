@@ -24,11 +24,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
+from typing import cast
 
 from kraft.protocol.uuid import Uuid
 from kraft.raft.lease import FollowerLease, LeaderLease
 from kraft.raft.messages import FetchedBatch, ReplicaKey
 from kraft.raft.quorum import majority_offset, next_high_watermark
+from kraft.storage.log import AppendScan
 
 
 @dataclass(slots=True)
@@ -196,6 +198,14 @@ def native() -> ModuleType | None:
     except ImportError:
         return None
     return _native
+
+
+def append_scan() -> AppendScan | None:
+    """The C scan of an append at a log's end (`kraft.lane._native.scan_appended`: the same
+    checks as the log's own scan, in C), for `SegmentedLog.use_native_scan`; None where the
+    extension was not built."""
+    module = native()
+    return None if module is None else cast(AppendScan, module.scan_appended)
 
 
 def to_native(lane: LeaderLane | FollowerLane | LeaderLease | FollowerLease,

@@ -48,7 +48,7 @@ from itertools import accumulate, repeat
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from kraft.lane import FollowerLaneRunner, LeaderLaneRunner, native
+from kraft.lane import FollowerLaneRunner, LeaderLaneRunner, append_scan, native
 from kraft.protocol import messages as w
 from kraft.protocol.api import SUPPORTED_FEATURES, ApiKey, api_spec, api_versions_response
 from kraft.protocol.errors import ErrorCode, ProtocolError, UnsupportedVersionError
@@ -446,6 +446,7 @@ class KraftNode:
         )
         self._static_addresses = {v.node_id: (v.host, v.port) for v in cfg.quorum_voters}
         self.core = RaftCore(raft_cfg, log_state, self._rng, now_ms())
+        md.log.use_native_scan(append_scan())  # the lane's C scan of appends, where built
         module = self._lane_module("lane") if cfg.lane_follower else None
         if module is not None:
             self._lane = FollowerLaneRunner(self, module)
