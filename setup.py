@@ -5,12 +5,15 @@ says so. `LANE` is also what the benchmark builds into its export of a commit
 (`bench.peers.export_head`)."""
 
 import os
+from pathlib import Path
 
 from setuptools import Extension, setup
 
 LANE = Extension(
     "kraft.lane._native",
-    ["kraft/lane/_native.c"],
+    # one extension, one source per job (kraft/lane/csrc/lane.h lists them)
+    sorted(str(p) for p in Path("kraft/lane/csrc").glob("*.c")),
+    depends=["kraft/lane/csrc/lane.h"],
     extra_compile_args=["-O2", "-std=c11", "-pthread", "-Wall", "-Wextra",
                         "-Werror=implicit-function-declaration"],
     extra_link_args=["-pthread"],  # FollowerShell's thread

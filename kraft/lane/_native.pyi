@@ -1,4 +1,4 @@
-"""Types of the C extension `kraft.lane._native` (kraft/lane/_native.c): the native lane's rules,
+"""Types of the C extension `kraft.lane._native` (kraft/lane/csrc/): the native lane's rules,
 the same as `kraft.lane.rules`'s, input for input."""
 
 from collections.abc import Sequence

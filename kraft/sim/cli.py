@@ -6,7 +6,7 @@
 
 Every core runs with the native lane's rules beside it, checked against it (`kraft.sim.
 lane_shadow`); `--no-lane-shadow` leaves them out (the seeds run the same, about a fifth
-faster), and `--native-lane` runs their C implementation (`kraft/lane/_native.c`) instead. A
+faster), and `--native-lane` runs their C implementation (`kraft/lane/csrc/`) instead. A
 failing seed prints the one command that replays it.
 """
 
