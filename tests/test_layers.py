@@ -57,3 +57,33 @@ def test_storage_imports_neither_consensus_nor_the_lane() -> None:
 
 def test_the_consensus_core_never_imports_the_lane() -> None:
     assert _imported_from("raft", ("kraft.lane",)) == set()
+
+
+def _lane_imports(path: Path) -> set[str]:
+    """What `path` imports of `kraft.lane`: its modules, and the names taken from the package."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("kraft.lane."))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.startswith("kraft.lane."):
+                found.add(node.module)
+            elif node.module == "kraft.lane":
+                found.update(f"kraft.lane.{a.name}" for a in node.names)
+    return found
+
+
+def test_outside_the_lane_only_its_interface_is_imported() -> None:
+    """The node, the simulator and the benchmarks import `kraft.lane`'s public names only
+    (`__all__` of kraft/lane/__init__.py), never its modules (the lane's own tests may)."""
+    import kraft.lane
+
+    public = {f"kraft.lane.{name}" for name in kraft.lane.__all__}
+    found = {
+        (str(path.relative_to(ROOT)), name)
+        for folder in ("kraft", "bench")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if not path.is_relative_to(ROOT / "kraft" / "lane")
+        for name in _lane_imports(path) - public
+    }
+    assert found == set(), found

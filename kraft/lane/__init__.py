@@ -8,16 +8,17 @@ The consensus core (`kraft.raft`) leases the lane the steady state of one epoch
 - the lane's rules in plain Python (`LeaderLane`, `FollowerLane`, built from a lease), and the
   same rules in C (`native()`, the extension `kraft.lane._native`, and `to_native`);
 - the node's runners of the lane's loops (`FollowerLaneRunner`, `LeaderLaneRunner`), which arm
-  the C loops under a lease, tick them and turn what they did into reports;
-- the bookkeeping tick (`LaneTicker`);
+  the C loops under a lease, tick them (`kraft.lane.ticker`) and turn what they did into
+  reports, and what the leader's runner needs of the node's request frames
+  (`ParkedFetchFrames`);
 - the C scan of an append (`append_scan`), which the node hands the log
   (`SegmentedLog.use_native_scan`): storage imports nothing of the lane.
 
 The names below are the package's interface: the node, the simulator, the benchmarks and the
-tests outside the lane's own import nothing else of it.
+tests other than the lane's own import nothing else of it.
 """
 
-from kraft.lane.follower import FollowerLaneRunner, next_fetch
+from kraft.lane.follower import FollowerLaneRunner
 from kraft.lane.leader import LeaderLaneRunner, ParkedFetchFrames
 from kraft.lane.rules import (
     FollowerLane,
@@ -29,21 +30,17 @@ from kraft.lane.rules import (
     native,
     to_native,
 )
-from kraft.lane.ticker import IDLE_S, LaneTicker
 
 __all__ = [
-    "IDLE_S",
     "FollowerLane",
     "FollowerLaneRunner",
     "LaneAnswer",
     "LaneFetch",
-    "LaneTicker",
     "LaneVoter",
     "LeaderLane",
     "LeaderLaneRunner",
     "ParkedFetchFrames",
     "append_scan",
     "native",
-    "next_fetch",
     "to_native",
 ]

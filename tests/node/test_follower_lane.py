@@ -13,7 +13,8 @@ from collections.abc import Callable
 
 import pytest
 
-from kraft.lane import native, next_fetch
+from kraft.lane import native
+from kraft.lane.follower import next_fetch
 from kraft.protocol.uuid import Uuid
 from kraft.raft import messages as m
 from kraft.server.kv_client import KraftClient

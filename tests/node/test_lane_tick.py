@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
-from kraft.lane import IDLE_S, LaneTicker
+from kraft.lane.ticker import IDLE_S, LaneTicker
 
 
 def run_ticker(base_s: float, answers: Iterator[bool]) -> list[float]:
