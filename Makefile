@@ -18,8 +18,8 @@ export PYTHONDONTWRITEBYTECODE := 1
 K8S_BINS := .tools/bin
 K8S_STAMP := $(K8S_BINS)/.k8s-bins
 
-# setup.py and the C source: the one compiled part (kraft/raft/_lane.c), built in place
-$(STAMP): pyproject.toml setup.py kraft/raft/_lane.c
+# setup.py and the C sources: the one compiled part (kraft/lane/csrc/), built in place
+$(STAMP): pyproject.toml setup.py $(wildcard kraft/lane/csrc/*.c kraft/lane/csrc/*.h)
 	@test -x $(BIN)/python || { \
 	  py="$(PYTHON)"; [ -n "$$py" ] || py=$$(python3 tools/pick_python.py --verbose) || exit 1; \
 	  echo "creating $(VENV) with $$py"; "$$py" -m venv $(VENV) || exit 1; }
@@ -89,4 +89,4 @@ soak-nodes: $(STAMP)
 	KRAFT_NEMESIS_SECONDS=300 KRAFT_NEMESIS_SEEDS=5,6 KRAFT_NEMESIS_VOTERS=5 $(BIN)/pytest -n $(WORKERS) -q tests/node/test_nemesis.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info kraft/raft/_lane.*.so
+	rm -rf $(VENV) build *.egg-info kraft/lane/_native.*.so

@@ -1,16 +1,19 @@
-"""The one compiled part of kraft-quorum: the native lane (`kraft.raft._lane`, see
+"""The one compiled part of kraft-quorum: the native lane (`kraft.lane._native`, see
 docs/native-lane.md). Everything else is in pyproject.toml. The extension is optional: where it
-does not build (no C compiler), the install goes on without it, and `kraft.raft.lane.native()`
+does not build (no C compiler), the install goes on without it, and `kraft.lane.native()`
 says so. `LANE` is also what the benchmark builds into its export of a commit
 (`bench.peers.export_head`)."""
 
 import os
+from pathlib import Path
 
 from setuptools import Extension, setup
 
 LANE = Extension(
-    "kraft.raft._lane",
-    ["kraft/raft/_lane.c"],
+    "kraft.lane._native",
+    # one extension, one source per job (kraft/lane/csrc/lane.h lists them)
+    sorted(str(p) for p in Path("kraft/lane/csrc").glob("*.c")),
+    depends=["kraft/lane/csrc/lane.h"],
     extra_compile_args=["-O2", "-std=c11", "-pthread", "-Wall", "-Wextra",
                         "-Werror=implicit-function-declaration"],
     extra_link_args=["-pthread"],  # FollowerShell's thread

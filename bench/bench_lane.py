@@ -4,11 +4,11 @@ For a sequential write, a follower gets one answer carrying one batch (one 108-b
 answers with its next fetch. Measured per answer (best of several repetitions, one thread):
 * `python_read_us`: `fetch_fast.decode_fetch_response` (header, tags, the batch and its
   CRC-32C);
-* `python_rules_us`: `kraft.raft.lane.FollowerLane.answer` on what it decoded;
+* `python_rules_us`: `kraft.lane.rules.FollowerLane.answer` on what it decoded;
 * `python_next_fetch_us`: `fetch_fast.encode_fetch_request`;
 * `python_core_us`: what the node runs instead of the last two, the follower core's handling of
   the answer and of its sync (`RaftCore.handle` of `ResponseReceived`, then `Persisted`);
-* `native_step_us`: the three in C (`kraft.raft._lane.time_follower_step`: read, rules and the
+* `native_step_us`: the three in C (`kraft.lane._native.time_follower_step`: read, rules and the
   next fetch frame, without the Python calls around them);
 * `python_path_us`: read + core + next fetch, the Python side of what the lane replaces.
 
@@ -44,12 +44,12 @@ from typing import Any
 
 from bench import lane_prototype
 from bench.bench_protocol import _best_seconds
+from kraft.lane import FollowerLane, native
 from kraft.protocol.errors import ErrorCode
 from kraft.protocol.uuid import Uuid
 from kraft.raft import messages as m
 from kraft.raft.effects import SendRequest
 from kraft.raft.events import Persisted, ResponseReceived
-from kraft.raft.lane import FollowerLane, native
 from kraft.records.batch import build_batch
 from kraft.server.fetch_fast import (
     decode_fetch_response,
@@ -222,7 +222,7 @@ def run() -> dict[str, Any]:
     lane = native()
     if lane is None:
         out["native_step_us"] = None
-        out["native"] = "kraft.raft._lane was not built"
+        out["native"] = "kraft.lane._native was not built"
         return out
     ns = min(lane.time_follower_step(frame, 5, 3, 100, number * 10) for _ in range(5))
     if ns < 0:

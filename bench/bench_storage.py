@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kraft.lane import append_scan
 from kraft.records.batch import build_batch, rebase
 from kraft.storage.log import SegmentedLog
 
@@ -33,6 +34,7 @@ def _template(epoch: int = 1) -> bytes:
 
 def _append_case(directory: Path, total_batches: int, per_flush: int) -> dict[str, float]:
     log = SegmentedLog.open(directory, segment_bytes=1 << 30)
+    log.use_native_scan(append_scan())  # as the node's log scans appends
     template = _template()
     size = len(template)
     flushes = 0
@@ -59,6 +61,7 @@ def _append_case(directory: Path, total_batches: int, per_flush: int) -> dict[st
 def _recovery_case(directory: Path, log_bytes: int) -> dict[str, float]:
     segment_bytes = 256 * 1024 * 1024
     log = SegmentedLog.open(directory, segment_bytes=segment_bytes)
+    log.use_native_scan(append_scan())
     template = _template()
     gen_start = time.perf_counter()
     while log.size_in_bytes() < log_bytes:

@@ -1,5 +1,5 @@
 """The native lane's path end to end, as a prototype: the sequential commit latency of a
-three-voter quorum whose steady state runs in C (`kraft.raft._lane.LeaderShell` and
+three-voter quorum whose steady state runs in C (`kraft.lane._native.LeaderShell` and
 `FollowerShell`), with the node's wire and on-disk formats, against the Python floor.
 
     .venv/bin/python -m bench.lane_prototype [--writes N] [--rounds R] [--json]
@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kraft.lane import LaneVoter, LeaderLane, native, to_native
 from kraft.protocol.uuid import Uuid
-from kraft.raft.lane import LaneVoter, LeaderLane, native, to_native
 from kraft.raft.messages import ReplicaKey
 from kraft.records.batch import iter_batches
 from kraft.server.client_protocol import OK, OP_PUT, RESPONSE_HEAD, encode_request
@@ -183,7 +183,7 @@ def main() -> None:
         _follower(int(args.role), args.port, args.dir)
         return
     if native() is None:
-        sys.exit("lane prototype: kraft.raft._lane was not built (no C compiler at install)")
+        sys.exit("lane prototype: kraft.lane._native was not built (no C compiler at install)")
     if args.writes < 100:
         ap.error("--writes must be at least 100")
     runs = [{"prototype": prototype(args.writes), "floor": floor(args.writes)}

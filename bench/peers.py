@@ -75,20 +75,28 @@ def export_head(dest: Path) -> str:
 
 
 def build_lane(dest: Path) -> bool:
-    """Build the native lane (`kraft/raft/_lane.c`, `setup.LANE`) in place in an exported
-    tree, as `make` builds it in the working tree: an export holds no build, and without it the
-    nodes would run without the lane. False, with the compiler's words printed, where it does
-    not build (the nodes then run the Python path, and say so in their logs)."""
-    if not (dest / "kraft" / "raft" / "_lane.c").exists():
+    """Build the native lane (`kraft/lane/csrc/`, `setup.LANE`) in place in an exported tree, as
+    `make` builds it in the working tree: an export holds no build, and without it the nodes
+    would run without the lane. A commit from before the lane's package has it as one source,
+    `kraft/raft/_lane.c` (the module `kraft.raft._lane`), built with the same options. False,
+    with the compiler's words printed, where it does not build (the nodes then run the Python
+    path, and say so in their logs)."""
+    if (dest / "kraft" / "lane" / "csrc").is_dir():
+        where, name, sources = dest / "kraft" / "lane", "_native", None
+    elif (dest / "kraft" / "raft" / "_lane.c").exists():
+        where, name, sources = dest / "kraft" / "raft", "_lane", ["kraft/raft/_lane.c"]
+    else:
         return False  # a commit from before the lane
     script = ("import runpy; from setuptools import Distribution; "
               "from setuptools.command.build_ext import build_ext; "
               f"lane = runpy.run_path({str(ROOT / 'setup.py')!r}, run_name='setup')['LANE']; "
-              "cmd = build_ext(Distribution({'ext_modules': [lane]})); cmd.inplace = True; "
+              + (f"lane.name, lane.sources, lane.depends = 'kraft.raft._lane', {sources!r}, []; "
+                 if sources else "")
+              + "cmd = build_ext(Distribution({'ext_modules': [lane]})); cmd.inplace = True; "
               "cmd.ensure_finalized(); cmd.run()")
     done = subprocess.run([sys.executable, "-c", script], cwd=dest, capture_output=True,
                           text=True, timeout=300)
-    built = any((dest / "kraft" / "raft").glob("_lane*.so"))
+    built = any(where.glob(f"{name}*.so"))
     if not built:
         print(f"!! the native lane did not build in {dest}: {done.stderr[-2000:]}", flush=True)
     return built

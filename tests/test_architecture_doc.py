@@ -6,7 +6,7 @@ The page is a map; a module renamed or moved without the map following would sen
 nothing. Checked statically (no imports), from the source tree:
 
 - a dotted name `kraft.x.y` (or `kraft_operator.x`, `kraft_pipeline.x`) resolves to a package,
-  a module or the C extension's source, then to names defined at the top of that module;
+  a module or the C extension's sources, then to names defined at the top of that module;
 - a path `kraft/...`, `operator/...`, `pipeline/...`, `tests/...`, `tools/...`, `bench/...` or
   `docs/...` exists;
 - a backticked `Name` or `Class.member` in CamelCase is a class (with that member) defined
@@ -59,11 +59,13 @@ def resolve_dotted(package: str, parts: list[str]) -> str | None:
             continue
         if (here / f"{part}.py").is_file():
             module = here / f"{part}.py"
-        elif (here / f"{part}.c").is_file():
+        elif (here / f"{part}.pyi").is_file() and (here / "csrc").is_dir():
+            # a C extension: its stub beside the folder of its C sources (csrc/), where its
+            # names are the quoted names of the method and type tables
             rest = parts[i + 1:]
-            # a C module's names are the quoted names of its method and type tables
-            if rest and f'"{rest[0]}"' not in (here / f"{part}.c").read_text():
-                return f"{rest[0]!r} is not defined in {(here / f'{part}.c').relative_to(ROOT)}"
+            sources = "".join(c.read_text() for c in sorted((here / "csrc").glob("*.c")))
+            if rest and f'"{rest[0]}"' not in sources:
+                return f"{rest[0]!r} is not defined in {(here / 'csrc').relative_to(ROOT)}"
             return None
         else:
             init = here / "__init__.py"
@@ -154,8 +156,8 @@ def test_a_setting_is_not_taken_for_a_module_but_a_wrong_one_is_reported() -> No
 @pytest.mark.parametrize("wrong", [
     "`kraft.raft.ballots`",             # no such module
     "`kraft.server.node.NoSuchThing`",  # no such name in a module
-    "`kraft.raft._lane.NoSuchShell`",   # no such name in the C module
-    "`kraft/lane/`",                    # no such folder
+    "`kraft.lane._native.NoSuchShell`",  # no such name in the C module
+    "`kraft/lane/nothing/`",            # no such folder
     "`RaftCore.no_such_method`",        # no such method
     "`NoSuchClass`",                    # no such class
     "`kraft_operator.planner.nothing`",  # no such module under the operator
@@ -165,7 +167,7 @@ def test_a_name_that_does_not_exist_is_reported(wrong: str) -> None:
 
 
 def test_names_that_exist_pass() -> None:
-    text = ("`kraft.raft._lane` `kraft.raft._lane.scan_appended` `kraft/raft/_lane.c` "
+    text = ("`kraft.lane._native` `kraft.lane._native.scan_appended` `kraft/lane/csrc/codec.c` "
             "`kraft.server.node.KraftNode` "
             "`kraft_operator.sandbox` `kraft.admin.QuorumClient` `RaftCore.handle` "
             "`operator/planner/` `docs/native-lane.md`")

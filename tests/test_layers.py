@@ -1,10 +1,11 @@
 """The import layers of `kraft`: the contracts in pyproject.toml ([tool.importlinter]) hold.
 
 `lint-imports` checks that kraft's packages import only downwards (server, admin, sim |
-statemachine, raft, storage, records, protocol) and that the modules of `kraft.storage`,
-`kraft.sim` and `kraft.server` import each other without cycles. The one exception it cannot
-see (a C extension) is pinned here: `kraft.storage` imports nothing of `kraft.raft` but the
-native lane's module, from `kraft/storage/log.py`.
+statemachine, lane, raft, storage, records, protocol) and that the modules of `kraft.storage`,
+`kraft.lane`, `kraft.sim` and `kraft.server` import each other without cycles. What it cannot
+see (an import of the lane's C extension, `kraft.lane._native`) is checked here from the
+source: the consensus core and storage name nothing of the lane, and storage nothing of the
+consensus core (the node hands the log the lane's C scan: `SegmentedLog.use_native_scan`).
 """
 
 from __future__ import annotations
@@ -41,11 +42,48 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-def test_storage_imports_consensus_only_for_the_lane_in_the_log() -> None:
+def _imported_from(package: str, prefixes: tuple[str, ...]) -> set[tuple[str, str]]:
+    return {
+        (str(path.relative_to(ROOT)), name)
+        for path in sorted((ROOT / "kraft" / package).rglob("*.py"))
+        for name in _imports(path)
+        if any(name == p or name.startswith(p + ".") for p in prefixes)
+    }
+
+
+def test_storage_imports_neither_consensus_nor_the_lane() -> None:
+    assert _imported_from("storage", ("kraft.raft", "kraft.lane")) == set()
+
+
+def test_the_consensus_core_never_imports_the_lane() -> None:
+    assert _imported_from("raft", ("kraft.lane",)) == set()
+
+
+def _lane_imports(path: Path) -> set[str]:
+    """What `path` imports of `kraft.lane`: its modules, and the names taken from the package."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("kraft.lane."))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.startswith("kraft.lane."):
+                found.add(node.module)
+            elif node.module == "kraft.lane":
+                found.update(f"kraft.lane.{a.name}" for a in node.names)
+    return found
+
+
+def test_outside_the_lane_only_its_interface_is_imported() -> None:
+    """The node, the simulator and the benchmarks import `kraft.lane`'s public names only
+    (`__all__` of kraft/lane/__init__.py), never its modules (the lane's own tests may)."""
+    import kraft.lane
+
+    public = {f"kraft.lane.{name}" for name in kraft.lane.__all__}
     found = {
         (str(path.relative_to(ROOT)), name)
-        for path in sorted((ROOT / "kraft" / "storage").rglob("*.py"))
-        for name in _imports(path)
-        if name == "kraft.raft" or name.startswith("kraft.raft.")
+        for folder in ("kraft", "bench")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if not path.is_relative_to(ROOT / "kraft" / "lane")
+        for name in _lane_imports(path) - public
     }
-    assert found == {("kraft/storage/log.py", "kraft.raft._lane")}, found
+    assert found == set(), found

@@ -1,4 +1,4 @@
-/* Memory-safety check of the lane's readings of frames (kraft/raft/_lane.c): the follower's of
+/* Memory-safety check of the lane's readings of frames (kraft/lane/csrc/): the follower's of
  * the leader's answers (read_fetch_answer), the leader's of its voters' fetches
  * (read_fetch_request) and of its clients' PUTs (read_puts), built with AddressSanitizer and
  * UBSan by tests/node/test_lane_fetch_answer.py.
@@ -10,7 +10,14 @@
  * it. A read past the buffer or undefined behaviour stops the run with the sanitizer's report;
  * otherwise it prints how many damaged frames were still taken as plain answers.
  */
-#include "../kraft/raft/_lane.c"
+/* the whole extension as one unit: its sources are built together here */
+#include "../kraft/lane/csrc/rules.c"
+#include "../kraft/lane/csrc/codec.c"
+#include "../kraft/lane/csrc/kv_put.c"
+#include "../kraft/lane/csrc/shell.c"
+#include "../kraft/lane/csrc/follower.c"
+#include "../kraft/lane/csrc/leader.c"
+#include "../kraft/lane/csrc/module.c"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -202,7 +202,7 @@ class ServerProperties(BaseModel):
     with `kraft.log.fsync=false` (nothing is synced then)."""
     lane_follower: bool = Field(default=True, alias="kraft.lane.follower")
     """true (the default): a follower in the steady state of an epoch hands its fetches to the
-    native lane (`kraft.server.follower_lane`, docs/native-lane.md step 2), a loop in C on a
+    native lane (`kraft.lane.follower`, docs/native-lane.md step 2), a loop in C on a
     thread of its own that writes, syncs and acknowledges the leader's records without the
     interpreter, and reports to the core every `kraft.lane.tick.ms` and before a local read.
     false: the Python path does it all. Ignored (with a warning) where the extension was not
@@ -210,7 +210,7 @@ class ServerProperties(BaseModel):
     lane_leader: bool = Field(default=True, alias="kraft.lane.leader")
     """true: a leader in the steady state of its epoch hands the binary client protocol's
     connection (when it is the only one), its voters' fetch connections and the active segment
-    to the native lane (`kraft.server.leader_lane`, docs/native-lane.md step 3), a loop in C on
+    to the native lane (`kraft.lane.leader`, docs/native-lane.md step 3), a loop in C on
     a thread of its own that batches the PUTs, writes, replicates and syncs them, counts the
     voters' acknowledgements, and answers each PUT at its commit; it reports to the core every
     `kraft.lane.tick.ms` and before a local read. false (the default): the Python path does it
@@ -221,7 +221,7 @@ class ServerProperties(BaseModel):
     its log end, durable end, high watermark and fetch deadline; a leader's: its appends, the
     voters' rows and the high watermark; the apply follows). A check that finds nothing new
     doubles the period, up to 50 ms, until one finds progress again
-    (`kraft.server.lane_tick`). A local read takes it at once whatever the period, and a
+    (`kraft.lane.ticker`). A local read takes it at once whatever the period, and a
     follower's lane wakes the node for a new high watermark, or for records while the node's
     loop sleeps (docs/native-lane.md, "the bookkeeping tick")."""
     event_loop: Literal["auto", "asyncio", "uvloop"] = Field(default="auto", alias="kraft.event.loop")

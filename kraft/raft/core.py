@@ -32,7 +32,8 @@ answers and timers; the rules live in one module per concern, as functions over 
   upgrade, controller registration, DescribeQuorum;
 - `kraft.raft.snapshots` — KIP-630: FetchSnapshot on both sides, snapshot creation, log start
   and retention;
-- `kraft.raft.lease` — the native lane's lease and the lane's reports.
+- `kraft.raft.lease` — the native lane's lease and the lane's reports: the one interface
+  between this core and the lane (`kraft.lane`), which this package never imports.
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ from kraft.raft.events import (
     SnapshotRequested,
     Tick,
 )
-from kraft.raft.lane import FollowerLane, LeaderLane
 from kraft.raft.leader import LeaderState, ParkedFetch
+from kraft.raft.lease import FollowerLease, LeaderLease
 from kraft.raft.log import LogMeta
 from kraft.raft.messages import (
     AddRaftVoterRequest,
@@ -353,20 +354,20 @@ class RaftCore:
 
     # ---------------------------------------------------------------- the native lane's lease
 
-    def leader_lane(self) -> LeaderLane | None:
+    def leader_lease(self) -> LeaderLease | None:
         """The lease this leader would give the native lane now, None when it would not arm
-        one (the rules: `kraft.raft.lease.leader_lane`)."""
-        return lease.leader_lane(self)
+        one (the rules: `kraft.raft.lease.leader_lease`)."""
+        return lease.leader_lease(self)
 
     def lend_parked(self) -> list[ParkedFetch]:
         """The fetches this leader holds parked, handed to the native lane it arms now
         (`kraft.raft.lease.lend_parked`)."""
         return lease.lend_parked(self)
 
-    def follower_lane(self) -> FollowerLane | None:
+    def follower_lease(self) -> FollowerLease | None:
         """The lease this follower would give the native lane now, None when it would not arm
-        one (the rules: `kraft.raft.lease.follower_lane`)."""
-        return lease.follower_lane(self)
+        one (the rules: `kraft.raft.lease.follower_lease`)."""
+        return lease.follower_lease(self)
 
     def lane_fetch(self) -> FetchRequest | None:
         """The fetch this follower would send its leader now, the template of the follower

@@ -154,7 +154,7 @@ class ApiVersionsReceived:
 @fast_init
 @dataclass(frozen=True, slots=True)
 class FollowerLaneReport:
-    """What a follower's native lane did under the lease `RaftCore.follower_lane()` gave it
+    """What a follower's native lane did under the lease `RaftCore.follower_lease()` gave it
     (docs/native-lane.md), since it was armed or last reported.
 
     The lane took the leader's plain answers to its fetches: it appended their records (all
@@ -206,7 +206,7 @@ class VoterFetched:
 @fast_init
 @dataclass(frozen=True, slots=True)
 class LeaderLaneReport:
-    """What a leader's native lane did under the lease `RaftCore.leader_lane()` gave it
+    """What a leader's native lane did under the lease `RaftCore.leader_lease()` gave it
     (docs/native-lane.md), since it was armed or last reported.
 
     The lane took the voters' plain fetches (each an acknowledgement), the clients' appends

@@ -1,9 +1,15 @@
-"""The native lane's lease (docs/native-lane.md): what a core hands the lane, and how it takes
-back the lane's work.
+"""The native lane's lease (docs/native-lane.md): the one interface between the consensus core
+and the lane. What a core hands the lane, and how it takes back the lane's work.
+
+The lane (`kraft.lane`) implements what is leased here: it builds its rules from a
+`LeaderLease` or a `FollowerLease`, runs them (in Python or in C, beside an I/O loop), and
+reports what it did as events of the core (`kraft.raft.events.LeaderLaneReport`,
+`kraft.raft.events.FollowerLaneReport`). This package never imports the lane: the lease is
+plain data, and the reports are events like any other.
 
 Functions over one `RaftCore`'s state, called by its dispatcher (`kraft.raft.core`). Owns:
 
-- the lease a leader or follower would give the lane now (`leader_lane`, `follower_lane`,
+- the lease a leader or follower would give the lane now (`leader_lease`, `follower_lease`,
   `lane_fetch`), and the parked fetches a leader lends it;
 - the lane's reports, taken as the fetches, appends, answers and syncs they stand for, and
   `RaftFatalError` when a report could only come from a lane writing without a lease.
@@ -12,6 +18,7 @@ Functions over one `RaftCore`'s state, called by its dispatcher (`kraft.raft.cor
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kraft.protocol.errors import ErrorCode
@@ -19,19 +26,65 @@ from kraft.raft import elections, replication
 from kraft.raft.effects import AppendCommitted, FetchAdopted
 from kraft.raft.errors import RaftFatalError
 from kraft.raft.events import FollowerLaneReport, LeaderLaneReport
-from kraft.raft.lane import FollowerLane, LaneVoter, LeaderLane
 from kraft.raft.leader import LeaderState, ParkedFetch
-from kraft.raft.messages import FetchRequest
+from kraft.raft.messages import FetchRequest, ReplicaKey
 from kraft.raft.quorum import majority_size
 from kraft.raft.state import FollowerState, InFlight
 
 if TYPE_CHECKING:
     from kraft.raft.core import RaftCore
 
+
+@dataclass(frozen=True, slots=True)
+class LeaseVoter:
+    """One voter of a leader's lease.
+
+    `key` is the replica whose fetches count for this voter. For a voter with a directory id,
+    it is the voter's own key. In a set without directory ids (kraft.version 0), it is the
+    latest replica of that id that the core has counted, or None before any. `matched` is the
+    offset the voter last acknowledged (-1 before any). For the leader itself, `key` is None and
+    its own durable end counts instead.
+    """
+
+    id: int
+    key: ReplicaKey | None
+    is_leader: bool
+    matched: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderLease:
+    """What a leader leases the lane: the steady state of its epoch from this log on. The lane
+    counts its voters' fetches at the tail, its appends and its own syncs, and moves the high
+    watermark from here; anything else it hands back."""
+
+    epoch: int
+    epoch_start: int
+    """The offset of this epoch's first record (its LeaderChange)."""
+    log_start: int
+    log_end: int
+    durable: int
+    """The log's durable end offset."""
+    high_watermark: int | None
+    voters: tuple[LeaseVoter, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerLease:
+    """What a follower leases the lane: the plain answers of its leader, in its epoch, to the
+    fetch in flight (`fetch_correlation`) and to the ones the lane sends after it."""
+
+    epoch: int
+    leader_id: int
+    fetch_correlation: int
+    log_end: int
+    high_watermark: int | None
+
+
 logger = logging.getLogger("kraft.raft")
 
 
-def leader_lane(core: RaftCore) -> LeaderLane | None:
+def leader_lease(core: RaftCore) -> LeaderLease | None:
     """The lease this leader would give the native lane now (docs/native-lane.md), or None
     when it would not arm one: only in the steady state of its epoch, with this epoch's
     LeaderChange and the voters set committed, no voter change or resignation pending, and
@@ -50,18 +103,18 @@ def leader_lane(core: RaftCore) -> LeaderLane | None:
     lane_voters = []
     for v in core._voters().voters:
         if v.id == own.id and (v.key.directory_id is None or v.key == own):
-            lane_voters.append(LaneVoter(v.id, None, True))
+            lane_voters.append(LeaseVoter(v.id, None, True))
             continue
         key = v.key if v.key.directory_id is not None else s.latest_key_by_id.get(v.id)
         row = s.voter_progress(v)
-        lane_voters.append(LaneVoter(v.id, key, False, row.end_offset if row else -1))
-    return LeaderLane(s.epoch, s.epoch_start_offset, core.log.start_offset,
-                      core.log.end_offset, core.log.persisted_end, hw, lane_voters)
+        lane_voters.append(LeaseVoter(v.id, key, False, row.end_offset if row else -1))
+    return LeaderLease(s.epoch, s.epoch_start_offset, core.log.start_offset,
+                       core.log.end_offset, core.log.persisted_end, hw, tuple(lane_voters))
 
 
 def lend_parked(core: RaftCore) -> list[ParkedFetch]:
     """The fetches this leader holds parked, handed to the native lane it arms now (from
-    `leader_lane()`): the lane answers them by the same rules, and hands back the ones it
+    `leader_lease()`): the lane answers them by the same rules, and hands back the ones it
     still holds when it stops (`LeaderLaneReport.parked`)."""
     s = core.state
     if not isinstance(s, LeaderState):
@@ -70,7 +123,7 @@ def lend_parked(core: RaftCore) -> list[ParkedFetch]:
     return parked
 
 
-def follower_lane(core: RaftCore) -> FollowerLane | None:
+def follower_lease(core: RaftCore) -> FollowerLease | None:
     """The lease this follower would give the native lane now, or None when it would not
     arm one: only with a fetch in flight to its leader, and no snapshot being downloaded
     or installed."""
@@ -79,8 +132,8 @@ def follower_lane(core: RaftCore) -> FollowerLane | None:
         return None
     if s.download is not None or core._installing is not None or core._fetch_corr is None:
         return None
-    return FollowerLane(s.epoch, s.leader_id, core._fetch_corr, core.log.end_offset,
-                        core.high_watermark)
+    return FollowerLease(s.epoch, s.leader_id, core._fetch_corr, core.log.end_offset,
+                         core.high_watermark)
 
 
 def lane_fetch(core: RaftCore) -> FetchRequest | None:

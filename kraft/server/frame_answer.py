@@ -2,8 +2,8 @@
 wait.
 
 Shared by the node (`kraft.server.node`), which registers one per request frame it hands the
-core, and the leader lane (`kraft.server.leader_lane`), which registers one per parked fetch it
-hands back: a module below both, so neither imports the other for it.
+core, and what the node lends the leader's lane (`kraft.server.lane_host`), which registers one
+per parked fetch the lane hands back: a module below both, so neither imports the other for it.
 """
 
 from __future__ import annotations

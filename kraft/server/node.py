@@ -48,6 +48,7 @@ from itertools import accumulate, repeat
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from kraft.lane import FollowerLaneRunner, LeaderLaneRunner, append_scan, native
 from kraft.protocol import messages as w
 from kraft.protocol.api import SUPPORTED_FEATURES, ApiKey, api_spec, api_versions_response
 from kraft.protocol.errors import ErrorCode, ProtocolError, UnsupportedVersionError
@@ -57,7 +58,6 @@ from kraft.raft import events as ev
 from kraft.raft import messages as m
 from kraft.raft.config import LogState, QuorumStateData, RaftConfig
 from kraft.raft.core import RaftCore
-from kraft.raft.lane import native
 from kraft.raft.leader import ChangeKind, LeaderState
 from kraft.raft.records import voters_from_record, voters_record
 from kraft.raft.state import FollowerState, Role
@@ -92,7 +92,6 @@ from kraft.server.fetch_fast import (
     decode_fetch_response,
     encode_fetch_request,
 )
-from kraft.server.follower_lane import FollowerLaneRunner
 from kraft.server.forward import (
     BadForwardedCall,
     Forwarder,
@@ -109,7 +108,7 @@ from kraft.server.frames import (
     PeerClosedError,
     PeerInfo,
 )
-from kraft.server.leader_lane import LeaderLaneRunner
+from kraft.server.lane_host import NodeFetchFrames
 from kraft.server.metrics import DISK_LATENCY_BUCKETS, Registry
 from kraft.server.translate import (
     TopLevelError,
@@ -447,12 +446,13 @@ class KraftNode:
         )
         self._static_addresses = {v.node_id: (v.host, v.port) for v in cfg.quorum_voters}
         self.core = RaftCore(raft_cfg, log_state, self._rng, now_ms())
+        md.log.use_native_scan(append_scan())  # the lane's C scan of appends, where built
         module = self._lane_module("lane") if cfg.lane_follower else None
         if module is not None:
             self._lane = FollowerLaneRunner(self, module)
         module = self._lane_module("leader_lane") if cfg.lane_leader else None
         if module is not None:
-            self._leader_lane = LeaderLaneRunner(self, module)
+            self._leader_lane = LeaderLaneRunner(self, module, NodeFetchFrames(self))
         self._flusher = _Flusher(md.log.flush, self._flushed_from_thread)
         engine = "thread"
         if cfg.fsync and cfg.flush_mode != "inline":
@@ -496,7 +496,7 @@ class KraftNode:
         if module is None or not self.config.fsync:
             log.warning("event=%s_unavailable replica=%d reason=%s", which, self.config.node_id,
                         "kraft.log.fsync=false" if self.config.fsync is False else
-                        "the native extension kraft.raft._lane was not built")
+                        "the native extension kraft.lane._native was not built")
             return None
         return module
 

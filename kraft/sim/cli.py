@@ -6,7 +6,7 @@
 
 Every core runs with the native lane's rules beside it, checked against it (`kraft.sim.
 lane_shadow`); `--no-lane-shadow` leaves them out (the seeds run the same, about a fifth
-faster), and `--native-lane` runs their C implementation (`kraft/raft/_lane.c`) instead. A
+faster), and `--native-lane` runs their C implementation (`kraft/lane/csrc/`) instead. A
 failing seed prints the one command that replays it.
 """
 
@@ -17,7 +17,7 @@ import itertools
 import sys
 import time
 
-from kraft.raft.lane import native
+from kraft.lane import native
 from kraft.sim.cluster import SimParams, SimResult, run_seed
 
 PROGRESS_EVERY = 100
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--native-lane needs the lane's check or a drive: leave out "
                  "--no-lane-shadow")
     if args.native_lane and native() is None:
-        ap.error("--native-lane: the C implementation (kraft.raft._lane) was not built; "
+        ap.error("--native-lane: the C implementation (kraft.lane._native) was not built; "
                  "install the project again with a C compiler on the machine")
     params = SimParams(nodes=args.nodes, lane_shadow=not args.no_lane_shadow,
                        lane_native=args.native_lane, lane_drive=args.lane_drive,

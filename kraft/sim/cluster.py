@@ -18,6 +18,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 
+from kraft.lane import native
 from kraft.protocol.errors import ErrorCode
 from kraft.protocol.uuid import Uuid
 from kraft.raft.config import QuorumStateData, RaftConfig
@@ -64,7 +65,6 @@ from kraft.raft.events import (
     SnapshotRequested,
     Tick,
 )
-from kraft.raft.lane import native
 from kraft.raft.messages import (
     AddRaftVoterRequest,
     ApiVersionsResult,
@@ -143,7 +143,7 @@ class SimParams:
     """Run the native lane's rules beside every core and check them against it
     (`kraft.sim.lane_shadow`); they draw no randomness, so a seed runs the same either way."""
     lane_native: bool = False
-    """The lanes are the rules' C implementation (`kraft.raft.lane.native()`), not the Python
+    """The lanes are the rules' C implementation (`kraft.lane.native()`), not the Python
     one; a RuntimeError when it was not built."""
     lane_drive: bool = False
     """The followers' lanes do the work of the steady state (`kraft.sim.lane_drive`): they
@@ -245,7 +245,7 @@ class Simulation:
         self.admin_log: list[str] = []
         module = native() if self.params.lane_native else None
         if self.params.lane_native and module is None:
-            raise RuntimeError("the native lane (kraft.raft._lane) was not built: "
+            raise RuntimeError("the native lane (kraft.lane._native) was not built: "
                                "reinstall with a C compiler (make clean; make test)")
         self.lanes: LaneShadow | None = None
         if self.params.lane_shadow:

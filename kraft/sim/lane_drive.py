@@ -4,7 +4,7 @@ step 2's proof).
 `kraft.sim.lane_shadow` runs a lane beside each core and checks that the two decide alike;
 the core still does all the work. Here a follower's lane does the work, as it will in the
 node:
-- the core arms it (`RaftCore.follower_lane()`), with the fetch in flight to its leader;
+- the core arms it (`RaftCore.follower_lease()`), with the fetch in flight to its leader;
 - the lane takes the leader's answers to its fetch, appends their records to the disk, syncs
   it, and sends the next fetch itself, with a correlation id of its own;
 - the core sees none of this until the lane reports (`FollowerLaneReport`): every
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import TYPE_CHECKING, cast
 
+from kraft.lane import FollowerLane, LaneAnswer, to_native
 from kraft.raft.effects import SendRequest
 from kraft.raft.events import Event, FollowerLaneReport, RequestFailed, ResponseReceived
-from kraft.raft.lane import FollowerLane, LaneAnswer, to_native
 from kraft.raft.messages import Endpoint, FetchedBatch, FetchRequest, FetchResponse
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class _Armed:
     """One follower's lane while it is armed."""
 
     lane: object
-    """`kraft.raft.lane.FollowerLane`, or the C one: the same interface."""
+    """`kraft.lane.rules.FollowerLane`, or the C one: the same interface."""
     epoch: int
     leader: int
     endpoints: tuple[Endpoint, ...]
@@ -72,7 +72,7 @@ class _Armed:
 
 
 class FollowerDrive:
-    """The followers' lanes of one simulated cluster. `native` (`kraft.raft.lane.native()`)
+    """The followers' lanes of one simulated cluster. `native` (`kraft.lane.native()`)
     runs the rules' C implementation; `fail(rule, message)` reports a violation."""
 
     def __init__(self, sim: Simulation, fail: Callable[[str, str], None],
@@ -100,7 +100,7 @@ class FollowerDrive:
         core = n.core
         if core is None or n.node_id in self._armed:
             return
-        lease = core.follower_lane()
+        lease = core.follower_lease()
         if lease is None:
             return
         template = core.lane_fetch()
@@ -110,7 +110,7 @@ class FollowerDrive:
         adopted = self._wire_of.get(n.node_id)
         wire = adopted[1] if adopted is not None and adopted[0] == lease.fetch_correlation \
             else lease.fetch_correlation
-        lane: object = lease
+        lane: object = FollowerLane.from_lease(lease)
         if wire != lease.fetch_correlation:
             lane = FollowerLane(lease.epoch, lease.leader_id, wire, lease.log_end,
                                 lease.high_watermark)
@@ -242,7 +242,7 @@ class FollowerDrive:
                        f"ends at {core.log.end_offset} (durable {core.log.persisted_end}), the "
                        f"disk at {disk.end_offset} and the lane's durable end is {a.durable}")
         if armed:
-            lease = core.follower_lane()
+            lease = core.follower_lease()
             if (lease is None or lease.epoch != a.epoch or lease.leader_id != a.leader
                     or self._wire_of.get(n.node_id, (None, None))[0] != lease.fetch_correlation):
                 # the report ended the lease (e.g. a snapshot due): the lane stops, with

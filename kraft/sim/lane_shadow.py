@@ -1,7 +1,7 @@
-"""The native lane's rules (`kraft.raft.lane`) run beside every simulated core.
+"""The native lane's rules (`kraft.lane.rules`) run beside every simulated core.
 
 This is step 1 of docs/native-lane.md. Before each event, a replica's lane (armed from the
-lease its core gives, `RaftCore.leader_lane` / `follower_lane`) decides whether the event is
+lease its core gives, `RaftCore.leader_lease` / `follower_lease`) decides whether the event is
 its own and what it makes of it:
 - on a leader: a voter's fetch, a client's append, the leader's own sync;
 - on a follower: the leader's answer to the fetch in flight.
@@ -24,6 +24,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import cast
 
+from kraft.lane import FollowerLane, LaneAnswer, LaneFetch, LeaderLane, to_native
 from kraft.raft.core import RaftCore
 from kraft.raft.effects import (
     AppendFetched,
@@ -33,7 +34,6 @@ from kraft.raft.effects import (
     SendRequest,
 )
 from kraft.raft.events import Append, Event, Persisted, RequestReceived, ResponseReceived
-from kraft.raft.lane import FollowerLane, LaneAnswer, LaneFetch, LeaderLane, to_native
 from kraft.raft.leader import LeaderState
 from kraft.raft.messages import FetchRequest, FetchResponse, ReplicaKey
 from kraft.raft.state import FollowerState
@@ -46,13 +46,13 @@ _PERSISTED = "persisted"
 
 class LaneShadow:
     """The lanes of one simulated cluster, one per replica, and their check against the
-    cores. `fail(rule, message)` reports a disagreement. With `native` (`kraft.raft.lane.
+    cores. `fail(rule, message)` reports a disagreement. With `native` (`kraft.lane.rules.
     native()`), the lanes are the C implementation of the rules instead of the Python one."""
 
     def __init__(self, fail: Callable[[str, str], None], native: ModuleType | None = None) -> None:
         self._fail = fail
         self._native = native
-        # (core, lane, leads): the lane is kraft.raft.lane's or the C one, the same interface
+        # (core, lane, leads): the lane is kraft.lane.rules's or the C one, the same interface
         self._lanes: dict[int, tuple[RaftCore, object | None, bool]] = {}
         self.handled = 0
         """Events a lane took (each one checked against its core)."""
@@ -113,10 +113,15 @@ class LaneShadow:
 
     def _arm(self, core: RaftCore) -> tuple[RaftCore, object | None, bool]:
         """The lane of the lease `core` gives now (None: it gives none), and whether it leads."""
-        lane: LeaderLane | FollowerLane | None = core.leader_lane()
-        leads = lane is not None
-        if lane is None:
-            lane = core.follower_lane()
+        lane: LeaderLane | FollowerLane | None = None
+        leader = core.leader_lease()
+        if leader is not None:
+            lane = LeaderLane.from_lease(leader)
+        else:
+            follower = core.follower_lease()
+            if follower is not None:
+                lane = FollowerLane.from_lease(follower)
+        leads = leader is not None
         if lane is None or self._native is None:
             return core, lane, leads
         return core, to_native(lane, self._native), leads

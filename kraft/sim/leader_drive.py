@@ -3,7 +3,7 @@ step 3's proof).
 
 As `kraft.sim.lane_drive` does for followers, a leader's lane does the steady state's work
 here, as it will in the node:
-- the core arms it (`RaftCore.leader_lane()`) and lends it the fetches it holds parked
+- the core arms it (`RaftCore.leader_lease()`) and lends it the fetches it holds parked
   (`RaftCore.lend_parked()`);
 - the lane takes the voters' plain fetches (each one an acknowledgement), the clients'
   appends and its own syncs. It moves the high watermark by the rules, answers the fetches
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, cast
 
+from kraft.lane import LeaderLane, to_native
 from kraft.protocol.errors import ErrorCode
 from kraft.raft.effects import SendFetchResponse
 from kraft.raft.events import (
@@ -38,7 +39,6 @@ from kraft.raft.events import (
     RequestReceived,
     VoterFetched,
 )
-from kraft.raft.lane import LeaderLane, to_native
 from kraft.raft.leader import LeaderState, ParkedFetch, ReplicaProgress
 from kraft.raft.messages import FetchRequest, FetchResponse, ReplicaKey
 
@@ -54,7 +54,7 @@ class _Armed:
     """One leader's lane while it is armed."""
 
     lane: object
-    """`kraft.raft.lane.LeaderLane`, or the C one: the same interface."""
+    """`kraft.lane.rules.LeaderLane`, or the C one: the same interface."""
     epoch: int
     leader_id: int
     token: int
@@ -77,7 +77,7 @@ class _Armed:
 
 
 class LeaderDrive:
-    """The leaders' lanes of one simulated cluster. `native` (`kraft.raft.lane.native()`)
+    """The leaders' lanes of one simulated cluster. `native` (`kraft.lane.native()`)
     runs the rules' C implementation; `fail(rule, message)` reports a violation."""
 
     def __init__(self, sim: Simulation, fail: Callable[[str, str], None],
@@ -100,7 +100,7 @@ class LeaderDrive:
         core = n.core
         if core is None or n.node_id in self._armed:
             return
-        lease = core.leader_lane()
+        lease = core.leader_lease()
         if lease is None:
             return
         s = core.state
@@ -113,7 +113,7 @@ class LeaderDrive:
             rows[v.key] = ReplicaProgress(v.key) if row is None else ReplicaProgress(
                 row.key, row.end_offset, row.last_fetch_ms, row.last_caught_up_ms,
                 row.prev_fetch_ms, row.prev_fetch_leader_end)
-        lane: object = lease
+        lane: object = LeaderLane.from_lease(lease)
         if self._native is not None:
             lane = to_native(lease, self._native)
         self._tokens += 1
@@ -352,6 +352,6 @@ class LeaderDrive:
                        f"high watermark {core.high_watermark}), the disk at "
                        f"{n.disk.end_offset}, and the lane's durable end is {a.durable} "
                        f"(high watermark {lane.high_watermark})")
-        if armed and core.leader_lane() is None:
+        if armed and core.leader_lease() is None:
             self._report(n, a, armed=False)  # the lease ended: hand the rest over
             self._count("leader_drive_stop_after_report")

@@ -85,11 +85,6 @@ from kraft.storage.log_segments import (
 from kraft.storage.recovery_point import RecoveryCheckpoint
 from kraft.storage.sync_engine import SyncEngine
 
-try:  # the native lane's scan of an append (the same checks, in C), where it was built
-    from kraft.raft._lane import scan_appended as _native_scan
-except ImportError:  # pragma: no cover - no C compiler at install time
-    _native_scan = None  # type: ignore[assignment]
-
 __all__ = [
     "DEFAULT_RECOVERY_CHECKPOINT_INTERVAL_S",
     "DEFAULT_SEGMENT_BYTES",
@@ -102,6 +97,12 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+AppendScan = Callable[[memoryview, int, int, int],
+                      tuple[list[tuple[int, int, int, int, int]], int] | None]
+"""A faster scan of an append (`SegmentedLog.use_native_scan`): (the bytes, the log's end
+offset, its last epoch, the largest batch) -> what `SegmentedLog._scan_appended` returns when
+every check passes, None otherwise (the Python scan then runs and names what fails)."""
 
 DEFAULT_SEGMENT_BYTES = 1 << 30
 """`metadata.log.segment.bytes` default (1 GiB)."""
@@ -171,6 +172,7 @@ class SegmentedLog(LogSegmentIO, LogDurability):
         # The kernel flush in flight: the end offset and position it makes durable, and when
         # it was started (time.perf_counter).
         self._async: tuple[int, tuple[int, int], float] | None = None
+        self._native_scan: AppendScan | None = None
         self.on_flush_time: Callable[[float], None] | None = None
         """Called with the seconds each flush that wrote to disk took: the fsyncs of `flush`
         (on its thread), or a kernel flush from `start_flush` until `finish_flush` or a wait
@@ -274,20 +276,26 @@ class SegmentedLog(LogSegmentIO, LogDurability):
 
     # ------------------------------------------------------------------ append
 
+    def use_native_scan(self, scan: AppendScan | None) -> None:
+        """Scan appends with `scan` first (None: the Python scan alone). Storage imports no
+        C of its own: the node hands it the native lane's scan (`kraft.lane`), which makes the
+        same checks in C."""
+        self._native_scan = scan
+
     def _scan_appended(self, buf: memoryview) -> tuple[list[tuple[int, int, int, int, int]], int]:
         """The batches of `buf` as an append at the log's end takes them: (position in `buf`,
         base offset, last offset, epoch, max timestamp) each, and the end offset after them.
         Raises InvalidAppendError unless they continue the log, whole, with good CRCs, within
         the size limit and with epochs that do not go down.
 
-        The C scan takes the batches when every check passes: it touches far less memory (on a
+        The C scan (`use_native_scan`) takes the batches when every check passes: it touches far less memory (on a
         follower taking one written batch after a quiet spell, with the caches cold, 12-13 µs
         against the Python scan's 41-43: docs/journal/perf-43-quiet-follower.md). The Python scan
         below runs when one fails, and names what."""
         expected = self.log_end_offset
         last_epoch = self._epochs.latest_epoch()
-        if _native_scan is not None:
-            scanned = _native_scan(buf, expected, last_epoch, MAX_BATCH_BYTES)
+        if self._native_scan is not None:
+            scanned = self._native_scan(buf, expected, last_epoch, MAX_BATCH_BYTES)
             if scanned is not None:
                 return scanned
         metas: list[tuple[int, int, int, int, int]] = []  # rel pos, base, last, epoch, max ts

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench import bench_lane
-from kraft.raft.lane import native
+from kraft.lane import native
 
 
 def test_the_benchmark_measures_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -27,7 +27,7 @@ def test_the_benchmark_measures_both_paths(monkeypatch: pytest.MonkeyPatch) -> N
             r["python_path_us"] / r["native_step_us"], rel=0.01)
 
 
-@pytest.mark.skipif(native() is None, reason="kraft.raft._lane was not built")
+@pytest.mark.skipif(native() is None, reason="kraft.lane._native was not built")
 def test_the_timed_step_refuses_an_answer_the_lease_does_not_take() -> None:
     lane = native()
     assert lane is not None
@@ -43,7 +43,7 @@ def test_the_follower_round_trip_runs_against_each_follower(kind: str) -> None:
     # each follower process takes every answer (the leader waits for each acknowledgement, so
     # a follower that dropped one would stall the run into its timeout) and leaves by itself
     if kind == "c" and native() is None:
-        pytest.skip("kraft.raft._lane was not built")
+        pytest.skip("kraft.lane._native was not built")
     r = bench_lane.follower_rtt(kind, 100, warmup=20)
     assert r["n"] == 100
     assert 0 < r["p50_ms"] <= r["p90_ms"]

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from bench import lane_prototype
-from kraft.raft.lane import native
+from kraft.lane import native
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.skipif(native() is None, reason="kraft.raft._lane was not built")
+@pytest.mark.skipif(native() is None, reason="kraft.lane._native was not built")
 def test_the_prototype_commits_every_write_in_order_on_every_replica() -> None:
     # each PUT is answered OK with its own offset, and afterwards every replica's log is a
     # prefix of the leader's: CRC-valid batches of epoch 1 holding the PUTs' KV records in

@@ -1,5 +1,5 @@
 """`kraft.lane.follower` on a real 3-voter quorum: the followers hand the steady state to the
-native lane (`kraft.server.follower_lane`), which writes, syncs and acknowledges the leader's
+native lane (`kraft.lane.follower`), which writes, syncs and acknowledges the leader's
 records; the core takes its reports; a leader's death, a follower's kill -9 and a clean stop
 hand back what the lane did, and every replica ends with the leader's bytes."""
 
@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 import pytest
 
+from kraft.lane import native
+from kraft.lane.follower import next_fetch
 from kraft.protocol.uuid import Uuid
 from kraft.raft import messages as m
-from kraft.raft.lane import native
-from kraft.server.follower_lane import next_fetch
 from kraft.server.kv_client import KraftClient
 from kraft.server.local import LocalCluster, http_call
 from kraft.storage.layout import partition_dir
@@ -29,7 +29,7 @@ from tests.support.lanes import (
 )
 
 pytestmark = pytest.mark.skipif(native() is None,
-                                reason="kraft.raft._lane was not built (no C compiler)")
+                                reason="kraft.lane._native was not built (no C compiler)")
 
 LANE = {"kraft.lane.follower": "true"}
 

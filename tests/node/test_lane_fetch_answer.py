@@ -1,4 +1,4 @@
-"""The follower's lane reading the leader's answers (`kraft.raft._lane.read_fetch_answer`,
+"""The follower's lane reading the leader's answers (`kraft.lane._native.read_fetch_answer`,
 docs/native-lane.md step 2): exactly what `kraft.server.fetch_fast` decodes for a plain answer,
 and nothing for anything else. kafka-python's record batches are the independent oracle for
 the batches and their CRC-32C."""
@@ -18,10 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kraft.lane import native
 from kraft.protocol.errors import ErrorCode, ProtocolError
 from kraft.protocol.uuid import Uuid
 from kraft.raft import messages as m
-from kraft.raft.lane import native
 from kraft.records.batch import build_batch
 from kraft.records.control import KRaftVersionRecord, build_control_batch
 from kraft.server.client_protocol import OP_PUT, encode_request
@@ -40,7 +40,7 @@ from tests.support.damage import damaged
 
 ROOT = Path(__file__).resolve().parents[2]
 C = native()
-pytestmark = pytest.mark.skipif(C is None, reason="kraft.raft._lane was not built (no C compiler)")
+pytestmark = pytest.mark.skipif(C is None, reason="kraft.lane._native was not built (no C compiler)")
 
 
 def read(frame: bytes, corr: int) -> Any:

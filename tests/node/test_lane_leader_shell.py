@@ -1,4 +1,4 @@
-"""The leader lane's I/O loop (`kraft.raft._lane.LeaderShell`, docs/native-lane.md step 3),
+"""The leader lane's I/O loop (`kraft.lane._native.LeaderShell`, docs/native-lane.md step 3),
 driven by a client and two voters played by the test over socket pairs, with the Python codecs
 (`kraft.server.client_protocol`, `kraft.server.fetch_fast`) on the test's side."""
 
@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from kraft.lane import LaneVoter, LeaderLane, native, to_native
 from kraft.protocol.errors import ErrorCode
 from kraft.protocol.uuid import Uuid
 from kraft.raft import messages as m
-from kraft.raft.lane import LaneVoter, LeaderLane, native, to_native
 from kraft.raft.messages import ReplicaKey
 from kraft.records.batch import iter_batches
 from kraft.server.client_protocol import (
@@ -37,7 +37,7 @@ from kraft.server.fetch_fast import (
 from kraft.statemachine.kv import encode_put
 
 C = native()
-pytestmark = pytest.mark.skipif(C is None, reason="kraft.raft._lane was not built (no C compiler)")
+pytestmark = pytest.mark.skipif(C is None, reason="kraft.lane._native was not built (no C compiler)")
 
 CLUSTER = "abcdefghijklmnopqrstuv"
 DIRS = {2: Uuid(bytes([2]) * 16), 3: Uuid(bytes([3]) * 16)}
@@ -220,7 +220,7 @@ def test_a_bad_setup_is_refused_with_what_is_wrong(tmp_path: Path) -> None:
                           "leader_id": 1, "cluster_id": CLUSTER, "log_start": 0,
                           "timestamp_ms": 0}
     for field, bad, error, text in [
-        ("lane", object(), TypeError, "lane must be a kraft.raft._lane.LeaderLane"),
+        ("lane", object(), TypeError, "lane must be a kraft.lane._native.LeaderLane"),
         ("write_pos", -1, ValueError, "must not be negative"),
         ("voters", [(0, 2)] * 9, ValueError, "at most 8 voters"),
         ("voters", [(0,)], TypeError, ""),

@@ -1,4 +1,4 @@
-"""The leader's lane on the wire (`kraft.raft._lane.read_fetch_request` and `fetch_answer`,
+"""The leader's lane on the wire (`kraft.lane._native.read_fetch_request` and `fetch_answer`,
 docs/native-lane.md step 3): a voter's fetch read as `kraft.server.fetch_fast` reads it (or
 handed over), and a plain answer written byte for byte as it writes one."""
 
@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kraft.lane import native
 from kraft.protocol.errors import ErrorCode
 from kraft.protocol.uuid import Uuid
 from kraft.raft import messages as m
-from kraft.raft.lane import native
 from kraft.records.batch import build_batch
 from kraft.server.fetch_fast import (
     decode_fetch_request,
@@ -26,7 +26,7 @@ from kraft.server.fetch_fast import (
 from tests.support.damage import damaged
 
 C = native()
-pytestmark = pytest.mark.skipif(C is None, reason="kraft.raft._lane was not built (no C compiler)")
+pytestmark = pytest.mark.skipif(C is None, reason="kraft.lane._native was not built (no C compiler)")
 
 CLUSTER = "abcdefghijklmnopqrstuv"
 i32 = st.integers(-(2**31), 2**31 - 1)

@@ -1,4 +1,4 @@
-"""The follower lane's I/O loop (`kraft.raft._lane.FollowerShell`, docs/native-lane.md step 2),
+"""The follower lane's I/O loop (`kraft.lane._native.FollowerShell`, docs/native-lane.md step 2),
 driven by a leader played by the test over a socket pair: answers encoded by
 `kraft.server.fetch_fast`, the lane's fetches decoded by it, and the log file read back."""
 
@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
+from kraft.lane import native
 from kraft.protocol.errors import ErrorCode
 from kraft.protocol.uuid import Uuid
 from kraft.raft import messages as m
-from kraft.raft.lane import native
 from kraft.records.batch import build_batch
 from kraft.server.fetch_fast import decode_fetch_request, encode_fetch_response
 
 C = native()
-pytestmark = pytest.mark.skipif(C is None, reason="kraft.raft._lane was not built (no C compiler)")
+pytestmark = pytest.mark.skipif(C is None, reason="kraft.lane._native was not built (no C compiler)")
 
 CLUSTER = "abcdefghijklmnopqrstuv"
 DIR = Uuid(bytes(range(1, 17)))
@@ -264,7 +264,7 @@ def test_a_bad_setup_is_refused_with_what_is_wrong(tmp_path: Path) -> None:
                           "cluster_id": CLUSTER, "replica_id": 2, "directory_id": None,
                           "max_wait_ms": 500, "max_bytes": 1 << 20}
     for field, bad, error, text in [
-        ("lane", object(), TypeError, "lane must be a kraft.raft._lane.FollowerLane"),
+        ("lane", object(), TypeError, "lane must be a kraft.lane._native.FollowerLane"),
         ("write_pos", -1, ValueError, "must not be negative"),
         ("version", 16, ValueError, "version must be 17 or 18"),
         ("cluster_id", 5, TypeError, "cluster_id must be a str"),

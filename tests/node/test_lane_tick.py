@@ -1,4 +1,4 @@
-"""The lanes' bookkeeping tick (`kraft.server.lane_tick.LaneTicker`): its base pace while the
+"""The lanes' bookkeeping tick (`kraft.lane.ticker.LaneTicker`): its base pace while the
 lane makes progress, its back-off while the lane is quiet, and its stop."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
-from kraft.server.lane_tick import IDLE_S, LaneTicker
+from kraft.lane.ticker import IDLE_S, LaneTicker
 
 
 def run_ticker(base_s: float, answers: Iterator[bool]) -> list[float]:

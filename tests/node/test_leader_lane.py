@@ -1,6 +1,6 @@
 """`kraft.lane.leader` on a real 3-voter quorum: the leader hands the binary client's
 connection, its voters' fetch connections and the active segment to the native lane
-(`kraft.server.leader_lane`), which batches, writes, replicates, syncs and answers the PUTs at
+(`kraft.lane.leader`), which batches, writes, replicates, syncs and answers the PUTs at
 their commit; the core takes its reports; reads, other writers, a killed leader and a clean
 stop hand everything back, and every replica ends with the leader's bytes."""
 
@@ -11,13 +11,13 @@ from collections.abc import Callable
 
 import pytest
 
-from kraft.raft.lane import native
+from kraft.lane import native
 from kraft.server.kv_client import KraftClient, NotLeader, OutcomeUnknown
 from kraft.server.local import LocalCluster
 from tests.support.lanes import applied_everywhere, lane_stats, local_value, log_bytes
 
 pytestmark = pytest.mark.skipif(native() is None,
-                                reason="kraft.raft._lane was not built (no C compiler)")
+                                reason="kraft.lane._native was not built (no C compiler)")
 
 LANE = {"kraft.lane.leader": "true"}
 

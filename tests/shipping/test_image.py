@@ -113,7 +113,7 @@ def test_image_build_steps_install_working_programs(tmp_path: Path) -> None:
                               text=True, check=False, timeout=120)
 
     where = run(str(runtime / "bin/python"), "-c",
-                "import kraft, kraft.raft._lane, kraft_operator.main; print(kraft.__file__)")
+                "import kraft, kraft.lane._native, kraft_operator.main; print(kraft.__file__)")
     assert where.returncode == 0, where.stderr
     assert str(runtime) in where.stdout, "the installed copy, not the source tree, was imported"
     assert run("dumb-init", "--version").returncode == 0

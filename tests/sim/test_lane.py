@@ -1,18 +1,20 @@
-"""The native lane's rules (`kraft.raft.lane`), the lease a core gives (`RaftCore.leader_lane` /
-`follower_lane`), and their check against the core in the simulator (`kraft.sim.lane_shadow`,
+"""The native lane's rules (`kraft.lane.rules`), the lease a core gives (`RaftCore.leader_lease` /
+`follower_lease`), and their check against the core in the simulator (`kraft.sim.lane_shadow`,
 docs/native-lane.md step 1)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-import kraft.raft.lane as lane_rules
+import kraft.lane.rules as lane_rules
+from kraft.lane import FollowerLane, LaneAnswer, LaneFetch, LaneVoter, LeaderLane
 from kraft.raft.events import Append
-from kraft.raft.lane import FollowerLane, LaneAnswer, LaneFetch, LaneVoter, LeaderLane
 from kraft.raft.leader import LeaderState
+from kraft.raft.lease import FollowerLease, LeaderLease
 from kraft.raft.messages import FetchedBatch, FetchRequest, ReplicaKey
 from kraft.sim.cluster import SimParams, run_seed
 from kraft.sim.harness import CoreHarness, dir_id
@@ -155,15 +157,38 @@ def test_the_follower_hands_over_anything_outside_the_lease(why: str, kw: dict[s
 
 def test_a_new_leader_arms_no_lane_until_its_epoch_start_commits() -> None:
     h = CoreHarness.leader(voters=(1, 2, 3))
-    assert h.core.leader_lane() is None  # LeaderChange not committed
+    assert h.core.leader_lease() is None  # LeaderChange not committed
     end = h.log_end
     h.fetch_from(2, end, h.epoch, max_wait_ms=0)
-    lane = h.core.leader_lane()
+    lane = h.core.leader_lease()
     assert lane is not None
     assert (lane.epoch, lane.log_end, lane.high_watermark) == (h.epoch, end, end)
     assert [(v.id, v.is_leader, v.matched) for v in lane.voters] == [
         (1, True, -1), (2, False, end), (3, False, -1)]
-    assert h.core.follower_lane() is None
+    assert h.core.follower_lease() is None
+
+
+def test_the_lease_is_plain_data_and_the_lane_built_from_it_keeps_its_own_rows() -> None:
+    h = CoreHarness.leader(voters=(1, 2, 3))
+    end = h.log_end
+    h.fetch_from(2, end, h.epoch, max_wait_ms=0)
+    lease = h.core.leader_lease()
+    assert isinstance(lease, LeaderLease)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        lease.voters[1].matched = 0  # type: ignore[misc]
+    lane = LeaderLane.from_lease(lease)
+    h.handle(Append(0, ("v",)))
+    assert lane.appended(end, end, h.epoch)
+    h.persist()
+    lane.persisted(end + 1)
+    assert lane.fetch(3, dir_id(3), end + 1, h.epoch, h.epoch, 0) is not None
+    assert [v.matched for v in lane.voters] == [-1, end, end + 1]
+    assert [v.matched for v in lease.voters] == [-1, end, -1]  # the core's lease is unchanged
+    follower = CoreHarness.follower(node_id=1, leader_id=2, epoch=1)
+    follower.advance(1)
+    flease = follower.core.follower_lease()
+    assert isinstance(flease, FollowerLease)
+    assert FollowerLane.from_lease(flease).fetch_correlation == flease.fetch_correlation
 
 
 def test_a_leader_with_a_voter_change_pending_arms_no_lane() -> None:
@@ -171,19 +196,20 @@ def test_a_leader_with_a_voter_change_pending_arms_no_lane() -> None:
 
     h = CoreHarness.leader(voters=(1, 2, 3))
     h.fetch_from(2, h.log_end, h.epoch, max_wait_ms=0)
-    assert h.core.leader_lane() is not None
+    assert h.core.leader_lease() is not None
     h.request(99, RemoveRaftVoterRequest(3, dir_id(3)))
     s = h.core.state
     assert isinstance(s, LeaderState) and s.pending_change is not None
-    assert h.core.leader_lane() is None
+    assert h.core.leader_lease() is None
 
 
 def test_the_lease_agrees_with_the_core_on_a_run_of_writes() -> None:
     h = CoreHarness.leader(voters=(1, 2, 3))
     h.fetch_from(2, h.log_end, h.epoch, max_wait_ms=0)
     for n in range(5):
-        lane = h.core.leader_lane()
-        assert lane is not None
+        lease = h.core.leader_lease()
+        assert lease is not None
+        lane = LeaderLane.from_lease(lease)
         h.handle(Append(n, (f"v{n}",)))
         assert lane.appended(lane.log_end, lane.log_end, h.epoch)
         h.persist()
@@ -199,11 +225,11 @@ def test_a_follower_arms_its_lane_with_the_fetch_in_flight() -> None:
     h.advance(1)
     sent = h.sent(FetchRequest)
     assert sent
-    lane = h.core.follower_lane()
+    lane = h.core.follower_lease()
     assert lane is not None
     assert (lane.epoch, lane.leader_id, lane.fetch_correlation) == (
         1, 2, sent[-1].correlation_id)
-    assert h.core.leader_lane() is None
+    assert h.core.leader_lease() is None
 
 
 # ---------------------------------------------------------------- in the simulator

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-import kraft.raft.lane as lane_rules
+import kraft.lane.rules as lane_rules
 import kraft.sim.lane_drive as lane_drive
 from kraft.raft.core import RaftFatalError
 from kraft.raft.effects import AppendFetched, Committed, FetchAdopted, SendRequest
@@ -58,7 +58,7 @@ def test_a_report_stands_for_the_answers_and_syncs_the_lane_took() -> None:
     assert adopted.correlation_id != sent.correlation_id
     # the lane wrote the records and sent the fetch: the core does neither again
     assert not h.of_type(AppendFetched, out) and not h.sent(FetchRequest, clear=False)[1:]
-    lease = h.core.follower_lane()
+    lease = h.core.follower_lease()
     assert lease is not None
     assert (lease.fetch_correlation, lease.log_end, lease.high_watermark) == (
         adopted.correlation_id, 3, 2)
@@ -229,7 +229,7 @@ def test_a_progress_report_runs_no_timer_until_the_next_event() -> None:
     out = h.handle(report(h, appended=(), appended_bytes=0, durable_end=0, high_watermark=None,
                           answered_ms=None, fetch=h.core.lane_fetch(), armed=True))
     # the lane runs on: the lease holds until the runtime stops it before the next event
-    assert h.core.role is Role.FOLLOWER and h.core.follower_lane() is not None
+    assert h.core.role is Role.FOLLOWER and h.core.follower_lease() is not None
     assert [type(e) for e in out] == [FetchAdopted]
     h.handle(report(h, appended=(), appended_bytes=0, durable_end=0, high_watermark=None,
                     answered_ms=None, fetch=h.core.lane_fetch()))  # the stop's report

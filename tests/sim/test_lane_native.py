@@ -1,4 +1,4 @@
-"""The lane's rules in C (`kraft.raft._lane`) against the same rules in Python (`kraft.raft.lane`),
+"""The lane's rules in C (`kraft.lane._native`) against the same rules in Python (`kraft.lane.rules`),
 input for input, and in the simulator in their place (docs/native-lane.md, step 1b)."""
 
 from __future__ import annotations
@@ -9,15 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kraft.lane import FollowerLane, LaneVoter, LeaderLane, native, rules, to_native
 from kraft.protocol.uuid import Uuid
-from kraft.raft import lane as rules
-from kraft.raft.lane import FollowerLane, LaneVoter, LeaderLane, native, to_native
 from kraft.raft.messages import FetchedBatch, ReplicaKey
 from kraft.sim.cli import main
 from kraft.sim.cluster import SimParams, run_seed
 
 C = native()
-pytestmark = pytest.mark.skipif(C is None, reason="kraft.raft._lane was not built (no C compiler)")
+pytestmark = pytest.mark.skipif(C is None, reason="kraft.lane._native was not built (no C compiler)")
 
 DIRS = [Uuid(bytes([i]) * 16) for i in range(1, 4)]
 """A few directory ids, so that fetches often name the voter's own and sometimes another."""

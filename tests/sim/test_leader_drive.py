@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-import kraft.raft.lane as lane_rules
+import kraft.lane.rules as lane_rules
 import kraft.raft.replication as replication
 import kraft.sim.leader_drive as leader_drive
 from kraft.raft.core import RaftCore, RaftFatalError
@@ -29,7 +29,7 @@ def leading() -> CoreHarness:
     voter 2: a lease is given."""
     h = CoreHarness.leader()
     h.fetch_from(2, 3, h.epoch)
-    assert h.core.high_watermark == 3 and h.core.leader_lane() is not None
+    assert h.core.high_watermark == 3 and h.core.leader_lease() is not None
     h.clear()
     return h
 
@@ -75,7 +75,7 @@ def test_a_report_stands_for_the_fetches_appends_and_syncs_the_lane_took() -> No
     assert (row.end_offset, row.last_fetch_ms, row.last_caught_up_ms) == (5, h.now, h.now)
     # the lane wrote and answered: the core sends nothing of its own
     assert not h.of_type(SendFetchResponse, out)
-    lease = h.core.leader_lane()
+    lease = h.core.leader_lease()
     assert lease is not None and (lease.log_end, lease.durable, lease.high_watermark) == (5, 5, 5)
 
 
@@ -131,7 +131,7 @@ def test_a_progress_report_runs_no_timer_until_the_next_event() -> None:
     h.now += 10_000  # check-quorum's deadline has long passed, with no fetch counted
     out = h.handle(report(h, appended=(), appended_bytes=0, durable_end=3, high_watermark=3,
                           voters=(), armed=True))
-    assert h.core.role is Role.LEADER and h.core.leader_lane() is not None and out == []
+    assert h.core.role is Role.LEADER and h.core.leader_lease() is not None and out == []
     h.handle(report(h, appended=(), appended_bytes=0, durable_end=3, high_watermark=3,
                     voters=()))  # the stop's report
     h.advance(1)

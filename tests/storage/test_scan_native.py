@@ -1,5 +1,5 @@
-"""The C scan of an append (`kraft.raft._lane.scan_appended`) against the Python scan of
-`SegmentedLog._scan_appended`: on whole, valid batches that continue the log they give the same
+"""The C scan of an append (`kraft.lane._native.scan_appended`, handed to the log by
+`SegmentedLog.use_native_scan`) against the Python scan of `SegmentedLog._scan_appended`: on whole, valid batches that continue the log they give the same
 positions, offsets, epochs and timestamps; on anything the Python scan refuses, the C scan
 takes nothing (None), so the Python scan runs and names what is wrong."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kraft.raft.lane import native
+from kraft.lane import append_scan, native
 from kraft.records.batch import build_batch
 from kraft.records.control import LeaderChangeMessage, LeaderChangeVoter, build_control_batch
 from kraft.storage import log as log_module
@@ -25,6 +25,7 @@ pytestmark = pytest.mark.skipif(C is None, reason="the native lane is not built"
 @pytest.fixture
 def slog(tmp_path: Path) -> Iterator[SegmentedLog]:
     log = SegmentedLog.open(tmp_path, recovery_checkpoint_interval_s=None)
+    log.use_native_scan(append_scan())
     log.append(build_batch(0, 3, [b"a", b"b"], 1_000))  # the log ends at 2, in epoch 3
     yield log
     log.close()
@@ -32,12 +33,13 @@ def slog(tmp_path: Path) -> Iterator[SegmentedLog]:
 
 def python_scan(log: SegmentedLog, data: bytes, monkeypatch: pytest.MonkeyPatch) -> object:
     """The Python scan's result, or the InvalidAppendError it raises."""
-    with monkeypatch.context() as m:
-        m.setattr(log_module, "_native_scan", None)
-        try:
-            return log._scan_appended(memoryview(data))
-        except InvalidAppendError as exc:
-            return exc
+    log.use_native_scan(None)
+    try:
+        return log._scan_appended(memoryview(data))
+    except InvalidAppendError as exc:
+        return exc
+    finally:
+        log.use_native_scan(append_scan())
 
 
 def appends(rng: random.Random) -> bytes:
@@ -117,3 +119,27 @@ def test_the_log_names_what_the_c_scan_refused(slog: SegmentedLog) -> None:
     with pytest.raises(InvalidAppendError, match="below the log's last epoch 3"):
         slog.append(build_batch(2, 2, [b"z"], 3_000))
     assert slog.append(build_batch(2, 3, [b"ok"], 3_000)) == 3
+
+
+def test_the_log_scans_in_c_only_with_the_scan_it_was_handed(tmp_path: Path) -> None:
+    scan = append_scan()
+    assert scan is not None
+    calls: list[int] = []
+
+    def counted(buf: memoryview, expected: int, last_epoch: int, max_batch: int
+                ) -> tuple[list[tuple[int, int, int, int, int]], int] | None:
+        calls.append(expected)
+        return scan(buf, expected, last_epoch, max_batch)
+
+    log = SegmentedLog.open(tmp_path, recovery_checkpoint_interval_s=None)
+    try:
+        log.append(build_batch(0, 3, [b"a"], 1_000))
+        assert calls == []  # storage alone: the Python scan
+        log.use_native_scan(counted)
+        assert log.append(build_batch(1, 3, [b"b", b"c"], 1_000)) == 3
+        assert calls == [1]
+        log.use_native_scan(None)
+        log.append(build_batch(3, 3, [b"d"], 1_000))
+        assert calls == [1] and log.log_end_offset == 4
+    finally:
+        log.close()

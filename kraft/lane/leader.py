@@ -2,7 +2,7 @@
 
 While a leader is in the steady state of its epoch, `LeaderLaneRunner` hands the binary client
 protocol's connection, its voters' fetch connections and the active segment to
-`kraft.raft._lane.LeaderShell`, a loop on its own thread without the GIL. The loop turns the
+`kraft.lane._native.LeaderShell`, a loop on its own thread without the GIL. The loop turns the
 client's PUTs into one batch per turn, writes it, sends it to the parked fetches, fdatasyncs it,
 counts the voters' fetches as acknowledgements, moves the high watermark, and answers each PUT
 once it is committed. Parked fetches are answered at their MaxWaitMs, and with the new high
@@ -11,7 +11,7 @@ it).
 
 The core learns what the loop did from `LeaderLaneReport`s:
 - a progress report at the bookkeeping tick (`kraft.lane.tick.ms`, backing off while the loop
-  is quiet: `kraft.server.lane_tick`), and before a local read, while the loop did
+  is quiet: `kraft.lane.ticker`), and before a local read, while the loop did
   something since the last one (the loop goes on): the segment's new batches are adopted by
   the log (`adopt_written`), and the core moves its log end, durable end, high watermark and
   the voters' rows, so the node applies what committed;
@@ -20,7 +20,7 @@ The core learns what the loop did from `LeaderLaneReport`s:
   committed yet, which the node answers when they are applied, as its own writes; and every
   connection with its unread bytes.
 
-The lane arms only when the core gives a lease (`RaftCore.leader_lane()`), everything appended
+The lane arms only when the core gives a lease (`RaftCore.leader_lease()`), everything appended
 is durable with no flush in flight and no write of the node's own waiting, exactly one client
 connection is open with nothing in flight, and each connected voter's connection holds nothing
 but the fetch the core holds parked for it.
@@ -32,26 +32,43 @@ import logging
 import time
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from kraft.protocol.api import ApiKey
+from kraft.lane.rules import to_native
+from kraft.lane.ticker import LaneTicker
 from kraft.raft import events as ev
 from kraft.raft import messages as m
-from kraft.raft.lane import to_native
 from kraft.raft.leader import LeaderState, ParkedFetch
-from kraft.server import frame_answer
-from kraft.server.fetch_fast import decode_fetch_request, encode_fetch_request
-from kraft.server.frame_answer import FrameAnswer
-from kraft.server.frames import DeferredReply, _FrameServerProtocol
-from kraft.server.lane_tick import LaneTicker
 from kraft.storage.errors import StorageError
 
 if TYPE_CHECKING:
     from kraft.server.client_protocol import ClientProtocol
+    from kraft.server.frames import _FrameServerProtocol
     from kraft.server.node import KraftNode
 
 
 log = logging.getLogger("kraft.server.leader_lane")
+
+
+class ParkedFetchFrames(Protocol):
+    """What the leader's lane needs of the node's Kafka request frames: the parked fetches it
+    is lent come from them, and the ones it hands back go back to them. The node provides it
+    (`kraft.server.lane_host.NodeFetchFrames`), so this package imports nothing of the
+    server's frame handling."""
+
+    def parked(self, correlation_id: int) -> tuple[int, int, int] | None:
+        """The request frame registered under `correlation_id`: (the connection it came on,
+        its version, its wire correlation id), None when no frame waits under that id."""
+
+    def encode(self, request: m.FetchRequest, version: int, correlation_id: int
+               ) -> bytes | None:
+        """`request` as the Fetch request frame the loop reads, None when the loop's codec
+        does not serve its shape."""
+
+    def take_back(self, frame: bytes, peer: int) -> tuple[int, m.FetchRequest, Any] | None:
+        """A fetch the loop hands back, registered again as waiting for the core's answer on
+        connection `peer`: (its id for the core, the request, the reply the connection
+        writes), None when the frame cannot be read."""
 
 
 @dataclass(slots=True)
@@ -70,11 +87,13 @@ class _Armed:
 
 
 class LeaderLaneRunner:
-    """Arms, ticks and stops one node's leader lane (`module` is `kraft.raft._lane`)."""
+    """Arms, ticks and stops one node's leader lane (`module` is `kraft.lane._native`; `frames`
+    the node's request frames, where the parked fetches come from and go back to)."""
 
-    def __init__(self, node: KraftNode, module: ModuleType) -> None:
+    def __init__(self, node: KraftNode, module: ModuleType, frames: ParkedFetchFrames) -> None:
         self._node = node
         self._module = module
+        self._frames = frames
         self._armed: _Armed | None = None
         self._ticker: LaneTicker | None = None
         self._tick_s = node.config.lane_tick_ms / 1000
@@ -122,7 +141,7 @@ class LeaderLaneRunner:
         dlog = md.log
         if dlog.flush_in_flight or dlog.durable_end_offset != dlog.log_end_offset:
             return self._why_not("log")
-        lease = core.leader_lane()
+        lease = core.leader_lease()
         if lease is None or core.log.last_epoch() != lease.epoch:
             return
         if dlog.log_end_offset != lease.log_end:
@@ -146,8 +165,8 @@ class LeaderLaneRunner:
             if not proto.lendable(1 if p is not None else 0):
                 return self._why_not("voter")
             if p is not None:
-                answer = node._inbound.get(p.correlation_id)
-                if type(answer) is not FrameAnswer or answer.peer != peer:
+                waiting_frame = self._frames.parked(p.correlation_id)
+                if waiting_frame is None or waiting_frame[0] != peer:
                     return self._why_not("voter_parked")
             voters[v.id] = proto
             keys[v.id] = v.key
@@ -165,14 +184,13 @@ class LeaderLaneRunner:
                                                   row.prev_fetch_leader_end)
             p = parked.get(rid)
             if p is not None:
-                answer = node._inbound[p.correlation_id]
-                assert type(answer) is FrameAnswer
-                frame = encode_fetch_request(p.request, node.cluster_id, answer.version,
-                                             answer.corr, None)
+                waiting_frame = self._frames.parked(p.correlation_id)
+                assert waiting_frame is not None
+                _peer, version, corr = waiting_frame
+                frame = self._frames.encode(p.request, version, corr)
                 if frame is None:
                     return self._why_not("voter_parked")
-                waiting[rid] = (answer.corr, frame, p.deadline,
-                                p.request.high_watermark is not None)
+                waiting[rid] = (corr, frame, p.deadline, p.request.high_watermark is not None)
         # lend: from here on the sockets are the loop's
         for p in core.lend_parked():
             node._inbound.pop(p.correlation_id, None)
@@ -321,18 +339,10 @@ class LeaderLaneRunner:
             reply = None
             if pt is not None:
                 _corr, frame, deadline, _has_hw = pt
-                got = decode_fetch_request(frame, node.cluster_id)
+                got = self._frames.take_back(frame, proto.peer.connection_id)
                 if got is None:  # pragma: no cover - the loop keeps what it read and took
                     raise StorageError("the leader lane handed back a fetch it cannot read")
-                version, wire_corr, req = got
-                node._inbound_ids += 1
-                key = node._inbound_ids
-                reply = DeferredReply()
-                answer = FrameAnswer(ApiKey.FETCH, version, wire_corr, reply,
-                                      node._loop.time() + frame_answer.FRAME_ANSWER_TIMEOUT_S,
-                                      proto.peer.connection_id)
-                node._inbound[key] = answer
-                node._sweep.ask(answer.deadline)
+                key, req, reply = got
                 out.append(ParkedFetch(rid, key, req, int(deadline)))
             proto.give_back(bytes(unread), reply)
         replies = client.give_back(client_unread, pending)

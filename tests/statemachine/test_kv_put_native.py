@@ -1,6 +1,8 @@
-"""The leader's lane reading the binary client protocol's PUTs (`kraft.raft._lane.read_puts`)
-and answering them (`put_answer`), docs/native-lane.md step 3: the same KV records and answers
-as `kraft.server.client_protocol` and `kraft.statemachine.kv` make."""
+"""The KV state machine's PUT in C (kraft/lane/csrc/kv_put.c, `kraft.lane._native.read_puts` and
+`put_answer`) against its Python encodings: the leader's lane turns the binary client protocol's
+PUT frames into the KV records `kraft.statemachine.kv.encode_put` makes, byte for byte, and
+answers them as `kraft.server.client_protocol` does (docs/native-lane.md step 3). A change to the
+KV record's format that is not made in the C too fails here."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kraft.raft.lane import native
+from kraft.lane import native
 from kraft.server.client_protocol import (
     OK,
     OP_DELETE,
@@ -20,10 +22,10 @@ from kraft.server.client_protocol import (
     encode_request,
     encode_response,
 )
-from kraft.statemachine.kv import encode_put
+from kraft.statemachine.kv import KVCommand, decode_command, encode_put
 
 C = native()
-pytestmark = pytest.mark.skipif(C is None, reason="kraft.raft._lane was not built (no C compiler)")
+pytestmark = pytest.mark.skipif(C is None, reason="kraft.lane._native was not built (no C compiler)")
 
 keys = st.text(st.characters(max_codepoint=0x7F), max_size=60)
 puts = st.lists(st.tuples(st.integers(0, 2**32 - 1), keys, st.binary(max_size=300)), max_size=20)
@@ -70,3 +72,13 @@ def test_a_bad_answer_argument_is_refused() -> None:
         C.put_answer(2**32, 0)
     with pytest.raises(TypeError):
         C.read_puts("not bytes")
+
+
+@pytest.mark.parametrize(("key", "value"), [("", b""), ("k", b""), ("", b"v"),
+                                            ("a/b c", bytes(range(256)))])
+def test_the_c_record_of_a_put_is_the_state_machines_byte_for_byte(key: str, value: bytes) -> None:
+    assert C is not None
+    used, got = C.read_puts(frame := encode_request(3, OP_PUT, key, value))
+    assert used == len(frame) and got == [(3, encode_put(key, value))]
+    record = got[0][1]
+    assert decode_command(record) == KVCommand(OP_PUT, key, value)

@@ -1,14 +1,14 @@
 """The follower's native lane in the node (docs/native-lane.md step 2; `kraft.lane.follower`).
 
 While a follower is in the steady state of an epoch, `FollowerLaneRunner` hands its fetch
-connection to the leader and the active segment to `kraft.raft._lane.FollowerShell`, a loop on
+connection to the leader and the active segment to `kraft.lane._native.FollowerShell`, a loop on
 its own thread without the GIL. The loop takes the leader's plain answers, writes and
 fdatasyncs their batches, and sends the next fetch, which acknowledges them.
 
 The core learns what the loop did from `FollowerLaneReport`s:
 - a progress report while the loop has taken answers since the last one (the loop goes on):
   at the bookkeeping tick (`kraft.lane.tick.ms`, backing off while the loop is quiet:
-  `kraft.server.lane_tick`), before a local read, before the core loop sleeps, and when the
+  `kraft.lane.ticker`), before a local read, before the core loop sleeps, and when the
   loop's `news_fd` wakes the node (a new high watermark, or records written while the core
   loop slept). The segment's new batches are adopted by the log (`adopt_written`), and the
   core moves its log end, durable end, high watermark and fetch deadline, so the node applies
@@ -25,7 +25,7 @@ The lane stops when:
 - the leader closes the connection, or the loop fails. A failed write or fdatasync stops the
   node, as a failed fsync does.
 
-The lane arms only when the core gives a lease (`RaftCore.follower_lane()`), the log's last
+The lane arms only when the core gives a lease (`RaftCore.follower_lease()`), the log's last
 epoch is the lease's, everything appended is durable with no flush in flight, and the fetch in
 flight was sent on an open connection that holds nothing else.
 """
@@ -39,10 +39,10 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from kraft.lane.ticker import LaneTicker
 from kraft.protocol.api import ApiKey
 from kraft.raft import events as ev
 from kraft.raft import messages as m
-from kraft.server.lane_tick import LaneTicker
 from kraft.storage.errors import StorageError
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def next_fetch(template: m.FetchRequest, log_end: int, last_epoch: int,
 
 
 class FollowerLaneRunner:
-    """Arms, ticks and stops one node's follower lane (`module` is `kraft.raft._lane`)."""
+    """Arms, ticks and stops one node's follower lane (`module` is `kraft.lane._native`)."""
 
     def __init__(self, node: KraftNode, module: ModuleType) -> None:
         self._node = node
@@ -139,7 +139,7 @@ class FollowerLaneRunner:
         core, md = node.core, node.md
         if self._armed is not None or core is None or md is None or fetch_sent is None:
             return
-        lease = core.follower_lane()
+        lease = core.follower_lease()
         if lease is None or core.log.last_epoch() != lease.epoch:
             return
         core_corr, conn, wire, version = fetch_sent

@@ -6,10 +6,10 @@ watermark. A follower's lane takes the leader's plain answers: it appends their 
 learns the high watermark. Anything outside the lease is handed over to the core. The methods
 below say this by returning None, and they then change nothing.
 
-These classes are the rules in plain Python, with no I/O, like the rest of `kraft/raft/`. They
-are not on the node's path. The simulator runs them next to every core
-(`kraft.sim.lane_shadow`), and after each event checks that whatever the lane claimed to handle,
-the core handled the same way. `native()` gives the same rules in C (`kraft/raft/_lane.c`),
+These classes are the rules in plain Python, with no I/O, like the consensus core
+(`kraft.raft`) whose lease (`kraft.raft.lease`) they are built from. They are not on the node's
+path. The simulator runs them next to every core (`kraft.sim.lane_shadow`), and after each
+event checks that whatever the lane claimed to handle, the core handled the same way. `native()` gives the same rules in C (`kraft.lane._native`),
 which the tests check against these input for input, and the simulator can run in their
 place.
 
@@ -24,15 +24,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
+from typing import cast
 
 from kraft.protocol.uuid import Uuid
+from kraft.raft.lease import FollowerLease, LeaderLease
 from kraft.raft.messages import FetchedBatch, ReplicaKey
 from kraft.raft.quorum import majority_offset, next_high_watermark
+from kraft.storage.log import AppendScan
 
 
 @dataclass(slots=True)
 class LaneVoter:
-    """One voter of a leader's lease.
+    """One voter of a leader's lane (from the lease's `kraft.raft.lease.LeaseVoter`, whose
+    `matched` the lane then moves).
 
     `key` is the replica whose fetches count for this voter. For a voter with a directory id,
     it is the voter's own key. In a set without directory ids (kraft.version 0), it is the
@@ -72,6 +76,13 @@ class LeaderLane:
         self.high_watermark = high_watermark
         self.voters = tuple(voters)
         self._by_id = {v.id: v for v in self.voters if not v.is_leader}
+
+    @classmethod
+    def from_lease(cls, lease: LeaderLease) -> LeaderLane:
+        """The lane a leader's lease arms (its voters copied: the lane moves their rows)."""
+        return cls(lease.epoch, lease.epoch_start, lease.log_start, lease.log_end,
+                   lease.durable, lease.high_watermark,
+                   [LaneVoter(v.id, v.key, v.is_leader, v.matched) for v in lease.voters])
 
     def fetch(self, replica_id: int, directory_id: Uuid | None, fetch_offset: int,
               last_fetched_epoch: int, current_leader_epoch: int,
@@ -142,6 +153,12 @@ class FollowerLane:
         """The leader's high watermark as its last taken answer sent it (None before any):
         what a follower's readiness compares its applied state with."""
 
+    @classmethod
+    def from_lease(cls, lease: FollowerLease) -> FollowerLane:
+        """The lane a follower's lease arms."""
+        return cls(lease.epoch, lease.leader_id, lease.fetch_correlation, lease.log_end,
+                   lease.high_watermark)
+
     def answer(self, correlation_id: int, error: int, leader_id: int, leader_epoch: int,
                high_watermark: int, diverging: bool, snapshot: bool,
                batches: Sequence[FetchedBatch]) -> LaneAnswer | None:
@@ -174,18 +191,28 @@ class FollowerLane:
 
 
 def native() -> ModuleType | None:
-    """The C implementation of these rules (`kraft.raft._lane`: `LeaderLane`, `FollowerLane`),
+    """The C implementation of these rules (`kraft.lane._native`: `LeaderLane`, `FollowerLane`),
     or None where it was not built (the install builds it when a C compiler is there)."""
     try:
-        from kraft.raft import _lane
+        from kraft.lane import _native
     except ImportError:
         return None
-    return _lane
+    return _native
 
 
-def to_native(lane: LeaderLane | FollowerLane, module: ModuleType) -> object:
-    """The same lease, armed in the C implementation `module` (see `native()`)."""
-    if isinstance(lane, LeaderLane):
+def append_scan() -> AppendScan | None:
+    """The C scan of an append at a log's end (`kraft.lane._native.scan_appended`: the same
+    checks as the log's own scan, in C), for `SegmentedLog.use_native_scan`; None where the
+    extension was not built."""
+    module = native()
+    return None if module is None else cast(AppendScan, module.scan_appended)
+
+
+def to_native(lane: LeaderLane | FollowerLane | LeaderLease | FollowerLease,
+              module: ModuleType) -> object:
+    """The same lease (or the lane's state under it), armed in the C implementation `module`
+    (see `native()`)."""
+    if isinstance(lane, LeaderLane | LeaderLease):
         return module.LeaderLane(lane.epoch, lane.epoch_start, lane.log_start, lane.log_end,
                                  lane.durable, lane.high_watermark, lane.voters)
     return module.FollowerLane(lane.epoch, lane.leader_id, lane.fetch_correlation,

@@ -1,10 +1,10 @@
-"""Types of the C extension `kraft.raft._lane` (kraft/raft/_lane.c): the native lane's rules,
-the same as `kraft.raft.lane`'s, input for input."""
+"""Types of the C extension `kraft.lane._native` (kraft/lane/csrc/): the native lane's rules,
+the same as `kraft.lane.rules`'s, input for input."""
 
 from collections.abc import Sequence
 
+from kraft.lane.rules import LaneAnswer, LaneFetch, LaneVoter
 from kraft.protocol.uuid import Uuid
-from kraft.raft.lane import LaneAnswer, LaneFetch, LaneVoter
 from kraft.raft.messages import FetchedBatch
 
 MAX_VOTERS: int

@@ -1,0 +1,46 @@
+"""The native lane (docs/native-lane.md): an accelerator of the write path's steady state,
+behind one boundary.
+
+The consensus core (`kraft.raft`) leases the lane the steady state of one epoch
+(`kraft.raft.lease`: `LeaderLease`, `FollowerLease`) and takes back the lane's work as events
+(`LeaderLaneReport`, `FollowerLaneReport`). It never imports this package. Here:
+
+- the lane's rules in plain Python (`LeaderLane`, `FollowerLane`, built from a lease), and the
+  same rules in C (`native()`, the extension `kraft.lane._native`, and `to_native`);
+- the node's runners of the lane's loops (`FollowerLaneRunner`, `LeaderLaneRunner`), which arm
+  the C loops under a lease, tick them (`kraft.lane.ticker`) and turn what they did into
+  reports, and what the leader's runner needs of the node's request frames
+  (`ParkedFetchFrames`);
+- the C scan of an append (`append_scan`), which the node hands the log
+  (`SegmentedLog.use_native_scan`): storage imports nothing of the lane.
+
+The names below are the package's interface: the node, the simulator, the benchmarks and the
+tests other than the lane's own import nothing else of it.
+"""
+
+from kraft.lane.follower import FollowerLaneRunner
+from kraft.lane.leader import LeaderLaneRunner, ParkedFetchFrames
+from kraft.lane.rules import (
+    FollowerLane,
+    LaneAnswer,
+    LaneFetch,
+    LaneVoter,
+    LeaderLane,
+    append_scan,
+    native,
+    to_native,
+)
+
+__all__ = [
+    "FollowerLane",
+    "FollowerLaneRunner",
+    "LaneAnswer",
+    "LaneFetch",
+    "LaneVoter",
+    "LeaderLane",
+    "LeaderLaneRunner",
+    "ParkedFetchFrames",
+    "append_scan",
+    "native",
+    "to_native",
+]
