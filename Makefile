@@ -67,7 +67,7 @@ test: $(STAMP) $(K8S_STAMP) $(CHECKOV_STAMP)
 # kraft.lane.leader=false and kraft.lane.follower=false (tests/support/lane_mode.py); the tests
 # of the native lanes themselves are skipped.
 test-nolane: $(STAMP)
-	KRAFT_TEST_LANE=off $(BIN)/pytest -n $(WORKERS) --dist loadgroup -q tests/node
+	TEST_LANE=off $(BIN)/pytest -n $(WORKERS) --dist loadgroup -q tests/node
 
 lint: $(STAMP)
 	$(BIN)/ruff check kraft operator pipeline tests bench tools e2e

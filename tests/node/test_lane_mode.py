@@ -1,4 +1,4 @@
-"""`KRAFT_TEST_LANE` (tests/support/lane_mode.py): with `off`, the nodes the tests start run
+"""`TEST_LANE` (tests/support/lane_mode.py): with `off`, the nodes the tests start run
 the pure-Python path: a LocalCluster's nodes are configured with both lanes off and report no
 lane; an in-process node has both lanes off; with `on`, nodes keep their configuration."""
 
@@ -16,15 +16,15 @@ from tests.support.lane_mode import lane_off
 
 
 def test_mode_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KRAFT_TEST_LANE", "OFF")
+    monkeypatch.setenv("TEST_LANE", "OFF")
     assert lane_mode.lane_off()
     assert lane_mode.skip_reason("tests.node.test_leader_lane") is not None
     assert lane_mode.skip_reason("tests.node.test_failover") is None
-    monkeypatch.setenv("KRAFT_TEST_LANE", "on")
+    monkeypatch.setenv("TEST_LANE", "on")
     assert not lane_mode.lane_off()
     assert lane_mode.skip_reason("tests.node.test_leader_lane") is None
-    monkeypatch.setenv("KRAFT_TEST_LANE", "maybe")
-    with pytest.raises(ValueError, match="KRAFT_TEST_LANE='maybe'"):
+    monkeypatch.setenv("TEST_LANE", "maybe")
+    with pytest.raises(ValueError, match="TEST_LANE='maybe'"):
         lane_mode.lane_mode()
 
 

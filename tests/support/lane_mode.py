@@ -1,14 +1,14 @@
-"""Which write path the node tests run: `KRAFT_TEST_LANE=on` (the default: each node as
+"""Which write path the node tests run: `TEST_LANE=on` (the default: each node as
 configured, so with the native lanes where `kraft.lane.leader` / `kraft.lane.follower` are on)
-or `KRAFT_TEST_LANE=off` (every node a test starts runs the pure-Python path: both lanes off).
+or `TEST_LANE=off` (every node a test starts runs the pure-Python path: both lanes off).
 
 With the lane off:
 - a `LocalCluster` the test process makes writes `kraft.lane.leader=false` and
   `kraft.lane.follower=false` into every node's server.properties (after the test's own
   properties: the setting wins over a test that asks for a lane);
 - a `KraftNode` started inside the test process gets a configuration with both lanes off;
-- `kraft run` processes the test starts itself inherit `KRAFT_LANE_LEADER=false` and
-  `KRAFT_LANE_FOLLOWER=false` (the node's own environment overrides);
+- `kraft` processes the test starts itself inherit `KRAFT_KRAFT_LANE_LEADER=false` and
+  `KRAFT_KRAFT_LANE_FOLLOWER=false` (the node's own environment overrides);
 - the tests of the lanes themselves are skipped with the reason (`LANE_MODULES`).
 """
 
@@ -19,7 +19,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-ENV = "KRAFT_TEST_LANE"
+ENV = "TEST_LANE"
+"""Not `KRAFT_*`: a node takes every `KRAFT_*` variable for a property and refuses an unknown
+one, and `kraft` commands run by the tests inherit the environment."""
 
 LANE_OFF_PROPERTIES = {"kraft.lane.leader": "false", "kraft.lane.follower": "false"}
 """What every node runs with when the lane is off."""
@@ -39,7 +41,7 @@ are skipped, as they test the lane, not the pure-Python path (the lane-on run ha
 
 
 def lane_mode() -> str:
-    """`on` or `off`, from `KRAFT_TEST_LANE`; anything else is an error naming the variable."""
+    """`on` or `off`, from `TEST_LANE`; anything else is an error naming the variable."""
     value = os.environ.get(ENV, "on").strip().lower()
     if value not in ("on", "off"):
         raise ValueError(f"{ENV}={value!r}: expected 'on' or 'off'")
@@ -66,8 +68,9 @@ def switch_lanes_off() -> None:
     from kraft.server.local import LocalCluster
     from kraft.server.node import KraftNode
 
-    os.environ["KRAFT_LANE_LEADER"] = "false"
-    os.environ["KRAFT_LANE_FOLLOWER"] = "false"
+    # the node's environment overrides: `KRAFT_` + the property name (`kraft.lane.leader`)
+    os.environ["KRAFT_KRAFT_LANE_LEADER"] = "false"
+    os.environ["KRAFT_KRAFT_LANE_FOLLOWER"] = "false"
 
     props: Callable[..., dict[str, str]] = LocalCluster._props  # type: ignore[attr-defined]
     if not getattr(props, "_lane_off", False):
