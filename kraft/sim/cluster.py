@@ -506,6 +506,8 @@ class Simulation:
             if n.core is None or inc != n.incarnation:
                 return
             assert self.drive is not None and isinstance(payload, int)
+            if self.faults is not None and self.faults.lane_sync_failed(n):
+                return
             self.drive.synced(n, payload)
             self._arm(n)
         elif kind == _LEADER_LANE:
@@ -514,6 +516,8 @@ class Simulation:
                 return
             assert self.leader_drive is not None and isinstance(payload, tuple)
             what, token = payload
+            if what == "sync" and self.faults is not None and self.faults.lane_sync_failed(n):
+                return
             if what == "sync":
                 self.leader_drive.synced(n, token)
             else:

@@ -21,7 +21,7 @@ reproduces its run exactly.
   for a batch's CRC) and truncates the log at the first that fails, as
   `kraft.storage.log_recovery` truncates a torn tail; a torn record that survived recovery
   would be a violation (`torn_tail_truncated`).
-- **fsync errors** (`fsync_errors`): a flush fails. The node does what the real one does
+- **fsync errors** (`fsync_errors`): a flush fails, the core's or a lane's. The node does what the real one does
   (`kraft.server.node`, `kraft.storage.log_durability`): the log is failed, nothing appended
   since the last good flush is reported durable, and the node stops (`fsync_policy="stop"`);
   what its page cache held is then lost as in any crash, and the node starts again later from
@@ -280,6 +280,20 @@ class FaultModel:
             self._lost[n.node_id] = _LostPages(disk.directory_id, offset, chain)
         sim._trace(n.node_id, "FSYNC-ERROR", "ignored: flushing again")
         sim._schedule_flush(n)
+        return True
+
+    def lane_sync_failed(self, n: SimNode) -> bool:
+        """Whether the sync a lane started on `n` fails, or `n` crashes in the middle of the
+        lane's write: the lane's failed write or fdatasync stops the node as the Python path's
+        does (`kraft.server.follower_lane`, `leader_lane`), so it is `flush_failed` with the
+        node's own policy (the unsafe retry has no lane counterpart)."""
+        if self.faults.fsync_policy != "stop":
+            return False
+        before = self.sim.stats.get("fsync_errors", 0)
+        if not self.flush_failed(n):
+            return False
+        if self.sim.stats.get("fsync_errors", 0) > before:
+            self.sim.stats["lane_fsync_errors"] = self.sim.stats.get("lane_fsync_errors", 0) + 1
         return True
 
 

@@ -174,6 +174,13 @@ def test_ignoring_fsync_errors_is_caught_by_the_checker() -> None:
     assert sum(r.stats.get("fsync_pages_lost", 0) for r in results) > 0
 
 
+def test_seeds_with_fsync_errors_in_the_lanes() -> None:
+    """The lanes' syncs fail too, and stop the node as the core's do."""
+    _, totals = _run(range(800, 808), SimFaults(fsync_errors=0.01), lane_drive=True,
+                     leader_drive=True)
+    assert totals["lane_fsync_errors"] > 0
+
+
 def test_all_faults_with_the_lanes_driving() -> None:
     faults = SimFaults(partial_reads=0.3, short_writes=0.01, fsync_errors=0.01)
     _run(range(700, 706), faults, lane_drive=True, leader_drive=True)
