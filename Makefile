@@ -65,9 +65,10 @@ test: $(STAMP) $(K8S_STAMP) $(CHECKOV_STAMP)
 
 # The node suite on the pure-Python write path: every node the tests start runs with
 # kraft.lane.leader=false and kraft.lane.follower=false (tests/support/lane_mode.py); the tests
-# of the native lanes themselves are skipped.
+# of the native lanes themselves are skipped. NOLANE_TESTS= narrows it to some files.
+NOLANE_TESTS ?= tests/node
 test-nolane: $(STAMP)
-	TEST_LANE=off $(BIN)/pytest -n $(WORKERS) --dist loadgroup -q tests/node
+	TEST_LANE=off $(BIN)/pytest -n $(WORKERS) --dist loadgroup -q $(NOLANE_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check kraft operator pipeline tests bench tools e2e
