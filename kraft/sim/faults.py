@@ -11,9 +11,11 @@ reproduces its run exactly.
   ends' incarnations), and a share of the frames arrive in pieces, cut at random bytes, each
   piece after its own delay; the receiver reassembles them with the protocol's frame splitter
   (`kraft.protocol.framing.FrameDecoder`) and acts on a message only once its last byte is in.
-  A stream is ordered, as TCP is. A crash of either end closes the connection: the pieces
-  still in flight and a partial frame in the receiver's buffer are dropped, never delivered as
-  a message. Every frame delivered is checked equal to the message sent (`frame_intact`).
+  A stream is ordered and does not duplicate, as TCP: with this fault on, messages between
+  replicas are still lost and delayed, but no longer reordered or doubled. A crash of either
+  end closes the connection: the pieces still in flight and a partial frame in the receiver's
+  buffer are dropped, never delivered as a message. Every frame delivered is checked equal to
+  the message sent (`frame_intact`).
 - **Short writes** (`short_writes`): a crash may leave more than the durable log on disk, as
   page-cache writeback does: a random prefix of the records appended since the last fsync
   survives whole, and the record after them is torn (only part of its bytes reached the
