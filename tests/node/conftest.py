@@ -18,6 +18,19 @@ from typing import Any  # noqa: E402
 import pytest  # noqa: E402
 
 from kraft.server.local import LocalCluster  # noqa: E402
+from tests.support.lane_mode import lane_off, skip_reason, switch_lanes_off  # noqa: E402
+
+if lane_off():  # TEST_LANE=off: every node the tests start runs the pure-Python path
+    switch_lanes_off()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With `TEST_LANE=off`, skip the tests of the native lanes themselves (with why)."""
+    for item in items:
+        module = getattr(item, "module", None)
+        reason = skip_reason(module.__name__) if module is not None else None
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 FAST_TIMEOUTS = {
     "controller.quorum.election.timeout.ms": "500",
