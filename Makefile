@@ -60,8 +60,14 @@ demo-nodes: $(STAMP)
 e2e: $(STAMP) $(K8S_STAMP)
 	$(BIN)/python -m e2e --write-docs
 
+# Every test, then the node tests of the write path, failover, faults, membership and
+# snapshots again on the pure-Python path (the whole node suite that way: make test-nolane).
+NOLANE_CORE = tests/node/test_nemesis.py tests/node/test_failover.py tests/node/test_faults.py \
+  tests/node/test_client_protocol.py tests/node/test_membership.py tests/node/test_snapshots.py \
+  tests/node/test_node_basics.py
 test: $(STAMP) $(K8S_STAMP) $(CHECKOV_STAMP)
 	$(BIN)/pytest -n $(WORKERS) --dist loadgroup -q tests
+	TEST_LANE=off $(BIN)/pytest -n $(WORKERS) --dist loadgroup -q $(NOLANE_CORE)
 
 # The node suite on the pure-Python write path: every node the tests start runs with
 # kraft.lane.leader=false and kraft.lane.follower=false (tests/support/lane_mode.py); the tests
