@@ -4,8 +4,8 @@ the simulator alike.
 `EffectExecutor.execute` takes the list of effects of one `RaftCore.handle` call
 (`kraft.raft.effects`) and carries each out through a port: the log and quorum-state store
 (`LogPort`), the network (`NetworkPort`), the state machine (`ApplyPort`), the snapshot files
-(`SnapshotPort`) and the node's own bookkeeping of writers, leadership and lanes
-(`NodePort`). The node (`kraft.server.node`) passes ports over its files, sockets and thread;
+(`SnapshotPort`), the writers waiting on the node (`ClientPort`) and the node's own
+bookkeeping of leadership and lanes (`NodePort`). The node (`kraft.server.node`) passes ports over its files, sockets and thread;
 the simulator (`kraft.sim.cluster`) passes ports over its simulated disk, network and clock.
 Both therefore run the ordering rules below, and a change to them shows in the simulator's
 invariants.
@@ -155,8 +155,8 @@ class SnapshotPort(Protocol):
         ...
 
 
-class NodePort(Protocol):
-    """The node's own bookkeeping: its writers, its leadership, its lanes."""
+class ClientPort(Protocol):
+    """The writers waiting on this node (its KV front end)."""
 
     def append_accepted(self, e: fx.AppendAccepted) -> None:
         """A client append got its offsets."""
@@ -170,16 +170,20 @@ class NodePort(Protocol):
         """A client append is committed (or lost)."""
         ...
 
+    def answers_out(self) -> None:
+        """Send the clients' answers completed so far."""
+        ...
+
+
+class NodePort(Protocol):
+    """The node's own bookkeeping: its leadership and its lanes."""
+
     def state_changed(self, e: fx.StateChanged) -> None:
         """The replica's role or epoch changed."""
         ...
 
     def fetch_adopted(self, e: fx.FetchAdopted) -> None:
         """The follower lane's fetch in flight is now the core's request."""
-        ...
-
-    def answers_out(self) -> None:
-        """Send the clients' answers completed so far."""
         ...
 
 
@@ -199,14 +203,15 @@ class EffectExecutor:
     """Carries out the core's effects through ports, under the ordering rules of the module
     docstring."""
 
-    __slots__ = ("apply", "log", "network", "node", "snapshots")
+    __slots__ = ("apply", "clients", "log", "network", "node", "snapshots")
 
     def __init__(self, log: LogPort, network: NetworkPort, apply: ApplyPort,
-                 snapshots: SnapshotPort, node: NodePort) -> None:
+                 snapshots: SnapshotPort, clients: ClientPort, node: NodePort) -> None:
         self.log = log
         self.network = network
         self.apply = apply
         self.snapshots = snapshots
+        self.clients = clients
         self.node = node
 
     async def execute(self, effects: list[fx.Effect]) -> None:
@@ -259,13 +264,13 @@ class EffectExecutor:
                 apply.committed(e.high_watermark)
             elif t is fx.AppendAccepted:
                 assert isinstance(e, fx.AppendAccepted)
-                self.node.append_accepted(e)
+                self.clients.append_accepted(e)
             elif t is fx.AppendRejected:
                 assert isinstance(e, fx.AppendRejected)
-                self.node.append_rejected(e)
+                self.clients.append_rejected(e)
             elif t is fx.AppendCommitted:
                 assert isinstance(e, fx.AppendCommitted)
-                self.node.append_committed(e)
+                self.clients.append_committed(e)
             elif t is fx.CreateSnapshot:
                 assert isinstance(e, fx.CreateSnapshot)
                 apply.apply_to(e.snapshot_id.offset)  # the state exactly at its offset
@@ -299,7 +304,7 @@ class EffectExecutor:
                 self.node.fetch_adopted(e)
         # Client answers go out after the followers' (their fetches learn the new high
         # watermark first) and before the flush the appends wait for.
-        self.node.answers_out()
+        self.clients.answers_out()
         log.effects_done(appended, flush_later)
 
 

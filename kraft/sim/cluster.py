@@ -662,7 +662,7 @@ class Simulation:
         executor = n.executor
         if executor is None:
             ports = SimPorts(self, n)
-            executor = n.executor = EffectExecutor(ports, ports, ports, ports, ports)
+            executor = n.executor = EffectExecutor(ports, ports, ports, ports, ports, ports)
         run_now(executor.execute(effects))
 
     def _with_batches(self, n: SimNode, resp: FetchResponse, read_offset: int) -> FetchResponse:
@@ -1170,7 +1170,7 @@ class SimPorts:
         """Drop the partial snapshot."""
         self.n.partials.pop(e.snapshot_id, None)
 
-    # ---------------------------------------------------------------- NodePort
+    # ---------------------------------------------------------------- ClientPort and NodePort
 
     def append_accepted(self, e: AppendAccepted) -> None:
         """Nothing: the simulated client waits for the commit only."""

@@ -110,7 +110,7 @@ class Recording:
     def abort_snapshot_download(self, e: fx.AbortSnapshotDownload) -> None:
         self.seen.append("abort")
 
-    # NodePort
+    # ClientPort and NodePort
     def append_accepted(self, e: fx.AppendAccepted) -> None:
         self.seen.append("accepted")
 
@@ -131,7 +131,7 @@ class Recording:
 
 
 def executor(ports: Recording) -> EffectExecutor:
-    return EffectExecutor(ports, ports, ports, ports, ports)
+    return EffectExecutor(ports, ports, ports, ports, ports, ports)
 
 
 GRANT = fx.SendResponse(2, 7, VoteResponse(ErrorCode.NONE, -1, 5, True))
@@ -187,8 +187,8 @@ def send_before_persist(monkeypatch: pytest.MonkeyPatch) -> None:
         ("flush_later = False  #", "late = []\n    flush_later = False  #"),
         ("await log.persist_quorum_state(e)  # durable before anything after it",
          "late.append(e)"),
-        ("self.node.answers_out()",
-         "self.node.answers_out()\n    for q in late:\n        await log.persist_quorum_state(q)"),
+        ("self.clients.answers_out()",
+         "self.clients.answers_out()\n    for q in late:\n        await log.persist_quorum_state(q)"),
     ):
         assert old in src, old
         src = src.replace(old, new, 1)
