@@ -1,11 +1,13 @@
 """The import layers of `kraft`: the contracts in pyproject.toml ([tool.importlinter]) hold.
 
-`lint-imports` checks that kraft's packages import only downwards (server, admin, sim |
-statemachine, lane, raft, storage, records, protocol) and that the modules of `kraft.storage`,
-`kraft.lane`, `kraft.sim` and `kraft.server` import each other without cycles. What it cannot
-see (an import of the lane's C extension, `kraft.lane._native`) is checked here from the
-source: the consensus core and storage name nothing of the lane, and storage nothing of the
-consensus core (the node hands the log the lane's C scan: `SegmentedLog.use_native_scan`).
+`lint-imports` checks that kraft's packages import only downwards (sim, server, admin,
+statemachine, lane, raft, storage, records, protocol: the simulator runs the node's effect
+executor, `kraft.server.executor`) and that the modules of `kraft.storage`, `kraft.lane`,
+`kraft.sim` and `kraft.server` import each other without cycles (the node's parts take the
+node through protocols, not by importing `kraft.server.node`). What it cannot see (an import
+of the lane's C extension, `kraft.lane._native`) is checked here from the source: the
+consensus core and storage name nothing of the lane, and storage nothing of the consensus
+core (the node hands the log the lane's C scan: `SegmentedLog.use_native_scan`).
 """
 
 from __future__ import annotations
@@ -87,3 +89,20 @@ def test_outside_the_lane_only_its_interface_is_imported() -> None:
         for name in _lane_imports(path) - public
     }
     assert found == set(), found
+
+
+NODE_PARTS = ("executor", "flusher", "apply_driver", "kv_front")
+
+
+def test_the_node_parts_take_the_node_through_protocols() -> None:
+    # not even under TYPE_CHECKING: each part names what it uses of the node in a Protocol
+    for part in NODE_PARTS:
+        path = ROOT / "kraft" / "server" / f"{part}.py"
+        assert "kraft.server.node" not in _imports(path), path
+
+
+def test_the_shared_executor_imports_only_the_core_effects() -> None:
+    # the simulator runs it: it must bring in no socket, file or thread of the runtime
+    path = ROOT / "kraft" / "server" / "executor.py"
+    own = {name for name in _imports(path) if name == "kraft" or name.startswith("kraft.")}
+    assert own == {"kraft.raft"}, own

@@ -28,7 +28,8 @@ from kraft.statemachine.kv import FORMAT_VERSION, KVResult, encode_delete
 from kraft.statemachine.kv import OP_PUT as KV_OP_PUT
 
 if TYPE_CHECKING:
-    from kraft.server.node import Completion, KraftNode
+    from kraft.server.apply_driver import Completion
+    from kraft.server.node import KraftNode
 
 log = logging.getLogger("kraft.server.client_protocol")
 

@@ -5,8 +5,9 @@ network that delays, drops, duplicates and reorders messages and can be partitio
 one way), disks with fsync latency that lose unflushed writes on a crash and can be lost
 entirely (the replica comes back with a new directory id), client appends, snapshots, restarts
 and membership changes through the real AddRaftVoter / RemoveRaftVoter requests. Effects are
-executed in the order the core's contract prescribes, and the invariants of
-`kraft.sim.invariants` are checked as the effects are executed. After the fault phase every
+executed by the node's own executor (`kraft.server.executor.EffectExecutor`, over the
+simulated ports of `SimPorts`), in the order the core's contract prescribes, and the invariants
+of `kraft.sim.invariants` are checked as the effects are executed. After the fault phase every
 fault is healed and a leader must be elected and commit a new client append within a bounded
 simulated time.
 """
@@ -25,20 +26,17 @@ from kraft.raft.config import QuorumStateData, RaftConfig
 from kraft.raft.core import RaftCore
 from kraft.raft.effects import (
     AbortSnapshotDownload,
-    AdvanceLogStart,
     AppendAccepted,
     AppendCommitted,
     AppendControl,
     AppendFetched,
     AppendRecords,
     AppendRejected,
-    Committed,
     CreateSnapshot,
     DeleteSnapshot,
     Effect,
     FetchAdopted,
     InstallSnapshot,
-    MeasureRetention,
     PersistQuorumState,
     SendApiVersions,
     SendFetchResponse,
@@ -78,10 +76,13 @@ from kraft.raft.messages import (
     RemoveRaftVoterRequest,
     ReplicaKey,
     UpdateKRaftVersionRequest,
+    VoteRequest,
+    VoteResponse,
 )
 from kraft.raft.quorum import majority_size
 from kraft.raft.state import Role
 from kraft.raft.voters import VoterNode, VoterSet
+from kraft.server.executor import EffectExecutor, run_now
 from kraft.sim.disk import SimDisk, SimSnapshot
 from kraft.sim.faults import PIECE, FaultModel, SimFaults
 from kraft.sim.invariants import Invariants, InvariantViolation
@@ -196,6 +197,8 @@ class SimNode:
     """Largest FetchOffset this disk sent (an acknowledgement that the log below is durable)."""
     outstanding: dict[int, int] = field(default_factory=dict)
     """Requests sent and not answered yet (correlation id -> node), with `connections`."""
+    executor: EffectExecutor | None = None
+    """The node's effect executor over this replica's `SimPorts` (made at the first use)."""
 
 
 def _endpoint(node_id: int) -> Endpoint:
@@ -673,148 +676,13 @@ class Simulation:
     # ------------------------------------------------------------------ effects
 
     def _execute(self, n: SimNode, effects: list[Effect]) -> None:
-        nid = n.node_id
-        disk = n.disk
-        inv = self.inv
-        for e in effects:
-            t = type(e)
-            if t is SendRequest:
-                assert isinstance(e, SendRequest)
-                dst = self._bootstrap_target(e.destination, e.endpoints)
-                if type(e.request) is FetchRequest:
-                    n.acked_end = max(n.acked_end, e.request.fetch_offset)
-                if self.trace is not None:
-                    self._trace(nid, f"-> n{dst} {type(e.request).__name__}",
-                                f"#{e.correlation_id} {_brief(e.request, named=False)}")
-                if not self.connections or self._connect(n, dst, e):
-                    self._send(nid, dst, RequestReceived(nid, e.correlation_id, e.request))
-            elif t is SendResponse:
-                assert isinstance(e, SendResponse)
-                if self.trace is not None:
-                    self._trace(nid, f"-> n{e.destination} {type(e.response).__name__}",
-                                f"#{e.correlation_id} {_brief(e.response, named=False)}")
-                self._send(nid, e.destination, ResponseReceived(nid, e.correlation_id, e.response))
-            elif t is SendFetchResponse:
-                assert isinstance(e, SendFetchResponse)
-                resp = e.response
-                if e.read_offset is not None:
-                    resp = self._with_batches(n, resp, e.read_offset)
-                if self.trace is not None:
-                    self._trace(nid, f"-> n{e.destination} FetchResponse",
-                                f"#{e.correlation_id} {_brief(resp, named=False)}")
-                self._send(nid, e.destination, ResponseReceived(nid, e.correlation_id, resp))
-            elif t is AppendRecords:
-                assert isinstance(e, AppendRecords)
-                if disk.end_offset != e.base_offset:
-                    inv.fail("runtime", f"node {nid} append at {e.base_offset} != {disk.end_offset}")
-                for v in e.values:
-                    off, h = disk.append(e.epoch, v, False)
-                    inv.on_record(nid, off, e.epoch, h)
-                self._schedule_flush(n)
-            elif t is AppendControl:
-                assert isinstance(e, AppendControl)
-                if disk.end_offset != e.base_offset:
-                    inv.fail("runtime", f"node {nid} control at {e.base_offset} != {disk.end_offset}")
-                for r in e.control_records:
-                    off, h = disk.append(e.epoch, r, True)
-                    inv.on_record(nid, off, e.epoch, h)
-                self._schedule_flush(n)
-            elif t is AppendFetched:
-                assert isinstance(e, AppendFetched)
-                for b in e.batches:
-                    if disk.end_offset != b.base_offset:
-                        inv.fail("runtime", f"node {nid} fetched {b.base_offset} != {disk.end_offset}")
-                    value = b.control_records[0] if b.is_control else b.payload
-                    off, h = disk.append(b.epoch, value, b.is_control)
-                    inv.on_record(nid, off, b.epoch, h)
-                self._schedule_flush(n)
-            elif t is TruncateTo:
-                assert isinstance(e, TruncateTo)
-                self._trace(nid, "truncate", e.end_offset)
-                self._count("truncations")
-                inv.check_truncation(nid, e.end_offset, disk.chain_at,
-                                     n.core.epoch if n.core is not None else None)
-                disk.truncate(e.end_offset)
-                n.acked_end = min(n.acked_end, e.end_offset)
-            elif t is Committed:
-                assert isinstance(e, Committed)
-                self._commit(n, e.high_watermark)
-            elif t is PersistQuorumState:
-                assert isinstance(e, PersistQuorumState)
-                disk.quorum_state = QuorumStateData(
-                    e.leader_epoch, e.leader_id, e.voted_id, e.voted_directory_id
-                )
-            elif t is StateChanged:
-                assert isinstance(e, StateChanged)
-                self._trace(nid, "state", f"{e.state} epoch={e.epoch} leader={e.leader_id}")
-                if e.state == Role.LEADER.value:
-                    self.elections += 1
-                    inv.on_leader(nid, e.epoch)
-                    inv.check_leader_complete(nid, e.epoch, disk.end_offset, disk.chain_at)
-            elif t is AppendAccepted or t is AppendRejected:
-                pass
-            elif t is FetchAdopted:
-                assert isinstance(e, FetchAdopted) and self.drive is not None
-                self.drive.adopted(n, e.correlation_id)
-            elif t is AppendCommitted:
-                assert isinstance(e, AppendCommitted)
-                if e.error_code == ErrorCode.NONE:
-                    self._append_committed(e.append_id)
-            elif t is SendFetchSnapshotResponse:
-                assert isinstance(e, SendFetchSnapshotResponse)
-                r = e.response
-                if r.error_code == ErrorCode.NONE:
-                    snap = disk.snapshots.get(r.snapshot_id)
-                    if snap is None:
-                        inv.fail("runtime", f"node {nid} has no snapshot {r.snapshot_id}")
-                    assert snap is not None
-                    data = snap.to_bytes()[r.position : r.position + e.max_bytes]
-                    r = FetchSnapshotResponse(
-                        r.error_code, r.leader_id, r.leader_epoch, r.snapshot_id,
-                        len(snap.to_bytes()), r.position, data, r.leader_endpoints,
-                    )
-                self._send(nid, e.destination, ResponseReceived(nid, e.correlation_id, r))
-            elif t is CreateSnapshot:
-                assert isinstance(e, CreateSnapshot)
-                sid = e.snapshot_id
-                chain = disk.chain_at(sid.offset)
-                if n.applied_to != sid.offset or chain is None:
-                    inv.fail("runtime", f"node {nid} snapshot {sid} but applied {n.applied_to}")
-                assert chain is not None
-                snap = SimSnapshot(sid, chain, e.voters, e.kraft_version,
-                                   pad=self.params.snapshot_pad_bytes)
-                disk.snapshots[sid] = snap
-                self._trace(nid, "snapshot", sid)
-                self._count("snapshots")
-                self._push(self.now + self.rng.randint(1, 20), _LOCAL, nid,
-                           SnapshotCreated(sid, len(snap.to_bytes())), n.incarnation)
-            elif t is AdvanceLogStart:
-                assert isinstance(e, AdvanceLogStart)
-                disk.advance_start(e.offset)
-            elif t is DeleteSnapshot:
-                assert isinstance(e, DeleteSnapshot)
-                self._trace(nid, "delete-snapshot", e.snapshot_id)
-                disk.snapshots.pop(e.snapshot_id, None)
-            elif t is MeasureRetention:
-                # the log's bytes counted as one per record (the clients' records are one
-                # value each); no timestamps: metadata.max.retention.ms is off here
-                n.immediate.append(RetentionMeasured(((disk.start_offset, len(disk.entries)),)))
-            elif t is WriteSnapshotChunk:
-                assert isinstance(e, WriteSnapshotChunk)
-                part = n.partials.setdefault(e.snapshot_id, bytearray())
-                if len(part) != e.position:
-                    inv.fail("runtime", f"node {nid} chunk at {e.position} != {len(part)}")
-                assert isinstance(e.data, bytes)
-                part += e.data
-            elif t is InstallSnapshot:
-                assert isinstance(e, InstallSnapshot)
-                self._install(n, e.snapshot_id)
-            elif t is AbortSnapshotDownload:
-                assert isinstance(e, AbortSnapshotDownload)
-                n.partials.pop(e.snapshot_id, None)
-            elif t is SendApiVersions:
-                assert isinstance(e, SendApiVersions)
-                self._api_versions(n, e.node_id)
+        """Carry out `effects` with the node's executor (`kraft.server.executor`) over this
+        replica's simulated ports (`SimPorts`)."""
+        executor = n.executor
+        if executor is None:
+            ports = SimPorts(self, n)
+            executor = n.executor = EffectExecutor(ports, ports, ports, ports, ports, ports)
+        run_now(executor.execute(effects))
 
     def _with_batches(self, n: SimNode, resp: FetchResponse, read_offset: int) -> FetchResponse:
         disk = n.disk
@@ -1120,6 +988,240 @@ class Simulation:
         self.dup = 0.0
         for n in self._dead():
             self._start_node(n)
+
+
+class SimPorts:
+    """The ports of `kraft.server.executor.EffectExecutor` over one simulated replica: its
+    disk (`kraft.sim.disk`), the simulated network and clock of `Simulation`, and the
+    invariants checked as each effect is carried out. None of them suspends."""
+
+    __slots__ = ("n", "sim")
+
+    def __init__(self, sim: Simulation, n: SimNode) -> None:
+        self.sim = sim
+        self.n = n
+
+    # ---------------------------------------------------------------- LogPort
+
+    def append_records(self, e: AppendRecords) -> bool:
+        """Append a leader's values, one record each; the flush is scheduled at once."""
+        n, inv, disk = self.n, self.sim.inv, self.n.disk
+        if disk.end_offset != e.base_offset:
+            inv.fail("runtime", f"node {n.node_id} append at {e.base_offset} != {disk.end_offset}")
+        for v in e.values:
+            off, h = disk.append(e.epoch, v, False)
+            inv.on_record(n.node_id, off, e.epoch, h)
+        self.sim._schedule_flush(n)
+        return False
+
+    def append_control(self, e: AppendControl) -> None:
+        """Append a leader's control records."""
+        n, inv, disk = self.n, self.sim.inv, self.n.disk
+        if disk.end_offset != e.base_offset:
+            inv.fail("runtime", f"node {n.node_id} control at {e.base_offset} != {disk.end_offset}")
+        for r in e.control_records:
+            off, h = disk.append(e.epoch, r, True)
+            inv.on_record(n.node_id, off, e.epoch, h)
+        self.sim._schedule_flush(n)
+
+    def append_fetched(self, e: AppendFetched) -> None:
+        """Append a follower's fetched batches."""
+        n, inv, disk = self.n, self.sim.inv, self.n.disk
+        for b in e.batches:
+            if disk.end_offset != b.base_offset:
+                inv.fail("runtime", f"node {n.node_id} fetched {b.base_offset} != {disk.end_offset}")
+            value = b.control_records[0] if b.is_control else b.payload
+            off, h = disk.append(b.epoch, value, b.is_control)
+            inv.on_record(n.node_id, off, b.epoch, h)
+        self.sim._schedule_flush(n)
+
+    def truncate_to(self, e: TruncateTo) -> None:
+        """Truncate, checking no committed record of the current history goes."""
+        n, sim, disk = self.n, self.sim, self.n.disk
+        sim._trace(n.node_id, "truncate", e.end_offset)
+        sim._count("truncations")
+        sim.inv.check_truncation(n.node_id, e.end_offset, disk.chain_at,
+                                 n.core.epoch if n.core is not None else None)
+        disk.truncate(e.end_offset)
+        n.acked_end = min(n.acked_end, e.end_offset)
+
+    def advance_log_start(self, offset: int) -> None:
+        """Drop the records below `offset`."""
+        self.n.disk.advance_start(offset)
+
+    async def persist_quorum_state(self, e: PersistQuorumState) -> None:
+        """The simulated quorum-state file is durable as soon as written."""
+        self.n.disk.quorum_state = QuorumStateData(
+            e.leader_epoch, e.leader_id, e.voted_id, e.voted_directory_id
+        )
+
+    def effects_done(self, appended: bool, flush_later: bool) -> None:
+        """Nothing: every append scheduled its flush when it was made."""
+
+    # ---------------------------------------------------------------- NetworkPort
+
+    def send_request(self, e: SendRequest) -> None:
+        """Send a request over the simulated network (refused when the target is down)."""
+        n, sim = self.n, self.sim
+        nid = n.node_id
+        dst = sim._bootstrap_target(e.destination, e.endpoints)
+        request = e.request
+        if type(request) is FetchRequest:
+            n.acked_end = max(n.acked_end, request.fetch_offset)
+        elif type(request) is VoteRequest and not request.pre_vote:
+            qs = n.disk.quorum_state
+            sim.inv.check_quorum_state_durable(
+                nid, "vote request", request.replica_epoch, nid, qs.leader_epoch, qs.voted_id)
+        if sim.trace is not None:
+            sim._trace(nid, f"-> n{dst} {type(request).__name__}",
+                       f"#{e.correlation_id} {_brief(request, named=False)}")
+        if not sim.connections or sim._connect(n, dst, e):
+            sim._send(nid, dst, RequestReceived(nid, e.correlation_id, request))
+
+    def send_response(self, e: SendResponse) -> None:
+        """Answer a request; a vote granted must already be in the durable quorum state."""
+        n, sim = self.n, self.sim
+        nid = n.node_id
+        resp = e.response
+        if type(resp) is VoteResponse and resp.vote_granted and n.core is not None:
+            state = n.core.state
+            voted = getattr(state, "voted", None)
+            if state.epoch == resp.leader_epoch and voted is not None \
+                    and voted.id == e.destination:
+                qs = n.disk.quorum_state
+                sim.inv.check_quorum_state_durable(
+                    nid, "vote granted", resp.leader_epoch, e.destination, qs.leader_epoch,
+                    qs.voted_id)
+        if sim.trace is not None:
+            sim._trace(nid, f"-> n{e.destination} {type(resp).__name__}",
+                       f"#{e.correlation_id} {_brief(resp, named=False)}")
+        sim._send(nid, e.destination, ResponseReceived(nid, e.correlation_id, resp))
+
+    def send_fetch_response(self, e: SendFetchResponse) -> None:
+        """Answer a Fetch with up to `fetch_batch_entries` records of the disk."""
+        n, sim = self.n, self.sim
+        resp = e.response
+        if e.read_offset is not None:
+            resp = sim._with_batches(n, resp, e.read_offset)
+        if sim.trace is not None:
+            sim._trace(n.node_id, f"-> n{e.destination} FetchResponse",
+                       f"#{e.correlation_id} {_brief(resp, named=False)}")
+        sim._send(n.node_id, e.destination, ResponseReceived(n.node_id, e.correlation_id, resp))
+
+    def send_fetch_snapshot_response(self, e: SendFetchSnapshotResponse) -> None:
+        """Answer a FetchSnapshot with the bytes of the simulated snapshot file."""
+        n, sim = self.n, self.sim
+        nid = n.node_id
+        r = e.response
+        if r.error_code == ErrorCode.NONE:
+            snap = n.disk.snapshots.get(r.snapshot_id)
+            if snap is None:
+                sim.inv.fail("runtime", f"node {nid} has no snapshot {r.snapshot_id}")
+            assert snap is not None
+            data = snap.to_bytes()[r.position : r.position + e.max_bytes]
+            r = FetchSnapshotResponse(
+                r.error_code, r.leader_id, r.leader_epoch, r.snapshot_id,
+                len(snap.to_bytes()), r.position, data, r.leader_endpoints,
+            )
+        sim._send(nid, e.destination, ResponseReceived(nid, e.correlation_id, r))
+
+    def send_api_versions(self, e: SendApiVersions) -> None:
+        """Ask a replica for its kraft.version range."""
+        self.sim._api_versions(self.n, e.node_id)
+
+    # ---------------------------------------------------------------- ApplyPort
+
+    def behind(self) -> bool:
+        """Never: the simulated state machine applies at each `Committed`."""
+        return False
+
+    def apply_committed(self) -> None:
+        """Nothing waits to be applied (`committed` applies at once)."""
+
+    def apply_to(self, offset: int) -> None:
+        """Nothing waits to be applied (`committed` applies at once)."""
+
+    def committed(self, high_watermark: int) -> None:
+        """Apply up to the high watermark, checking the commit invariants."""
+        self.sim._commit(self.n, high_watermark)
+
+    # ---------------------------------------------------------------- SnapshotPort
+
+    def create_snapshot(self, e: CreateSnapshot) -> None:
+        """Write a simulated snapshot of the applied prefix; `SnapshotCreated` comes later."""
+        n, sim = self.n, self.sim
+        nid, disk = n.node_id, n.disk
+        sid = e.snapshot_id
+        chain = disk.chain_at(sid.offset)
+        if n.applied_to != sid.offset or chain is None:
+            sim.inv.fail("runtime", f"node {nid} snapshot {sid} but applied {n.applied_to}")
+        assert chain is not None
+        snap = SimSnapshot(sid, chain, e.voters, e.kraft_version,
+                           pad=sim.params.snapshot_pad_bytes)
+        disk.snapshots[sid] = snap
+        sim._trace(nid, "snapshot", sid)
+        sim._count("snapshots")
+        sim._push(sim.now + sim.rng.randint(1, 20), _LOCAL, nid,
+                  SnapshotCreated(sid, len(snap.to_bytes())), n.incarnation)
+
+    def delete_snapshot(self, e: DeleteSnapshot) -> None:
+        """Delete a simulated snapshot."""
+        self.sim._trace(self.n.node_id, "delete-snapshot", e.snapshot_id)
+        self.n.disk.snapshots.pop(e.snapshot_id, None)
+
+    def measure_retention(self) -> None:
+        """The log's bytes counted as one per record (the clients' records are one value
+        each); no timestamps: metadata.max.retention.ms is off here."""
+        disk = self.n.disk
+        self.n.immediate.append(RetentionMeasured(((disk.start_offset, len(disk.entries)),)))
+
+    def write_snapshot_chunk(self, e: WriteSnapshotChunk) -> None:
+        """Append a chunk to the partial snapshot (in order, or a violation)."""
+        n = self.n
+        part = n.partials.setdefault(e.snapshot_id, bytearray())
+        if len(part) != e.position:
+            self.sim.inv.fail("runtime", f"node {n.node_id} chunk at {e.position} != {len(part)}")
+        assert isinstance(e.data, bytes)
+        part += e.data
+
+    async def install_snapshot(self, e: InstallSnapshot) -> None:
+        """Install the downloaded snapshot; its answer is the core's next event."""
+        self.sim._install(self.n, e.snapshot_id)
+
+    def abort_snapshot_download(self, e: AbortSnapshotDownload) -> None:
+        """Drop the partial snapshot."""
+        self.n.partials.pop(e.snapshot_id, None)
+
+    # ---------------------------------------------------------------- ClientPort and NodePort
+
+    def append_accepted(self, e: AppendAccepted) -> None:
+        """Nothing: the simulated client waits for the commit only."""
+
+    def append_rejected(self, e: AppendRejected) -> None:
+        """Nothing: the simulated client sends its next append elsewhere."""
+
+    def append_committed(self, e: AppendCommitted) -> None:
+        """Count a committed client append (liveness after healing)."""
+        if e.error_code == ErrorCode.NONE:
+            self.sim._append_committed(e.append_id)
+
+    def state_changed(self, e: StateChanged) -> None:
+        """Trace it; a new leader must hold every committed record."""
+        n, sim = self.n, self.sim
+        nid = n.node_id
+        sim._trace(nid, "state", f"{e.state} epoch={e.epoch} leader={e.leader_id}")
+        if e.state == Role.LEADER.value:
+            sim.elections += 1
+            sim.inv.on_leader(nid, e.epoch)
+            sim.inv.check_leader_complete(nid, e.epoch, n.disk.end_offset, n.disk.chain_at)
+
+    def fetch_adopted(self, e: FetchAdopted) -> None:
+        """The follower lane's fetch is now the core's (`kraft.sim.lane_drive`)."""
+        assert self.sim.drive is not None
+        self.sim.drive.adopted(self.n, e.correlation_id)
+
+    def answers_out(self) -> None:
+        """Nothing: every answer was sent as it was made."""
 
 
 def _brief(obj: object, named: bool = True) -> str:

@@ -14,7 +14,10 @@ Each check is incremental (O(1) or O(new records)) so it can run after every eve
   acknowledged (its FetchOffset is only sent after an fsync);
 * `hw_monotonic` - a replica's high watermark never goes back;
 * `state_machine_prefix` - every replica applies a prefix of one single history;
-* `voter_change_single` - consecutive committed voters sets differ by at most one voter.
+* `voter_change_single` - consecutive committed voters sets differ by at most one voter;
+* `vote_durable_before_send` - a vote granted, or a candidate's own VoteRequest, leaves only
+  once the quorum state recording that vote is durable (the executor's rule: persist before
+  send).
 
 Two more are checked by `kraft.sim.cluster.Simulation`, which sees the disks:
 
@@ -152,6 +155,17 @@ class Invariants:
                 f"node {node} truncates committed record {target} (committed end "
                 f"{self.committed_end})",
             )
+
+    def check_quorum_state_durable(self, node: int, what: str, epoch: int, voted_id: int,
+                                   durable_epoch: int, durable_voted_id: int) -> None:
+        """`node` sends a message that tells of its vote for `voted_id` in `epoch` (a vote
+        granted, or its own candidacy): its durable quorum state must hold that vote already,
+        or a crash right after the send would let it vote again in the same epoch."""
+        if durable_epoch != epoch or durable_voted_id != voted_id:
+            self.fail("vote_durable_before_send",
+                      f"node {node} sent a {what} for {voted_id} in epoch {epoch} while its "
+                      f"durable quorum state holds epoch {durable_epoch}, voted "
+                      f"{durable_voted_id}")
 
     def check_durable_after_crash(self, node: int, durable_end: int, acked_end: int) -> None:
         """After a crash a replica still holds every committed record it acknowledged."""

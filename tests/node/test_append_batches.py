@@ -1,4 +1,4 @@
-"""How a leader groups the writes that arrive together into batches (`KraftNode._submit_pending`):
+"""How a leader groups the writes that arrive together into batches (`KvFront.submit_pending`):
 in order, at most MAX_APPEND_BYTES of values and MAX_APPEND_VALUES values per batch, a value
 larger than the byte limit alone in its own; and a lone write reaching the core before the
 fetches queued with it."""
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-import kraft.server.node as node_module
+import kraft.server.kv_front as kv_module
 from kraft.protocol.uuid import Uuid
 from kraft.raft import events as ev
 from kraft.raft import messages as m
@@ -65,7 +65,7 @@ async def test_writes_arriving_together_are_cut_into_batches_of_at_most_the_byte
         tmp_path: Path) -> None:
     node = await _leader(tmp_path)
     try:
-        limit = node_module.MAX_APPEND_BYTES
+        limit = kv_module.MAX_APPEND_BYTES
         # sizes of the encoded values: seven of ~0.3 limit, one larger than the limit, then
         # small ones
         sizes = [limit * 3 // 10] * 7 + [limit + 1000] + [100] * 50
@@ -83,7 +83,7 @@ async def test_writes_arriving_together_are_cut_into_batches_of_at_most_the_byte
 
 async def test_tiny_writes_are_cut_at_the_value_limit(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(node_module, "MAX_APPEND_VALUES", 20)
+    monkeypatch.setattr(kv_module, "MAX_APPEND_VALUES", 20)
     node = await _leader(tmp_path)
     try:
         values = [encode_put(f"t{i}", b"") for i in range(75)]

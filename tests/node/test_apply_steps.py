@@ -1,5 +1,5 @@
 """Applying committed records in steps, after the replication work that arrived with them
-(`kraft.server.node`, "Applying after replicating" in docs/node.md): three voters in this
+(`kraft.server.apply_driver`, "Applying after replicating" in docs/node.md): three voters in this
 process, a state machine that records every call, and a step of a few records so every batch
 is applied in parts on the leader (its own values) and on the followers (decoded once)."""
 
@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-import kraft.server.node as node_module
+import kraft.server.apply_driver as apply_module
 from kraft.protocol.uuid import Uuid
 from kraft.raft.state import Role
+from kraft.server.apply_driver import ApplyDriver
 from kraft.server.config import build_config
 from kraft.server.local import free_port
 from kraft.server.node import KraftNode
@@ -72,16 +73,17 @@ def small_steps(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[int, list[tupl
     One call before a snapshot applies everything up to its offset, which may be several
     batches (several `apply` parts) when applying lags by more than one: the test checks calls,
     not parts."""
-    monkeypatch.setattr(node_module, "APPLY_CHUNK", STEP)
+    monkeypatch.setattr(apply_module, "APPLY_CHUNK", STEP)
     calls: dict[int, list[tuple[int, int]]] = {}
-    apply_to = KraftNode._apply_to
+    apply_to = ApplyDriver.apply_to
 
-    def recorded(self: KraftNode, hw: int) -> None:
-        before = self.sm.applied_offset
+    def recorded(self: ApplyDriver, hw: int) -> None:
+        node = self._node
+        before = node.sm.applied_offset
         apply_to(self, hw)
-        calls.setdefault(self.config.node_id, []).append((before, self.sm.applied_offset))
+        calls.setdefault(node.config.node_id, []).append((before, node.sm.applied_offset))
 
-    monkeypatch.setattr(KraftNode, "_apply_to", recorded)
+    monkeypatch.setattr(ApplyDriver, "apply_to", recorded)
     yield calls
 
 

@@ -141,7 +141,7 @@ async def test_every_flush_mode_commits_only_what_it_fsynced(tmp_path: Path, mod
     await node.start()
     try:
         await _leader(node)
-        assert node.md is not None and node._flusher is not None
+        assert node.md is not None and node.log_service is not None
         for i in range(1, 21):  # one at a time: batches of one record
             offset, total = await node.propose(struct.pack(">q", i))
             assert total == i * (i + 1) // 2
@@ -149,19 +149,19 @@ async def test_every_flush_mode_commits_only_what_it_fsynced(tmp_path: Path, mod
             assert node._m_leo.read() == node.md.log.log_end_offset  # the metric follows
         await asyncio.gather(*(node.propose(struct.pack(">q", 1)) for _ in range(300)))
         assert sm.total == 210 + 300
-        flushes, inline = node._flusher.flushes, node._flusher.inline
-        by_kernel = node._flusher.kernel
+        flushes, inline = node.log_service.flusher.flushes, node.log_service.flusher.inline
+        by_kernel = node.log_service.flusher.kernel
         assert flushes > 0
         # every flush that wrote is timed, wherever it ran: the 20 writes made one at a time
         # each waited for one
         timed = node._m_log_flush
         assert 20 <= timed.count <= flushes and timed.sum > 0
         assert f"kraft_log_flush_seconds_count {timed.count}" in node.render_metrics()
-        assert (node._kernel is not None) == (kernel and mode != "inline")
-        if node._kernel is not None:
-            assert type(node._kernel).__module__ == f"kraft.storage.{engine}"
+        assert (node.log_service.kernel is not None) == (kernel and mode != "inline")
+        if node.log_service.kernel is not None:
+            assert type(node.log_service.kernel).__module__ == f"kraft.storage.{engine}"
         # the flusher thread runs only where no engine takes the flushes
-        assert (node._flusher._thread.ident is None) == (node._kernel is not None)
+        assert (node.log_service.flusher._thread.ident is None) == (node.log_service.kernel is not None)
         if mode == "inline":
             assert inline == flushes
         elif mode == "thread" and not kernel:
@@ -269,7 +269,7 @@ async def test_kernel_flushes_across_segment_rolls(tmp_path: Path, engine: str,
     await node.start()
     try:
         await _leader(node)
-        assert node.md is not None and node._flusher is not None and node._kernel is not None
+        assert node.md is not None and node.log_service is not None and node.log_service.kernel is not None
         for round_ in range(40):
             await asyncio.gather(*(node.propose(struct.pack(">q", 1)) for _ in range(10)))
             _, total = await node.propose(struct.pack(">q", 1))
@@ -277,7 +277,7 @@ async def test_kernel_flushes_across_segment_rolls(tmp_path: Path, engine: str,
             assert node.md.log.durable_end_offset == node.md.log.log_end_offset
         rolls = sum("event=segment_rolled" in r.getMessage() for r in caplog.records)
         assert rolls >= 4
-        assert node._flusher.kernel > 0 and node._flusher.inline >= rolls
+        assert node.log_service.flusher.kernel > 0 and node.log_service.flusher.inline >= rolls
     finally:
         await node.stop()
     assert await _total_after_restart(props) == 440
@@ -302,21 +302,21 @@ async def test_a_kernel_completion_that_leaves_the_next_flush_to_the_loop_wakes_
     try:
         await _leader(node)
         await node.propose(struct.pack(">q", 1))
-        assert node.md is not None and node._flusher is not None and node._kernel is not None
+        assert node.md is not None and node.log_service is not None and node.log_service.kernel is not None
         for _ in range(500):  # until the core loop sleeps with nothing queued
             await asyncio.sleep(0.01)
             if node._wake is not None and not node._events:
                 break
         assert not node.md.log.flush_in_flight
-        inline = node._flusher.inline
+        inline = node.log_service.flusher.inline
         monkeypatch.setattr(node.md.log, "start_flush", lambda: False)  # the kernel cannot
-        node._kernel_again = True  # a flush was asked for while one was in flight
-        node._kernel_flushed()  # the eventfd's callback, with nothing completed to report
+        node.log_service.kernel_again = True  # a flush was asked for while one was in flight
+        node.log_service.kernel_flushed()  # the eventfd's callback, with nothing completed to report
         for _ in range(1000):
-            if node._flusher.inline > inline:
+            if node.log_service.flusher.inline > inline:
                 break
             await asyncio.sleep(0.01)
-        assert node._flusher.inline == inline + 1
+        assert node.log_service.flusher.inline == inline + 1
         assert not node._flush_due
     finally:
         await node.stop()

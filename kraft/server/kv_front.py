@@ -1,0 +1,455 @@
+"""The node's KV front end: the writes and reads of the KV API, grouped into batches for the
+core, answered once committed and applied, and forwarded to the leader from any node.
+
+- Writes (`submit`, `submit_many`, `kv_put`, `kv_delete`, `kv_cas`) wait in the node's
+  `_pending_values` and go to the core as one `Append` (one batch, at most MAX_APPEND_BYTES of
+  values and MAX_APPEND_VALUES of them): at once when none of this leader's batches waits for
+  commit, otherwise until the oldest commits or `controller.quorum.append.linger.ms` passes
+  (group commit under load, no linger for a lone client, whose batch the core also handles
+  before the events queued with it).
+- `AppendAccepted` (this front end is the executor's `ClientPort`) keys each writer's
+  completion by its offset and epoch in the node's `_waiting`; the apply driver
+  (`kraft.server.apply_driver`) resolves it with the state machine's result once the record is
+  committed and applied. `AppendRejected` fails the writers with NotLeaderError; a batch lost
+  to a new leader (`AppendCommitted` with an error), and any change of leadership, fail the
+  writers still waiting with OutcomeUnknownError (after applying everything committed).
+- Reads are linearizable through a read barrier: a no-op record appended in the current epoch;
+  once it is committed and applied, no other leader can have committed anything this leader
+  has not applied, so the local state answers the read.
+- Any node takes KV calls (`kv_call`): on the leader they run here, elsewhere they go to the
+  leader through `kraft.server.forward` (a forwarded call is never forwarded again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import collections
+import logging
+import time
+from itertools import accumulate, repeat
+from typing import Any, Protocol
+
+from kraft.protocol.errors import ErrorCode
+from kraft.raft import effects as fx
+from kraft.raft import events as ev
+from kraft.raft import messages as m
+from kraft.raft.core import RaftCore
+from kraft.raft.state import FollowerState, Role
+from kraft.server.admin import KvAnswer, KvCall, KvOp, NotLeaderError, OutcomeUnknownError
+from kraft.server.apply_driver import ApplyDriver, Completion
+from kraft.server.client_protocol import ClientServer
+from kraft.server.config import NodeConfig
+from kraft.server.forward import (
+    BadForwardedCall,
+    Forwarder,
+    Target,
+    decode_call,
+    encode_answer,
+)
+from kraft.server.frames import DeferredReply, PeerInfo
+from kraft.server.metrics import Histogram
+from kraft.server.transport import unsupported_version_frame
+from kraft.statemachine.base import StateMachine
+from kraft.statemachine.kv import (
+    KVResult,
+    KVStore,
+    encode_barrier,
+    encode_cas,
+    encode_delete,
+    encode_put,
+)
+
+log = logging.getLogger("kraft.server.node")
+
+MAX_APPEND_BYTES = 1024 * 1024
+"""Client values per batch are cut at this many bytes (the log takes batches up to 8 MiB)."""
+MAX_APPEND_VALUES = 16384
+"""...and at this many values (tiny values: a batch's cut then looks at no more pending writes
+than this, however many wait)."""
+CLIENT_TIMEOUT_S = 15.0
+
+
+class KvHost(Protocol):
+    """What the KV front end uses of the node: its configuration, core and state machine, the
+    writes pending, submitted and waiting for their results (`_pending_values`, `_appends`,
+    `_uncommitted_appends`, `_waiting`: the leader's lane reads them too), the queue for a lone
+    write (`_lone_append`), its apply driver, and its event queue, tasks and routes."""
+
+    config: NodeConfig
+    core: RaftCore | None
+    sm: StateMachine
+    cluster_id: str
+    applier: ApplyDriver | None
+    client_server: ClientServer | None
+    _loop: asyncio.AbstractEventLoop | None
+    _pending_values: list[tuple[bytes, Completion]]
+    _appends: dict[int, list[Completion]]
+    _uncommitted_appends: set[int]
+    _waiting: dict[int, tuple[int, Completion]]
+    _lone_append: collections.deque[ev.Append]
+    _m_commit_latency: Histogram
+
+    def _enqueue(self, event: ev.Event) -> None: ...
+    def _wake_core(self) -> None: ...
+    def _spawn(self, coro: Any) -> None: ...
+    def _address_of(self, dest: int, endpoints: tuple[m.Endpoint, ...]
+                    ) -> tuple[str, int] | None: ...
+
+
+class KvFront:
+    """The KV API of one node and the executor's `ClientPort` (see the module docstring)."""
+
+    def __init__(self, node: KvHost) -> None:
+        self._node = node
+        self._append_ids = 0
+        self._linger_handle: asyncio.Handle | None = None
+        self.submit_now = False
+        """`_linger_handle` submits a lone write at the end of this loop turn: the core loop
+        submits it itself if it runs first."""
+        self._barrier: asyncio.Future[object] | None = None
+        self._forwarder: Forwarder | None = None
+        self._leader_waiters: list[asyncio.Future[None]] = []
+        """Forwarded calls waiting for news of the leader (`leader_news`)."""
+
+    def start(self) -> None:
+        """Open the forwarder to the leader (once the cluster id is known)."""
+        node = self._node
+        self._forwarder = Forwarder(node.config.node_id, node.cluster_id, self.forward_target,
+                                    self.kv_local, self.leader_news)
+
+    def close(self) -> None:
+        """Close the forwarder's connections."""
+        if self._forwarder is not None:
+            self._forwarder.close()
+
+    # ------------------------------------------------------------------ ClientPort
+
+    def append_accepted(self, e: fx.AppendAccepted) -> None:
+        """Key each writer of the batch by its offset (and the epoch it was appended in)."""
+        node = self._node
+        futures = node._appends.pop(e.append_id, [])
+        # offset -> (epoch, completion), built in C: this runs for every write
+        node._waiting.update(zip(range(e.base_offset, e.base_offset + len(futures)),
+                                 zip(repeat(e.epoch), futures)))
+
+    def append_rejected(self, e: fx.AppendRejected) -> None:
+        """Fail the batch's writers with NotLeaderError."""
+        self._append_done(e.append_id)
+        leader = self.redirect_leader()
+        for fut in self._node._appends.pop(e.append_id, []):
+            if not fut.done():
+                fut.set_exception(NotLeaderError(leader, self.leader_http(leader)))
+
+    def append_committed(self, e: fx.AppendCommitted) -> None:
+        """A batch of ours is committed; lost to a new leader, every writer still waiting
+        learns the outcome is unknown (after everything committed is applied)."""
+        self._append_done(e.append_id)
+        if e.error_code != ErrorCode.NONE:
+            applier = self._node.applier
+            assert applier is not None
+            applier.apply_committed()
+            self.fail_unapplied(f"leader changed before commit ({e.error_code.name})")
+
+    def answers_out(self) -> None:
+        """Send the answers of the binary client protocol completed so far."""
+        client_server = self._node.client_server
+        if client_server is not None:
+            client_server.flush()
+
+    def leadership_changed(self, still_leader: bool) -> None:
+        """The node's epoch state changed: a node no longer the leader fails its writers, and
+        the calls waiting for news of the leader go on."""
+        if not still_leader:
+            self.fail_unapplied("leadership lost")
+            self.fail_pending_values()
+        waiters, self._leader_waiters = self._leader_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    def fail_unapplied(self, why: str) -> None:
+        """Every writer waiting for a result learns the outcome is unknown."""
+        node = self._node
+        if node.applier is not None:
+            node.applier.own_batches.clear()
+        for off in list(node._waiting):
+            _, fut = node._waiting.pop(off)
+            if not fut.done():
+                fut.set_exception(OutcomeUnknownError(why))
+        for futures in node._appends.values():
+            for fut in futures:
+                if not fut.done():
+                    fut.set_exception(OutcomeUnknownError(why))
+        node._appends.clear()
+        node._uncommitted_appends.clear()
+
+    def fail_pending_values(self) -> None:
+        """The writes not submitted yet are refused: this node no longer leads."""
+        node = self._node
+        pending, node._pending_values = node._pending_values, []
+        leader = self.redirect_leader()
+        for _, fut in pending:
+            if not fut.done():
+                fut.set_exception(NotLeaderError(leader, self.leader_http(leader)))
+        self._barrier = None
+
+    # ------------------------------------------------------------------ the KV API
+
+    def leader_http(self, leader_id: int) -> str | None:
+        """The HTTP address of node `leader_id` (`kraft.http.peers`), if known."""
+        return self._node.config.http_peers.get(leader_id) if leader_id >= 0 else None
+
+    def _require_leader(self) -> None:
+        core = self._node.core
+        assert core is not None
+        if core.role != Role.LEADER:
+            leader = self.redirect_leader()
+            raise NotLeaderError(leader, self.leader_http(leader))
+
+    def redirect_leader(self) -> int:
+        """The leader to send a client to: -1 when unknown, and when this node is not the
+        leader but still names itself (a resigned leader waits for its successor: sending
+        clients back to it would loop them until a timeout)."""
+        core = self._node.core
+        if core is None or core.role == Role.LEADER:
+            return core.leader_id if core is not None else -1
+        leader = core.leader_id
+        return -1 if leader == self._node.config.node_id else leader
+
+    def submit(self, value: bytes) -> asyncio.Future[object]:
+        """Start replicating one record value; the future resolves to (offset, the state
+        machine's result) once applied, or fails (NotLeaderError, OutcomeUnknownError) when
+        leadership is lost. Raises NotLeaderError at once on a non-leader."""
+        self._require_leader()
+        fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        self._node._pending_values.append((value, fut))
+        if self._linger_handle is None:
+            self._schedule_linger()
+        return fut
+
+    def submit_many(self, writes: list[tuple[bytes, Completion]]) -> None:
+        """`submit` for several values at once, in order, each with the caller's own
+        completion object instead of a new future (one leadership check for all of them).
+        Raises NotLeaderError at once on a non-leader, taking none of them."""
+        self._require_leader()
+        self._node._pending_values.extend(writes)
+        if self._linger_handle is None:
+            self._schedule_linger()
+
+    async def propose(self, value: bytes, timeout_s: float = CLIENT_TIMEOUT_S) -> tuple[int, object]:
+        """Replicate one record value; returns (offset, the state machine's result) once applied."""
+        done = await asyncio.wait_for(self.submit(value), timeout_s)
+        assert isinstance(done, tuple)
+        return done
+
+    def _schedule_linger(self) -> None:
+        """Decide when the pending values go to the core as one batch.
+
+        With no batch of ours waiting for commit, right away (at the end of this loop turn,
+        so requests that arrived together share a batch): a lone client pays no linger. With
+        batches in flight, the values wait for the oldest to commit (which submits them at
+        once, see `_append_done`) or for `append.linger.ms`, whichever comes first: under load
+        batches grow while the previous one replicates (group commit).
+        """
+        if self._linger_handle is not None:
+            return
+        loop = self._node._loop or asyncio.get_running_loop()  # kept: the call costs a getpid
+        if not self._node._uncommitted_appends:
+            self._linger_handle = loop.call_soon(self.submit_pending)
+            self.submit_now = True
+        else:
+            delay = self._node.config.append_linger_ms / 1000
+            self._linger_handle = loop.call_later(delay, self.submit_pending)
+
+    def _append_done(self, append_id: int) -> None:
+        """A batch of ours is committed or refused: the pending writes go now if it was the
+        last one in flight."""
+        self._node._uncommitted_appends.discard(append_id)
+        if not self._node._uncommitted_appends and self._node._pending_values:
+            if self._linger_handle is not None:
+                self._linger_handle.cancel()
+            self._linger_handle = (self._node._loop or asyncio.get_running_loop()).call_soon(
+                self.submit_pending)
+
+    def submit_pending(self) -> None:
+        """Hand the pending writes to the core as one batch (`Append`).
+
+        A batch submitted with none of this leader's batches waiting for commit (one client
+        writing one value at a time) is handled before the events already queued: those are
+        the followers' fetches that arrived in the same loop turn, after the previous write's
+        high-watermark answers and acknowledgements. The core then appends first, the leader's
+        fsync starts sooner, and each of those fetches is answered with the new records (and
+        the high watermark they were behind) instead of an answer of its own first. Other
+        batches queue behind the events as they arrive (under load, reordering them measured
+        slower).
+        """
+        if self._linger_handle is not None:
+            self._linger_handle.cancel()  # when the core loop submits before the handle runs
+        self._linger_handle = None
+        self.submit_now = False
+        self._barrier = None
+        pending = self._node._pending_values
+        if not pending:
+            return
+        head = pending if len(pending) <= MAX_APPEND_VALUES else pending[:MAX_APPEND_VALUES]
+        values, futures = zip(*head)  # per value in C: this runs for every write
+        ends = list(accumulate(map(len, values)))
+        count = max(1, bisect.bisect_right(ends, MAX_APPEND_BYTES))  # one value at least
+        if count < len(pending):  # the rest goes in the next batch, right after this one
+            self._node._pending_values = pending[count:]
+            values, futures = values[:count], futures[:count]
+            self._linger_handle = asyncio.get_running_loop().call_soon(self.submit_pending)
+        else:
+            self._node._pending_values = []
+        self._append_ids += 1
+        append_id = self._append_ids
+        self._node._appends[append_id] = list(futures)
+        append = ev.Append(append_id, values, ends[count - 1])
+        if self._node._uncommitted_appends:
+            self._node._enqueue(append)
+        else:  # nothing of ours is queued or in flight: going first reorders no batches
+            self._node._lone_append.append(append)
+            self._node._wake_core()
+        self._node._uncommitted_appends.add(append_id)
+
+    async def kv_put(self, key: str, value: bytes) -> int:
+        """Replicate PUT key=value."""
+        started = time.perf_counter()
+        offset, _ = await self.propose(encode_put(key, value))
+        self._node._m_commit_latency.observe(time.perf_counter() - started)
+        return offset
+
+    async def kv_delete(self, key: str) -> bool:
+        """Replicate DELETE key; returns whether it existed."""
+        _, result = await self.propose(encode_delete(key))
+        assert isinstance(result, KVResult)
+        return result.ok
+
+    async def kv_cas(self, key: str, expected: bytes | None, new: bytes | None) -> tuple[bool, bytes | None]:
+        """Replicate CAS; returns (swapped, previous value)."""
+        _, result = await self.propose(encode_cas(key, expected, new))
+        assert isinstance(result, KVResult)
+        return result.ok, result.value
+
+    async def read_barrier(self) -> None:
+        """Wait until a no-op record appended after this call is committed and applied."""
+        self._require_leader()
+        if self._barrier is None or self._barrier.done():
+            fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+            self._node._pending_values.append((encode_barrier(), fut))
+            self._barrier = fut
+            self._schedule_linger()
+        await asyncio.wait_for(asyncio.shield(self._barrier), CLIENT_TIMEOUT_S)
+
+    async def kv_get(self, key: str) -> bytes | None:
+        """Linearizable read (read barrier, then the local state)."""
+        if not isinstance(self._node.sm, KVStore):
+            raise TypeError("the KV API needs the built-in KV state machine")
+        await self.read_barrier()
+        return self._node.sm.get(key)
+
+    def kv_get_stale(self, key: str) -> bytes | None:
+        """Local read with no leadership check (NOT linearizable). On a follower whose lane
+        runs, await `lane_catch_up()` first."""
+        return self._node.sm.get(key) if isinstance(self._node.sm, KVStore) else None
+
+    async def kv_call(self, call: KvCall) -> KvAnswer:
+        """Run a KV call at the leader: on this node when it leads, else forwarded to the
+        leader (`kraft.server.forward`). Raises NotLeaderError when no leader took it in time
+        (nothing applied), OutcomeUnknownError, or ForwardRefusedError."""
+        try:
+            return await self.kv_local(call)
+        except NotLeaderError:  # refused before proposing: safe to hand to the leader
+            pass
+        assert self._forwarder is not None
+        return await self._forwarder.call(call, CLIENT_TIMEOUT_S)
+
+    async def kv_local(self, call: KvCall) -> KvAnswer:
+        """Run `call` on this node as the leader (NotLeaderError at once when it is not)."""
+        if call.op == KvOp.GET:
+            value = await self.kv_get(call.key)
+            return KvAnswer(ok=value is not None, value=value)
+        if call.op == KvOp.PUT:
+            assert call.value is not None
+            return KvAnswer(offset=await self.kv_put(call.key, call.value))
+        if call.op == KvOp.DELETE:
+            return KvAnswer(ok=await self.kv_delete(call.key))
+        swapped, previous = await self.kv_cas(call.key, call.expected, call.value)
+        return KvAnswer(ok=swapped, value=previous)
+
+    def forward_target(self) -> Target:
+        """Where a KV call goes now (see `Forwarder`)."""
+        core = self._node.core
+        if core is None:
+            return Target(False, -1, None)
+        if core.role == Role.LEADER:
+            return Target(True, self._node.config.node_id, None)
+        leader = self.redirect_leader()
+        if leader < 0:
+            return Target(False, -1, None)
+        endpoints: tuple[m.Endpoint, ...] = ()
+        if isinstance(core.state, FollowerState) and core.state.leader_id == leader:
+            endpoints = core.state.leader_endpoints
+        return Target(False, leader, self._node._address_of(leader, endpoints))
+
+    async def leader_news(self, timeout_s: float) -> None:
+        """Return at the next change of this node's epoch state, or after `timeout_s`."""
+        if timeout_s <= 0:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._leader_waiters.append(fut)
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            if fut in self._leader_waiters:
+                self._leader_waiters.remove(fut)
+
+    def serve_forwarded(self, frame: bytes, peer: PeerInfo) -> bytes | DeferredReply | None:
+        """A ForwardKv request: run it here as the leader, or answer NOT_LEADER_OR_FOLLOWER
+        (a forwarded call is never forwarded again)."""
+        try:
+            got = decode_call(frame)
+        except BadForwardedCall as exc:
+            corr = exc.correlation_id
+            log.warning("event=bad_forwarded_call peer=%s:%d error=%r", peer.host, peer.port,
+                        str(exc))
+            if corr is None:
+                return None
+            return encode_answer(corr, ErrorCode.INVALID_REQUEST, message=str(exc))
+        if got.call is None:
+            return unsupported_version_frame(got.correlation_id)
+        if got.cluster_id != self._node.cluster_id:
+            return encode_answer(got.correlation_id, ErrorCode.INCONSISTENT_CLUSTER_ID,
+                                 message=f"cluster id {got.cluster_id!r} is not "
+                                         f"{self._node.cluster_id!r}")
+        core = self._node.core
+        if core is None or core.role != Role.LEADER:
+            return encode_answer(got.correlation_id, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                 self.redirect_leader())
+        reply = DeferredReply()
+        self._node._spawn(self._answer_forwarded(reply, got.correlation_id, got.call, got.timeout_ms))
+        return reply
+
+    async def _answer_forwarded(self, reply: DeferredReply, corr: int, call: KvCall,
+                                timeout_ms: int) -> None:
+        """Run a forwarded call as the leader and complete `reply` with its answer."""
+        timeout_s = min(CLIENT_TIMEOUT_S, timeout_ms / 1000) if timeout_ms > 0 \
+            else CLIENT_TIMEOUT_S
+        write = call.op != KvOp.GET
+        try:
+            answer = await asyncio.wait_for(self.kv_local(call), timeout_s)
+            body = encode_answer(corr, ErrorCode.NONE, self._node.config.node_id, answer=answer)
+        except NotLeaderError as exc:
+            body = encode_answer(corr, ErrorCode.NOT_LEADER_OR_FOLLOWER, exc.leader_id)
+        except (OutcomeUnknownError, TimeoutError) as exc:
+            body = encode_answer(corr, ErrorCode.REQUEST_TIMED_OUT, self.redirect_leader(),
+                                 outcome_unknown=write, message=str(exc) or "timed out")
+        except Exception as exc:  # answered, not left to the caller's timeout
+            log.exception("event=forwarded_call_failed op=%s key=%r", call.op.name, call.key)
+            body = encode_answer(corr, ErrorCode.UNKNOWN_SERVER_ERROR, self.redirect_leader(),
+                                 outcome_unknown=write, message=repr(exc))
+        reply.set(body)
+
