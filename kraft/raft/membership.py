@@ -16,6 +16,7 @@ Functions over one `RaftCore`'s state, called by its dispatcher (`kraft.raft.cor
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kraft.protocol.errors import ErrorCode
@@ -176,19 +177,36 @@ def missing_controller_listener(core: RaftCore, endpoints: tuple[Endpoint, ...])
     return name
 
 
-def on_add_voter(core: RaftCore, src: int, corr: int, req: AddRaftVoterRequest) -> None:
-    """AddRaftVoter: refuse what is invalid, a duplicate, or a replica that has not caught up;
-    else probe the new voter's ApiVersions before writing the voters record."""
-    s = core.state
+def _voter_change_reply(core: RaftCore, src: int, corr: int) -> Callable[[ErrorCode, str], None]:
+    """Answer an AddRaftVoter/RemoveRaftVoter request from `src` with an error and a message."""
 
     def fail(err: ErrorCode, msg: str) -> None:
         core._respond(src, corr, VoterChangeResponse(err, msg))
 
+    return fail
+
+
+def _leader_for_voter_change(
+    core: RaftCore, fail: Callable[[ErrorCode, str], None]
+) -> LeaderState | None:
+    """The leader's state when an AddRaftVoter/RemoveRaftVoter can start now; else None, the
+    request refused with `voter_change_refusal`'s reason."""
     refused = voter_change_refusal(core)
     if refused is not None:
         fail(*refused)
-        return
+        return None
+    s = core.state
     assert isinstance(s, LeaderState)
+    return s
+
+
+def on_add_voter(core: RaftCore, src: int, corr: int, req: AddRaftVoterRequest) -> None:
+    """AddRaftVoter: refuse what is invalid, a duplicate, or a replica that has not caught up;
+    else probe the new voter's ApiVersions before writing the voters record."""
+    fail = _voter_change_reply(core, src, corr)
+    s = _leader_for_voter_change(core, fail)
+    if s is None:
+        return
     if req.voter_id < 0 or req.voter_directory_id is None or req.voter_directory_id.is_zero():
         fail(ErrorCode.INVALID_REQUEST, "the new voter needs an id and a directory id")
         return
@@ -264,16 +282,10 @@ def on_api_versions(core: RaftCore, ev: ApiVersionsReceived) -> None:
 
 def on_remove_voter(core: RaftCore, src: int, corr: int, req: RemoveRaftVoterRequest) -> None:
     """RemoveRaftVoter: append the voters set without that replica (never the last voter)."""
-    s = core.state
-
-    def fail(err: ErrorCode, msg: str) -> None:
-        core._respond(src, corr, VoterChangeResponse(err, msg))
-
-    refused = voter_change_refusal(core)
-    if refused is not None:
-        fail(*refused)
+    fail = _voter_change_reply(core, src, corr)
+    s = _leader_for_voter_change(core, fail)
+    if s is None:
         return
-    assert isinstance(s, LeaderState)
     if req.voter_directory_id is None or req.voter_directory_id.is_zero():
         fail(ErrorCode.INVALID_REQUEST, "a directory id is required")
         return
