@@ -37,6 +37,28 @@ EXIT_FORMATTED_FOR_ANOTHER = 3
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE: what a shell reports for a program stopped by a closed pipe."""
 
+ErrorExits = tuple[tuple[type[BaseException], int, str], ...]
+"""How a command's errors end it: (exception class, exit code, what to add to the message);
+the first class the error is an instance of wins, so subclasses come first."""
+
+STORAGE_ERRORS: ErrorExits = (
+    (StorageConfigError, EXIT_USAGE, ""),
+    (AlreadyFormattedError, EXIT_FAILURE, ""),
+    (FormattedForAnotherError, EXIT_FORMATTED_FOR_ANOTHER, ""),
+    (StorageError, EXIT_FAILURE, ""),
+)
+"""The errors every command may end with (the storage layer's)."""
+
+
+def report_error(exc: BaseException, table: ErrorExits) -> int | None:
+    """Print `error: <exc>` (with its entry's addition) for the first entry of `table` that
+    `exc` is an instance of, and return that entry's exit code; None when none matches."""
+    for kind, code, addition in table:
+        if isinstance(exc, kind):
+            print(f"error: {exc}{addition}", file=sys.stderr)
+            return code
+    return None
+
 
 @dataclass(frozen=True, slots=True)
 class Command:
@@ -230,18 +252,11 @@ def _main(argv: list[str] | None) -> int:
     try:
         code: int = handler(args)
         return code
-    except StorageConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except AlreadyFormattedError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
-    except FormattedForAnotherError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_FORMATTED_FOR_ANOTHER
     except StorageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
+        reported = report_error(exc, STORAGE_ERRORS)
+        if reported is None:
+            raise
+        return reported
 
 
 if __name__ == "__main__":

@@ -20,15 +20,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from kraft.cli import EXIT_OK, EXIT_USAGE, ErrorExits, report_error
 from kraft.storage.errors import DirectoryLockedError, StorageConfigError
 
 if TYPE_CHECKING:
     from kraft.server.config import NodeConfig
     from kraft.storage.recover import ReplicaReport
 
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
 EXIT_OTHER_REPLICA = 3
 """force-single-voter: the directory is another node's, or not the --directory-id named."""
 EXIT_NOT_CONFIRMED = 4
@@ -76,23 +74,22 @@ def run(args: argparse.Namespace) -> int:
         print("kraft recover: error: give a command: inspect or force-single-voter",
               file=sys.stderr)
         return EXIT_USAGE
+    errors: ErrorExits = (
+        (ConfigError, EXIT_USAGE, ""),
+        (DirectoryLockedError, EXIT_LOCKED,
+         ": stop the node first (kraft recover works on a stopped node)"),
+        (StaticQuorumError, EXIT_STATIC_QUORUM, ""),
+        (ReplicaMismatchError, EXIT_OTHER_REPLICA, ""),
+    )
     try:
         if command == "inspect":
             return _inspect(args)
         return _force(args)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except DirectoryLockedError as exc:
-        print(f"error: {exc}: stop the node first (kraft recover works on a stopped node)",
-              file=sys.stderr)
-        return EXIT_LOCKED
-    except StaticQuorumError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_STATIC_QUORUM
-    except ReplicaMismatchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_OTHER_REPLICA
+    except Exception as exc:  # the table's errors end here; any other goes on up
+        reported = report_error(exc, errors)
+        if reported is None:
+            raise
+        return reported
 
 
 def _inspect(args: argparse.Namespace) -> int:
