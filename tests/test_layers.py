@@ -106,3 +106,32 @@ def test_the_shared_executor_imports_only_the_core_effects() -> None:
     path = ROOT / "kraft" / "server" / "executor.py"
     own = {name for name in _imports(path) if name == "kraft" or name.startswith("kraft.")}
     assert own == {"kraft.raft"}, own
+
+
+def _reaches_into(path: Path) -> list[str]:
+    """Where `path` reads or writes a private attribute of another object (`x._name` with `x`
+    not `self` or `cls`), or names the node's class."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") \
+                and not node.attr.startswith("__"):
+            owner = node.value
+            if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
+                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Name) and node.id == "KraftNode":
+            found.append(f"{path.name}:{node.lineno}: {node.id}")
+        elif isinstance(node, ast.alias) and node.name.split(".")[-1] == "KraftNode":
+            found.append(f"{path.name}: imports {node.name}")
+        elif isinstance(node, ast.ImportFrom) and node.module and (
+                node.module == "kraft.server" or node.module.startswith("kraft.server.")):
+            found.append(f"{path.name}:{node.lineno}: from {node.module}")
+    return found
+
+
+def test_the_lane_takes_the_node_through_its_host_interface() -> None:
+    """The lane's runners use the node only through `kraft.lane.LaneHost`: no module of the
+    lane touches another object's private attribute, names the node's class, or imports the
+    server (not even for its types)."""
+    found = [hit for path in sorted((ROOT / "kraft" / "lane").glob("*.py"))
+             for hit in _reaches_into(path)]
+    assert found == [], found

@@ -353,6 +353,11 @@ class ClientServer:
         self._connections: set[ClientProtocol] = set()
         self._dirty: list[ClientProtocol] = []
 
+    @property
+    def connections(self) -> set[ClientProtocol]:
+        """The open connections (the node lends the one open to its leader's lane)."""
+        return self._connections
+
     def flush(self) -> None:
         """Send every answer queued so far now, one write per connection (the node calls
         this once the effects of an event are carried out, after its followers' answers)."""

@@ -95,7 +95,7 @@ from kraft.server.frames import (
     PeerInfo,
 )
 from kraft.server.kv_front import CLIENT_TIMEOUT_S, KvFront
-from kraft.server.lane_host import NodeFetchFrames
+from kraft.server.lane_host import NodeLaneHost
 from kraft.server.metrics import DISK_LATENCY_BUCKETS, Registry
 from kraft.server.translate import (
     TopLevelError,
@@ -297,10 +297,10 @@ class KraftNode:
         md.log.use_native_scan(append_scan())  # the lane's C scan of appends, where built
         module = self._lane_module("lane") if cfg.lane_follower else None
         if module is not None:
-            self._lane = FollowerLaneRunner(self, module)
+            self._lane = FollowerLaneRunner(NodeLaneHost(self), module)
         module = self._lane_module("leader_lane") if cfg.lane_leader else None
         if module is not None:
-            self._leader_lane = LeaderLaneRunner(self, module, NodeFetchFrames(self))
+            self._leader_lane = LeaderLaneRunner(NodeLaneHost(self), module)
         engine = logs.start()
         log.info("event=flusher replica=%d mode=%s engine=%s", cfg.node_id, cfg.flush_mode,
                  engine)
@@ -727,15 +727,20 @@ class KraftNode:
         `leader` to the core, as its request `correlation_id`."""
         return self._answered(fx.SendRequest(leader, (), correlation_id, request), ApiKey.FETCH)
 
+    def note_leader_high_watermark(self, high_watermark: int, epoch: int) -> None:
+        """A Fetch answer of the leader of `epoch` (or its follower lane) gave the leader's own
+        high watermark: the readiness check compares this node's to it."""
+        self._leader_hw = high_watermark
+        self._leader_hw_at = time.monotonic()
+        self._leader_hw_epoch = epoch
+
     def fetch_codec(self, request: m.FetchRequest) -> _FetchCodec:
         """The fast codec of `request`'s answer."""
         return _FetchCodec(request, self.cluster_id, self._listener_name)
 
     def _response_received(self, e: fx.SendRequest, resp: m.Response) -> None:
         if isinstance(resp, m.FetchResponse) and resp.error_code == ErrorCode.NONE:
-            self._leader_hw = resp.high_watermark
-            self._leader_hw_at = time.monotonic()
-            self._leader_hw_epoch = resp.leader_epoch
+            self.note_leader_high_watermark(resp.high_watermark, resp.leader_epoch)
         self._enqueue(ev.ResponseReceived(e.destination, e.correlation_id, resp))
 
     async def _send_request(self, e: fx.SendRequest) -> None:
