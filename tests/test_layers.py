@@ -91,7 +91,7 @@ def test_outside_the_lane_only_its_interface_is_imported() -> None:
     assert found == set(), found
 
 
-NODE_PARTS = ("executor", "flusher", "apply_driver", "kv_front")
+NODE_PARTS = ("executor", "flusher", "apply_driver", "kv_front", "peers")
 
 
 def test_the_node_parts_take_the_node_through_protocols() -> None:

@@ -4,10 +4,10 @@ lends its lane runners (`FollowerLaneRunner`, `LeaderLaneRunner`).
 The runners see the node only through it: its core and log, its event loop and queue, the
 connections they are lent (the follower's fetch connection, the client connection, the voters'
 fetch connections) and where what they hand back goes. The parked fetches the leader's lane is
-lent wait as `FrameAnswer`s in the node's table of inbound frames; when the lane stops, it hands
-back the ones it still holds, and each is registered again as a frame waiting for the core's
-answer. The lane package itself knows nothing of the node, the frame server or its codecs: this
-module is where they meet.
+lent wait as `FrameAnswer`s in the node's table of inbound requests (`kraft.server.peers`);
+when the lane stops, it hands back the ones it still holds, and each is registered again as a
+frame waiting for the core's answer. The lane package itself knows nothing of the node, the
+frame server or its codecs: this module is where they meet.
 """
 
 from __future__ import annotations
@@ -80,8 +80,8 @@ class NodeLaneHost:
         node = self._node
         conn.give_back(next_correlation, unread, ApiKey.FETCH, version, wire_correlation,
                        (node.config.request_timeout_ms + fetch.max_wait_ms) / 1000,
-                       node.fetch_callback(leader, correlation_id, fetch),
-                       node.fetch_codec(fetch))
+                       node.peers.fetch_callback(leader, correlation_id, fetch),
+                       node.peers.fetch_codec(fetch))
 
     def leader_high_watermark(self, high_watermark: int, epoch: int) -> None:
         """The leader's own high watermark, as an answer of the leader of `epoch` gave it."""
@@ -109,7 +109,7 @@ class NodeLaneHost:
         """(connection id, connection) of the connection `replica_id` last fetched on."""
         node = self._node
         listener = node.listener
-        peer = node._fetch_peers.get(replica_id)
+        peer = node.peers.fetch_peers.get(replica_id)
         if listener is None or peer is None:
             return None
         proto = listener.connection(peer)
@@ -118,7 +118,7 @@ class NodeLaneHost:
     def parked_frame(self, correlation_id: int) -> tuple[int, int, int] | None:
         """The frame waiting under `correlation_id`: (its connection, version, wire
         correlation id), None when none waits (or the waiter is not a frame)."""
-        answer = self._node._inbound.get(correlation_id)
+        answer = self._node.peers.inbound.get(correlation_id)
         if type(answer) is not FrameAnswer:
             return None
         return answer.peer, answer.version, answer.corr
@@ -132,24 +132,25 @@ class NodeLaneHost:
 
     def lend_frame(self, correlation_id: int) -> None:
         """The frame under `correlation_id` goes to the lane: no longer waited on here."""
-        self._node._inbound.pop(correlation_id, None)
+        self._node.peers.inbound.pop(correlation_id, None)
 
     def take_back_frame(self, frame: bytes, peer: int) -> tuple[int, m.FetchRequest, Any] | None:
         """Register a handed-back fetch frame as waiting for the core's answer on `peer`:
         (its id, the request, the reply the connection writes); None when it cannot be read."""
         node = self._node
+        peers = node.peers
         assert node._loop is not None
         got = decode_fetch_request(frame, node.cluster_id)
         if got is None:
             return None
         version, wire_corr, req = got
-        node._inbound_ids += 1
-        key = node._inbound_ids
+        peers.inbound_ids += 1
+        key = peers.inbound_ids
         reply = DeferredReply()
         answer = FrameAnswer(ApiKey.FETCH, version, wire_corr, reply,
                              node._loop.time() + FRAME_ANSWER_TIMEOUT_S, peer)
-        node._inbound[key] = answer
-        node._sweep.ask(answer.deadline)
+        peers.inbound[key] = answer
+        peers.sweep.ask(answer.deadline)
         return key, req, reply
 
     def await_commit(self, offset: int, epoch: int, reply: Any) -> None:
