@@ -135,3 +135,24 @@ def test_the_lane_takes_the_node_through_its_host_interface() -> None:
     found = [hit for path in sorted((ROOT / "kraft" / "lane").glob("*.py"))
              for hit in _reaches_into(path)]
     assert found == [], found
+
+
+def _type_checking_imports(path: Path) -> list[str]:
+    """The imports `path` makes under `if TYPE_CHECKING:` (hidden from the contracts)."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING",
+                                                                    "typing.TYPE_CHECKING"):
+            found += [f"{path.relative_to(ROOT)}:{n.lineno}" for n in ast.walk(node)
+                      if isinstance(n, ast.Import | ast.ImportFrom)]
+    return found
+
+
+def test_the_node_parts_and_the_lane_import_nothing_for_types_only() -> None:
+    """The contracts skip imports made under TYPE_CHECKING; `kraft.server` and `kraft.lane` make
+    none (each part names what it uses of another in a Protocol), so the check for cycles among
+    their modules sees every import they make."""
+    found = [hit for package in ("server", "lane")
+             for path in sorted((ROOT / "kraft" / package).glob("*.py"))
+             for hit in _type_checking_imports(path)]
+    assert found == [], found

@@ -13,19 +13,50 @@ frame server or its codecs: this module is where they meet.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+import collections
+from typing import Any, Protocol
 
 from kraft.lane import ClientConnection, FetchConnection, VoterConnection
 from kraft.protocol.api import ApiKey
+from kraft.raft import events as ev
 from kraft.raft import messages as m
 from kraft.raft.core import RaftCore
+from kraft.server.apply_driver import Completion
+from kraft.server.client_protocol import ClientServer
+from kraft.server.config import NodeConfig
 from kraft.server.fetch_fast import decode_fetch_request, encode_fetch_request
 from kraft.server.frame_answer import FRAME_ANSWER_TIMEOUT_S, FrameAnswer
-from kraft.server.frames import DeferredReply
+from kraft.server.frames import DeferredReply, FrameListener
+from kraft.server.peers import Peers
+from kraft.storage.loader import MetadataDir
 from kraft.storage.log import SegmentedLog
 
-if TYPE_CHECKING:
-    from kraft.server.node import KraftNode
+
+class LaneNode(Protocol):
+    """What `NodeLaneHost` uses of the node: its configuration, cluster id, core and metadata
+    directory, event loop and queue (`_push`, `_events`), its transport (the parked frames and
+    the voters' connections), its listeners, the writes of its own in hand (`_lone_append`,
+    `_pending_values`, `_appends`, `_uncommitted_appends`, `_waiting`), whether a flush is due,
+    and where the leader's high watermark goes."""
+
+    config: NodeConfig
+    cluster_id: str
+    core: RaftCore | None
+    md: MetadataDir | None
+    peers: Peers
+    client_server: ClientServer | None
+    listener: FrameListener | None
+    _loop: asyncio.AbstractEventLoop | None
+    _events: collections.deque[ev.Event | tuple[str, Any]]
+    _lone_append: collections.deque[ev.Append]
+    _pending_values: list[tuple[bytes, Completion]]
+    _appends: dict[int, list[Completion]]
+    _uncommitted_appends: set[int]
+    _waiting: dict[int, tuple[int, Completion]]
+    _flush_due: int
+
+    def _push(self, item: ev.Event | tuple[str, Any]) -> None: ...
+    def note_leader_high_watermark(self, high_watermark: int, epoch: int) -> None: ...
 
 
 class NodeLaneHost:
@@ -33,7 +64,7 @@ class NodeLaneHost:
 
     __slots__ = ("_node",)
 
-    def __init__(self, node: KraftNode) -> None:
+    def __init__(self, node: LaneNode) -> None:
         self._node = node
 
     @property
