@@ -91,7 +91,7 @@ def test_outside_the_lane_only_its_interface_is_imported() -> None:
     assert found == set(), found
 
 
-NODE_PARTS = ("executor", "flusher", "apply_driver", "kv_front")
+NODE_PARTS = ("executor", "flusher", "apply_driver", "kv_front", "peers")
 
 
 def test_the_node_parts_take_the_node_through_protocols() -> None:
@@ -106,3 +106,53 @@ def test_the_shared_executor_imports_only_the_core_effects() -> None:
     path = ROOT / "kraft" / "server" / "executor.py"
     own = {name for name in _imports(path) if name == "kraft" or name.startswith("kraft.")}
     assert own == {"kraft.raft"}, own
+
+
+def _reaches_into(path: Path) -> list[str]:
+    """Where `path` reads or writes a private attribute of another object (`x._name` with `x`
+    not `self` or `cls`), or names the node's class."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") \
+                and not node.attr.startswith("__"):
+            owner = node.value
+            if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
+                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Name) and node.id == "KraftNode":
+            found.append(f"{path.name}:{node.lineno}: {node.id}")
+        elif isinstance(node, ast.alias) and node.name.split(".")[-1] == "KraftNode":
+            found.append(f"{path.name}: imports {node.name}")
+        elif isinstance(node, ast.ImportFrom) and node.module and (
+                node.module == "kraft.server" or node.module.startswith("kraft.server.")):
+            found.append(f"{path.name}:{node.lineno}: from {node.module}")
+    return found
+
+
+def test_the_lane_takes_the_node_through_its_host_interface() -> None:
+    """The lane's runners use the node only through `kraft.lane.LaneHost`: no module of the
+    lane touches another object's private attribute, names the node's class, or imports the
+    server (not even for its types)."""
+    found = [hit for path in sorted((ROOT / "kraft" / "lane").glob("*.py"))
+             for hit in _reaches_into(path)]
+    assert found == [], found
+
+
+def _type_checking_imports(path: Path) -> list[str]:
+    """The imports `path` makes under `if TYPE_CHECKING:` (hidden from the contracts)."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING",
+                                                                    "typing.TYPE_CHECKING"):
+            found += [f"{path.relative_to(ROOT)}:{n.lineno}" for n in ast.walk(node)
+                      if isinstance(n, ast.Import | ast.ImportFrom)]
+    return found
+
+
+def test_the_node_parts_and_the_lane_import_nothing_for_types_only() -> None:
+    """The contracts skip imports made under TYPE_CHECKING; `kraft.server` and `kraft.lane` make
+    none (each part names what it uses of another in a Protocol), so the check for cycles among
+    their modules sees every import they make."""
+    found = [hit for package in ("server", "lane")
+             for path in sorted((ROOT / "kraft" / package).glob("*.py"))
+             for hit in _type_checking_imports(path)]
+    assert found == [], found

@@ -9,8 +9,9 @@ The consensus core (`kraft.raft`) leases the lane the steady state of one epoch
   same rules in C (`native()`, the extension `kraft.lane._native`, and `to_native`);
 - the node's runners of the lane's loops (`FollowerLaneRunner`, `LeaderLaneRunner`), which arm
   the C loops under a lease, tick them (`kraft.lane.ticker`) and turn what they did into
-  reports, and what the leader's runner needs of the node's request frames
-  (`ParkedFetchFrames`);
+  reports; they see the node only through `LaneHost` (`kraft.lane.host`: its core and log, its
+  event loop and queue, and the connections it lends them: `FetchConnection`,
+  `ClientConnection`, `VoterConnection`), which the node provides;
 - the C scan of an append (`append_scan`), which the node hands the log
   (`SegmentedLog.use_native_scan`): storage imports nothing of the lane.
 
@@ -19,7 +20,8 @@ tests other than the lane's own import nothing else of it.
 """
 
 from kraft.lane.follower import FollowerLaneRunner
-from kraft.lane.leader import LeaderLaneRunner, ParkedFetchFrames
+from kraft.lane.host import ClientConnection, FetchConnection, LaneHost, VoterConnection
+from kraft.lane.leader import LeaderLaneRunner
 from kraft.lane.rules import (
     FollowerLane,
     LaneAnswer,
@@ -32,14 +34,17 @@ from kraft.lane.rules import (
 )
 
 __all__ = [
+    "ClientConnection",
+    "FetchConnection",
     "FollowerLane",
     "FollowerLaneRunner",
     "LaneAnswer",
     "LaneFetch",
+    "LaneHost",
     "LaneVoter",
     "LeaderLane",
     "LeaderLaneRunner",
-    "ParkedFetchFrames",
+    "VoterConnection",
     "append_scan",
     "native",
     "to_native",

@@ -37,17 +37,13 @@ import os
 import time
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from kraft.lane.host import FetchConnection, LaneHost
 from kraft.lane.ticker import LaneTicker
-from kraft.protocol.api import ApiKey
 from kraft.raft import events as ev
 from kraft.raft import messages as m
 from kraft.storage.errors import StorageError
-
-if TYPE_CHECKING:
-    from kraft.server.node import KraftNode
-    from kraft.server.transport import KafkaConnection
 
 log = logging.getLogger("kraft.server.follower_lane")
 
@@ -58,7 +54,7 @@ class _Armed:
     """One armed lane: its loop, the lease it serves, and what was reported so far."""
 
     shell: Any
-    conn: KafkaConnection
+    conn: FetchConnection
     epoch: int
     leader: int
     template: m.FetchRequest
@@ -84,13 +80,13 @@ def next_fetch(template: m.FetchRequest, log_end: int, last_epoch: int,
 class FollowerLaneRunner:
     """Arms, ticks and stops one node's follower lane (`module` is `kraft.lane._native`)."""
 
-    def __init__(self, node: KraftNode, module: ModuleType) -> None:
-        self._node = node
+    def __init__(self, host: LaneHost, module: ModuleType) -> None:
+        self._host = host
         self._module = module
         self._armed: _Armed | None = None
         self._ticker: LaneTicker | None = None
-        self._tick_s = node.config.lane_tick_ms / 1000
-        self._give_back: tuple[KafkaConnection, int, int, bytes, str, m.FetchRequest, int,
+        self._tick_s = host.lane_tick_ms / 1000
+        self._give_back: tuple[FetchConnection, int, int, bytes, str, m.FetchRequest, int,
                                int] | None = None
         """After a stop, until the core adopts the fetch: (connection, its wire correlation id,
         the next correlation id, the unread bytes, why the connection is to be closed ("closed"
@@ -131,13 +127,13 @@ class FollowerLaneRunner:
 
     # ------------------------------------------------------------------ arming
 
-    def try_arm(self, fetch_sent: tuple[int, KafkaConnection, int, int] | None) -> None:
+    def try_arm(self, fetch_sent: tuple[int, FetchConnection, int, int] | None) -> None:
         """Arm the lane if the core gives a lease and the fetch in flight is the one sent on
         an open connection as `fetch_sent` = (core correlation id, connection, wire
         correlation id, version)."""
-        node = self._node
-        core, md = node.core, node.md
-        if self._armed is not None or core is None or md is None or fetch_sent is None:
+        host = self._host
+        core, dlog = host.core, host.log
+        if self._armed is not None or core is None or dlog is None or fetch_sent is None:
             return
         lease = core.follower_lease()
         if lease is None or core.log.last_epoch() != lease.epoch:
@@ -145,7 +141,6 @@ class FollowerLaneRunner:
         core_corr, conn, wire, version = fetch_sent
         if core_corr != lease.fetch_correlation or version not in (17, 18):
             return
-        dlog = md.log
         if (dlog.flush_in_flight or dlog.durable_end_offset != dlog.log_end_offset
                 or dlog.log_end_offset != lease.log_end):
             return
@@ -163,29 +158,25 @@ class FollowerLaneRunner:
         try:
             shell = C.FollowerShell(
                 fd, active.fd, active.size, lane, lease.epoch, next_corr, version,
-                conn.client_id, node.cluster_id, template.replica_id,
+                conn.client_id, host.cluster_id, template.replica_id,
                 template.replica_directory_id, template.max_wait_ms, template.max_bytes,
                 write_limit=limit)
             shell.start()
         except (OSError, ValueError, RuntimeError) as exc:
-            log.warning("event=lane_not_armed replica=%d error=%r", node.config.node_id,
-                        str(exc))
-            conn.give_back(next_corr, b"", ApiKey.FETCH, version, wire, self._timeout(template),
-                           node.fetch_callback(lease.leader_id, core_corr, template),
-                           node.fetch_codec(template))
+            log.warning("event=lane_not_armed replica=%d error=%r", host.node_id, str(exc))
+            host.give_back_fetch(conn, next_corr, b"", version, wire, lease.leader_id,
+                                 core_corr, template)
             return
         self._armed = _Armed(shell, conn, lease.epoch, lease.leader_id, template, version,
                              lease.log_end, active.size)
-        assert node._loop is not None
-        node._loop.add_reader(shell.done_fd, self._ended)
-        node._loop.add_reader(shell.news_fd, self._news)
-        self._ticker = LaneTicker(node._loop, self._tick_s, self._tick)
+        loop = host.loop
+        assert loop is not None
+        loop.add_reader(shell.done_fd, self._ended)
+        loop.add_reader(shell.news_fd, self._news)
+        self._ticker = LaneTicker(loop, self._tick_s, self._tick)
         self.arms += 1
         log.debug("event=lane_armed replica=%d epoch=%d leader=%d log_end=%d",
-                  node.config.node_id, lease.epoch, lease.leader_id, lease.log_end)
-
-    def _timeout(self, fetch: m.FetchRequest) -> float:
-        return (self._node.config.request_timeout_ms + fetch.max_wait_ms) / 1000
+                  host.node_id, lease.epoch, lease.leader_id, lease.log_end)
 
     # ------------------------------------------------------------------ ticks
 
@@ -193,7 +184,7 @@ class FollowerLaneRunner:
         """The bookkeeping tick: hands the loop's progress on, if any (True)."""
         if not self.has_progress():
             return False
-        self._node._push(("lane", None))
+        self._host.wake_for_lane()
         return True
 
     def _news(self) -> None:
@@ -209,15 +200,16 @@ class FollowerLaneRunner:
         except (BlockingIOError, InterruptedError):
             pass
         if self.has_progress():
-            self._node._push(("lane", None))
+            self._host.wake_for_lane()
 
     def _ended(self) -> None:
         """The loop ended on its own (a handover, the leader closing, a failure)."""
         if self._armed is not None:
-            assert self._node._loop is not None
-            self._node._loop.remove_reader(self._armed.shell.done_fd)
+            loop = self._host.loop
+            assert loop is not None
+            loop.remove_reader(self._armed.shell.done_fd)
             self.ended = True
-            self._node._push(("lane", None))
+            self._host.wake_for_lane()
 
     def has_progress(self) -> bool:
         """The running loop took answers that the core has not been told of."""
@@ -244,10 +236,11 @@ class FollowerLaneRunner:
             return None
         self._armed = None
         self.ended = False
-        node = self._node
-        assert node._loop is not None
-        node._loop.remove_reader(a.shell.done_fd)
-        node._loop.remove_reader(a.shell.news_fd)
+        host = self._host
+        loop = host.loop
+        assert loop is not None
+        loop.remove_reader(a.shell.done_fd)
+        loop.remove_reader(a.shell.news_fd)
         if self._ticker is not None:
             self._ticker.stop()
             self._ticker = None
@@ -265,19 +258,18 @@ class FollowerLaneRunner:
         close = reason if reason in ("closed", "error") else ""
         if reason == "error":
             log.warning("event=lane_stopped replica=%d reason=error at=%s error=%s",
-                        node.config.node_id, r["error_at"], r["error"])
+                        host.node_id, r["error_at"], r["error"])
         fetch = report.fetch
         assert fetch is not None
         self._give_back = (a.conn, int(r["fetch_correlation"]), int(r["next_correlation"]),
                            bytes(r["unread"]), close, fetch, a.version,
                            a.leader)
         log.debug("event=lane_stopped replica=%d reason=%s cause=%s answers=%s",
-                  node.config.node_id, reason, cause, r["answers"])
+                  host.node_id, reason, cause, r["answers"])
         return report
 
     def _report(self, a: _Armed, answers: int, log_end: int, write_pos: int, hw: int | None,
                 leader_hw: int | None, last_epoch: int, armed: bool) -> ev.FollowerLaneReport:
-        node = self._node
         self._adopt(a, write_pos, log_end, strict=True)
         appended = ((a.reported_end, log_end - 1),) if log_end > a.reported_end else ()
         grown = write_pos - a.reported_pos
@@ -288,17 +280,15 @@ class FollowerLaneRunner:
         if leader_hw is not None and took:
             # the leader's own high watermark, not this follower's (which is capped at its
             # log's end): a follower still fetching its way up must not look caught up
-            node._leader_hw = leader_hw
-            node._leader_hw_at = time.monotonic()
-            node._leader_hw_epoch = a.epoch
+            self._host.leader_high_watermark(leader_hw, a.epoch)
         self.reports += 1
         return ev.FollowerLaneReport(a.epoch, a.leader, appended, grown, log_end, hw,
                                      now if took else None, fetch, now, armed)
 
     def _adopt(self, a: _Armed, write_pos: int, log_end: int, strict: bool) -> None:
-        md = self._node.md
-        assert md is not None
-        end = md.log.adopt_written(write_pos)
+        dlog = self._host.log
+        assert dlog is not None
+        end = dlog.adopt_written(write_pos)
         if strict and end != log_end:
             raise StorageError(f"the follower lane wrote up to offset {log_end}, but its bytes "
                                f"in the segment end at {end}")
@@ -310,10 +300,8 @@ class FollowerLaneRunner:
         if back is None:
             return  # a progress report: the loop goes on with the connection
         conn, wire, next_corr, unread, close, fetch, version, leader = back
-        node = self._node
-        conn.give_back(next_corr, unread, ApiKey.FETCH, version, wire, self._timeout(fetch),
-                       node.fetch_callback(leader, correlation_id, fetch),
-                       node.fetch_codec(fetch))
+        self._host.give_back_fetch(conn, next_corr, unread, version, wire, leader,
+                                   correlation_id, fetch)
         if close == "closed":  # the fetch fails as disconnected: the leader's process is gone
             conn.peer_closed()
         elif close:
@@ -328,13 +316,14 @@ class FollowerLaneRunner:
         if self._ticker is not None:
             self._ticker.stop()
             self._ticker = None
-        if self._node._loop is not None:
-            self._node._loop.remove_reader(a.shell.done_fd)
-            self._node._loop.remove_reader(a.shell.news_fd)
+        loop = self._host.loop
+        if loop is not None:
+            loop.remove_reader(a.shell.done_fd)
+            loop.remove_reader(a.shell.news_fd)
         r = a.shell.stop()
         try:
             self._adopt(a, int(r["write_pos"]), int(r["log_end"]), strict=False)
         except StorageError as exc:
-            log.warning("event=lane_close_failed replica=%d error=%r", self._node.config.node_id,
+            log.warning("event=lane_close_failed replica=%d error=%r", self._host.node_id,
                         str(exc))
 

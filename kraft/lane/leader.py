@@ -32,8 +32,9 @@ import logging
 import time
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
+from kraft.lane.host import ClientConnection, LaneHost, VoterConnection
 from kraft.lane.rules import to_native
 from kraft.lane.ticker import LaneTicker
 from kraft.raft import events as ev
@@ -41,34 +42,7 @@ from kraft.raft import messages as m
 from kraft.raft.leader import LeaderState, ParkedFetch
 from kraft.storage.errors import StorageError
 
-if TYPE_CHECKING:
-    from kraft.server.client_protocol import ClientProtocol
-    from kraft.server.frames import _FrameServerProtocol
-    from kraft.server.node import KraftNode
-
-
 log = logging.getLogger("kraft.server.leader_lane")
-
-
-class ParkedFetchFrames(Protocol):
-    """What the leader's lane needs of the node's Kafka request frames: the parked fetches it
-    is lent come from them, and the ones it hands back go back to them. The node provides it
-    (`kraft.server.lane_host.NodeFetchFrames`), so this package imports nothing of the
-    server's frame handling."""
-
-    def parked(self, correlation_id: int) -> tuple[int, int, int] | None:
-        """The request frame registered under `correlation_id`: (the connection it came on,
-        its version, its wire correlation id), None when no frame waits under that id."""
-
-    def encode(self, request: m.FetchRequest, version: int, correlation_id: int
-               ) -> bytes | None:
-        """`request` as the Fetch request frame the loop reads, None when the loop's codec
-        does not serve its shape."""
-
-    def take_back(self, frame: bytes, peer: int) -> tuple[int, m.FetchRequest, Any] | None:
-        """A fetch the loop hands back, registered again as waiting for the core's answer on
-        connection `peer`: (its id for the core, the request, the reply the connection
-        writes), None when the frame cannot be read."""
 
 
 @dataclass(slots=True)
@@ -77,8 +51,9 @@ class _Armed:
 
     shell: Any
     epoch: int
-    client: ClientProtocol
-    voters: dict[int, _FrameServerProtocol]
+    client: ClientConnection
+    voters: dict[int, tuple[int, VoterConnection]]
+    """Each voter's connection: (its connection id, the connection)."""
     keys: dict[int, m.ReplicaKey]
     reported_end: int
     """The log end offset the core was last told of."""
@@ -87,16 +62,15 @@ class _Armed:
 
 
 class LeaderLaneRunner:
-    """Arms, ticks and stops one node's leader lane (`module` is `kraft.lane._native`; `frames`
-    the node's request frames, where the parked fetches come from and go back to)."""
+    """Arms, ticks and stops one node's leader lane (`module` is `kraft.lane._native`; `host`
+    the node, whose request frames the parked fetches come from and go back to)."""
 
-    def __init__(self, node: KraftNode, module: ModuleType, frames: ParkedFetchFrames) -> None:
-        self._node = node
+    def __init__(self, host: LaneHost, module: ModuleType) -> None:
+        self._host = host
         self._module = module
-        self._frames = frames
         self._armed: _Armed | None = None
         self._ticker: LaneTicker | None = None
-        self._tick_s = node.config.lane_tick_ms / 1000
+        self._tick_s = host.lane_tick_ms / 1000
         self.ended = False
         """The loop ended on its own: the core loop takes its last report next."""
         self.arms = 0
@@ -123,22 +97,19 @@ class LeaderLaneRunner:
 
     def try_arm(self) -> None:
         """Arm the lane if the core gives a lease and the connections are in a state to lend."""
-        node = self._node
-        core, md, clients, listener = node.core, node.md, node.client_server, node.listener
-        if (self._armed is not None or core is None or md is None or clients is None
-                or listener is None or node._loop is None
+        host = self._host
+        core, dlog, loop = host.core, host.log, host.loop
+        if (self._armed is not None or core is None or dlog is None or loop is None
                 or not isinstance(core.state, LeaderState)):
             return
         # the cheap checks first: this runs after every event of a leader
-        if len(clients._connections) != 1:
+        client = host.client_connection()
+        if client is None:
             return  # none, or several: the lane serves one client connection
-        client = next(iter(clients._connections))
         if not client.lendable():
             return self._why_not("client")
-        if (node._events or node._lone_append or node._pending_values or node._waiting
-                or node._appends or node._uncommitted_appends or node._flush_due):
+        if host.busy():
             return self._why_not("busy")
-        dlog = md.log
         if dlog.flush_in_flight or dlog.durable_end_offset != dlog.log_end_offset:
             return self._why_not("log")
         lease = core.leader_lease()
@@ -148,27 +119,26 @@ class LeaderLaneRunner:
             return self._why_not("log")
         s = core.state
         assert isinstance(s, LeaderState)
-        by_id = {p.peer.connection_id: p for p in listener._connections}
         parked = {p.source: p for p in s.parked}
         if len(parked) != len(s.parked):
             return self._why_not("parked")
-        voters: dict[int, _FrameServerProtocol] = {}
+        voters: dict[int, tuple[int, VoterConnection]] = {}
         keys: dict[int, m.ReplicaKey] = {}
         for v in lease.voters:
             if v.is_leader or v.key is None:
                 continue
-            peer = node._fetch_peers.get(v.id)
-            proto = by_id.get(peer) if peer is not None else None
-            if proto is None:
+            connected = host.voter_connection(v.id)
+            if connected is None:
                 continue  # not connected: its fetch, when it comes, stops the lane
+            peer, proto = connected
             p = parked.get(v.id)
             if not proto.lendable(1 if p is not None else 0):
                 return self._why_not("voter")
             if p is not None:
-                waiting_frame = self._frames.parked(p.correlation_id)
+                waiting_frame = host.parked_frame(p.correlation_id)
                 if waiting_frame is None or waiting_frame[0] != peer:
                     return self._why_not("voter_parked")
-            voters[v.id] = proto
+            voters[v.id] = connected
             keys[v.id] = v.key
         if any(rid not in voters for rid in parked):
             return self._why_not("parked_elsewhere")  # an observer's fetch, or another conn's
@@ -184,25 +154,25 @@ class LeaderLaneRunner:
                                                   row.prev_fetch_leader_end)
             p = parked.get(rid)
             if p is not None:
-                waiting_frame = self._frames.parked(p.correlation_id)
+                waiting_frame = host.parked_frame(p.correlation_id)
                 assert waiting_frame is not None
                 _peer, version, corr = waiting_frame
-                frame = self._frames.encode(p.request, version, corr)
+                frame = host.encode_fetch(p.request, version, corr)
                 if frame is None:
                     return self._why_not("voter_parked")
                 waiting[rid] = (corr, frame, p.deadline, p.request.high_watermark is not None)
         # lend: from here on the sockets are the loop's
         for p in core.lend_parked():
-            node._inbound.pop(p.correlation_id, None)
+            host.lend_frame(p.correlation_id)
         setup: list[tuple[Any, ...]] = []
-        for rid, proto in voters.items():
+        for rid, (_peer, proto) in voters.items():
             fd, unread = proto.lend()
             setup.append((fd, rid, rows[rid], waiting.get(rid), unread))
         client_fd, client_unread = client.lend()
         try:
             shell = C.LeaderShell(
                 client_fd, setup, active.fd, active.size, to_native(lease, C), s.leader_id,
-                node.cluster_id, lease.log_start, int(time.time() * 1000),
+                host.cluster_id, lease.log_start, int(time.time() * 1000),
                 linger_ms=core.config.hw_linger_ms, hw_advanced_ms=s.hw_advanced_at,
                 writes_streaming=s.writes_streaming, client_unread=client_unread,
                 write_limit=max(dlog.segment_bytes, active.size))
@@ -210,18 +180,18 @@ class LeaderLaneRunner:
             shell.start()
         except (OSError, ValueError, RuntimeError, TypeError) as exc:
             log.warning("event=leader_lane_not_armed replica=%d error=%r",
-                        node.config.node_id, str(exc))
+                        host.node_id, str(exc))
             # nothing ran: the parked fetches are the core's again, the connections theirs
             s.parked.extend(self._give_back(
                 voters, client, [(rid, u, waiting.get(rid)) for _fd, rid, _r, _w, u in setup],
                 client_unread, [], -1))
             return
         self._armed = _Armed(shell, lease.epoch, client, voters, keys, lease.log_end, version)
-        node._loop.add_reader(shell.done_fd, self._ended)
-        self._ticker = LaneTicker(node._loop, self._tick_s, self._tick)
+        loop.add_reader(shell.done_fd, self._ended)
+        self._ticker = LaneTicker(loop, self._tick_s, self._tick)
         self.arms += 1
         log.debug("event=leader_lane_armed replica=%d epoch=%d voters=%s log_end=%d",
-                  node.config.node_id, lease.epoch, sorted(voters), lease.log_end)
+                  host.node_id, lease.epoch, sorted(voters), lease.log_end)
 
     # ------------------------------------------------------------------ ticks
 
@@ -229,16 +199,17 @@ class LeaderLaneRunner:
         """The bookkeeping tick: hands the loop's progress on, if any (True)."""
         if self._armed is None or not self.has_progress():
             return False
-        self._node._push(("lane", None))
+        self._host.wake_for_lane()
         return True
 
     def _ended(self) -> None:
         """The loop ended on its own (a handover, a peer closing, a failure)."""
         if self._armed is not None:
-            assert self._node._loop is not None
-            self._node._loop.remove_reader(self._armed.shell.done_fd)
+            loop = self._host.loop
+            assert loop is not None
+            loop.remove_reader(self._armed.shell.done_fd)
             self.ended = True
-            self._node._push(("lane", None))
+            self._host.wake_for_lane()
 
     def has_progress(self) -> bool:
         """The running loop did something the core has not been told of."""
@@ -263,9 +234,10 @@ class LeaderLaneRunner:
             return None
         self._armed = None
         self.ended = False
-        node = self._node
-        assert node._loop is not None
-        node._loop.remove_reader(a.shell.done_fd)
+        host = self._host
+        loop = host.loop
+        assert loop is not None
+        loop.remove_reader(a.shell.done_fd)
         if self._ticker is not None:
             self._ticker.stop()
             self._ticker = None
@@ -279,19 +251,19 @@ class LeaderLaneRunner:
                                " (the log can no longer be trusted; stopping)")
         if reason == "error":
             log.warning("event=leader_lane_stopped replica=%d reason=error at=%s error=%s",
-                        node.config.node_id, r["error_at"], r["error"])
+                        host.node_id, r["error_at"], r["error"])
         report = self._report(a, r, armed=False)
         parked = self._give_back(a.voters, a.client, r["parked"], bytes(r["client_unread"]),
                                  [(int(i), int(o)) for i, o in r["pending"]], a.epoch)
         if reason == "error":
             # an answer may have been cut short on one of them: none can be trusted to be at a
             # frame's boundary (the peers reconnect; a PUT not answered is then unknown to them)
-            for proto in a.voters.values():
+            for _peer, proto in a.voters.values():
                 proto.close()
             if a.client.transport is not None:
                 a.client.transport.close()
         log.debug("event=leader_lane_stopped replica=%d reason=%s cause=%s batches=%s",
-                  node.config.node_id, reason, cause, r["batches"])
+                  host.node_id, reason, cause, r["batches"])
         return ev.LeaderLaneReport(
             report.epoch, report.appended, report.appended_bytes, report.durable_end,
             report.high_watermark, report.voters, report.hw_advanced_ms,
@@ -315,31 +287,33 @@ class LeaderLaneRunner:
                                    (), armed)
 
     def _adopt(self, write_pos: int, durable: int, log_end: int | None) -> None:
-        md = self._node.md
-        assert md is not None
-        end = md.log.adopt_written(write_pos, durable)
+        dlog = self._host.log
+        assert dlog is not None
+        end = dlog.adopt_written(write_pos, durable)
         if log_end is not None and end != log_end:
             raise StorageError(f"the leader lane wrote up to offset {log_end}, but its bytes "
                                f"in the segment end at {end}")
 
-    def _give_back(self, voters: dict[int, _FrameServerProtocol], client: ClientProtocol,
+    def _give_back(self, voters: dict[int, tuple[int, VoterConnection]],
+                   client: ClientConnection,
                    parked: list[Any], client_unread: bytes, pending: list[tuple[int, int]],
                    epoch: int) -> list[ParkedFetch]:
         """The connections back to their transports, each with its unread bytes; the parked
         fetches as the core's again (returned: the node answers each on its connection when
         the core does); the PUTs not committed as the node's own writes, answered once
         applied."""
-        node = self._node
-        assert node._loop is not None
+        host = self._host
+        assert host.loop is not None
         out: list[ParkedFetch] = []
         for rid, unread, pt in parked:
-            proto = voters.get(rid)
-            if proto is None:
+            connected = voters.get(rid)
+            if connected is None:
                 continue
+            peer, proto = connected
             reply = None
             if pt is not None:
                 _corr, frame, deadline, _has_hw = pt
-                got = self._frames.take_back(frame, proto.peer.connection_id)
+                got = host.take_back_frame(frame, peer)
                 if got is None:  # pragma: no cover - the loop keeps what it read and took
                     raise StorageError("the leader lane handed back a fetch it cannot read")
                 key, req, reply = got
@@ -347,7 +321,7 @@ class LeaderLaneRunner:
             proto.give_back(bytes(unread), reply)
         replies = client.give_back(client_unread, pending)
         for (_rid, offset), reply_ in zip(pending, replies, strict=True):
-            node._waiting[int(offset)] = (epoch, reply_)
+            host.await_commit(int(offset), epoch, reply_)
         return out
 
     def close(self) -> None:
@@ -359,11 +333,12 @@ class LeaderLaneRunner:
         if self._ticker is not None:
             self._ticker.stop()
             self._ticker = None
-        if self._node._loop is not None:
-            self._node._loop.remove_reader(a.shell.done_fd)
+        loop = self._host.loop
+        if loop is not None:
+            loop.remove_reader(a.shell.done_fd)
         r = a.shell.stop()
         try:
             self._adopt(int(r["write_pos"]), int(r["durable"]), None)
         except StorageError as exc:
             log.warning("event=leader_lane_close_failed replica=%d error=%r",
-                        self._node.config.node_id, str(exc))
+                        self._host.node_id, str(exc))

@@ -21,17 +21,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
 from kraft.server.admin import NotLeaderError, OutcomeUnknownError
+from kraft.server.apply_driver import Completion
 from kraft.statemachine.kv import FORMAT_VERSION, KVResult, encode_delete
 from kraft.statemachine.kv import OP_PUT as KV_OP_PUT
 
-if TYPE_CHECKING:
-    from kraft.server.apply_driver import Completion
-    from kraft.server.node import KraftNode
-
 log = logging.getLogger("kraft.server.client_protocol")
+
+
+class ClientHost(Protocol):
+    """What the binary client protocol uses of the node: its writes, reads and stale reads."""
+
+    def submit_many(self, writes: list[tuple[bytes, Completion]]) -> None:
+        """Start replicating each value; its completion gets the result once applied (raises
+        `NotLeaderError` when this node does not lead)."""
+
+    async def kv_get(self, key: str) -> bytes | None:
+        """A linearizable read of `key`."""
+
+    def kv_get_stale(self, key: str) -> bytes | None:
+        """`key` as this node's state machine has it now."""
+
+    def lane_catch_up(self) -> asyncio.Future[None] | None:
+        """A future done once the follower lane's progress is applied, None when none waits."""
 
 OP_PUT, OP_GET, OP_DELETE, OP_GET_STALE = 1, 2, 3, 4
 OK, NOT_FOUND, NOT_LEADER, UNKNOWN_OUTCOME, ERROR = 0, 1, 2, 3, 4
@@ -97,7 +111,7 @@ class _WriteReply:
 class ClientProtocol(asyncio.Protocol):
     """One client connection (see the module docstring)."""
 
-    def __init__(self, node: KraftNode, connections: set[ClientProtocol] | None = None,
+    def __init__(self, node: ClientHost, connections: set[ClientProtocol] | None = None,
                  dirty: list[ClientProtocol] | None = None) -> None:
         self.node = node
         self._connections = connections if connections is not None else set()
@@ -345,13 +359,18 @@ class ClientProtocol(asyncio.Protocol):
 class ClientServer:
     """The listener of the binary client protocol."""
 
-    def __init__(self, node: KraftNode, host: str, port: int) -> None:
+    def __init__(self, node: ClientHost, host: str, port: int) -> None:
         self.node = node
         self.host = host
         self.port = port
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[ClientProtocol] = set()
         self._dirty: list[ClientProtocol] = []
+
+    @property
+    def connections(self) -> set[ClientProtocol]:
+        """The open connections (the node lends the one open to its leader's lane)."""
+        return self._connections
 
     def flush(self) -> None:
         """Send every answer queued so far now, one write per connection (the node calls

@@ -46,7 +46,7 @@ class FrameAnswer:
         self.corr = corr
         self.future = future
         self.deadline = deadline
-        """Loop time after which it is answered REQUEST_TIMED_OUT (`KraftNode._sweep_inbound`)."""
+        """Loop time after which it is answered REQUEST_TIMED_OUT (`Peers._sweep_inbound`)."""
         self.peer = peer
         """The listener's id of the connection the frame came on (-1: not kept)."""
 

@@ -430,6 +430,14 @@ class FrameListener:
         self._next_id = 0
         self.connections_closed_for_bad_input = 0
 
+    def connection(self, connection_id: int) -> _FrameServerProtocol | None:
+        """The open connection of id `connection_id` (`Peer.connection_id`), None when it is
+        closed."""
+        for conn in self._connections:
+            if conn.peer.connection_id == connection_id:
+                return conn
+        return None
+
     async def start(self) -> int:
         """Bind and listen; returns the bound port."""
         loop = asyncio.get_running_loop()

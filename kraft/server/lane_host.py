@@ -1,64 +1,189 @@
-"""What the node lends its leader's native lane of its Kafka request frames
-(`kraft.lane.leader.ParkedFetchFrames`).
+"""The node's side of the lane's boundary: `NodeLaneHost`, the `kraft.lane.LaneHost` a node
+lends its lane runners (`FollowerLaneRunner`, `LeaderLaneRunner`).
 
-A fetch the core holds parked waits as a `FrameAnswer` in the node's table of inbound frames.
-When the leader's lane is armed, it is lent those fetches as the request frames its loop reads;
-when it stops, it hands back the ones it still holds, and each is registered again as a frame
-waiting for the core's answer. The lane package itself knows nothing of the frame server or
-its codecs: this module is where the two meet.
+The runners see the node only through it: its core and log, its event loop and queue, the
+connections they are lent (the follower's fetch connection, the client connection, the voters'
+fetch connections) and where what they hand back goes. The parked fetches the leader's lane is
+lent wait as `FrameAnswer`s in the node's table of inbound requests (`kraft.server.peers`);
+when the lane stops, it hands back the ones it still holds, and each is registered again as a
+frame waiting for the core's answer. The lane package itself knows nothing of the node, the
+frame server or its codecs: this module is where they meet.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import asyncio
+import collections
+from typing import Any, Protocol
 
+from kraft.lane import ClientConnection, FetchConnection, VoterConnection
 from kraft.protocol.api import ApiKey
+from kraft.raft import events as ev
 from kraft.raft import messages as m
+from kraft.raft.core import RaftCore
+from kraft.server.apply_driver import Completion
+from kraft.server.client_protocol import ClientServer
+from kraft.server.config import NodeConfig
 from kraft.server.fetch_fast import decode_fetch_request, encode_fetch_request
 from kraft.server.frame_answer import FRAME_ANSWER_TIMEOUT_S, FrameAnswer
-from kraft.server.frames import DeferredReply
+from kraft.server.frames import DeferredReply, FrameListener
+from kraft.server.peers import Peers
+from kraft.storage.loader import MetadataDir
+from kraft.storage.log import SegmentedLog
 
-if TYPE_CHECKING:
-    from kraft.server.node import KraftNode
+
+class LaneNode(Protocol):
+    """What `NodeLaneHost` uses of the node: its configuration, cluster id, core and metadata
+    directory, event loop and queue (`_push`, `_events`), its transport (the parked frames and
+    the voters' connections), its listeners, the writes of its own in hand (`_lone_append`,
+    `_pending_values`, `_appends`, `_uncommitted_appends`, `_waiting`), whether a flush is due,
+    and where the leader's high watermark goes."""
+
+    config: NodeConfig
+    cluster_id: str
+    core: RaftCore | None
+    md: MetadataDir | None
+    peers: Peers
+    client_server: ClientServer | None
+    listener: FrameListener | None
+    _loop: asyncio.AbstractEventLoop | None
+    _events: collections.deque[ev.Event | tuple[str, Any]]
+    _lone_append: collections.deque[ev.Append]
+    _pending_values: list[tuple[bytes, Completion]]
+    _appends: dict[int, list[Completion]]
+    _uncommitted_appends: set[int]
+    _waiting: dict[int, tuple[int, Completion]]
+    _flush_due: int
+
+    def _push(self, item: ev.Event | tuple[str, Any]) -> None: ...
+    def note_leader_high_watermark(self, high_watermark: int, epoch: int) -> None: ...
 
 
-class NodeFetchFrames:
-    """One node's parked fetch frames, as its leader's lane takes and hands them back."""
+class NodeLaneHost:
+    """One node as its lane runners see it (`kraft.lane.LaneHost`)."""
 
     __slots__ = ("_node",)
 
-    def __init__(self, node: KraftNode) -> None:
+    def __init__(self, node: LaneNode) -> None:
         self._node = node
 
-    def parked(self, correlation_id: int) -> tuple[int, int, int] | None:
+    @property
+    def node_id(self) -> int:
+        """This node's id."""
+        return self._node.config.node_id
+
+    @property
+    def cluster_id(self) -> str:
+        """The cluster's id."""
+        return self._node.cluster_id
+
+    @property
+    def lane_tick_ms(self) -> int:
+        """The lanes' bookkeeping tick (`kraft.lane.tick.ms`)."""
+        return self._node.config.lane_tick_ms
+
+    @property
+    def core(self) -> RaftCore | None:
+        """The consensus core, None before the node started."""
+        return self._node.core
+
+    @property
+    def log(self) -> SegmentedLog | None:
+        """The metadata log, None before the node started."""
+        md = self._node.md
+        return None if md is None else md.log
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The node's event loop, None before it started."""
+        return self._node._loop
+
+    def wake_for_lane(self) -> None:
+        """Queue a turn of the lane on the core loop."""
+        self._node._push(("lane", None))
+
+    # ------------------------------------------------------------------ the follower's lane
+
+    def give_back_fetch(self, conn: FetchConnection, next_correlation: int, unread: bytes,
+                        version: int, wire_correlation: int, leader: int, correlation_id: int,
+                        fetch: m.FetchRequest) -> None:
+        """`conn` back from the follower's lane, its fetch in flight answered to the core."""
+        node = self._node
+        conn.give_back(next_correlation, unread, ApiKey.FETCH, version, wire_correlation,
+                       (node.config.request_timeout_ms + fetch.max_wait_ms) / 1000,
+                       node.peers.fetch_callback(leader, correlation_id, fetch),
+                       node.peers.fetch_codec(fetch))
+
+    def leader_high_watermark(self, high_watermark: int, epoch: int) -> None:
+        """The leader's own high watermark, as an answer of the leader of `epoch` gave it."""
+        self._node.note_leader_high_watermark(high_watermark, epoch)
+
+    # ------------------------------------------------------------------ the leader's lane
+
+    def busy(self) -> bool:
+        """Events queued, writes pending, submitted or not committed, or a flush due."""
+        node = self._node
+        return bool(node._events or node._lone_append or node._pending_values or node._waiting
+                    or node._appends or node._uncommitted_appends or node._flush_due)
+
+    def client_connection(self) -> ClientConnection | None:
+        """The one open client connection (None: none, several, or the node not serving)."""
+        clients = self._node.client_server
+        if clients is None or self._node.listener is None:
+            return None
+        conns = clients.connections
+        if len(conns) != 1:
+            return None
+        return next(iter(conns))
+
+    def voter_connection(self, replica_id: int) -> tuple[int, VoterConnection] | None:
+        """(connection id, connection) of the connection `replica_id` last fetched on."""
+        node = self._node
+        listener = node.listener
+        peer = node.peers.fetch_peers.get(replica_id)
+        if listener is None or peer is None:
+            return None
+        proto = listener.connection(peer)
+        return None if proto is None else (peer, proto)
+
+    def parked_frame(self, correlation_id: int) -> tuple[int, int, int] | None:
         """The frame waiting under `correlation_id`: (its connection, version, wire
         correlation id), None when none waits (or the waiter is not a frame)."""
-        answer = self._node._inbound.get(correlation_id)
+        answer = self._node.peers.inbound.get(correlation_id)
         if type(answer) is not FrameAnswer:
             return None
         return answer.peer, answer.version, answer.corr
 
-    def encode(self, request: m.FetchRequest, version: int, correlation_id: int
-               ) -> bytes | None:
+    def encode_fetch(self, request: m.FetchRequest, version: int, correlation_id: int
+                     ) -> bytes | None:
         """The request frame of `request` (`kraft.server.fetch_fast`), None for a shape the
         direct codec does not serve."""
         return encode_fetch_request(request, self._node.cluster_id, version, correlation_id,
                                     None)
 
-    def take_back(self, frame: bytes, peer: int) -> tuple[int, m.FetchRequest, Any] | None:
+    def lend_frame(self, correlation_id: int) -> None:
+        """The frame under `correlation_id` goes to the lane: no longer waited on here."""
+        self._node.peers.inbound.pop(correlation_id, None)
+
+    def take_back_frame(self, frame: bytes, peer: int) -> tuple[int, m.FetchRequest, Any] | None:
         """Register a handed-back fetch frame as waiting for the core's answer on `peer`:
         (its id, the request, the reply the connection writes); None when it cannot be read."""
         node = self._node
+        peers = node.peers
         assert node._loop is not None
         got = decode_fetch_request(frame, node.cluster_id)
         if got is None:
             return None
         version, wire_corr, req = got
-        node._inbound_ids += 1
-        key = node._inbound_ids
+        peers.inbound_ids += 1
+        key = peers.inbound_ids
         reply = DeferredReply()
         answer = FrameAnswer(ApiKey.FETCH, version, wire_corr, reply,
                              node._loop.time() + FRAME_ANSWER_TIMEOUT_S, peer)
-        node._inbound[key] = answer
-        node._sweep.ask(answer.deadline)
+        peers.inbound[key] = answer
+        peers.sweep.ask(answer.deadline)
         return key, req, reply
+
+    def await_commit(self, offset: int, epoch: int, reply: Any) -> None:
+        """`reply` answered once `offset` (appended in `epoch`) is applied."""
+        self._node._waiting[offset] = (epoch, reply)

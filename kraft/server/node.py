@@ -15,9 +15,12 @@ and wires together the parts that do the node's jobs:
   raises the apply target, and the core loop below applies up to it in steps.
 - `kraft.server.kv_front` (`KvFront`): the KV API, the writes grouped into `Append`s, read
   barriers, forwarding to the leader; the client port.
-- This module: the event queue and the core loop, the network and node ports (requests and
-  answers to peers, state changes), the listeners, readiness and metrics, and the native lanes'
-  runners.
+- `kraft.server.peers` (`Peers`): the network port; the routes to the peers, the requests sent
+  to them and their answers, and the Kafka listener's frames handed to the core and answered.
+- `kraft.server.lane_host` (`NodeLaneHost`): the node as its native lanes' runners see it
+  (`kraft.lane.LaneHost`).
+- This module: the event queue and the core loop, the node port (state changes, the follower
+  lane's fetch adopted), the listeners, readiness and metrics, and the native lanes' runners.
 
 Events reach the core through one queue and one task (`_core_loop`), so the core sees them one
 at a time. The core loop applies committed records in steps of APPLY_CHUNK once the events
@@ -36,15 +39,12 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kraft.lane import FollowerLaneRunner, LeaderLaneRunner, append_scan, native
-from kraft.protocol import messages as w
-from kraft.protocol.api import SUPPORTED_FEATURES, ApiKey, api_spec, api_versions_response
-from kraft.protocol.errors import ErrorCode, ProtocolError, UnsupportedVersionError
-from kraft.protocol.framing import decode_request, encode_response
+from kraft.protocol.api import ApiKey
+from kraft.protocol.errors import ErrorCode
 from kraft.raft import effects as fx
 from kraft.raft import events as ev
 from kraft.raft import messages as m
@@ -55,7 +55,6 @@ from kraft.raft.records import voters_from_record
 from kraft.raft.state import FollowerState, Role
 from kraft.raft.voters import VoterSet, static_voter_set
 from kraft.records.control import KRaftVersionRecord, VotersRecord
-from kraft.server import frame_answer
 from kraft.server.admin import (
     AdminServer,
     KvAnswer,
@@ -66,98 +65,35 @@ from kraft.server.apply_driver import ApplyDriver, Completion, now_ms
 from kraft.server.client_protocol import ClientServer
 from kraft.server.config import NodeConfig
 from kraft.server.executor import EffectExecutor
-from kraft.server.features import (
-    FAILED_PREFIX,
-    KRAFT_VERSION,
-    METADATA_VERSION,
-    NOT_CONTROLLER_MESSAGE,
-    FeatureState,
-    FeatureUpdateError,
-    plan_feature_updates,
-    update_features_response,
-    updates_of,
-)
-from kraft.server.fetch_fast import (
-    decode_fetch_request,
-    decode_fetch_response,
-    encode_fetch_request,
-)
 from kraft.server.flusher import LogService
-from kraft.server.forward import (
-    is_forward_frame,
-)
-from kraft.server.frame_answer import FrameAnswer
 from kraft.server.frames import (
-    DeferredReply,
-    EarliestDeadline,
     FrameListener,
-    PeerClosedError,
-    PeerInfo,
 )
 from kraft.server.kv_front import CLIENT_TIMEOUT_S, KvFront
-from kraft.server.lane_host import NodeFetchFrames
+from kraft.server.lane_host import NodeLaneHost
 from kraft.server.metrics import DISK_LATENCY_BUCKETS, Registry
+from kraft.server.peers import Peers
 from kraft.server.translate import (
-    TopLevelError,
-    request_to_core,
     request_to_wire,
     response_to_core,
-)
-from kraft.server.transport import (
-    KafkaConnection,
-    PeerNetwork,
-    RequestError,
-    unsupported_version_frame,
 )
 from kraft.statemachine.base import StateMachine
 from kraft.statemachine.kv import (
     KVStore,
 )
 from kraft.storage.bootstrap import METADATA_VERSION_FEATURE, read_bootstrap_checkpoint
-from kraft.storage.errors import OffsetOutOfRangeError, StorageError
+from kraft.storage.errors import StorageError
 from kraft.storage.layout import BOOTSTRAP_CHECKPOINT
 from kraft.storage.loader import MetadataDir, open_metadata_dir
 
 log = logging.getLogger("kraft.server.node")
 
-_API_OF_REQUEST: dict[type, ApiKey] = {
-    m.VoteRequest: ApiKey.VOTE,
-    m.BeginQuorumEpochRequest: ApiKey.BEGIN_QUORUM_EPOCH,
-    m.EndQuorumEpochRequest: ApiKey.END_QUORUM_EPOCH,
-    m.FetchRequest: ApiKey.FETCH,
-    m.FetchSnapshotRequest: ApiKey.FETCH_SNAPSHOT,
-    m.DescribeQuorumRequest: ApiKey.DESCRIBE_QUORUM,
-    m.AddRaftVoterRequest: ApiKey.ADD_RAFT_VOTER,
-    m.RemoveRaftVoterRequest: ApiKey.REMOVE_RAFT_VOTER,
-    m.UpdateRaftVoterRequest: ApiKey.UPDATE_RAFT_VOTER,
-    m.ControllerRegistrationRequest: ApiKey.CONTROLLER_REGISTRATION,
-}
 
 APPLY_EVERY = 16
 """Events the core loop handles at most while committed records wait to be applied."""
 INLINE_FLUSH_EVERY = 64
 """Inline flush mode: fsync after at most this many events handled since an append, even
 while more keep queueing (a busy leader's own durable offset still moves)."""
-
-
-class _FetchCodec:
-    """The direct codecs of `kraft.server.fetch_fast` for one outbound FetchRequest (the
-    `FastCodec` of `KafkaConnection.send`): the answer decodes to a core FetchResponse."""
-
-    __slots__ = ("cluster_id", "listener", "request")
-
-    def __init__(self, request: m.FetchRequest, cluster_id: str, listener: str) -> None:
-        self.request = request
-        self.cluster_id = cluster_id
-        self.listener = listener
-
-    def encode(self, version: int, correlation_id: int, client_id: str | None) -> bytes | None:
-        return encode_fetch_request(self.request, self.cluster_id, version, correlation_id,
-                                    client_id)
-
-    def decode(self, version: int, correlation_id: int, frame: bytes | memoryview
-               ) -> m.FetchResponse | None:
-        return decode_fetch_response(frame, version, correlation_id, self.listener)
 
 
 class KraftNode:
@@ -179,13 +115,6 @@ class KraftNode:
         self._core_timer: asyncio.TimerHandle | None = None
         self._core_timer_at = 0
         """The core deadline (ms) `_core_timer` wakes the core loop for."""
-        self._inbound: dict[int, asyncio.Future[tuple[m.Response, bytes | None]] | FrameAnswer] = {}
-        self._inbound_ids = 0
-        self._address_memo: tuple[tuple[m.Endpoint, ...] | None, tuple[str, int] | None] = (
-            None, None)
-        """(endpoints, address) of `_address_of`'s last answer from given endpoints."""
-        self._sweep = EarliestDeadline(self._sweep_inbound)
-        """At the earliest deadline of the request frames waiting for the core."""
         self._appends: dict[int, list[Completion]] = {}
         """append id -> the writers of a batch handed to the core, until `AppendAccepted`."""
         self._waiting: dict[int, tuple[int, Completion]] = {}
@@ -211,7 +140,8 @@ class KraftNode:
         self.listener: FrameListener | None = None
         self.admin: AdminServer | None = None
         self.client_server: ClientServer | None = None
-        self.network = PeerNetwork(f"raft-client-{config.node_id}")
+        self.peers = Peers(self)
+        """The routes to the peers and the Kafka requests in and out (`kraft.server.peers`)."""
         self.kv = KvFront(self)
         """The KV API: writes batched for the core, answered once applied; forwarding."""
         self.log_service: LogService | None = None
@@ -232,18 +162,13 @@ class KraftNode:
         """How often the core loop took the lane's progress for the readers (`lane_catch_up`)."""
         self._leader_lane: LeaderLaneRunner | None = None
         """The leader's native lane (`kraft.lane.leader`), when on and built."""
-        self._fetch_peers: dict[int, int] = {}
-        """Replica id -> the listener's id of the connection its last fetch came on."""
-        self._fetch_sent: tuple[int, KafkaConnection, int, int] | None = None
-        """The last fetch sent on an open connection: (the core's correlation id, the
-        connection, the correlation id it was sent with, the version): the lane arms with
-        it in flight."""
 
     # ================================================================== start / stop
 
     async def start(self) -> None:
         """Open storage, load the state machine, start listeners and the core."""
-        self._loop = self._sweep.loop = asyncio.get_running_loop()
+        self._loop = asyncio.get_running_loop()
+        self.peers.start(self._loop)
         cfg = self.config
         self.md = md = open_metadata_dir(cfg.metadata_dir, segment_bytes=cfg.segment_bytes,
                                          expected_node_id=cfg.node_id,
@@ -253,7 +178,7 @@ class KraftNode:
         self.kv.start()
         self.log_service = logs = LogService(self, md, self._loop)
         self.applier = applier = ApplyDriver(self, md, logs, self._loop)
-        self._executor = EffectExecutor(logs, self, applier, applier, self.kv, self)
+        self._executor = EffectExecutor(logs, self.peers, applier, applier, self.kv, self)
         directory_id = md.meta.directory_id
         if directory_id is None:
             raise StorageError(f"{cfg.metadata_dir}/meta.properties has no directory.id")
@@ -292,20 +217,19 @@ class KraftNode:
             update_voter_period_ms=3 * cfg.fetch_timeout_ms,
             hw_linger_ms=cfg.hw_linger_ms,
         )
-        self._static_addresses = {v.node_id: (v.host, v.port) for v in cfg.quorum_voters}
         self.core = RaftCore(raft_cfg, log_state, self._rng, now_ms())
         md.log.use_native_scan(append_scan())  # the lane's C scan of appends, where built
         module = self._lane_module("lane") if cfg.lane_follower else None
         if module is not None:
-            self._lane = FollowerLaneRunner(self, module)
+            self._lane = FollowerLaneRunner(NodeLaneHost(self), module)
         module = self._lane_module("leader_lane") if cfg.lane_leader else None
         if module is not None:
-            self._leader_lane = LeaderLaneRunner(self, module, NodeFetchFrames(self))
+            self._leader_lane = LeaderLaneRunner(NodeLaneHost(self), module)
         engine = logs.start()
         log.info("event=flusher replica=%d mode=%s engine=%s", cfg.node_id, cfg.flush_mode,
                  engine)
         bound = cfg.controller_listener
-        self.listener = FrameListener(bound.host, bound.port, self._on_frame, name=bound.name)
+        self.listener = FrameListener(bound.host, bound.port, self.peers.on_frame, name=bound.name)
         await self.listener.start()
         if cfg.http_listener is not None:
             self.admin = AdminServer(self, cfg.http_listener.host, cfg.http_listener.port,
@@ -396,9 +320,9 @@ class KraftNode:
             self._lane.close()  # before its connection and its segment are closed
         if self._leader_lane is not None:
             self._leader_lane.close()
-        self.network.close()
+        self.peers.network.close()
         self.kv.close()
-        self._sweep.cancel()
+        self.peers.sweep.cancel()
         if self._core_timer is not None:
             self._core_timer.cancel()
             self._core_timer = None
@@ -527,7 +451,7 @@ class KraftNode:
                 if self._lane_readers:
                     self._lane_read_done()
                 if self._lane is not None and not self._lane.armed:
-                    self._lane.try_arm(self._fetch_sent)
+                    self._lane.try_arm(self.peers.fetch_sent)
                 if self._leader_lane is not None and not self._leader_lane.armed:
                     self._leader_lane.try_arm()
                 if self._flush_due:
@@ -575,42 +499,30 @@ class KraftNode:
         assert executor is not None
         await executor.execute(effects)
 
-    # ------------------------------------------------------------------ NetworkPort, NodePort
+    # ------------------------------------------------------------------ the transport
 
-    def send_request(self, e: fx.SendRequest) -> None:
-        """Send a request of the core: at once on an open connection, else from a task."""
-        if not self._send_on_open_connection(e):
-            self._spawn(self._send_request(e))
+    def _address_of(self, dest: int, endpoints: tuple[m.Endpoint, ...]) -> tuple[str, int] | None:
+        """The address of node `dest` (`Peers.address_of`)."""
+        return self.peers.address_of(dest, endpoints)
 
-    def send_response(self, e: fx.SendResponse) -> None:
-        """Answer a request the core took."""
-        self._answer(e.correlation_id, e.response, None)
+    async def core_request(self, source: int, request: m.Request,
+                           timeout_s: float = 60.0) -> tuple[m.Response, bytes | None]:
+        """Hand a request to the core and wait for its answer (`Peers.core_request`)."""
+        return await self.peers.core_request(source, request, timeout_s)
 
-    def send_fetch_response(self, e: fx.SendFetchResponse) -> None:
-        """Answer a Fetch with the log bytes the effect names, read now."""
-        records = b""
-        if e.read_offset is not None:
-            md = self.md
-            assert md is not None
-            try:
-                records = md.log.read(e.read_offset, e.max_bytes)
-            except OffsetOutOfRangeError:
-                records = b""
-        self._answer(e.correlation_id, e.response, records)
-
-    def send_fetch_snapshot_response(self, e: fx.SendFetchSnapshotResponse) -> None:
-        """Answer a FetchSnapshot with a chunk of the snapshot file."""
-        assert self.applier is not None
-        self._answer(e.correlation_id, e.response, self.applier.snapshot_chunk(e))
-
-    def send_api_versions(self, e: fx.SendApiVersions) -> None:
-        """Ask a node for its ApiVersions, from a task."""
-        self._spawn(self._send_api_versions(e))
+    # ------------------------------------------------------------------ NodePort
 
     def fetch_adopted(self, e: fx.FetchAdopted) -> None:
         """The follower lane's fetch in flight is now the core's request."""
         assert self._lane is not None
         self._lane.adopted(e.correlation_id)
+
+    def note_leader_high_watermark(self, high_watermark: int, epoch: int) -> None:
+        """A Fetch answer of the leader of `epoch` (or its follower lane) gave the leader's own
+        high watermark: the readiness check compares this node's to it."""
+        self._leader_hw = high_watermark
+        self._leader_hw_at = time.monotonic()
+        self._leader_hw_epoch = epoch
 
     def _epoch(self) -> int:
         return self.core.epoch if self.core is not None else -1
@@ -637,297 +549,6 @@ class KraftNode:
     def _fail_waiters_from(self, offset: int, why: str) -> None:
         assert self.applier is not None
         self.applier.fail_waiters_from(offset, why)
-
-    # ------------------------------------------------------------------ outbound requests
-
-    def _address_of(self, dest: int, endpoints: tuple[m.Endpoint, ...]) -> tuple[str, int] | None:
-        # At kraft.version 0 controller.quorum.voters is the voters set: its addresses decide
-        # the route to a voter (the operator's, or a test's fault proxy). From kraft.version 1
-        # the voters set in the log is, with the endpoints UpdateRaftVoter published, and the
-        # static addresses are ignored (as Kafka does; see kraft_ignored_static_voters).
-        if dest in self._static_addresses and (
-                self.core is None or self.core.kraft_version == 0):
-            return self._static_addresses[dest]
-        if endpoints and endpoints is self._address_memo[0]:
-            return self._address_memo[1]  # the leader's endpoints of the last fetch, again
-        given = endpoints
-        if not endpoints and dest >= 0 and self.core is not None:
-            node = self.core.voters().get(dest)
-            endpoints = node.endpoints if node is not None else ()
-        if not endpoints:
-            return None
-        name = self._listener_name
-        chosen = next((e for e in endpoints if e.name == name), endpoints[0])
-        address = (chosen.host, chosen.port)
-        if given:
-            self._address_memo = (given, address)
-        return address
-
-    def _send_on_open_connection(self, e: fx.SendRequest) -> bool:
-        """Send `e` at once when its destination's connection is open (the steady state of
-        every fetch): no task, the answer comes back through a callback. False when a
-        connection must be made first (`_send_request` does that)."""
-        address = self._address_of(e.destination, e.endpoints)
-        api = _API_OF_REQUEST.get(type(e.request))
-        if address is None or api is None:
-            return False
-        conn = self.network.ready(e.destination, address)
-        if conn is None or conn.lent:  # lent: the request goes on a connection of its own
-            return False
-        timeout = self.config.request_timeout_ms / 1000
-        if isinstance(e.request, m.FetchRequest):
-            timeout += e.request.max_wait_ms / 1000
-        request = e.request
-        cluster_id = self.cluster_id
-
-        def body(version: int) -> object:
-            return request_to_wire(request, cluster_id, version)
-
-        is_fetch = type(request) is m.FetchRequest
-        fast = _FetchCodec(request, cluster_id, self._listener_name) \
-            if isinstance(request, m.FetchRequest) else None
-        try:
-            version, corr = conn.send(api, body, timeout, self._answered(e, api), fast)
-        except (ProtocolError, ValueError) as exc:  # the request could not be encoded
-            log.warning("event=request_not_sent replica=%d destination=%d api=%s error=%r",
-                        self.config.node_id, e.destination, api.name, str(exc))
-            self._enqueue(ev.RequestFailed(e.destination, e.correlation_id, False))
-            return True
-        if is_fetch:
-            self._fetch_sent = (e.correlation_id, conn, corr, version)
-        return True
-
-    def _answered(self, e: fx.SendRequest,
-                  api: ApiKey) -> Callable[[int, Any, BaseException | None], None]:
-        """The callback of the request `e` sent on an open connection: its answer, or its
-        failure, to the core under `e`'s correlation id."""
-
-        def answered(_version: int, data: Any, error: BaseException | None) -> None:
-            if error is None:
-                if type(data) is m.FetchResponse:  # decoded by _FetchCodec
-                    self._response_received(e, data)
-                    return
-                try:
-                    resp = response_to_core(data, self._listener_name)
-                except (ProtocolError, UnsupportedVersionError) as exc:
-                    error = exc
-                else:
-                    self._response_received(e, resp)
-                    return
-            log.debug("event=request_failed replica=%d destination=%d api=%s error=%r",
-                      self.config.node_id, e.destination, api.name, str(error))
-            self._enqueue(ev.RequestFailed(e.destination, e.correlation_id, False,
-                                           isinstance(error, PeerClosedError)))
-
-        return answered
-
-    def fetch_callback(self, leader: int, correlation_id: int,
-                       request: m.FetchRequest) -> Callable[[int, Any, BaseException | None], None]:
-        """The callback that takes the answer to a fetch the follower lane left in flight to
-        `leader` to the core, as its request `correlation_id`."""
-        return self._answered(fx.SendRequest(leader, (), correlation_id, request), ApiKey.FETCH)
-
-    def fetch_codec(self, request: m.FetchRequest) -> _FetchCodec:
-        """The fast codec of `request`'s answer."""
-        return _FetchCodec(request, self.cluster_id, self._listener_name)
-
-    def _response_received(self, e: fx.SendRequest, resp: m.Response) -> None:
-        if isinstance(resp, m.FetchResponse) and resp.error_code == ErrorCode.NONE:
-            self._leader_hw = resp.high_watermark
-            self._leader_hw_at = time.monotonic()
-            self._leader_hw_epoch = resp.leader_epoch
-        self._enqueue(ev.ResponseReceived(e.destination, e.correlation_id, resp))
-
-    async def _send_request(self, e: fx.SendRequest) -> None:
-        address = self._address_of(e.destination, e.endpoints)
-        api = _API_OF_REQUEST.get(type(e.request))
-        if address is None or api is None:
-            self._enqueue(ev.RequestFailed(e.destination, e.correlation_id))
-            return
-        timeout = self.config.request_timeout_ms / 1000
-        if isinstance(e.request, m.FetchRequest):
-            timeout += e.request.max_wait_ms / 1000
-        request = e.request
-
-        def body(version: int) -> object:
-            return request_to_wire(request, self.cluster_id, version)
-
-        try:
-            _, data = await self.network.request(e.destination, address, api, body, timeout)
-            resp = response_to_core(data, self._listener_name)
-        except (RequestError, ProtocolError, UnsupportedVersionError) as exc:
-            log.debug("event=request_failed replica=%d destination=%d api=%s error=%r",
-                      self.config.node_id, e.destination, api.name, str(exc))
-            unreachable = isinstance(exc, RequestError) and exc.unreachable
-            disconnected = isinstance(exc, RequestError) and exc.disconnected
-            self._enqueue(ev.RequestFailed(e.destination, e.correlation_id, unreachable,
-                                           disconnected))
-            return
-        self._response_received(e, resp)
-
-    async def _send_api_versions(self, e: fx.SendApiVersions) -> None:
-        address = self._address_of(e.node_id, e.endpoints)
-        result = m.ApiVersionsResult(ErrorCode.REQUEST_TIMED_OUT)
-        if address is not None:
-            conn = KafkaConnection(address[0], address[1], f"raft-client-{self.config.node_id}")
-            try:
-                await conn.open(self.config.request_timeout_ms / 1000)
-                rng = conn.versions.features.get("kraft.version", (0, 0))
-                result = m.ApiVersionsResult(ErrorCode.NONE, m.KRaftVersionRange(rng[0], rng[1]))
-            except (RequestError, OSError, TimeoutError, ProtocolError) as exc:
-                log.info("event=api_versions_failed replica=%d node=%d error=%r",
-                         self.config.node_id, e.node_id, str(exc))
-            finally:
-                conn.close()
-        self._enqueue(ev.ApiVersionsReceived(e.node_id, result))
-
-    # ------------------------------------------------------------------ inbound requests
-
-    def _answer(self, corr: int, response: m.Response, records: bytes | None) -> None:
-        waiter = self._inbound.pop(corr, None)
-        if waiter is None:
-            return
-        if type(waiter) is FrameAnswer:
-            waiter.finish(response, records)
-        elif isinstance(waiter, asyncio.Future) and not waiter.done():
-            waiter.set_result((response, records))
-
-    def _sweep_inbound(self) -> None:
-        """Answer REQUEST_TIMED_OUT to every request frame the core left unanswered past its
-        deadline, and arm the next sweep at the earliest deadline left. One timer for all of
-        them instead of one per request: the core answers almost every request in a loop turn
-        or, for a parked fetch, within its MaxWaitMs."""
-        now = (self._loop or asyncio.get_running_loop()).time()
-        expired = [k for k, w in self._inbound.items()
-                   if type(w) is FrameAnswer and w.deadline <= now]
-        for key in expired:
-            waiter = self._inbound.pop(key)
-            assert type(waiter) is FrameAnswer
-            waiter.timed_out()
-        earliest = min((w.deadline for w in self._inbound.values() if type(w) is FrameAnswer),
-                       default=None)
-        if earliest is not None:
-            self._sweep.ask(earliest)
-
-    async def core_request(self, source: int, request: m.Request,
-                           timeout_s: float = 60.0) -> tuple[m.Response, bytes | None]:
-        """Hand a request to the core and wait for its answer (response, attached bytes)."""
-        self._inbound_ids += 1
-        corr = self._inbound_ids
-        fut: asyncio.Future[tuple[m.Response, bytes | None]] = asyncio.get_running_loop().create_future()
-        self._inbound[corr] = fut
-        self._enqueue(ev.RequestReceived(source, corr, request))
-        try:
-            return await asyncio.wait_for(fut, timeout_s)
-        finally:
-            self._inbound.pop(corr, None)
-
-    def _on_frame(self, frame: bytes, peer: PeerInfo) -> bytes | DeferredReply | None:
-        """One request frame of the Kafka listener: answered at once (ApiVersions,
-        DescribeCluster, rejections) or through a future the core's answer completes (no
-        task per request)."""
-        if frame[:2] == b"\x00\x01":  # Fetch: a follower's, in the steady state
-            fetch = decode_fetch_request(frame, self.cluster_id)
-            if fetch is not None:
-                version, corr, req = fetch
-                self._fetch_peers[req.replica_id] = peer.connection_id
-                return self._defer(ApiKey.FETCH, version, corr, req, req.replica_id,
-                                   peer.connection_id)
-        elif is_forward_frame(frame):
-            return self.kv.serve_forwarded(frame, peer)
-        try:
-            header, data = decode_request(frame)
-        except UnsupportedVersionError as exc:
-            if exc.correlation_id is None:
-                return None
-            log.info("event=unsupported_request peer=%s api_key=%s api_version=%s",
-                     peer.host, exc.api_key, exc.api_version)
-            return unsupported_version_frame(exc.correlation_id)
-        except ProtocolError as exc:
-            log.warning("event=bad_request peer=%s:%d error=%r", peer.host, peer.port, str(exc))
-            return None
-        api, version, corr = header.api_key, header.api_version, header.correlation_id
-        if api == ApiKey.API_VERSIONS:
-            finalized = {"kraft.version": self.core.kraft_version} if self.core else {}
-            if self._metadata_version is not None:
-                finalized[METADATA_VERSION] = self._metadata_version
-            body: object = api_versions_response(version, finalized_features=finalized)
-            return encode_response(api, version, corr, body)[4:]
-        if api == ApiKey.DESCRIBE_CLUSTER:
-            return encode_response(api, version, corr, self._describe_cluster(data))[4:]
-        if api == ApiKey.UPDATE_FEATURES:
-            assert isinstance(data, w.UpdateFeaturesRequestData)
-            return self._update_features(version, corr, data)
-        try:
-            request = request_to_core(data, version, self.cluster_id)
-        except TopLevelError as exc:
-            log.info("event=request_rejected peer=%s api=%s error=%s reason=%r", peer.host,
-                     api_spec(api).name, exc.code.name, str(exc))
-            err_body = api_spec(api).response_class(error_code=int(exc.code))
-            return encode_response(api, version, corr, err_body)[4:]
-        return self._defer(ApiKey(api), version, corr, request)
-
-    def _update_features(self, version: int, corr: int,
-                         data: w.UpdateFeaturesRequestData) -> bytes | DeferredReply:
-        """UpdateFeatures as Kafka's controller answers it (`kraft.server.features`): a node
-        that is not the leader answers NOT_CONTROLLER; the updates are checked as one change;
-        a kraft.version upgrade goes to the core, which answers once it is committed."""
-        names = tuple(u.feature for u in data.feature_updates)
-        core = self.core
-        assert core is not None
-
-        def answer(code: int, message: str | None) -> bytes:
-            body = update_features_response(version, code, message, names)
-            return encode_response(ApiKey.UPDATE_FEATURES, version, corr, body)[4:]
-
-        if core.role != Role.LEADER:
-            return answer(ErrorCode.NOT_CONTROLLER, NOT_CONTROLLER_MESSAGE)
-        lo, hi = SUPPORTED_FEATURES[KRAFT_VERSION]
-        known = {KRAFT_VERSION: FeatureState(core.kraft_version, lo, hi)}
-        if self._metadata_version is not None:
-            lo, hi = SUPPORTED_FEATURES[METADATA_VERSION]
-            known[METADATA_VERSION] = FeatureState(self._metadata_version, lo, hi)
-        try:
-            plan = plan_feature_updates(updates_of(data, version), known, self.config.node_id)
-        except FeatureUpdateError as exc:
-            log.info("event=update_features_refused replica=%d error=%s reason=%r",
-                     self.config.node_id, exc.code.name, exc.message)
-            return answer(exc.code, FAILED_PREFIX + exc.message)
-        if plan.kraft_version is None:
-            return answer(ErrorCode.NONE, None)
-        return self._defer(ApiKey.UPDATE_FEATURES, version, corr,
-                           m.UpdateKRaftVersionRequest(plan.kraft_version, data.validate_only),
-                           features=names)
-
-    def _defer(self, api: ApiKey, version: int, corr: int, request: m.Request,
-               source: int | None = None, peer: int = -1,
-               features: tuple[str, ...] = ()) -> DeferredReply:
-        """Hand a decoded request to the core; its answer completes the returned reply."""
-        timeout = frame_answer.FRAME_ANSWER_TIMEOUT_S
-        if isinstance(request, m.AddRaftVoterRequest):
-            timeout = max(timeout, request.timeout_ms / 1000 + 5)
-        self._inbound_ids += 1
-        key = self._inbound_ids
-        assert self._loop is not None
-        deadline = self._loop.time() + timeout
-        answer = FrameAnswer(api, version, corr, DeferredReply(), deadline, peer, features)
-        self._inbound[key] = answer
-        self._sweep.ask(deadline)
-        self._enqueue(ev.RequestReceived(_source_of(request) if source is None else source, key,
-                                         request))
-        return answer.future
-
-    def _describe_cluster(self, data: w.DescribeClusterRequestData) -> w.DescribeClusterResponseData:
-        D = w.DescribeClusterResponseData
-        core = self.core
-        assert core is not None
-        brokers = []
-        for v in core.voters().voters:
-            addr = self._address_of(v.id, v.endpoints)
-            if addr is not None:
-                brokers.append(D.DescribeClusterBroker(broker_id=v.id, host=addr[0], port=addr[1]))
-        return D(error_code=0, endpoint_type=2, cluster_id=self.cluster_id,
-                 controller_id=core.leader_id, brokers=brokers)
 
     # ================================================================== client API (KV)
 
@@ -1132,7 +753,7 @@ class KraftNode:
             address = self._address_of(leader, endpoints)
             if address is None:
                 raise NotLeaderError(leader, None)
-            _, data = await self.network.request(
+            _, data = await self.peers.network.request(
                 leader, address, ApiKey.DESCRIBE_QUORUM,
                 lambda v: request_to_wire(m.DescribeQuorumRequest(), self.cluster_id, v), 10)
             resp = response_to_core(data, self._listener_name)
@@ -1236,20 +857,6 @@ def _bootstrap_metadata_version(metadata_dir: Path) -> int | None:
         if record.name == METADATA_VERSION_FEATURE:
             return record.feature_level
     return None
-
-
-def _source_of(req: m.Request) -> int:
-    if isinstance(req, m.VoteRequest):
-        return req.replica_id
-    if isinstance(req, m.BeginQuorumEpochRequest | m.EndQuorumEpochRequest):
-        return req.leader_id
-    if isinstance(req, m.FetchRequest | m.FetchSnapshotRequest):
-        return req.replica_id
-    if isinstance(req, m.UpdateRaftVoterRequest):
-        return req.voter_id
-    if isinstance(req, m.ControllerRegistrationRequest):
-        return req.controller_id
-    return -1
 
 
 def describe_quorum_json(resp: m.DescribeQuorumResponse) -> dict[str, Any]:

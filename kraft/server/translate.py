@@ -305,7 +305,7 @@ def response_to_wire(resp: m.Response, version: int,
         return w.ControllerRegistrationResponseData(error_code=int(resp.error_code),
                                                     error_message=resp.error_message)
     if isinstance(resp, m.UpdateKRaftVersionResponse):
-        # the node answers with the request's own features (`KraftNode._update_features`)
+        # the node answers with the request's own features (`Peers._update_features`)
         code, message = core_answer(resp.error_code, resp.error_message)
         return update_features_response(version, code, message, ("kraft.version",))
     raise TypeError(f"no wire form for {type(resp).__name__}")

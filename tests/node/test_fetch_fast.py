@@ -35,7 +35,7 @@ from kraft.server.fetch_fast import (
     encode_fetch_response,
 )
 from kraft.server.frames import FrameListener, PeerInfo
-from kraft.server.node import _FetchCodec
+from kraft.server.peers import _FetchCodec
 from kraft.server.translate import (
     TopLevelError,
     request_to_core,

@@ -61,15 +61,15 @@ async def test_an_unanswered_frame_times_out_and_an_earlier_deadline_rearms_the_
         monkeypatch.setattr(frame_answer, "FRAME_ANSWER_TIMEOUT_S", 30.0)
         late = await parked_fetch(node, 1)
         await asyncio.sleep(0.3)
-        assert node._sweep.at < float("inf")  # armed for the first frame's deadline
-        first_deadline = node._sweep.at
+        assert node.peers.sweep.at < float("inf")  # armed for the first frame's deadline
+        first_deadline = node.peers.sweep.at
         monkeypatch.setattr(frame_answer, "FRAME_ANSWER_TIMEOUT_S", 0.4)
         soon = await parked_fetch(node, 2)
         resp = await asyncio.wait_for(soon, 10)
         assert resp.error_code == ErrorCode.REQUEST_TIMED_OUT
         assert not late.done()  # its own deadline is 30 s away
         # the sweep that answered the second frame re-armed for the first one's deadline
-        assert node._sweep.at == first_deadline
+        assert node.peers.sweep.at == first_deadline
         assert node.core is not None and node.core.role.name == "LEADER"
         late.cancel()
     finally:
