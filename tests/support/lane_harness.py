@@ -133,7 +133,7 @@ def _records(data: bytes) -> int:
     return int(struct.unpack_from(">i", data, 23)[0]) + 1
 
 
-def run_follower(seed: int, workdir: Path, faults: Faults, answers: int = 40) -> Outcome:
+def run_follower(seed: int, workdir: Path, faults: Faults, answers: int = 24) -> Outcome:
     """Run the follower lane's C loop for one seed (see the module docstring) and check it."""
     c = native()
     if c is None:

@@ -4,7 +4,9 @@
  * call by call, whether a write fails (EIO), is torn (only a prefix reaches the file, then the
  * call reports EIO or the short count, as a kernel may), whether an fdatasync fails (EIO), and
  * how long a call is delayed. It counts what it injected, and the file size at the last sync
- * that succeeded (what a crash keeps). */
+ * that succeeded (what a crash keeps). After a failed fdatasync that size no longer moves: the
+ * kernel may have dropped the pages whose writeback failed, and a later fdatasync that succeeds
+ * does not bring them back. */
 #include "lane.h"
 
 static ssize_t real_pwrite(int fd, const void *buf, size_t n, off_t at)
@@ -29,6 +31,8 @@ static struct {
     int64_t writes, syncs, failed_writes, torn_writes, short_writes, failed_syncs, delays;
     int64_t synced_size; /* the file's size at the last fdatasync that succeeded; -1 before */
     int synced_fd;
+    int sync_failed; /* a sync failed: the kernel may have dropped its dirty pages, so no later
+                      * sync makes the bytes after synced_size durable (synced_size stays) */
 } faults;
 
 static uint64_t splitmix64(uint64_t *s)
@@ -109,6 +113,7 @@ static int faulty_fdatasync(int fd)
     kind = draw();
     if (kind < faults.fail_sync) {
         faults.failed_syncs++;
+        faults.sync_failed = 1;
         pthread_mutex_unlock(&faults_lock);
         pause_us(d);
         errno = EIO;
@@ -119,8 +124,10 @@ static int faulty_fdatasync(int fd)
     r = fdatasync(fd);
     if (r == 0 && fstat(fd, &st) == 0) {
         pthread_mutex_lock(&faults_lock);
-        faults.synced_size = (int64_t)st.st_size;
-        faults.synced_fd = fd;
+        if (!faults.sync_failed) {
+            faults.synced_size = (int64_t)st.st_size;
+            faults.synced_fd = fd;
+        }
         pthread_mutex_unlock(&faults_lock);
     }
     return r;

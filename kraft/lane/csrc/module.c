@@ -169,7 +169,8 @@ static PyMethodDef lane_functions[] = {
      "io_fault_counts() -> dict: whether the fault layer is installed, the writes and syncs it "
      "saw, the faults it injected (failed_writes, torn_writes, short_writes, failed_syncs, "
      "delays), and synced_size / synced_fd: the file's size at the last fdatasync that "
-     "succeeded (-1 before any)"},
+     "succeeded (-1 before any; it stays after a failed one: the kernel may have dropped those "
+     "pages)"},
     {NULL, NULL, 0, NULL},
 };
 
