@@ -299,3 +299,196 @@ def check(out: Outcome, path: Path, workdir: Path) -> None:
         inv.fail("log_matching", f"seed {out.seed}: the recovered log ({len(recovered)} bytes, "
                                  f"end {out.recovered_end}) is no prefix of the leader's")
     inv.check_durable_after_crash(FOLLOWER, out.recovered_end, acked)
+
+
+# ------------------------------------------------------------------------ the leader's loop
+
+LEADER_SEGMENT = "00000000000000000001.log"  # the lease's log is 0-0, committed: the lane's from 1
+
+
+@dataclass(slots=True)
+class LeaderOutcome:
+    """What one run of the leader's loop did and what survived its crash."""
+
+    seed: int
+    report: dict[str, Any]
+    counts: dict[str, Any]
+    puts: dict[int, tuple[str, bytes]] = field(default_factory=dict)
+    """The client's PUTs by request id: (key, value)."""
+    answered: dict[int, int] = field(default_factory=dict)
+    """The PUTs the lane answered OK (committed): request id -> offset."""
+    replicated: list[bytes] = field(default_factory=list)
+    """The batches voter 2 received, in order."""
+    synced_size: int = 0
+    crashed_size: int = 0
+    recovered_end: int = 0
+    invariants: Invariants = field(default_factory=Invariants)
+
+
+def run_leader(seed: int, workdir: Path, faults: Faults, turns: int = 12) -> LeaderOutcome:
+    """Run the leader lane's C loop for one seed over a client and one fetching voter of three
+    (voter 3 never fetches, so every commit needs the leader's own durable end), with the file
+    layer's faults, then crash it and check what its segment recovers to."""
+    from kraft.lane import LaneVoter, LeaderLane, to_native
+    from kraft.raft.messages import ReplicaKey
+    from kraft.server.client_protocol import OK, OP_PUT, RESPONSE_HEAD, encode_request
+    from kraft.server.fetch_fast import decode_fetch_response, encode_fetch_request
+
+    c = native()
+    if c is None:
+        raise HarnessError("kraft.lane._native was not built")
+    rng = random.Random(seed)
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / LEADER_SEGMENT
+    path.write_bytes(b"")
+    fd = os.open(path, os.O_RDWR)
+    client_mine, client = socket.socketpair()
+    voter_mine, voter = socket.socketpair()
+    for sock in (client_mine, voter_mine):
+        sock.setblocking(False)  # as the node's (asyncio's) sockets are
+    client.settimeout(WAIT_S)
+    voter.settimeout(WAIT_S)
+    dirs = {2: Uuid(bytes([2]) * 16), 3: Uuid(bytes([3]) * 16)}
+    lease = LeaderLane(1, 0, 0, 1, 1, 1, [LaneVoter(1, None, True)] + [
+        LaneVoter(rid, ReplicaKey(rid, d), False, 1) for rid, d in dirs.items()])
+    out = LeaderOutcome(seed, {}, {})
+    voter_end, voter_hw, corr = 1, 1, 0
+
+    def fetch() -> None:
+        nonlocal corr
+        corr += 1
+        req = m.FetchRequest(2, dirs[2], 1, voter_end, 1, 500, 1 << 20, voter_hw)
+        frame = encode_fetch_request(req, CLUSTER, 18, corr, None)
+        assert frame is not None
+        voter.sendall(struct.pack(">I", len(frame)) + frame)
+
+    c.io_faults(seed, faults.fail_write, faults.tear_write, faults.fail_sync, faults.delay_us)
+    try:
+        shell = c.LeaderShell(client_mine.fileno(), [(voter_mine.fileno(), 2)], fd, 0,
+                              to_native(lease, c), 1, CLUSTER, 0, 1_700_000_000_000)
+        shell.start()
+        fetch()
+        rid, ended = 0, False
+        for _ in range(turns):
+            blob = b""
+            for _ in range(rng.randint(1, 4)):
+                rid += 1
+                key, value = f"k{rng.randrange(50)}", rng.randbytes(rng.randint(0, 60))
+                out.puts[rid] = (key, value)
+                blob += encode_request(rid, OP_PUT, key, value)
+            cuts = sorted(rng.sample(range(1, len(blob)), min(rng.randint(0, 3), len(blob) - 1)))
+            for a, b in zip([0, *cuts], [*cuts, len(blob)], strict=True):
+                client.sendall(blob[a:b])
+                if _wait_read(client_mine, shell.done_fd):
+                    ended = True
+                    break
+            # the voter keeps fetching; the turn ends when every PUT so far is answered
+            deadline = time.monotonic() + WAIT_S
+            while not ended and len(out.answered) < len(out.puts):
+                ready = select.select([client, voter, shell.done_fd], [], [], 0.05)[0]
+                if voter in ready:
+                    size = struct.unpack(">I", _exactly(voter, 4))[0]
+                    r = decode_fetch_response(_exactly(voter, size), 18, corr, "CONTROLLER")
+                    if r is None or r.error_code != ErrorCode.NONE:
+                        raise HarnessError(f"seed {seed}: an answer the voter cannot read")
+                    for b in r.batches:
+                        out.replicated.append(bytes(b.payload))  # type: ignore[arg-type]
+                        voter_end = b.last_offset + 1
+                    voter_hw = max(voter_hw, r.high_watermark)
+                    fetch()
+                if client in ready:
+                    head = RESPONSE_HEAD.unpack(_exactly(client, RESPONSE_HEAD.size))
+                    _length, answered, status, offset, _leader = head
+                    if status != OK:
+                        raise HarnessError(f"seed {seed}: PUT {answered} answered {status}")
+                    out.answered[answered] = offset
+                if shell.done_fd in ready and not (client in ready or voter in ready):
+                    ended = True
+                if time.monotonic() > deadline:
+                    raise HarnessError(f"seed {seed}: PUTs unanswered: {out.answered}")
+            if ended:
+                break
+        out.report = shell.stop()
+        while select.select([client], [], [], 0)[0]:  # answers sent as it stopped
+            data = client.recv(RESPONSE_HEAD.size, socket.MSG_WAITALL)
+            if len(data) < RESPONSE_HEAD.size:
+                break
+            _length, answered, status, offset, _leader = RESPONSE_HEAD.unpack(data)
+            if status == OK:
+                out.answered[answered] = offset
+        out.counts = c.io_fault_counts()
+    finally:
+        c.io_faults(None)
+        for s in (client_mine, client, voter_mine, voter):
+            s.close()
+        os.close(fd)
+    data = path.read_bytes()
+    out.synced_size = max(0, int(out.counts["synced_size"]))
+    out.crashed_size = min(len(data), out.synced_size
+                           + rng.randint(0, max(0, len(data) - out.synced_size)))
+    with open(path, "r+b") as f:
+        f.truncate(out.crashed_size)
+    check_leader(out, path, workdir)
+    return out
+
+
+def check_leader(out: LeaderOutcome, path: Path, workdir: Path) -> None:
+    """Check a crashed leader run: every PUT answered OK survives, with the client's value, in
+    a log that is a prefix of what the voter received (or it extended), durable before the
+    answer."""
+    from kraft.records.batch import iter_batches
+    from kraft.statemachine.kv import encode_put
+
+    inv = out.invariants
+    acked = max(out.answered.values(), default=0) + 1 if out.answered else 1
+    write_faults = out.counts["failed_writes"] + out.counts["torn_writes"]
+    sync_faults = out.counts["failed_syncs"]
+    if write_faults + sync_faults > 1:
+        inv.fail("fault_stops_the_loop", f"seed {out.seed}: the loop went on after a failed "
+                                         f"call: {out.counts}")
+    if write_faults + sync_faults == 1:
+        want = "write" if write_faults else "fdatasync"
+        if (out.report["reason"], out.report["error_at"]) != ("error", want):
+            inv.fail("fault_stops_the_loop",
+                     f"seed {out.seed}: a failed {want} ended the loop as {out.report}")
+    # the byte end of the batch holding each offset, in the leader's segment: the batches it
+    # wrote are the ones it replicated, in order (log matching below checks that)
+    ends: dict[int, int] = {}
+    pos = 0
+    for b in iter_batches(b"".join(out.replicated)):
+        pos = b.position + b.size_in_bytes
+        for o in range(b.base_offset, b.last_offset + 1):
+            ends[o] = pos
+    synced_end = max((o + 1 for o, e in ends.items() if e <= out.synced_size), default=1)
+    if acked > synced_end:
+        inv.fail("acknowledged_before_durable",
+                 f"seed {out.seed}: PUT answered at offset {acked - 1}, beyond the last "
+                 f"successful fdatasync's {out.synced_size} bytes (offsets below {synced_end})")
+    log = SegmentedLog.open(workdir, full_scan=True, recovery_checkpoint_interval_s=None,
+                            initial_offset=1)
+    try:
+        out.recovered_end = log.log_end_offset
+    finally:
+        log.close()
+    recovered = (workdir / LEADER_SEGMENT).read_bytes()
+    batches = scan_batches(recovered)
+    inv.on_commit(1, acked, None, 1)
+    records: dict[int, bytes] = {}
+    for b in batches.batches:
+        for o, v in zip(range(b.base_offset, b.last_offset + 1), b.values(), strict=True):
+            records[o] = bytes(v)
+    replicated = [bytes(v) for data in out.replicated for b in iter_batches(data)
+                  for v in b.values()]
+    # log matching between the leader's recovered log and what voter 2 received (both from 1)
+    for node, values in ((2, replicated), (1, [records[o] for o in sorted(records)])):
+        chain = 0
+        for k, v in enumerate(values):
+            chain = chain_hash(chain, 1, hashlib.blake2b(v, digest_size=8).hexdigest())
+            inv.on_record(node, 1 + k, 1, chain)
+    inv.check_durable_after_crash(1, out.recovered_end, acked)
+    for rid, offset in out.answered.items():
+        key, value = out.puts[rid]
+        if records.get(offset) != encode_put(key, value):
+            inv.fail("acknowledged_committed_lost",
+                     f"seed {out.seed}: PUT {rid} answered at {offset} is not that record "
+                     f"after the crash")
