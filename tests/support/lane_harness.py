@@ -441,16 +441,6 @@ def check_leader(out: LeaderOutcome, path: Path, workdir: Path) -> None:
 
     inv = out.invariants
     acked = max(out.answered.values(), default=0) + 1 if out.answered else 1
-    write_faults = out.counts["failed_writes"] + out.counts["torn_writes"]
-    sync_faults = out.counts["failed_syncs"]
-    if write_faults + sync_faults > 1:
-        inv.fail("fault_stops_the_loop", f"seed {out.seed}: the loop went on after a failed "
-                                         f"call: {out.counts}")
-    if write_faults + sync_faults == 1:
-        want = "write" if write_faults else "fdatasync"
-        if (out.report["reason"], out.report["error_at"]) != ("error", want):
-            inv.fail("fault_stops_the_loop",
-                     f"seed {out.seed}: a failed {want} ended the loop as {out.report}")
     # the byte end of the batch holding each offset, in the leader's segment: the batches it
     # wrote are the ones it replicated, in order (log matching below checks that)
     ends: dict[int, int] = {}
@@ -464,6 +454,16 @@ def check_leader(out: LeaderOutcome, path: Path, workdir: Path) -> None:
         inv.fail("acknowledged_before_durable",
                  f"seed {out.seed}: PUT answered at offset {acked - 1}, beyond the last "
                  f"successful fdatasync's {out.synced_size} bytes (offsets below {synced_end})")
+    write_faults = out.counts["failed_writes"] + out.counts["torn_writes"]
+    sync_faults = out.counts["failed_syncs"]
+    if write_faults + sync_faults > 1:
+        inv.fail("fault_stops_the_loop", f"seed {out.seed}: the loop went on after a failed "
+                                         f"call: {out.counts}")
+    if write_faults + sync_faults == 1:
+        want = "write" if write_faults else "fdatasync"
+        if (out.report["reason"], out.report["error_at"]) != ("error", want):
+            inv.fail("fault_stops_the_loop",
+                     f"seed {out.seed}: a failed {want} ended the loop as {out.report}")
     log = SegmentedLog.open(workdir, full_scan=True, recovery_checkpoint_interval_s=None,
                             initial_offset=1)
     try:
