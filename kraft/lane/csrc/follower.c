@@ -106,7 +106,7 @@ static int shell_take_frames(FollowerShellObject *sh)
                     return 0;
                 }
                 while (done < bytes) {
-                    ssize_t w = pwrite(sh->log_fd, frame + from + done, bytes - done,
+                    ssize_t w = lane_io.pwrite(sh->log_fd, frame + from + done, bytes - done,
                                        (off_t)(sh->write_pos + (int64_t)done));
                     if (w < 0 && errno == EINTR)
                         continue;
@@ -118,7 +118,7 @@ static int shell_take_frames(FollowerShellObject *sh)
                     }
                     done += (size_t)w;
                 }
-                if (fdatasync(sh->log_fd) != 0) {
+                if (lane_io.fdatasync(sh->log_fd) != 0) {
                     sh->t.error = errno;
                     sh->t.error_at = "fdatasync";
                     sh->t.state = SHELL_ERROR;

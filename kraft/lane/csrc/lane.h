@@ -8,6 +8,7 @@
  *   kv_put.c   the KV state machine's PUT, as the binary client protocol carries it and as its
  *              record is stored (kraft.statemachine.kv's encoding): the one KV-specific unit;
  *   shell.c    what both I/O loops share: their thread, the pipes that stop and end it;
+ *   io.c       the loops' disk calls (lane_io), and the seeded fault layer tests install;
  *   follower.c the follower's I/O loop (FollowerShell);
  *   leader.c   the leader's I/O loop (LeaderShell);
  *   module.c   the module: its functions, its types, and the argument helpers they share.
@@ -24,6 +25,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -248,6 +250,18 @@ int send_all_or_stop(int sock, const uint8_t *p, size_t n, int stop_fd);
 int shell_send_all(int sock, const uint8_t *p, size_t n);
 extern PyTypeObject FollowerShellType, LeaderShellType;
 PyObject *lane_time_follower_step(PyObject *module, PyObject *args);
+
+/* ------------------------------------------------------------------ the file layer (io.c) */
+
+/* Every disk call of the loops goes through this table: the plain syscalls by default, the
+ * seeded fault layer once io_faults() installed it (tests only). */
+struct lane_io {
+    ssize_t (*pwrite)(int fd, const void *buf, size_t n, off_t at);
+    int (*fdatasync)(int fd);
+};
+extern struct lane_io lane_io;
+PyObject *lane_io_faults(PyObject *module, PyObject *args, PyObject *kwds);
+PyObject *lane_io_fault_counts(PyObject *module, PyObject *unused);
 
 /* ------------------------------------------------------------------ the module (module.c) */
 

@@ -352,7 +352,7 @@ static int leader_take_puts(LeaderShellObject *sh)
     {
         size_t done = 0;
         while (done < size) {
-            ssize_t w = pwrite(sh->log_fd, sh->last_batch + done, size - done,
+            ssize_t w = lane_io.pwrite(sh->log_fd, sh->last_batch + done, size - done,
                                (off_t)(sh->write_pos + (int64_t)done));
             if (w < 0 && errno == EINTR)
                 continue;
@@ -385,7 +385,7 @@ static int leader_take_puts(LeaderShellObject *sh)
                 return 0;
         }
     }
-    if (fdatasync(sh->log_fd) != 0)
+    if (lane_io.fdatasync(sh->log_fd) != 0)
         return leader_fail(sh, "fdatasync");
     had_hw = sh->lane.has_hw;
     hw_before = sh->lane.hw;

@@ -158,6 +158,19 @@ static PyMethodDef lane_functions[] = {
      "max_wait_ms, max_bytes, current_leader_epoch, fetch_offset, last_fetched_epoch, "
      "high_watermark) -> bytes: the Fetch v17/v18 request frame (no size prefix) the follower's "
      "lane sends, as kraft.server.fetch_fast.encode_fetch_request writes it"},
+    {"io_faults", (PyCFunction)(void (*)(void))lane_io_faults, METH_VARARGS | METH_KEYWORDS,
+     "io_faults(seed, fail_write=0.0, tear_write=0.0, fail_sync=0.0, delay_us=0): the loops' "
+     "disk calls go through a deterministic fault layer from now on (for tests): per call, a "
+     "PRNG seeded with `seed` fails a write with EIO (probability fail_write), tears it (a "
+     "prefix reaches the file, then EIO or a short count: tear_write), fails an fdatasync with "
+     "EIO (fail_sync), and delays the call by 0..delay_us microseconds; the counters restart. "
+     "io_faults(None): the plain syscalls again"},
+    {"io_fault_counts", lane_io_fault_counts, METH_NOARGS,
+     "io_fault_counts() -> dict: whether the fault layer is installed, the writes and syncs it "
+     "saw, the faults it injected (failed_writes, torn_writes, short_writes, failed_syncs, "
+     "delays), and synced_size / synced_fd: the file's size at the last fdatasync that "
+     "succeeded (-1 before any; it stays after a failed one: the kernel may have dropped those "
+     "pages)"},
     {NULL, NULL, 0, NULL},
 };
 
