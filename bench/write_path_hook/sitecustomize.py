@@ -34,7 +34,7 @@ STEPS: tuple[tuple[str, str, str, str, str], ...] = (
     ("kraft.server.frames", "_FrameServerProtocol", "_write", "answer_written", ""),
     ("kraft.server.frames", "_FrameClientProtocol", "data_received", "response_read", ""),
     ("kraft.server.frames", "FrameConnection", "send", "request_sent", ""),
-    ("kraft.server.node", "_FetchCodec", "decode", "decode", "decoded"),
+    ("kraft.server.peers", "_FetchCodec", "decode", "decode", "decoded"),
     ("kraft.server.node", "KraftNode", "_apply_step", "apply", "applied"),
     ("kraft.raft.core", "RaftCore", "handle", "core", "core_done"),
     ("kraft.storage.log", "SegmentedLog", "append", "append", "appended"),
