@@ -19,7 +19,7 @@ K8S_BINS := .tools/bin
 K8S_STAMP := $(K8S_BINS)/.k8s-bins
 
 # setup.py and the C sources: the one compiled part (kraft/lane/csrc/), built in place
-$(STAMP): pyproject.toml setup.py $(wildcard kraft/lane/csrc/*.c kraft/lane/csrc/*.h)
+$(STAMP): pyproject.toml setup.py $(wildcard kraft/lane/csrc/*.c kraft/lane/csrc/*.h kraft/statemachine/csrc/*.c)
 	@test -x $(BIN)/python || { \
 	  py="$(PYTHON)"; [ -n "$$py" ] || py=$$(python3 tools/pick_python.py --verbose) || exit 1; \
 	  echo "creating $(VENV) with $$py"; "$$py" -m venv $(VENV) || exit 1; }

@@ -11,8 +11,11 @@ from setuptools import Extension, setup
 
 LANE = Extension(
     "kraft.lane._native",
-    # one extension, one source per job (kraft/lane/csrc/lane.h lists them)
-    sorted(str(p) for p in Path("kraft/lane/csrc").glob("*.c")),
+    # one extension, one source per job (kraft/lane/csrc/lane.h lists them); the KV state
+    # machine's PUT lives with the state machine (kraft/statemachine/csrc/kv_put.c)
+    sorted(str(p) for p in Path("kraft/lane/csrc").glob("*.c"))
+    + ["kraft/statemachine/csrc/kv_put.c"],
+    include_dirs=["kraft/lane/csrc"],
     depends=["kraft/lane/csrc/lane.h"],
     extra_compile_args=["-O2", "-std=c11", "-pthread", "-Wall", "-Wextra",
                         "-Werror=implicit-function-declaration"],

@@ -13,7 +13,7 @@
 /* the whole extension as one unit: its sources are built together here */
 #include "../kraft/lane/csrc/rules.c"
 #include "../kraft/lane/csrc/codec.c"
-#include "../kraft/lane/csrc/kv_put.c"
+#include "../kraft/statemachine/csrc/kv_put.c"
 #include "../kraft/lane/csrc/shell.c"
 #include "../kraft/lane/csrc/follower.c"
 #include "../kraft/lane/csrc/leader.c"

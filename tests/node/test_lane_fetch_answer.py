@@ -241,7 +241,8 @@ def test_damaged_answers_under_the_address_sanitizer(tmp_path: Path) -> None:
     harness = tmp_path / "lane_fuzz"
     built = subprocess.run(
         [gcc, "-O1", "-g", "-std=c11", "-no-pie", "-fsanitize=address,undefined",
-         "-fno-sanitize-recover=all", f"-I{include}", str(ROOT / "tools" / "lane_fuzz.c"),
+         "-fno-sanitize-recover=all", f"-I{include}", f"-I{ROOT / 'kraft' / 'lane' / 'csrc'}",
+         str(ROOT / "tools" / "lane_fuzz.c"),
          "-o", str(harness), "-Wl,--unresolved-symbols=ignore-all"],
         capture_output=True, text=True, check=False)
     if built.returncode != 0 and "sanitize" in built.stderr:

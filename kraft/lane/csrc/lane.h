@@ -5,8 +5,8 @@
  *              the same rules as kraft/lane/rules.py, input for input;
  *   codec.c    the Kafka formats the lane reads and writes: Fetch v17/v18 requests and answers
  *              of the voters' shape, record batches (CRC-32C), the scan of an append;
- *   kv_put.c   the KV state machine's PUT, as the binary client protocol carries it and as its
- *              record is stored (kraft.statemachine.kv's encoding): the one KV-specific unit;
+ *   kv_put.c   (kraft/statemachine/csrc/, with the state machine) the KV state machine's PUT,
+ *              as the binary client protocol carries it and as its record is stored (kraft.statemachine.kv's encoding): the one KV-specific unit;
  *   shell.c    what both I/O loops share: their thread, the pipes that stop and end it;
  *   io.c       the loops' disk calls (lane_io), and the seeded fault layer tests install;
  *   follower.c the follower's I/O loop (FollowerShell);

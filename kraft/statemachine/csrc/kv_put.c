@@ -1,4 +1,6 @@
-/* The KV state machine's PUT, in C: the one unit of the lane that knows the KV store.
+/* The KV state machine's PUT, in C: the one unit of the native lane's extension that knows the
+ * KV store, kept with the state machine it encodes for (built into kraft.lane._native, whose
+ * kraft/lane/csrc/lane.h declares it).
  *
  * It encodes kraft.statemachine.kv's PUT record (kv.encode_put) and reads and answers the binary
  * client protocol's PUT frames (kraft.server.client_protocol), so that the leader's loop turns a
