@@ -40,7 +40,7 @@ from types import ModuleType
 from typing import Any
 
 from kraft.lane.host import FetchConnection, LaneHost
-from kraft.lane.ticker import LaneTicker
+from kraft.lane.ticker import LaneTicker, stop_loop
 from kraft.raft import events as ev
 from kraft.raft import messages as m
 from kraft.storage.errors import StorageError
@@ -237,17 +237,9 @@ class FollowerLaneRunner:
         self._armed = None
         self.ended = False
         host = self._host
-        loop = host.loop
-        assert loop is not None
-        loop.remove_reader(a.shell.done_fd)
-        loop.remove_reader(a.shell.news_fd)
-        if self._ticker is not None:
-            self._ticker.stop()
-            self._ticker = None
-        r = a.shell.stop()
+        r = stop_loop(host.loop, a.shell, (a.shell.done_fd, a.shell.news_fd), self._ticker, self.stops, cause)
+        self._ticker = None
         reason = str(r["reason"])
-        key = cause if reason == "stopped" else reason
-        self.stops[key] = self.stops.get(key, 0) + 1
         if reason == "error" and r["error_at"] in ("write", "fdatasync"):
             self._adopt(a, int(r["write_pos"]), int(r["log_end"]), strict=False)
             raise StorageError(f"the follower lane's {r['error_at']} failed: error {r['error']}"

@@ -36,7 +36,7 @@ from typing import Any
 
 from kraft.lane.host import ClientConnection, LaneHost, VoterConnection
 from kraft.lane.rules import to_native
-from kraft.lane.ticker import LaneTicker
+from kraft.lane.ticker import LaneTicker, stop_loop
 from kraft.raft import events as ev
 from kraft.raft import messages as m
 from kraft.raft.leader import LeaderState, ParkedFetch
@@ -235,16 +235,9 @@ class LeaderLaneRunner:
         self._armed = None
         self.ended = False
         host = self._host
-        loop = host.loop
-        assert loop is not None
-        loop.remove_reader(a.shell.done_fd)
-        if self._ticker is not None:
-            self._ticker.stop()
-            self._ticker = None
-        r = a.shell.stop()
+        r = stop_loop(host.loop, a.shell, (a.shell.done_fd,), self._ticker, self.stops, cause)
+        self._ticker = None
         reason = str(r["reason"])
-        key = cause if reason == "stopped" else reason
-        self.stops[key] = self.stops.get(key, 0) + 1
         if reason == "error" and r["error_at"] in ("write", "fdatasync"):
             self._adopt(int(r["write_pos"]), int(r["durable"]), None)
             raise StorageError(f"the leader lane's {r['error_at']} failed: error {r['error']}"

@@ -59,3 +59,21 @@ class LaneTicker:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+
+def stop_loop(loop: asyncio.AbstractEventLoop | None, shell: Any, fds: tuple[int, ...],
+              ticker: LaneTicker | None, stops: dict[str, int], cause: str) -> dict[str, Any]:
+    """Stop an armed lane's C loop the way both runners do: its descriptors off the event
+    loop, its ticker stopped, the loop's last state taken (`shell.stop()`), and the stop
+    counted in `stops` under `cause` (or under the loop's own reason when it ended by
+    itself). Returns the loop's last state."""
+    assert loop is not None
+    for fd in fds:
+        loop.remove_reader(fd)
+    if ticker is not None:
+        ticker.stop()
+    r: dict[str, Any] = shell.stop()
+    reason = str(r["reason"])
+    key = cause if reason == "stopped" else reason
+    stops[key] = stops.get(key, 0) + 1
+    return r
