@@ -8,7 +8,7 @@ Steps (each logged as it starts, with counts and elapsed time):
 
 1. discover replica directories; 2. ingest every segment and snapshot once through the
 `kraft` data source (`rows=batches`) into the staging table `OUT/tables/batches` (Parquet,
-one row per batch with its bytes); 3. corrupt batches; 4. voters, the offset ranges
+one row per batch: its header, hash, CRC and place in its file, not its bytes); 3. corrupt batches; 4. voters, the offset ranges
 (`OUT/tables/offsets`) and the high watermark (rules in `kraft_pipeline.consistency`);
 5. committed and uncommitted divergence; 6. snapshots against each other and against the
 log; 7. history; 8. workload; 9. summary.json, Parquet tables and report.html with PNG
@@ -118,8 +118,12 @@ class Progress:
         self.close()
 
     def close(self) -> None:
-        """Stop the periodic lines."""
+        """Stop the periodic lines (waiting a moment for a line being written, so that none
+        follows the audit's last line)."""
         self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=2.0)
 
     def failed(self, cause: str) -> None:
         """Record in steps.json that the current step failed, with the cause."""
@@ -769,6 +773,12 @@ def run_from_args(args: argparse.Namespace) -> int:
     for handler in logging.getLogger().handlers:
         handler.addFilter(lambda record: not record.name.startswith("py4j"))
     logging.raiseExceptions = False  # a failing log handler must not print a traceback
+    with StrayOutput(error_log) as stray:
+        return _run_session(args, out, logs, error_log, stray)
+
+
+def _run_session(args: argparse.Namespace, out: Path, logs: Path, error_log: Path,
+                 stray: StrayOutput) -> int:
     progress = Progress(out)
     spark = None
     master = args.master or "local[*]"
@@ -797,6 +807,7 @@ def run_from_args(args: argparse.Namespace) -> int:
                         + "".join(traceback.format_tb(exc.__traceback__)))
         print(f"kraft audit: {step} failed: {why.cause}; {why.remedy}. Finished steps are "
               f"kept in {out} (steps.json); details in {error_log}", file=sys.stderr)
+        stray.detach()  # that line is the last the terminal gets: the dying JVM says the rest
         _stop_quietly(spark)
         return EXIT_SPARK_FAILURE
     print(json.dumps({
@@ -808,6 +819,66 @@ def run_from_args(args: argparse.Namespace) -> int:
     if args.strict and (not summary["consistent"] or summary["corrupt_batches"]):
         return 1
     return 0
+
+
+class StrayOutput:
+    """Sends what nobody asked to print during an audit to the error log, not the terminal.
+
+    When the driver JVM dies, Python code the audit does not run itself finds out first and
+    complains: a Py4J call on another thread raises (`threading.excepthook` prints it), the
+    finaliser of a Java object's proxy fails to release it (`sys.unraisablehook`). Inside
+    this context both hooks append the traceback to `path`. After a failure, `detach` points
+    this process's stderr (file descriptor 2 and `sys.stderr`) at `path` for good: the
+    audit's one-line explanation is then the last thing the terminal gets, whatever the
+    interpreter prints on its way out. (The audit's callers exit right after a failure.)
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.detached = False
+        self._saved: tuple[Any, Any] | None = None
+
+    def __enter__(self) -> StrayOutput:
+        self._saved = (threading.excepthook, sys.unraisablehook)
+        threading.excepthook = self._thread_failed
+        sys.unraisablehook = self._unraisable
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._saved is not None and not self.detached:
+            threading.excepthook, sys.unraisablehook = self._saved
+
+    def _append(self, title: str, exc_type: Any, value: Any, tb: Any) -> None:
+        try:
+            text = "".join(traceback.format_exception(exc_type, value, tb))
+        except Exception:  # the exception's text needs the JVM that is gone
+            text = f"{getattr(exc_type, '__name__', exc_type)}\n"
+        try:
+            with self.path.open("a") as f:
+                f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {title}\n{text}")
+        except OSError:
+            pass  # nowhere left to say it; never the terminal
+
+    def _thread_failed(self, args: threading.ExceptHookArgs) -> None:
+        name = args.thread.name if args.thread is not None else "?"
+        self._append(f"uncaught in thread {name}", args.exc_type, args.exc_value,
+                     args.exc_traceback)
+
+    def _unraisable(self, args: Any) -> None:
+        try:
+            where = repr(args.object)
+        except Exception:  # a Java object's proxy asks the JVM for its text
+            where = type(args.object).__name__
+        self._append(f"{args.err_msg or 'Exception ignored in'}: {where}", args.exc_type,
+                     args.exc_value, args.exc_traceback)
+
+    def detach(self) -> None:
+        """From now on this process's stderr goes to the error log."""
+        sys.stderr.flush()
+        with self.path.open("ab") as f:
+            os.dup2(f.fileno(), 2)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115 (stays open)
+        self.detached = True
 
 
 def _quiet_accumulator_server(spark: SparkSession, error_log: Path) -> None:

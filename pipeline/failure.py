@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from kraft_pipeline.session import JVM_OUTPUT
+
 EXIT_SPARK_FAILURE = 3
 """Exit status of an audit that Spark could not finish (1 = findings with --strict, 2 = bad
 input)."""
@@ -47,6 +49,17 @@ def _first_line(text: str, limit: int = 200) -> str:
             # "pyspark.errors.exceptions.captured.IllegalArgumentException: ..." -> the class
             line = re.sub(r"^(?:[a-z_][\w]*\.)+(?=[A-Z]\w*: )", "", line)
             return line if len(line) <= limit else line[: limit - 3] + "..."
+    return ""
+
+
+def _jvm_refusal(text: str) -> str:
+    """What a JVM that would not start said (`Invalid maximum heap size: -Xmx2q`, an
+    unrecognised option, a missing class), not its closing `Error: Could not create...`."""
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("Error: Could not create", "Error: A fatal exception",
+                                         "at ", "WARNING")):
+            return line[:200]
     return ""
 
 
@@ -112,8 +125,10 @@ def classify(text: str, master: str, driver_memory: str, log_text: str = "") -> 
         return Failure("the driver JVM exited", "see logs/spark.log for why; if it was killed "
                        f"for memory, {mem_hint}")
     if "JAVA_GATEWAY_EXITED" in text or "Java gateway process exited" in text:
-        return Failure("the driver JVM did not start (its message is above)",
-                       "check --driver-memory and any --conf spark.driver.* setting")
+        said = _jvm_refusal(log_text)
+        return Failure("the driver JVM did not start" + (f" ({said})" if said else ""),
+                       "check --driver-memory and any --conf spark.driver.* setting "
+                       "(the JVM's output is in logs/jvm.log)")
     if _find(text, _BAD_SETTING):
         return Failure(f"Spark rejected a setting ({_setting_line(text)})",
                        "fix or drop the --conf (or --driver-memory) that sets it")
@@ -156,7 +171,10 @@ def tail(path: Path, limit: int = 256 * 1024) -> str:
 
 def explain(step: str, exc: BaseException, master: str, driver_memory: str,
             spark_log: Path | None = None) -> Failure:
-    """The Failure for `exc`, raised in `step`."""
+    """The Failure for `exc`, raised in `step` (`spark_log` is OUT/logs/spark.log; the JVM's
+    own output, `jvm.log` beside it, is read too)."""
     text = exception_text(exc)
-    log_text = tail(spark_log) if spark_log is not None else ""
+    log_text = ""
+    if spark_log is not None:  # the JVM's own output first: its last words when it died
+        log_text = tail(spark_log.with_name(JVM_OUTPUT), 64 * 1024) + "\n" + tail(spark_log)
     return classify(text, master, driver_memory, log_text)

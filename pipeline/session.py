@@ -7,9 +7,11 @@ master and any `--conf` given there win: this module only fills in what is unset
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,9 @@ DEFAULT_CONF: dict[str, str] = {
     # by size, not only by row count.
     "spark.sql.execution.arrow.maxBytesPerBatch": str(16 * 1024 * 1024),
 }
+
+JVM_OUTPUT = "jvm.log"
+"""The driver JVM's own stdout and stderr (and its Python workers'), under the log directory."""
 
 LOG4J2 = """\
 rootLogger.level = warn
@@ -55,8 +60,10 @@ def build_session(
     `--py-files` (see docs/audit.md).
 
     With `log_dir`, a driver JVM started here writes Spark's own log (warnings, errors with
-    their Java stack traces) to `log_dir/spark.log` instead of the terminal, and its garbage
-    collections to `log_dir/gc.log` (the heap before and after each one).
+    their Java stack traces) to `log_dir/spark.log` instead of the terminal, its garbage
+    collections to `log_dir/gc.log` (the heap before and after each one), and whatever it or
+    the Python workers it starts print themselves (the JVM's last words when it dies, a
+    worker's traceback) to `log_dir/jvm.log` (JVM_OUTPUT).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from kraft_pipeline.datasource import register
@@ -80,13 +87,40 @@ def build_session(
         key = "spark.driver.extraJavaOptions"
         earlier = (conf or {}).get(key) or existing.get(key, None)
         settings[key] = f"{earlier} {option}" if earlier else option
+    launching = log_dir is not None and SparkContext._active_spark_context is None
     for key, value in settings.items():
         if (conf and key in conf) or not existing.contains(key) or key == (
             "spark.driver.extraJavaOptions"
         ):
             builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with (_child_output_to(Path(log_dir) / JVM_OUTPUT) if launching and log_dir is not None
+          else contextlib.nullcontext()):
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     register(spark)
     log.info("event=spark_session master=%s version=%s", chosen, spark.version)
     return spark
+
+
+@contextlib.contextmanager
+def _child_output_to(path: Path) -> Iterator[None]:
+    """Point file descriptors 1 and 2 at `path` while the driver JVM is launched, so the JVM
+    (and the Python workers it forks later) inherit the file instead of the terminal.
+
+    PySpark starts the JVM with the parent's stdout and stderr; there is no option to give it
+    others. This process's own output goes back to the terminal as soon as the JVM is up.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with path.open("ab") as f:
+            os.dup2(f.fileno(), 1)
+            os.dup2(f.fileno(), 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, copy in zip((1, 2), saved, strict=True):
+            os.dup2(copy, fd)
+            os.close(copy)

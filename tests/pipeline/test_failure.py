@@ -52,9 +52,14 @@ def _audit(args: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
 
 
 def _one_failure_line(stderr: str) -> str:
+    """The failure line; everything else on stderr is the audit's own progress lines (no
+    traceback, no JVM output)."""
     assert "Traceback" not in stderr and "Py4J" not in stderr and "\tat " not in stderr, stderr
     lines = [ln for ln in stderr.splitlines() if ln.startswith("kraft audit:")]
     assert len(lines) == 1, stderr
+    others = [ln for ln in stderr.splitlines()
+              if ln.strip() and not ln.startswith("kraft audit:") and " kraft-audit " not in ln]
+    assert others == [], stderr
     return lines[0]
 
 
@@ -85,6 +90,57 @@ def test_out_of_memory_in_a_step(tmp_path: Path) -> None:
     assert steps["failed"]["name"] == name and steps["failed"]["step"] == number
     assert [s["step"] for s in steps["finished"]] == list(range(1, number))
     assert "Traceback" in (out / "logs" / "audit-error.log").read_text()
+    assert "OutOfMemoryError" in (out / "logs" / "spark.log").read_text() + (
+        out / "logs" / "jvm.log").read_text()
+
+
+@pytest.mark.spark
+def test_jvm_that_does_not_start_is_quoted(tmp_path: Path, scenario: Any) -> None:
+    """The JVM's own complaint goes to logs/jvm.log, and the line quotes it."""
+    out = tmp_path / "out"
+    proc = _audit(["--input", str(scenario.root), "--output", str(out),
+                   "--driver-memory", "2q"], tmp_path)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    line = _one_failure_line(proc.stderr)
+    assert "Spark start-up failed: the driver JVM did not start" in line, line
+    assert "Invalid maximum heap size: -Xmx2q" in line, line
+    assert "Could not create the Java Virtual Machine" in (out / "logs" / "jvm.log").read_text()
+
+
+def test_stray_output_goes_to_the_error_log(tmp_path: Path) -> None:
+    """What a dying JVM makes Python print on its own (a thread's uncaught Py4J error, a
+    proxy's finaliser failing, anything written to stderr after the failure line) goes to
+    the error log, and the terminal gets nothing."""
+    log = tmp_path / "audit-error.log"
+    script = f"""
+import gc, sys, threading
+from pathlib import Path
+from kraft_pipeline.audit import StrayOutput
+
+class Proxy:
+    def __del__(self):
+        raise ConnectionResetError("finaliser could not release the Java object")
+
+with StrayOutput(Path({str(log)!r})) as stray:
+    def poll():
+        raise ConnectionResetError("status query on a dead JVM")
+    t = threading.Thread(target=poll, name="kraft-audit-progress")
+    t.start(); t.join()
+    Proxy(); gc.collect()
+    print("kraft audit: step 2/9 (ingest) failed", file=sys.stderr)
+    stray.detach()
+    print("a late complaint", file=sys.stderr)
+    sys.stderr.flush()
+    import os; os.write(2, b"the JVM's last words\\n")
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "kraft audit: step 2/9 (ingest) failed\n"
+    text = log.read_text()
+    assert "uncaught in thread kraft-audit-progress" in text and "status query" in text
+    assert "Exception ignored in" in text and "finaliser could not release" in text
+    assert "a late complaint" in text and "the JVM's last words" in text
 
 
 @pytest.mark.spark
