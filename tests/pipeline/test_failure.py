@@ -94,14 +94,20 @@ def test_out_of_memory_in_a_step(tmp_path: Path) -> None:
         out / "logs" / "jvm.log").read_text()
 
 
+def _start_with_driver_memory(memory: str, tmp_path: Path, scenario: Any) -> tuple[str, Path]:
+    """The failure line (exit status 3) of an audit run with `--driver-memory memory`, and
+    its output directory."""
+    out = tmp_path / "out"
+    proc = _audit(["--input", str(scenario.root), "--output", str(out),
+                   "--driver-memory", memory], tmp_path)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    return _one_failure_line(proc.stderr), out
+
+
 @pytest.mark.spark
 def test_jvm_that_does_not_start_is_quoted(tmp_path: Path, scenario: Any) -> None:
     """The JVM's own complaint goes to logs/jvm.log, and the line quotes it."""
-    out = tmp_path / "out"
-    proc = _audit(["--input", str(scenario.root), "--output", str(out),
-                   "--driver-memory", "2q"], tmp_path)
-    assert proc.returncode == 3, proc.stderr[-3000:]
-    line = _one_failure_line(proc.stderr)
+    line, out = _start_with_driver_memory("2q", tmp_path, scenario)
     assert "Spark start-up failed: the driver JVM did not start" in line, line
     assert "Invalid maximum heap size: -Xmx2q" in line, line
     assert "Could not create the Java Virtual Machine" in (out / "logs" / "jvm.log").read_text()
@@ -145,11 +151,7 @@ with StrayOutput(Path({str(log)!r})) as stray:
 
 @pytest.mark.spark
 def test_driver_memory_below_what_spark_needs(tmp_path: Path, scenario: Any) -> None:
-    out = tmp_path / "out"
-    proc = _audit(["--input", str(scenario.root), "--output", str(out),
-                   "--driver-memory", "100m"], tmp_path)
-    assert proc.returncode == 3, proc.stderr[-3000:]
-    line = _one_failure_line(proc.stderr)
+    line, out = _start_with_driver_memory("100m", tmp_path, scenario)
     assert "Spark start-up failed" in line and "--driver-memory 100m is below" in line
     assert "Traceback" in (out / "logs" / "audit-error.log").read_text()
 
