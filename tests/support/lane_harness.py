@@ -329,7 +329,8 @@ def run_leader(seed: int, workdir: Path, faults: Faults, turns: int = 12) -> Lea
     """Run the leader lane's C loop for one seed over a client and one fetching voter of three
     (voter 3 never fetches, so every commit needs the leader's own durable end), with the file
     layer's faults, then crash it and check what its segment recovers to."""
-    from kraft.lane import LaneVoter, LeaderLane, to_native
+    from kraft.lane import LeaderLane, to_native
+    from kraft.raft.lease import LeaseVoter
     from kraft.raft.messages import ReplicaKey
     from kraft.server.client_protocol import OK, OP_PUT, RESPONSE_HEAD, encode_request
     from kraft.server.fetch_fast import decode_fetch_response, encode_fetch_request
@@ -349,8 +350,8 @@ def run_leader(seed: int, workdir: Path, faults: Faults, turns: int = 12) -> Lea
     client.settimeout(WAIT_S)
     voter.settimeout(WAIT_S)
     dirs = {2: Uuid(bytes([2]) * 16), 3: Uuid(bytes([3]) * 16)}
-    lease = LeaderLane(1, 0, 0, 1, 1, 1, [LaneVoter(1, None, True)] + [
-        LaneVoter(rid, ReplicaKey(rid, d), False, 1) for rid, d in dirs.items()])
+    lease = LeaderLane(1, 0, 0, 1, 1, 1, [LeaseVoter(1, None, True)] + [
+        LeaseVoter(rid, ReplicaKey(rid, d), False, 1) for rid, d in dirs.items()])
     out = LeaderOutcome(seed, {}, {})
     voter_end, voter_hw, corr = 1, 1, 0
 
