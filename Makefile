@@ -92,7 +92,16 @@ bench-quick: $(STAMP)
 	PYTHON="$(PEERS_PYTHON)" bash bench/setup_peers.sh
 	$(BIN)/python -m bench compare --quick
 
+# First the native lane's C loops under their deterministic harness (tests/support/lane_harness.py:
+# the file layer's seeded faults and the peers' closes, resets, held-back and stale frames, a
+# crash after each run, the simulator's invariants), LANE_SOAK_SECONDS long or LANE_SOAK_SEEDS
+# seeds from LANE_SOAK_START, whichever ends first; then the simulator until interrupted.
+LANE_SOAK_SECONDS ?= 600
+LANE_SOAK_SEEDS ?=
+LANE_SOAK_START ?= 0
 soak: $(STAMP)
+	$(BIN)/python -m tests.support.lane_harness --start $(LANE_SOAK_START) \
+	  --seconds $(LANE_SOAK_SECONDS) $(if $(LANE_SOAK_SEEDS),--seeds $(LANE_SOAK_SEEDS))
 	$(BIN)/python -m kraft.sim --soak --lane-drive --leader-drive --native-lane
 
 # Real processes under random kill -9 / SIGTERM / SIGSTOP / lost disks / torn tails, 5 minutes

@@ -32,8 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kraft.lane import LaneVoter, LeaderLane, native, to_native
+from kraft.lane import LeaderLane, native, to_native
 from kraft.protocol.uuid import Uuid
+from kraft.raft.lease import LeaseVoter
 from kraft.raft.messages import ReplicaKey
 from kraft.records.batch import iter_batches
 from kraft.server.client_protocol import OK, OP_PUT, RESPONSE_HEAD, encode_request
@@ -58,8 +59,8 @@ def _leader(voter_fd: int, client_fd: int, directory: str) -> None:
     client, _ = client_server.accept()
     client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     fd = os.open(os.path.join(directory, "leader.log"), os.O_RDWR | os.O_CREAT)
-    lease = LeaderLane(1, 0, 0, 1, 1, None, [LaneVoter(1, None, True)] + [
-        LaneVoter(rid, ReplicaKey(rid, DIRS[rid]), False, -1) for _, rid in voters])
+    lease = LeaderLane(1, 0, 0, 1, 1, None, [LeaseVoter(1, None, True)] + [
+        LeaseVoter(rid, ReplicaKey(rid, DIRS[rid]), False, -1) for _, rid in voters])
     shell = lane_c.LeaderShell(client.fileno(), [(c.fileno(), rid) for c, rid in voters], fd, 0,
                                to_native(lease, lane_c), 1, CLUSTER, 0, int(time.time() * 1000))
     shell.start()

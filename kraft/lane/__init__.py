@@ -5,8 +5,9 @@ The consensus core (`kraft.raft`) leases the lane the steady state of one epoch
 (`kraft.raft.lease`: `LeaderLease`, `FollowerLease`) and takes back the lane's work as events
 (`LeaderLaneReport`, `FollowerLaneReport`). It never imports this package. Here:
 
-- the lane's rules in plain Python (`LeaderLane`, `FollowerLane`, built from a lease), and the
-  same rules in C (`native()`, the extension `kraft.lane._native`, and `to_native`);
+- the lane's rules in plain Python (`LeaderLane`, `FollowerLane`, built from a lease; a leader's
+  voters are the lease's own rows, `kraft.raft.lease.LeaseVoter`), and the same rules in C
+  (`native()`, the extension `kraft.lane._native`, and `to_native`);
 - the node's runners of the lane's loops (`FollowerLaneRunner`, `LeaderLaneRunner`), which arm
   the C loops under a lease, tick them (`kraft.lane.ticker`) and turn what they did into
   reports; they see the node only through `LaneHost` (`kraft.lane.host`: its core and log, its
@@ -26,7 +27,6 @@ from kraft.lane.rules import (
     FollowerLane,
     LaneAnswer,
     LaneFetch,
-    LaneVoter,
     LeaderLane,
     append_scan,
     native,
@@ -41,7 +41,6 @@ __all__ = [
     "LaneAnswer",
     "LaneFetch",
     "LaneHost",
-    "LaneVoter",
     "LeaderLane",
     "LeaderLaneRunner",
     "VoterConnection",

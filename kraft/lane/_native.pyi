@@ -3,8 +3,9 @@ the same as `kraft.lane.rules`'s, input for input."""
 
 from collections.abc import Sequence
 
-from kraft.lane.rules import LaneAnswer, LaneFetch, LaneVoter
+from kraft.lane.rules import LaneAnswer, LaneFetch
 from kraft.protocol.uuid import Uuid
+from kraft.raft.lease import LeaseVoter
 from kraft.raft.messages import FetchedBatch
 
 MAX_VOTERS: int
@@ -18,7 +19,7 @@ class LeaderLane:
     high_watermark: int | None
     matched: tuple[int, ...]
     def __init__(self, epoch: int, epoch_start: int, log_start: int, log_end: int, durable: int,
-                 high_watermark: int | None, voters: Sequence[LaneVoter]) -> None: ...
+                 high_watermark: int | None, voters: Sequence[LeaseVoter]) -> None: ...
     def fetch(self, replica_id: int, directory_id: Uuid | None, fetch_offset: int,
               last_fetched_epoch: int, current_leader_epoch: int,
               max_wait_ms: int) -> LaneFetch | None: ...

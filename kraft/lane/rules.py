@@ -27,28 +27,10 @@ from types import ModuleType
 from typing import cast
 
 from kraft.protocol.uuid import Uuid
-from kraft.raft.lease import FollowerLease, LeaderLease
+from kraft.raft.lease import FollowerLease, LeaderLease, LeaseVoter
 from kraft.raft.messages import FetchedBatch, ReplicaKey
 from kraft.raft.quorum import majority_offset, next_high_watermark
 from kraft.storage.log import AppendScan
-
-
-@dataclass(slots=True)
-class LaneVoter:
-    """One voter of a leader's lane (from the lease's `kraft.raft.lease.LeaseVoter`, whose
-    `matched` the lane then moves).
-
-    `key` is the replica whose fetches count for this voter. For a voter with a directory id,
-    it is the voter's own key. In a set without directory ids (kraft.version 0), it is the
-    latest replica of that id that the core has counted, or None before any. `matched` is the
-    offset the voter last acknowledged (-1 before any). For the leader itself, `key` is None and
-    its own durable end counts instead.
-    """
-
-    id: int
-    key: ReplicaKey | None
-    is_leader: bool
-    matched: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,28 +43,32 @@ class LaneFetch:
 
 
 class LeaderLane:
-    """A leader's lane: the lease's fields, and the rules the lane may apply under it."""
+    """A leader's lane: the lease's fields, and the rules the lane may apply under it.
 
-    __slots__ = ("_by_id", "durable", "epoch", "epoch_start", "high_watermark", "log_end",
+    `voters` are the lease's rows (`kraft.raft.lease.LeaseVoter`), in the lease's order; the
+    lane moves a voter's `matched` by putting a new row in its place, so the lease it was
+    built from is left as the core gave it.
+    """
+
+    __slots__ = ("_index", "durable", "epoch", "epoch_start", "high_watermark", "log_end",
                  "log_start", "voters")
 
     def __init__(self, epoch: int, epoch_start: int, log_start: int, log_end: int, durable: int,
-                 high_watermark: int | None, voters: Sequence[LaneVoter]) -> None:
+                 high_watermark: int | None, voters: Sequence[LeaseVoter]) -> None:
         self.epoch = epoch
         self.epoch_start = epoch_start
         self.log_start = log_start
         self.log_end = log_end
         self.durable = durable
         self.high_watermark = high_watermark
-        self.voters = tuple(voters)
-        self._by_id = {v.id: v for v in self.voters if not v.is_leader}
+        self.voters = list(voters)
+        self._index = {v.id: i for i, v in enumerate(self.voters) if not v.is_leader}
 
     @classmethod
     def from_lease(cls, lease: LeaderLease) -> LeaderLane:
-        """The lane a leader's lease arms (its voters copied: the lane moves their rows)."""
+        """The lane a leader's lease arms."""
         return cls(lease.epoch, lease.epoch_start, lease.log_start, lease.log_end,
-                   lease.durable, lease.high_watermark,
-                   [LaneVoter(v.id, v.key, v.is_leader, v.matched) for v in lease.voters])
+                   lease.durable, lease.high_watermark, lease.voters)
 
     def fetch(self, replica_id: int, directory_id: Uuid | None, fetch_offset: int,
               last_fetched_epoch: int, current_leader_epoch: int,
@@ -95,12 +81,15 @@ class LeaderLane:
             return None  # malformed: the core answers INVALID_REQUEST
         if not max(self.epoch_start, self.log_start) < fetch_offset <= self.log_end:
             return None  # before this epoch's records, or past the log: the core decides
-        v = self._by_id.get(replica_id)
-        if v is None or v.key is None or v.key != ReplicaKey(replica_id, directory_id):
-            return None  # an observer, or a replica of this id that the lease does not count
+        i = self._index.get(replica_id)
+        if i is None:
+            return None  # an observer
+        v = self.voters[i]
+        if v.key is None or v.key != ReplicaKey(replica_id, directory_id):
+            return None  # a replica of this id that the lease does not count
         if fetch_offset < v.matched:
             return None  # a voter going back: not the steady state
-        v.matched = fetch_offset
+        self.voters[i] = LeaseVoter(v.id, v.key, v.is_leader, fetch_offset)
         self._advance()
         return LaneFetch(self.high_watermark,
                          fetch_offset if fetch_offset < self.log_end else None)

@@ -44,6 +44,9 @@ class LeaseVoter:
     latest replica of that id that the core has counted, or None before any. `matched` is the
     offset the voter last acknowledged (-1 before any). For the leader itself, `key` is None and
     its own durable end counts instead.
+
+    The lane's rules keep their voters as rows of this type (`kraft.lane.rules.LeaderLane`,
+    which moves `matched` by putting a new row in its place); the C rules read the same fields.
     """
 
     id: int

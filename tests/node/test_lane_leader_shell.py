@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from kraft.lane import LaneVoter, LeaderLane, native, to_native
+from kraft.lane import LeaderLane, native, to_native
 from kraft.protocol.errors import ErrorCode
 from kraft.protocol.uuid import Uuid
 from kraft.raft import messages as m
+from kraft.raft.lease import LeaseVoter
 from kraft.raft.messages import ReplicaKey
 from kraft.records.batch import iter_batches
 from kraft.server.client_protocol import (
@@ -122,10 +123,10 @@ def leader_shell(tmp_path: Path, extra_voters: int = 0, tcp: bool = False, **kw:
     pairs = {rid: make() for rid in DIRS}
     path = tmp_path / "leader.log"
     fd = os.open(path, os.O_RDWR | os.O_CREAT)
-    extra = [LaneVoter(10 + i, ReplicaKey(10 + i, Uuid(bytes([10 + i]) * 16)), False, 1)
+    extra = [LeaseVoter(10 + i, ReplicaKey(10 + i, Uuid(bytes([10 + i]) * 16)), False, 1)
              for i in range(extra_voters)]
-    lease = LeaderLane(1, 0, 0, 1, 1, 1, [LaneVoter(1, None, True)] + [
-        LaneVoter(rid, ReplicaKey(rid, d), False, 1) for rid, d in DIRS.items()] + extra)
+    lease = LeaderLane(1, 0, 0, 1, 1, 1, [LeaseVoter(1, None, True)] + [
+        LeaseVoter(rid, ReplicaKey(rid, d), False, 1) for rid, d in DIRS.items()] + extra)
     for sock in [client_mine] + [mine for mine, _ in pairs.values()]:
         sock.setblocking(False)  # as the node's (asyncio's) sockets are
     voters = kw.pop("voters", None) or [(mine.fileno(), rid) for rid, (mine, _) in pairs.items()]
@@ -215,7 +216,7 @@ def test_what_the_lease_does_not_cover_is_handed_over(quorum: Any, why: str, act
 
 def test_a_bad_setup_is_refused_with_what_is_wrong(tmp_path: Path) -> None:
     assert C is not None
-    lane = to_native(LeaderLane(1, 0, 0, 1, 1, 1, [LaneVoter(1, None, True)]), C)
+    lane = to_native(LeaderLane(1, 0, 0, 1, 1, 1, [LeaseVoter(1, None, True)]), C)
     ok: dict[str, Any] = {"client": 0, "voters": [], "log_fd": 0, "write_pos": 0, "lane": lane,
                           "leader_id": 1, "cluster_id": CLUSTER, "log_start": 0,
                           "timestamp_ms": 0}

@@ -105,6 +105,28 @@ def test_a_high_watermark_on_version_17_is_handed_over() -> None:
     assert C is not None and C.read_fetch_request(bytes(frame), CLUSTER) is None
 
 
+def _partition_tags(frame: bytes) -> tuple[int, bytes, bytes]:
+    """Where a v18 fetch's partition tags start (their count), and its two tags as written:
+    the directory id (tag 0) and the high watermark (tag 1)."""
+    at = frame.index(bytes(range(16))) - 3
+    assert frame[at:at + 3] == b"\x02\x00\x10"
+    directory, hw = frame[at + 1:at + 19], frame[at + 19:at + 29]
+    assert hw[:2] == b"\x01\x08"
+    return at, directory, hw
+
+
+@pytest.mark.parametrize(("why", "order"), [
+    ("tags out of order", lambda d, h: h + d),
+    ("a tag twice", lambda d, h: d + d),
+])
+def test_partition_tags_out_of_order_are_handed_over(why: str, order: Any) -> None:
+    frame = fetch(version=18)
+    assert agree(frame) is not None
+    at, directory, hw = _partition_tags(frame)
+    bad = frame[:at + 1] + order(directory, hw) + frame[at + 29:]
+    assert C is not None and C.read_fetch_request(bad, CLUSTER) is None, why
+
+
 @settings(max_examples=1500, deadline=None)
 @given(st.data())
 def test_a_damaged_fetch_is_handed_over_or_read_as_python_reads_it(data: st.DataObject) -> None:

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 import kraft.lane.rules as lane_rules
-from kraft.lane import FollowerLane, LaneAnswer, LaneFetch, LaneVoter, LeaderLane
+from kraft.lane import FollowerLane, LaneAnswer, LaneFetch, LeaderLane
 from kraft.raft.events import Append
 from kraft.raft.leader import LeaderState
-from kraft.raft.lease import FollowerLease, LeaderLease
+from kraft.raft.lease import FollowerLease, LeaderLease, LeaseVoter
 from kraft.raft.messages import FetchedBatch, FetchRequest, ReplicaKey
 from kraft.sim.cluster import SimParams, run_seed
 from kraft.sim.harness import CoreHarness, dir_id
@@ -26,8 +26,8 @@ def leader_lane(**kw: Any) -> LeaderLane:
     fields: dict[str, Any] = {"epoch": 3, "epoch_start": 10, "log_start": 0, "log_end": 15,
                               "durable": 14, "high_watermark": 12}
     fields.update(kw)
-    voters = [LaneVoter(1, None, True), LaneVoter(2, ReplicaKey(2, dir_id(2)), False, 12),
-              LaneVoter(3, ReplicaKey(3, dir_id(3)), False, 12)]
+    voters = [LeaseVoter(1, None, True), LeaseVoter(2, ReplicaKey(2, dir_id(2)), False, 12),
+              LeaseVoter(3, ReplicaKey(3, dir_id(3)), False, 12)]
     return LeaderLane(voters=voters, **fields)
 
 
@@ -82,8 +82,8 @@ def test_the_lease_starts_above_the_log_start() -> None:
 
 
 def test_a_voter_of_a_set_without_directory_ids_counts_for_the_replica_the_core_counts() -> None:
-    voters = [LaneVoter(1, None, True), LaneVoter(2, ReplicaKey(2, None), False, 12),
-              LaneVoter(3, None, False, -1)]  # 3 not heard from: no replica to count yet
+    voters = [LeaseVoter(1, None, True), LeaseVoter(2, ReplicaKey(2, None), False, 12),
+              LeaseVoter(3, None, False, -1)]  # 3 not heard from: no replica to count yet
     lane = LeaderLane(3, 10, 0, 15, 15, 12, voters)
     assert lane.fetch(2, None, 15, 3, 3, 500) == LaneFetch(15, None)
     assert lane.fetch(3, None, 15, 3, 3, 500) is None
@@ -184,6 +184,8 @@ def test_the_lease_is_plain_data_and_the_lane_built_from_it_keeps_its_own_rows()
     assert lane.fetch(3, dir_id(3), end + 1, h.epoch, h.epoch, 0) is not None
     assert [v.matched for v in lane.voters] == [-1, end, end + 1]
     assert [v.matched for v in lease.voters] == [-1, end, -1]  # the core's lease is unchanged
+    # one definition of a voter's row: the lane's rows are the lease's type
+    assert all(type(v) is LeaseVoter for v in lane.voters)
     follower = CoreHarness.follower(node_id=1, leader_id=2, epoch=1)
     follower.advance(1)
     flease = follower.core.follower_lease()

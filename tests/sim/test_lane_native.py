@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kraft.lane import FollowerLane, LaneVoter, LeaderLane, native, rules, to_native
+from kraft.lane import FollowerLane, LeaderLane, native, rules, to_native
 from kraft.protocol.uuid import Uuid
+from kraft.raft.lease import LeaseVoter
 from kraft.raft.messages import FetchedBatch, ReplicaKey
 from kraft.sim.cli import main
 from kraft.sim.cluster import SimParams, run_seed
@@ -56,10 +57,10 @@ def leases(draw: st.DrawFn) -> LeaderLane:
     for i in range(n):
         vid = i + 1
         if i == leader_at:
-            voters.append(LaneVoter(vid, None, True))
+            voters.append(LeaseVoter(vid, None, True))
             continue
         key = draw(st.one_of(st.none(), directory.map(lambda d, v=vid: ReplicaKey(v, d))))
-        voters.append(LaneVoter(vid, key, False, draw(st.integers(-1, log_end))))
+        voters.append(LeaseVoter(vid, key, False, draw(st.integers(-1, log_end))))
     hw = draw(st.one_of(st.none(), st.integers(epoch_start + 1, log_end)))
     return LeaderLane(epoch, epoch_start, draw(st.integers(0, epoch_start + 1)), log_end,
                       draw(st.integers(epoch_start, log_end)), hw, voters)
@@ -129,8 +130,8 @@ def test_plain_steady_state_inputs_are_taken_by_both() -> None:
     # the differential tests above must not pass only on handovers: a hand-made steady state
     assert C is not None
     lease = LeaderLane(3, 10, 0, 15, 14, 12, [
-        LaneVoter(1, None, True), LaneVoter(2, ReplicaKey(2, DIRS[0]), False, 12),
-        LaneVoter(3, ReplicaKey(3, None), False, 12)])
+        LeaseVoter(1, None, True), LeaseVoter(2, ReplicaKey(2, DIRS[0]), False, 12),
+        LeaseVoter(3, ReplicaKey(3, None), False, 12)])
     c_lane = to_native(lease, C)
     for lane in (lease, c_lane):
         got = lane.fetch(2, DIRS[0], 14, 3, 3, 500)  # type: ignore[attr-defined]
@@ -151,9 +152,9 @@ def test_plain_steady_state_inputs_are_taken_by_both() -> None:
     ((1 << 40, 0, 0, 0, 0, None, []), OverflowError, "epoch out of the int32 range"),
     ((3, 0, 0, 0, 0, None, 7), TypeError, "voters must be a sequence"),
     ((3, 0, 0, 0, 0, None, [object()]), AttributeError, "id"),
-    ((3, 0, 0, 0, 0, None, [LaneVoter(2, ReplicaKey(5, None), False)]), ValueError,
+    ((3, 0, 0, 0, 0, None, [LeaseVoter(2, ReplicaKey(5, None), False)]), ValueError,
      "another replica id"),
-    ((3, 0, 0, 0, 0, None, [LaneVoter(i, None, False) for i in range(65)]), ValueError,
+    ((3, 0, 0, 0, 0, None, [LeaseVoter(i, None, False) for i in range(65)]), ValueError,
      "at most 64 voters"),
 ])
 def test_a_bad_lease_is_refused_with_what_is_wrong(args: tuple[Any, ...], error: type,
@@ -165,7 +166,7 @@ def test_a_bad_lease_is_refused_with_what_is_wrong(args: tuple[Any, ...], error:
 
 def test_a_bad_input_is_refused_with_what_is_wrong() -> None:
     assert C is not None
-    lane = C.LeaderLane(3, 10, 0, 15, 14, 12, [LaneVoter(1, None, True)])
+    lane = C.LeaderLane(3, 10, 0, 15, 14, 12, [LeaseVoter(1, None, True)])
     with pytest.raises(TypeError, match="fetch_offset must be an int"):
         lane.fetch(2, None, "15", 3, 3, 500)
     with pytest.raises(AttributeError):

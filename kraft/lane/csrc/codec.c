@@ -93,6 +93,25 @@ static int read_uvarint(const uint8_t *f, size_t len, size_t *pos, uint32_t *out
     return 0;
 }
 
+/* The header of one tagged field of a partition, whose tag and size the voters' shape writes
+ * in one byte each, at *pos of `f` (which is `len` long): 1 with its tag and size, *pos past
+ * the header and *last_tag set to its tag, when the header is whole, its tag comes after
+ * *last_tag (tags ascend) and its body is within the frame; 0 (hand over) otherwise. The
+ * answer's and the request's partition tags are read with it. */
+static int read_small_tag(const uint8_t *f, size_t len, size_t *pos, int *last_tag,
+                          uint8_t *tag, uint8_t *size)
+{
+    if (len - *pos < 2)
+        return 0;
+    *tag = f[*pos];
+    *size = f[*pos + 1];
+    *pos += 2;
+    if ((int)*tag <= *last_tag || len - *pos < *size)
+        return 0;
+    *last_tag = *tag;
+    return 1;
+}
+
 static const uint8_t METADATA_TOPIC_ID[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
 
 #define BATCH_HEADER 61
@@ -190,14 +209,8 @@ int read_fetch_answer(const uint8_t *f, size_t len, int32_t correlation_id,
     count = f[pos++];
     for (int i = 0; i < count; i++) {
         uint8_t tag, size;
-        if (len - pos < 2)
+        if (!read_small_tag(f, len, &pos, &last_tag, &tag, &size))
             return 0;
-        tag = f[pos];
-        size = f[pos + 1];
-        pos += 2;
-        if ((int)tag <= last_tag || len - pos < size)
-            return 0;
-        last_tag = tag;
         if (tag == 0 && size == 13) { /* DivergingEpoch: Epoch, EndOffset */
             if (f[pos + 12] != 0)
                 return 0;
@@ -504,14 +517,8 @@ int read_fetch_request(const uint8_t *f, size_t len, const char *cluster_id,
         return 0;
     for (int i = 0; i < count; i++) {
         uint8_t tag, size;
-        if (len - pos < 2)
+        if (!read_small_tag(f, len, &pos, &last_tag, &tag, &size))
             return 0;
-        tag = f[pos];
-        size = f[pos + 1];
-        pos += 2;
-        if ((int)tag <= last_tag || len - pos < size)
-            return 0;
-        last_tag = tag;
         if (tag == 0 && size == 16) {
             memcpy(r->dir, f + pos, 16);
             r->has_dir = memcmp(r->dir, zero, 16) != 0;

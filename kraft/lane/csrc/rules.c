@@ -147,7 +147,7 @@ static int LeaderLane_init(LeaderLaneObject *self, PyObject *args, PyObject *kwd
         || get_i64(durable, "durable", &s.durable) < 0
         || set_opt_i64(hw, "high_watermark", &s.has_hw, &s.hw) < 0)
         return -1;
-    seq = PySequence_Fast(voters, "voters must be a sequence of LaneVoter");
+    seq = PySequence_Fast(voters, "voters must be a sequence of LeaseVoter");
     if (seq == NULL)
         return -1;
     if (PySequence_Fast_GET_SIZE(seq) > LANE_MAX_VOTERS) {
