@@ -4,7 +4,9 @@
 statemachine, lane, raft, storage, records, protocol: the simulator runs the node's effect
 executor, `kraft.server.executor`) and that the modules of `kraft.storage`, `kraft.lane`,
 `kraft.sim` and `kraft.server` import each other without cycles (the node's parts take the
-node through protocols, not by importing `kraft.server.node`). What it cannot see (an import
+node through protocols, not by importing `kraft.server.node`). Those protocols name public
+members only, and no part touches a private attribute of the node: what they share has public
+owners (`kraft.server.event_queue`, `kraft.server.writes`, `kraft.server.node_metrics`). What it cannot see (an import
 of the lane's C extension, `kraft.lane._native`) is checked here from the source: the
 consensus core and storage name nothing of the lane, and storage nothing of the consensus
 core (the node hands the log the lane's C scan: `SegmentedLog.use_native_scan`).
@@ -108,9 +110,9 @@ def test_the_shared_executor_imports_only_the_core_effects() -> None:
     assert own == {"kraft.raft"}, own
 
 
-def _reaches_into(path: Path) -> list[str]:
-    """Where `path` reads or writes a private attribute of another object (`x._name` with `x`
-    not `self` or `cls`), or names the node's class."""
+def _private_reaches(path: Path) -> list[str]:
+    """Where `path` reads or writes a private attribute of another object: `x._name` with `x`
+    not `self` or `cls` (`self._node._name` is one)."""
     found: list[str] = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Attribute) and node.attr.startswith("_") \
@@ -118,7 +120,15 @@ def _reaches_into(path: Path) -> list[str]:
             owner = node.value
             if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
                 found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
-        elif isinstance(node, ast.Name) and node.id == "KraftNode":
+    return found
+
+
+def _reaches_into(path: Path) -> list[str]:
+    """Where `path` reads or writes a private attribute of another object, names the node's
+    class, or imports the server."""
+    found = _private_reaches(path)
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Name) and node.id == "KraftNode":
             found.append(f"{path.name}:{node.lineno}: {node.id}")
         elif isinstance(node, ast.alias) and node.name.split(".")[-1] == "KraftNode":
             found.append(f"{path.name}: imports {node.name}")
@@ -126,6 +136,46 @@ def _reaches_into(path: Path) -> list[str]:
                 node.module == "kraft.server" or node.module.startswith("kraft.server.")):
             found.append(f"{path.name}:{node.lineno}: from {node.module}")
     return found
+
+
+NODE_STATE = ("lane_host", "event_queue", "writes", "node_metrics")
+"""The lanes' host, and the state the node shares with its parts: the core's event queue, the
+writes in hand, the metrics."""
+
+
+def test_the_node_parts_touch_no_private_attribute_of_the_node() -> None:
+    """What the node's parts share with it (its event queue, the writes in hand, the metrics,
+    the flush due) has a public owner: no part reads or writes a private attribute of the node
+    (`self._node._waiting`) or of any other object."""
+    found = [hit for part in NODE_PARTS + NODE_STATE
+             for hit in _private_reaches(ROOT / "kraft" / "server" / f"{part}.py")]
+    assert found == [], found
+
+
+def _is_typing_protocol(cls: ast.ClassDef) -> bool:
+    return any(ast.unparse(b).split("[")[0] in ("Protocol", "typing.Protocol")
+               for b in cls.bases)
+
+
+def test_no_protocol_names_a_private_member() -> None:
+    """A `typing.Protocol` of `kraft` (what one part uses of another) names public members only:
+    what a part takes from another is that one's interface, not its internals."""
+    found: list[str] = []
+    for path in sorted((ROOT / "kraft").rglob("*.py")):
+        for cls in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(cls, ast.ClassDef) and _is_typing_protocol(cls)):
+                continue
+            for member in cls.body:
+                if isinstance(member, ast.AnnAssign) and isinstance(member.target, ast.Name):
+                    name = member.target.id
+                elif isinstance(member, ast.FunctionDef | ast.AsyncFunctionDef):
+                    name = member.name
+                else:
+                    continue
+                if name.startswith("_") and not name.startswith("__"):
+                    found.append(f"{path.relative_to(ROOT)}:{member.lineno}: "
+                                 f"{cls.name}.{name}")
+    assert found == [], found
 
 
 def test_the_lane_takes_the_node_through_its_host_interface() -> None:

@@ -9,8 +9,8 @@ It is the `ApplyPort` and the `SnapshotPort` of the effect executor (`kraft.serv
 - `apply_to(offset)` applies the committed records below `offset` not applied yet (a batch may
   be applied in parts). A batch this leader built is applied from the values it appended
   (`own_batches`, filled by the log service), without reading the log back or decoding it.
-  Each writer waiting on an offset (the node's `_waiting`) gets the state machine's result, or
-  `OutcomeUnknownError` when its record was replaced by another leader's.
+  Each writer waiting on an offset (`WriteBook.waiting`, `kraft.server.writes`) gets the state
+  machine's result, or `OutcomeUnknownError` when its record was replaced by another leader's.
 - Snapshots: `create_snapshot` captures the state machine exactly at the snapshot's offset (the
   executor applies up to it first) and writes the file on an executor thread
   (`SnapshotCreated` follows); `install_snapshot` freezes a downloaded snapshot, replaces the
@@ -39,8 +39,10 @@ from kraft.records.control import VotersRecord
 from kraft.records.snapshot_format import iter_snapshot_batches
 from kraft.server.admin import OutcomeUnknownError
 from kraft.server.config import NodeConfig
+from kraft.server.event_queue import EventQueue
 from kraft.server.flusher import LogService
-from kraft.server.metrics import Gauge, Histogram
+from kraft.server.node_metrics import NodeMetrics
+from kraft.server.writes import WriteBook
 from kraft.statemachine.base import CommittedBatch, StateMachine, chunk_values
 from kraft.storage.errors import StorageError
 from kraft.storage.layout import SnapshotId
@@ -64,33 +66,20 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class Completion(Protocol):
-    """What waits for one submitted record: an `asyncio.Future`, or any object with the same
-    three methods (the binary client protocol answers from `set_result` directly, without a
-    future and a loop callback per write)."""
-
-    def done(self) -> bool: ...
-    def set_result(self, result: object, /) -> None: ...
-    def set_exception(self, exc: BaseException, /) -> None: ...
-
-
 class ApplyHost(Protocol):
     """What the apply driver uses of the node: its configuration, state machine and core, the
-    writers waiting on offsets (`_waiting`, which the leader's lane fills too), its metrics,
-    and its way to run a task and to queue an event for the core."""
+    writes in hand (the writers waiting on offsets, which the leader's lane fills too), its
+    metrics, the core's event queue (snapshots created and installed, the retention
+    measured), and its way to run a task."""
 
     config: NodeConfig
     sm: StateMachine
     core: RaftCore | None
-    _waiting: dict[int, tuple[int, Completion]]
-    _m_applied: Gauge
-    _m_hw: Gauge
-    _m_snapshot_size: Gauge
-    _m_snapshot_gen: Histogram
-    _m_snapshot_load: Histogram
+    writes: WriteBook
+    queue: EventQueue
+    metrics: NodeMetrics
 
-    def _spawn(self, coro: Any) -> None: ...
-    def _enqueue(self, event: ev.Event) -> None: ...
+    def spawn(self, coro: Any) -> None: ...
 
 
 class ApplyDriver:
@@ -99,6 +88,9 @@ class ApplyDriver:
     def __init__(self, node: ApplyHost, md: MetadataDir, logs: LogService,
                  loop: asyncio.AbstractEventLoop) -> None:
         self._node = node
+        self._writes = node.writes
+        self._queue = node.queue
+        self._metrics = node.metrics
         self.md = md
         self._logs = logs
         self._loop = loop
@@ -141,8 +133,8 @@ class ApplyDriver:
         for _ in values:  # a state machine that stopped early: still check the rest
             pass
         elapsed = time.perf_counter() - started
-        node._m_snapshot_load.observe(elapsed)
-        node._m_snapshot_size.set(stream.size)
+        self._metrics.snapshot_load.observe(elapsed)
+        self._metrics.snapshot_size.set(stream.size)
         log.info("event=snapshot_loaded replica=%d snapshot=%s bytes=%d records=%d "
                  "load_ms=%.0f", node.config.node_id, latest, stream.size, stream.record_count,
                  elapsed * 1000)
@@ -166,7 +158,7 @@ class ApplyDriver:
         """Raise the apply target (applied by the core loop's steps)."""
         if high_watermark > self.target:
             self.target = high_watermark  # applied by the core loop
-            self._node._m_hw.set(high_watermark)
+            self._metrics.high_watermark.set(high_watermark)
 
     def step(self) -> None:
         """Apply the next APPLY_CHUNK committed records."""
@@ -220,7 +212,7 @@ class ApplyDriver:
             if first > base or not whole:
                 values = values[first - base:end - base]
             committed = CommittedBatch(first, epoch, tuple(values))  # type: ignore[arg-type]
-            waiting = node._waiting
+            waiting = self._writes.waiting
             if not waiting and self._apply_quietly is not None:
                 # nobody waits on this node (a follower, the replay at start-up): no results
                 self._apply_quietly(committed)
@@ -241,17 +233,13 @@ class ApplyDriver:
                         fut.set_exception(OutcomeUnknownError("write replaced by another leader"))
             if not whole:
                 break
-        node._m_applied.set(sm.applied_offset)
+        self._metrics.applied_offset.set(sm.applied_offset)
 
     def fail_waiters_from(self, offset: int, why: str) -> None:
         """The log changed at `offset`: the writers waiting at or above it learn the outcome
         is unknown."""
         self.own_batches.clear()  # the log changed under them: read it again
-        waiting = self._node._waiting
-        for off in [o for o in waiting if o >= offset]:
-            _, fut = waiting.pop(off)
-            if not fut.done():
-                fut.set_exception(OutcomeUnknownError(f"write {why} at offset {off}"))
+        self._writes.fail_waiting_from(offset, why)
 
     # ------------------------------------------------------------------ SnapshotPort
 
@@ -296,7 +284,7 @@ class ApplyDriver:
 
     def measure_retention(self) -> None:
         """Queue what the leader's retention check needs (`RetentionMeasured`)."""
-        self._node._enqueue(self._measure_retention())
+        self._queue.push(self._measure_retention())
 
     def _measure_retention(self) -> ev.RetentionMeasured:
         """What the leader's retention check needs: the segments' sizes and each snapshot's
@@ -334,7 +322,7 @@ class ApplyDriver:
             return
         values = node.sm.snapshot_values()
         voters = voters_record(e.voters) if e.voters is not None else None
-        node._spawn(self._write_snapshot(sid, values, voters, e.kraft_version,
+        node.spawn(self._write_snapshot(sid, values, voters, e.kraft_version,
                                          self.last_applied_ts))
 
     async def _write_snapshot(self, sid: m.OffsetAndEpoch, values: Sequence[bytes],
@@ -358,12 +346,12 @@ class ApplyDriver:
                       node.config.node_id, sid, str(exc))
             return
         size = path.stat().st_size
-        node._m_snapshot_gen.observe(time.perf_counter() - started)
-        node._m_snapshot_size.set(size)
+        self._metrics.snapshot_generation.observe(time.perf_counter() - started)
+        self._metrics.snapshot_size.set(size)
         log.info("event=snapshot_created replica=%d epoch=%d offset=%d bytes=%d records=%d",
                  node.config.node_id, sid.epoch, sid.offset, size, len(values))
         self._snapshot_times[sid] = last_ts
-        node._enqueue(ev.SnapshotCreated(sid, size))
+        self._queue.push(ev.SnapshotCreated(sid, size))
 
     def write_snapshot_chunk(self, e: fx.WriteSnapshotChunk) -> None:
         """Queue one downloaded chunk for the download's thread."""
@@ -392,7 +380,7 @@ class ApplyDriver:
         sid = e.snapshot_id
         writer = self.downloads.pop(sid, None)
         if writer is None:
-            node._enqueue(ev.SnapshotInstallFailed(sid, "no download in progress"))
+            self._queue.push(ev.SnapshotInstallFailed(sid, "no download in progress"))
             return
         loop = asyncio.get_running_loop()
         try:  # on the download's thread: after every chunk queued before it
@@ -400,7 +388,7 @@ class ApplyDriver:
         except (StorageError, ProtocolError, OSError) as exc:
             log.warning("event=snapshot_install_failed replica=%d snapshot=%s error=%r",
                         node.config.node_id, sid, str(exc))
-            node._enqueue(ev.SnapshotInstallFailed(sid, str(exc)))
+            self._queue.push(ev.SnapshotInstallFailed(sid, str(exc)))
             return
         c = writer.contents
         assert c is not None
@@ -410,11 +398,11 @@ class ApplyDriver:
         self.fail_waiters_from(0, "replaced by a snapshot")
         await loop.run_in_executor(None, node.sm.load_snapshot, sid.offset,
                                    iter_snapshot_values(path))
-        node._m_snapshot_load.observe(time.perf_counter() - started)
-        node._m_snapshot_size.set(size)
+        self._metrics.snapshot_load.observe(time.perf_counter() - started)
+        self._metrics.snapshot_size.set(size)
         voters = voters_from_record(c.voters) if c.voters is not None else None
         kv = c.kraft_version.kraft_version if c.kraft_version is not None else 0
         log.info("event=snapshot_installed replica=%d epoch=%d offset=%d bytes=%d load_ms=%.0f",
                  node.config.node_id, sid.epoch, sid.offset, size,
                  (time.perf_counter() - started) * 1000)
-        node._enqueue(ev.SnapshotInstalled(sid, size, voters, kv))
+        self._queue.push(ev.SnapshotInstalled(sid, size, voters, kv))

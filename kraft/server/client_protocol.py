@@ -24,7 +24,7 @@ import struct
 from typing import Protocol, cast
 
 from kraft.server.admin import NotLeaderError, OutcomeUnknownError
-from kraft.server.apply_driver import Completion
+from kraft.server.writes import Completion
 from kraft.statemachine.kv import FORMAT_VERSION, KVResult, encode_delete
 from kraft.statemachine.kv import OP_PUT as KV_OP_PUT
 

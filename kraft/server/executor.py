@@ -23,10 +23,11 @@ The ordering rules (the contract of `kraft.raft.effects`, as the node keeps it):
    the leader counting itself towards the high watermark) waits in the core for `Persisted`,
    so a message may leave before the fsync of the records it carries.
 4. Apply only what is committed. `Committed(hw)` only raises the apply target; records below
-   it are applied by the apply port (in the node, in steps of the core loop). Before any
-   effect outside `APPLY_LATER_OK` (a state change, a truncation, the quorum state written, a
-   snapshot installed) everything committed is applied first; `CreateSnapshot` and
-   `AdvanceLogStart` are preceded by applying exactly up to their offset.
+   it are applied by the apply port (in the node, in steps of the core loop). What is applied
+   before an effect is decided in one place, before the effect is carried out: nothing more
+   for the effects of `APPLY_LATER_OK`; exactly up to their offset for those of `APPLY_UP_TO`
+   (`CreateSnapshot`, `AdvanceLogStart`); everything committed before any other (a state
+   change, a truncation, the quorum state written, a snapshot installed).
 5. Snapshot load. `InstallSnapshot` is awaited: the log is replaced and the state machine
    loaded before the next effect, and its answer is the core's next event.
 6. Timers are not effects: after the list, the runtime sleeps until the core's
@@ -42,7 +43,7 @@ coroutine to its end in one step; a port that suspends there is an error.
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Final, Protocol
 
 from kraft.raft import effects as fx
@@ -190,13 +191,21 @@ class NodePort(Protocol):
 APPLY_LATER_OK: Final = frozenset({
     fx.SendRequest, fx.SendResponse, fx.SendFetchResponse, fx.SendFetchSnapshotResponse,
     fx.AppendRecords, fx.AppendControl, fx.AppendFetched, fx.Committed, fx.AppendAccepted,
-    fx.AppendCommitted, fx.CreateSnapshot, fx.AdvanceLogStart, fx.DeleteSnapshot,
-    fx.WriteSnapshotChunk, fx.SendApiVersions, fx.FetchAdopted, fx.MeasureRetention,
+    fx.AppendCommitted, fx.DeleteSnapshot, fx.WriteSnapshotChunk, fx.SendApiVersions,
+    fx.FetchAdopted, fx.MeasureRetention,
 })
-"""Effects carried out while committed records still wait to be applied (a snapshot is taken,
-and the log's start moved, only after applying exactly up to their offset); before any other
-(a state change, a truncation, a snapshot installed, the quorum state written) every committed
-record is applied first."""
+"""Effects carried out while committed records still wait to be applied. Before an effect of
+`APPLY_UP_TO`, the committed records are applied exactly up to the offset it names; before any
+other (a state change, a truncation, a snapshot installed, the quorum state written, a client
+append refused), every committed record is applied first: a writer whose record committed gets
+its result, not "outcome unknown"."""
+
+APPLY_UP_TO: Final[dict[type, Callable[[Any], int]]] = {
+    fx.CreateSnapshot: lambda e: e.snapshot_id.offset,  # the state exactly at its offset
+    fx.AdvanceLogStart: lambda e: e.offset,  # nothing below the log's start left unapplied
+}
+"""Effects preceded by applying the committed records up to an offset of theirs, and not past
+it: the offset a snapshot captures the state at, the new start of the log."""
 
 
 class EffectExecutor:
@@ -223,11 +232,12 @@ class EffectExecutor:
         flush_later = False  # and something appended waits for the flush after the effects
         for e in effects:
             t = type(e)
-            if t not in APPLY_LATER_OK and apply.behind():
-                # leadership, the log's start, a snapshot, a truncation: all committed records
-                # are applied before it (a writer whose record committed gets its result, not
-                # "outcome unknown"; nothing below the log's start is left unapplied)
-                apply.apply_committed()
+            if t not in APPLY_LATER_OK:  # what is applied before it (rule 4)
+                up_to = APPLY_UP_TO.get(t)
+                if up_to is not None:
+                    apply.apply_to(up_to(e))
+                elif apply.behind():
+                    apply.apply_committed()
             if t is fx.SendRequest:
                 assert isinstance(e, fx.SendRequest)
                 network.send_request(e)
@@ -273,11 +283,9 @@ class EffectExecutor:
                 self.clients.append_committed(e)
             elif t is fx.CreateSnapshot:
                 assert isinstance(e, fx.CreateSnapshot)
-                apply.apply_to(e.snapshot_id.offset)  # the state exactly at its offset
                 self.snapshots.create_snapshot(e)
             elif t is fx.AdvanceLogStart:
                 assert isinstance(e, fx.AdvanceLogStart)
-                apply.apply_to(e.offset)  # nothing below the log's start is left unapplied
                 log.advance_log_start(e.offset)
             elif t is fx.DeleteSnapshot:
                 assert isinstance(e, fx.DeleteSnapshot)

@@ -3,15 +3,16 @@ directory's `SegmentedLog` and quorum-state file, and the fsyncs that make appen
 
 Log writes go to the page cache at once, in the order of the effects; the fsync that makes
 them durable runs beside the event loop and is reported to the core as `Persisted(end)` (a
-`("flushed", (generation, durable))` item on the node's event queue, which the core loop turns
-into `Persisted`). Three ways to fsync, per `kraft.log.flush.mode` and `kraft.log.flush.kernel`:
+`("flushed", (generation, durable))` item on the core's queue, `kraft.server.event_queue`, which
+the core loop turns into `Persisted`). Three ways to fsync, per `kraft.log.flush.mode` and
+`kraft.log.flush.kernel`:
 
 - the flusher thread (`Flusher`): it calls `SegmentedLog.flush()` whenever appends are
   waiting (group commit: every append made while a flush runs is covered by the next one);
 - the kernel (`kraft.storage.sync_engine`: io_uring or Linux AIO), started from the loop and
   completed through an eventfd the loop reads;
 - inline, on the loop thread, once the events that arrived together are handled (`flush_inline`,
-  called by the core loop when the node's `_flush_due` says so).
+  called by the core loop when `LogService.flush_due` says so).
 
 Each truncation bumps `Flusher.generation`: a flush report of an older generation is stale (the
 log it covered is gone) and the core loop asks for a new flush instead of reporting it. A failed
@@ -26,14 +27,15 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from kraft.raft import effects as fx
-from kraft.raft import events as ev
 from kraft.records.batch import build_batch
 from kraft.records.control import build_control_batch
 from kraft.server.config import NodeConfig
-from kraft.server.metrics import Gauge
+from kraft.server.event_queue import EventQueue
+from kraft.server.node_metrics import NodeMetrics
+from kraft.server.writes import WriteBook
 from kraft.storage.engine_choice import open_engine
 from kraft.storage.errors import StorageError
 from kraft.storage.loader import MetadataDir
@@ -97,19 +99,16 @@ class Flusher:
 
 
 class FlushHost(Protocol):
-    """What the log service uses of the node: its configuration, its event queue, the count of
-    events since an append that the inline flush has not covered (`_flush_due`, read by the
-    core loop and the leader's lane), the log-end metric, and the writers to fail when the log
-    is truncated."""
+    """What the log service uses of the node: its configuration, the core's event queue (the
+    flush reports), the writes in hand (those waiting on truncated offsets fail), its
+    metrics (the log end offset) and its current epoch (log lines)."""
 
     config: NodeConfig
-    _flush_due: int
-    _m_leo: Gauge
+    queue: EventQueue
+    writes: WriteBook
+    metrics: NodeMetrics
 
-    def _push(self, item: ev.Event | tuple[str, Any]) -> None: ...
-    def _wake_core(self) -> None: ...
-    def _epoch(self) -> int: ...
-    def _fail_waiters_from(self, offset: int, why: str) -> None: ...
+    def epoch(self) -> int: ...
 
 
 class LogService:
@@ -119,8 +118,16 @@ class LogService:
     def __init__(self, node: FlushHost, md: MetadataDir,
                  loop: asyncio.AbstractEventLoop) -> None:
         self._node = node
+        self._queue = node.queue
+        self._writes = node.writes
+        self._metrics = node.metrics
         self.md = md
         self._loop = loop
+        self.flush_due = 0
+        """Events the core loop handled since an append that the inline flush has not covered
+        yet (0: none): the core loop counts them and flushes inline when it has nothing else
+        queued, or after INLINE_FLUSH_EVERY of them; the leader's lane does not arm while one
+        is due."""
         self.own_batches: dict[int, tuple[int, tuple[bytes, ...]]] = {}
         """base offset -> (epoch, values) of the batches this leader appended and has not
         applied yet: applying them needs no read back from the log and no decoding."""
@@ -162,7 +169,7 @@ class LogService:
 
     def flushed_from_thread(self, generation: int, durable: int) -> None:
         """The flusher thread's report, taken to the loop."""
-        self._loop.call_soon_threadsafe(self._node._push, ("flushed", (generation, durable)))
+        self._loop.call_soon_threadsafe(self._queue.push, ("flushed", (generation, durable)))
 
     def request_flush(self) -> None:
         """Have what was appended so far fsynced while the loop goes on: by the kernel when it
@@ -178,39 +185,37 @@ class LogService:
         if log_.start_flush():
             self.kernel_generation = self.flusher.generation
         else:  # nothing the kernel can take alone (a new segment, a new epoch): on the loop
-            node = self._node
-            node._flush_due = node._flush_due or 1
+            self.flush_due = self.flush_due or 1
 
     def kernel_flushed(self) -> None:
         """The kernel's eventfd is readable: report a finished flush, start the next one."""
-        node = self._node
+        queue = self._queue
         try:
             durable = self.md.log.finish_flush()
         except StorageError:
-            node._push(("flushed", (-1, -1)))  # fail-stop, as a failed fsync on the thread
+            queue.push(("flushed", (-1, -1)))  # fail-stop, as a failed fsync on the thread
             return
         if durable is not None:
             self.flusher.flushes += 1
             self.flusher.kernel += 1
-            node._push(("flushed", (self.kernel_generation, durable)))
+            queue.push(("flushed", (self.kernel_generation, durable)))
         if self.kernel_again and not self.md.log.flush_in_flight:
             self.request_flush()
-            if node._flush_due:  # left to an inline flush: the core loop may be asleep
-                node._wake_core()
+            if self.flush_due:  # left to an inline flush: the core loop may be asleep
+                queue.wake()
 
     def flush_inline(self) -> None:
         """fsync the log on the loop thread (`kraft.log.flush.mode=inline`) and report it."""
-        node = self._node
-        node._flush_due = 0
+        self.flush_due = 0
         self.kernel_again = False  # this flush covers everything appended so far
         try:
             durable = self.md.log.flush()
         except StorageError:
-            node._push(("flushed", (-1, -1)))
+            self._queue.push(("flushed", (-1, -1)))
         else:
             self.flusher.flushes += 1
             self.flusher.inline += 1
-            node._push(("flushed", (self.flusher.generation, durable)))
+            self._queue.push(("flushed", (self.flusher.generation, durable)))
 
     # ------------------------------------------------------------------ LogPort
 
@@ -220,7 +225,7 @@ class LogService:
         self.md.log.append(build_batch(e.base_offset, e.epoch, values, e.timestamp_ms))
         self.own_batches[e.base_offset] = (e.epoch, values)
         if self._early_flush and len(values) <= EARLY_FLUSH_MAX_RECORDS \
-                and not self._node._flush_due:
+                and not self.flush_due:
             # A small write: its fsync starts now, on the flusher thread, and runs
             # while the answers to the followers' parked fetches are written (each
             # socket write wakes a follower, which often runs on this CPU first). The
@@ -247,9 +252,10 @@ class LogService:
         node = self._node
         self.flusher.generation += 1
         self.md.log.truncate_to(e.end_offset)
-        node._fail_waiters_from(e.end_offset, "truncated")
+        self.own_batches.clear()  # the log changed under them: read it again
+        self._writes.fail_waiting_from(e.end_offset, "truncated")
         log.warning("event=log_truncated replica=%d epoch=%d end_offset=%d",
-                    node.config.node_id, node._epoch(), e.end_offset)
+                    node.config.node_id, node.epoch(), e.end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Replace the whole log by an empty one starting at `offset` (a snapshot installed)."""
@@ -272,25 +278,24 @@ class LogService:
     def effects_done(self, appended: bool, flush_later: bool) -> None:
         """Start the flush the list's appends wait for (or leave it to the inline flush), and
         report what a truncation or a log-start move settled of the kernel's flush."""
-        node = self._node
         md = self.md
-        cfg = node.config
+        cfg = self._node.config
         if flush_later:
             if cfg.fsync and cfg.flush_mode != "thread":
-                node._flush_due = node._flush_due or 1  # see KraftNode._core_loop
+                self.flush_due = self.flush_due or 1  # see KraftNode._core_loop
             elif cfg.fsync:
                 self.request_flush()
             else:
                 # kraft.log.fsync=false (tests, benchmarks only): page cache counts as durable
-                node._push(("flushed", (self.flusher.generation, md.log.log_end_offset)))
+                self._queue.push(("flushed", (self.flusher.generation, md.log.log_end_offset)))
         if appended:
-            node._m_leo.set(md.log.log_end_offset)
+            self._metrics.log_end_offset.set(md.log.log_end_offset)
         if self.kernel is not None:
             # A truncation, a log-start advance or a snapshot install above waited for the
             # kernel's flush and consumed its completion: report it here, and start the flush
             # asked for meanwhile now.
             settled = md.log.take_settled()
             if settled is not None:
-                node._push(("flushed", (self.flusher.generation, settled)))
+                self._queue.push(("flushed", (self.flusher.generation, settled)))
             if self.kernel_again and not md.log.flush_in_flight:
                 self.request_flush()

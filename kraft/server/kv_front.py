@@ -1,14 +1,14 @@
 """The node's KV front end: the writes and reads of the KV API, grouped into batches for the
 core, answered once committed and applied, and forwarded to the leader from any node.
 
-- Writes (`submit`, `submit_many`, `kv_put`, `kv_delete`, `kv_cas`) wait in the node's
-  `_pending_values` and go to the core as one `Append` (one batch, at most MAX_APPEND_BYTES of
-  values and MAX_APPEND_VALUES of them): at once when none of this leader's batches waits for
-  commit, otherwise until the oldest commits or `controller.quorum.append.linger.ms` passes
-  (group commit under load, no linger for a lone client, whose batch the core also handles
-  before the events queued with it).
+- Writes (`submit`, `submit_many`, `kv_put`, `kv_delete`, `kv_cas`) wait in the node's book of
+  writes (`kraft.server.writes.WriteBook`, its `pending`) and go to the core as one `Append`
+  (one batch, at most MAX_APPEND_BYTES of values and MAX_APPEND_VALUES of them): at once when
+  none of this leader's batches waits for commit, otherwise until the oldest commits or
+  `controller.quorum.append.linger.ms` passes (group commit under load, no linger for a lone
+  client, whose batch goes `ahead` of the events queued for the core).
 - `AppendAccepted` (this front end is the executor's `ClientPort`) keys each writer's
-  completion by its offset and epoch in the node's `_waiting`; the apply driver
+  completion by its offset and epoch in the book's `waiting`; the apply driver
   (`kraft.server.apply_driver`) resolves it with the state machine's result once the record is
   committed and applied. `AppendRejected` fails the writers with NotLeaderError; a batch lost
   to a new leader (`AppendCommitted` with an error), and any change of leadership, fail the
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import collections
 import logging
 import time
 from itertools import accumulate, repeat
@@ -37,9 +36,10 @@ from kraft.raft import messages as m
 from kraft.raft.core import RaftCore
 from kraft.raft.state import FollowerState, Role
 from kraft.server.admin import KvAnswer, KvCall, KvOp, NotLeaderError, OutcomeUnknownError
-from kraft.server.apply_driver import ApplyDriver, Completion
+from kraft.server.apply_driver import ApplyDriver
 from kraft.server.client_protocol import ClientServer
 from kraft.server.config import NodeConfig
+from kraft.server.event_queue import EventQueue
 from kraft.server.forward import (
     BadForwardedCall,
     Forwarder,
@@ -48,8 +48,9 @@ from kraft.server.forward import (
     encode_answer,
 )
 from kraft.server.frames import DeferredReply, PeerInfo
-from kraft.server.metrics import Histogram
+from kraft.server.node_metrics import NodeMetrics
 from kraft.server.transport import unsupported_version_frame
+from kraft.server.writes import Completion, WriteBook
 from kraft.statemachine.base import StateMachine
 from kraft.statemachine.kv import (
     KVResult,
@@ -71,10 +72,10 @@ CLIENT_TIMEOUT_S = 15.0
 
 
 class KvHost(Protocol):
-    """What the KV front end uses of the node: its configuration, core and state machine, the
-    writes pending, submitted and waiting for their results (`_pending_values`, `_appends`,
-    `_uncommitted_appends`, `_waiting`: the leader's lane reads them too), the queue for a lone
-    write (`_lone_append`), its apply driver, and its event queue, tasks and routes."""
+    """What the KV front end uses of the node: its configuration, core and state machine, its
+    event loop, the writes in hand (`kraft.server.writes`: the leader's lane and the apply
+    driver share them), the core's event queue (the batches of writes), its apply driver and
+    binary client listener, its metrics (the commit latency), and its tasks and routes."""
 
     config: NodeConfig
     core: RaftCore | None
@@ -82,19 +83,14 @@ class KvHost(Protocol):
     cluster_id: str
     applier: ApplyDriver | None
     client_server: ClientServer | None
-    _loop: asyncio.AbstractEventLoop | None
-    _pending_values: list[tuple[bytes, Completion]]
-    _appends: dict[int, list[Completion]]
-    _uncommitted_appends: set[int]
-    _waiting: dict[int, tuple[int, Completion]]
-    _lone_append: collections.deque[ev.Append]
-    _m_commit_latency: Histogram
+    loop: asyncio.AbstractEventLoop | None
+    writes: WriteBook
+    queue: EventQueue
+    metrics: NodeMetrics
 
-    def _enqueue(self, event: ev.Event) -> None: ...
-    def _wake_core(self) -> None: ...
-    def _spawn(self, coro: Any) -> None: ...
-    def _address_of(self, dest: int, endpoints: tuple[m.Endpoint, ...]
-                    ) -> tuple[str, int] | None: ...
+    def spawn(self, coro: Any) -> None: ...
+    def address_of(self, dest: int, endpoints: tuple[m.Endpoint, ...]
+                   ) -> tuple[str, int] | None: ...
 
 
 class KvFront:
@@ -102,6 +98,9 @@ class KvFront:
 
     def __init__(self, node: KvHost) -> None:
         self._node = node
+        self._writes = node.writes
+        self._queue = node.queue
+        self._metrics = node.metrics
         self._append_ids = 0
         self._linger_handle: asyncio.Handle | None = None
         self.submit_now = False
@@ -127,17 +126,17 @@ class KvFront:
 
     def append_accepted(self, e: fx.AppendAccepted) -> None:
         """Key each writer of the batch by its offset (and the epoch it was appended in)."""
-        node = self._node
-        futures = node._appends.pop(e.append_id, [])
+        writes = self._writes
+        futures = writes.appends.pop(e.append_id, [])
         # offset -> (epoch, completion), built in C: this runs for every write
-        node._waiting.update(zip(range(e.base_offset, e.base_offset + len(futures)),
+        writes.waiting.update(zip(range(e.base_offset, e.base_offset + len(futures)),
                                  zip(repeat(e.epoch), futures)))
 
     def append_rejected(self, e: fx.AppendRejected) -> None:
         """Fail the batch's writers with NotLeaderError."""
         self._append_done(e.append_id)
         leader = self.redirect_leader()
-        for fut in self._node._appends.pop(e.append_id, []):
+        for fut in self._writes.appends.pop(e.append_id, []):
             if not fut.done():
                 fut.set_exception(NotLeaderError(leader, self.leader_http(leader)))
 
@@ -170,24 +169,25 @@ class KvFront:
 
     def fail_unapplied(self, why: str) -> None:
         """Every writer waiting for a result learns the outcome is unknown."""
-        node = self._node
-        if node.applier is not None:
-            node.applier.own_batches.clear()
-        for off in list(node._waiting):
-            _, fut = node._waiting.pop(off)
+        applier = self._node.applier
+        if applier is not None:
+            applier.own_batches.clear()
+        writes = self._writes
+        for off in list(writes.waiting):
+            _, fut = writes.waiting.pop(off)
             if not fut.done():
                 fut.set_exception(OutcomeUnknownError(why))
-        for futures in node._appends.values():
+        for futures in writes.appends.values():
             for fut in futures:
                 if not fut.done():
                     fut.set_exception(OutcomeUnknownError(why))
-        node._appends.clear()
-        node._uncommitted_appends.clear()
+        writes.appends.clear()
+        writes.uncommitted.clear()
 
     def fail_pending_values(self) -> None:
         """The writes not submitted yet are refused: this node no longer leads."""
-        node = self._node
-        pending, node._pending_values = node._pending_values, []
+        writes = self._writes
+        pending, writes.pending = writes.pending, []
         leader = self.redirect_leader()
         for _, fut in pending:
             if not fut.done():
@@ -223,7 +223,7 @@ class KvFront:
         leadership is lost. Raises NotLeaderError at once on a non-leader."""
         self._require_leader()
         fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        self._node._pending_values.append((value, fut))
+        self._writes.pending.append((value, fut))
         if self._linger_handle is None:
             self._schedule_linger()
         return fut
@@ -233,7 +233,7 @@ class KvFront:
         completion object instead of a new future (one leadership check for all of them).
         Raises NotLeaderError at once on a non-leader, taking none of them."""
         self._require_leader()
-        self._node._pending_values.extend(writes)
+        self._writes.pending.extend(writes)
         if self._linger_handle is None:
             self._schedule_linger()
 
@@ -254,8 +254,8 @@ class KvFront:
         """
         if self._linger_handle is not None:
             return
-        loop = self._node._loop or asyncio.get_running_loop()  # kept: the call costs a getpid
-        if not self._node._uncommitted_appends:
+        loop = self._node.loop or asyncio.get_running_loop()  # kept: the call costs a getpid
+        if not self._writes.uncommitted:
             self._linger_handle = loop.call_soon(self.submit_pending)
             self.submit_now = True
         else:
@@ -265,11 +265,12 @@ class KvFront:
     def _append_done(self, append_id: int) -> None:
         """A batch of ours is committed or refused: the pending writes go now if it was the
         last one in flight."""
-        self._node._uncommitted_appends.discard(append_id)
-        if not self._node._uncommitted_appends and self._node._pending_values:
+        writes = self._writes
+        writes.uncommitted.discard(append_id)
+        if not writes.uncommitted and writes.pending:
             if self._linger_handle is not None:
                 self._linger_handle.cancel()
-            self._linger_handle = (self._node._loop or asyncio.get_running_loop()).call_soon(
+            self._linger_handle = (self._node.loop or asyncio.get_running_loop()).call_soon(
                 self.submit_pending)
 
     def submit_pending(self) -> None:
@@ -289,7 +290,8 @@ class KvFront:
         self._linger_handle = None
         self.submit_now = False
         self._barrier = None
-        pending = self._node._pending_values
+        writes = self._writes
+        pending = writes.pending
         if not pending:
             return
         head = pending if len(pending) <= MAX_APPEND_VALUES else pending[:MAX_APPEND_VALUES]
@@ -297,27 +299,26 @@ class KvFront:
         ends = list(accumulate(map(len, values)))
         count = max(1, bisect.bisect_right(ends, MAX_APPEND_BYTES))  # one value at least
         if count < len(pending):  # the rest goes in the next batch, right after this one
-            self._node._pending_values = pending[count:]
+            writes.pending = pending[count:]
             values, futures = values[:count], futures[:count]
             self._linger_handle = asyncio.get_running_loop().call_soon(self.submit_pending)
         else:
-            self._node._pending_values = []
+            writes.pending = []
         self._append_ids += 1
         append_id = self._append_ids
-        self._node._appends[append_id] = list(futures)
+        writes.appends[append_id] = list(futures)
         append = ev.Append(append_id, values, ends[count - 1])
-        if self._node._uncommitted_appends:
-            self._node._enqueue(append)
+        if writes.uncommitted:
+            self._queue.push(append)
         else:  # nothing of ours is queued or in flight: going first reorders no batches
-            self._node._lone_append.append(append)
-            self._node._wake_core()
-        self._node._uncommitted_appends.add(append_id)
+            self._queue.push_ahead(append)
+        writes.uncommitted.add(append_id)
 
     async def kv_put(self, key: str, value: bytes) -> int:
         """Replicate PUT key=value."""
         started = time.perf_counter()
         offset, _ = await self.propose(encode_put(key, value))
-        self._node._m_commit_latency.observe(time.perf_counter() - started)
+        self._metrics.commit_latency.observe(time.perf_counter() - started)
         return offset
 
     async def kv_delete(self, key: str) -> bool:
@@ -337,7 +338,7 @@ class KvFront:
         self._require_leader()
         if self._barrier is None or self._barrier.done():
             fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-            self._node._pending_values.append((encode_barrier(), fut))
+            self._writes.pending.append((encode_barrier(), fut))
             self._barrier = fut
             self._schedule_linger()
         await asyncio.wait_for(asyncio.shield(self._barrier), CLIENT_TIMEOUT_S)
@@ -391,7 +392,7 @@ class KvFront:
         endpoints: tuple[m.Endpoint, ...] = ()
         if isinstance(core.state, FollowerState) and core.state.leader_id == leader:
             endpoints = core.state.leader_endpoints
-        return Target(False, leader, self._node._address_of(leader, endpoints))
+        return Target(False, leader, self._node.address_of(leader, endpoints))
 
     async def leader_news(self, timeout_s: float) -> None:
         """Return at the next change of this node's epoch state, or after `timeout_s`."""
@@ -430,7 +431,7 @@ class KvFront:
             return encode_answer(got.correlation_id, ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                  self.redirect_leader())
         reply = DeferredReply()
-        self._node._spawn(self._answer_forwarded(reply, got.correlation_id, got.call, got.timeout_ms))
+        self._node.spawn(self._answer_forwarded(reply, got.correlation_id, got.call, got.timeout_ms))
         return reply
 
     async def _answer_forwarded(self, reply: DeferredReply, corr: int, call: KvCall,

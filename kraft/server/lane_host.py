@@ -13,31 +13,31 @@ frame server or its codecs: this module is where they meet.
 from __future__ import annotations
 
 import asyncio
-import collections
 from typing import Any, Protocol
 
 from kraft.lane import ClientConnection, FetchConnection, VoterConnection
 from kraft.protocol.api import ApiKey
-from kraft.raft import events as ev
 from kraft.raft import messages as m
 from kraft.raft.core import RaftCore
-from kraft.server.apply_driver import Completion
 from kraft.server.client_protocol import ClientServer
 from kraft.server.config import NodeConfig
+from kraft.server.event_queue import EventQueue
 from kraft.server.fetch_fast import decode_fetch_request, encode_fetch_request
+from kraft.server.flusher import LogService
 from kraft.server.frame_answer import FRAME_ANSWER_TIMEOUT_S, FrameAnswer
 from kraft.server.frames import DeferredReply, FrameListener
 from kraft.server.peers import Peers
+from kraft.server.writes import WriteBook
 from kraft.storage.loader import MetadataDir
 from kraft.storage.log import SegmentedLog
 
 
 class LaneNode(Protocol):
     """What `NodeLaneHost` uses of the node: its configuration, cluster id, core and metadata
-    directory, event loop and queue (`_push`, `_events`), its transport (the parked frames and
-    the voters' connections), its listeners, the writes of its own in hand (`_lone_append`,
-    `_pending_values`, `_appends`, `_uncommitted_appends`, `_waiting`), whether a flush is due,
-    and where the leader's high watermark goes."""
+    directory, event loop, the core's event queue (a turn of the lane; whether anything waits
+    for the core), its transport (the parked frames and the voters' connections), its
+    listeners, the writes in hand (`kraft.server.writes`), its log service (whether an inline
+    flush is due), and where the leader's high watermark goes."""
 
     config: NodeConfig
     cluster_id: str
@@ -46,26 +46,26 @@ class LaneNode(Protocol):
     peers: Peers
     client_server: ClientServer | None
     listener: FrameListener | None
-    _loop: asyncio.AbstractEventLoop | None
-    _events: collections.deque[ev.Event | tuple[str, Any]]
-    _lone_append: collections.deque[ev.Append]
-    _pending_values: list[tuple[bytes, Completion]]
-    _appends: dict[int, list[Completion]]
-    _uncommitted_appends: set[int]
-    _waiting: dict[int, tuple[int, Completion]]
-    _flush_due: int
+    loop: asyncio.AbstractEventLoop | None
+    queue: EventQueue
+    writes: WriteBook
+    log_service: LogService | None
 
-    def _push(self, item: ev.Event | tuple[str, Any]) -> None: ...
     def note_leader_high_watermark(self, high_watermark: int, epoch: int) -> None: ...
 
 
 class NodeLaneHost:
     """One node as its lane runners see it (`kraft.lane.LaneHost`)."""
 
-    __slots__ = ("_node",)
+    __slots__ = ("_logs", "_node", "_queue", "_writes")
 
     def __init__(self, node: LaneNode) -> None:
+        logs = node.log_service
+        assert logs is not None, "the node's log service is started before its lanes"
         self._node = node
+        self._queue = node.queue
+        self._writes = node.writes
+        self._logs = logs
 
     @property
     def node_id(self) -> int:
@@ -96,11 +96,11 @@ class NodeLaneHost:
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
         """The node's event loop, None before it started."""
-        return self._node._loop
+        return self._node.loop
 
     def wake_for_lane(self) -> None:
         """Queue a turn of the lane on the core loop."""
-        self._node._push(("lane", None))
+        self._queue.push(("lane", None))
 
     # ------------------------------------------------------------------ the follower's lane
 
@@ -122,9 +122,10 @@ class NodeLaneHost:
 
     def busy(self) -> bool:
         """Events queued, writes pending, submitted or not committed, or a flush due."""
-        node = self._node
-        return bool(node._events or node._lone_append or node._pending_values or node._waiting
-                    or node._appends or node._uncommitted_appends or node._flush_due)
+        queue = self._queue
+        writes = self._writes
+        return bool(queue.events or queue.ahead or writes.pending or writes.waiting
+                    or writes.appends or writes.uncommitted or self._logs.flush_due)
 
     def client_connection(self) -> ClientConnection | None:
         """The one open client connection (None: none, several, or the node not serving)."""
@@ -170,7 +171,7 @@ class NodeLaneHost:
         (its id, the request, the reply the connection writes); None when it cannot be read."""
         node = self._node
         peers = node.peers
-        assert node._loop is not None
+        assert node.loop is not None
         got = decode_fetch_request(frame, node.cluster_id)
         if got is None:
             return None
@@ -179,11 +180,11 @@ class NodeLaneHost:
         key = peers.inbound_ids
         reply = DeferredReply()
         answer = FrameAnswer(ApiKey.FETCH, version, wire_corr, reply,
-                             node._loop.time() + FRAME_ANSWER_TIMEOUT_S, peer)
+                             node.loop.time() + FRAME_ANSWER_TIMEOUT_S, peer)
         peers.inbound[key] = answer
         peers.sweep.ask(answer.deadline)
         return key, req, reply
 
     def await_commit(self, offset: int, epoch: int, reply: Any) -> None:
         """`reply` answered once `offset` (appended in `epoch`) is applied."""
-        self._node._waiting[offset] = (epoch, reply)
+        self._writes.waiting[offset] = (epoch, reply)

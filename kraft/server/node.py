@@ -19,25 +19,27 @@ and wires together the parts that do the node's jobs:
   to them and their answers, and the Kafka listener's frames handed to the core and answered.
 - `kraft.server.lane_host` (`NodeLaneHost`): the node as its native lanes' runners see it
   (`kraft.lane.LaneHost`).
-- This module: the event queue and the core loop, the node port (state changes, the follower
-  lane's fetch adopted), the listeners, readiness and metrics, and the native lanes' runners.
+- `kraft.server.event_queue` (`EventQueue`), `kraft.server.writes` (`WriteBook`) and
+  `kraft.server.node_metrics` (`NodeMetrics`): the state the parts share, created here and
+  handed to them (each part's `Protocol` names the public attributes it takes): the core's
+  queue, the client writes in hand from submitted to answered, the instruments they update.
+- This module: the core loop, the node port (state changes, the follower lane's fetch
+  adopted), the listeners, readiness and metrics, and the native lanes' runners.
 
-Events reach the core through one queue and one task (`_core_loop`), so the core sees them one
-at a time. The core loop applies committed records in steps of APPLY_CHUNK once the events
-that arrived with them are handled (and an inline fsync done): a follower fetches the next
-batch, and a leader appends and sends it, before applying the one just committed, so
+Events reach the core through one queue (`queue`) and one task (`_core_loop`), so the core
+sees them one at a time. The core loop applies committed records in steps of APPLY_CHUNK once
+the events that arrived with them are handled (and an inline fsync done): a follower fetches
+the next batch, and a leader appends and sends it, before applying the one just committed, so
 replication and applying overlap.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import gc
 import logging
 import random
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -61,9 +63,10 @@ from kraft.server.admin import (
     KvCall,
     NotLeaderError,
 )
-from kraft.server.apply_driver import ApplyDriver, Completion, now_ms
+from kraft.server.apply_driver import ApplyDriver, now_ms
 from kraft.server.client_protocol import ClientServer
 from kraft.server.config import NodeConfig
+from kraft.server.event_queue import EventQueue
 from kraft.server.executor import EffectExecutor
 from kraft.server.flusher import LogService
 from kraft.server.frames import (
@@ -71,12 +74,14 @@ from kraft.server.frames import (
 )
 from kraft.server.kv_front import CLIENT_TIMEOUT_S, KvFront
 from kraft.server.lane_host import NodeLaneHost
-from kraft.server.metrics import DISK_LATENCY_BUCKETS, Registry
+from kraft.server.metrics import Registry
+from kraft.server.node_metrics import NodeMetrics
 from kraft.server.peers import Peers
 from kraft.server.translate import (
     request_to_wire,
     response_to_core,
 )
+from kraft.server.writes import Completion, WriteBook
 from kraft.statemachine.base import StateMachine
 from kraft.statemachine.kv import (
     KVStore,
@@ -105,23 +110,13 @@ class KraftNode:
         self._listener_name = config.controller_listener.name
         self.sm: StateMachine = state_machine if state_machine is not None else KVStore()
         self._rng = random.Random(seed)
-        self._events: collections.deque[ev.Event | tuple[str, Any]] = collections.deque()
-        self._lone_append: collections.deque[ev.Append] = collections.deque()
-        """A batch of writes submitted with none of this leader's batches waiting for commit
-        (at most one): the core loop handles it before the events queued with it."""
-        self._flush_due = 0
-        """Events handled since an append that the inline flush has not covered yet (0: none)."""
-        self._wake: asyncio.Future[None] | None = None
+        self.queue = EventQueue()
+        """What waits for the core loop (`kraft.server.event_queue`)."""
+        self.writes = WriteBook()
+        """The client writes in hand, from submitted to answered (`kraft.server.writes`)."""
         self._core_timer: asyncio.TimerHandle | None = None
         self._core_timer_at = 0
         """The core deadline (ms) `_core_timer` wakes the core loop for."""
-        self._appends: dict[int, list[Completion]] = {}
-        """append id -> the writers of a batch handed to the core, until `AppendAccepted`."""
-        self._waiting: dict[int, tuple[int, Completion]] = {}
-        """offset -> (the epoch it was appended in, the writer's completion)."""
-        self._pending_values: list[tuple[bytes, Completion]] = []
-        """Writes not handed to the core yet (`kraft.server.kv_front`)."""
-        self._uncommitted_appends: set[int] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._leader_hw = -1
         self._leader_hw_at = 0.0
@@ -130,11 +125,13 @@ class KraftNode:
         the current epoch's leader)."""
         self._stopped = asyncio.Event()
         self._fatal: BaseException | None = None
-        self.metrics = Registry()
-        self._setup_metrics()
+        self.registry = Registry()
+        """The node's metrics, rendered for /metrics."""
+        self.metrics = self._setup_metrics()
+        """The instruments the node's parts update (`kraft.server.node_metrics`)."""
         self.md: MetadataDir | None = None
         self.core: RaftCore | None = None
-        self._metadata_version: int | None = None
+        self.metadata_version: int | None = None
         """The metadata.version level of bootstrap.checkpoint (None: the file has none)."""
         self.cluster_id = ""
         self.listener: FrameListener | None = None
@@ -151,7 +148,8 @@ class KraftNode:
         (`kraft.server.apply_driver`)."""
         self._executor: EffectExecutor | None = None
         """The core's effects carried out in order (`kraft.server.executor`)."""
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The event loop the node runs on, None before it started."""
         self._core_task: asyncio.Task[None] | None = None
         self._lane: FollowerLaneRunner | None = None
         """The follower's native lane (`kraft.lane.follower`), when on and built."""
@@ -167,22 +165,22 @@ class KraftNode:
 
     async def start(self) -> None:
         """Open storage, load the state machine, start listeners and the core."""
-        self._loop = asyncio.get_running_loop()
-        self.peers.start(self._loop)
+        self.loop = loop = asyncio.get_running_loop()
+        self.peers.start(loop)
         cfg = self.config
         self.md = md = open_metadata_dir(cfg.metadata_dir, segment_bytes=cfg.segment_bytes,
                                          expected_node_id=cfg.node_id,
                                          preallocate_bytes=cfg.preallocate_bytes if cfg.fsync else 0)
-        md.log.on_flush_time = self._observe_flush
+        md.log.on_flush_time = self.metrics.observe_flush
         self.cluster_id = md.meta.cluster_id
         self.kv.start()
-        self.log_service = logs = LogService(self, md, self._loop)
-        self.applier = applier = ApplyDriver(self, md, logs, self._loop)
+        self.log_service = logs = LogService(self, md, loop)
+        self.applier = applier = ApplyDriver(self, md, logs, loop)
         self._executor = EffectExecutor(logs, self.peers, applier, applier, self.kv, self)
         directory_id = md.meta.directory_id
         if directory_id is None:
             raise StorageError(f"{cfg.metadata_dir}/meta.properties has no directory.id")
-        self._metadata_version = _bootstrap_metadata_version(cfg.metadata_dir)
+        self.metadata_version = _bootstrap_metadata_version(cfg.metadata_dir)
         latest = md.latest_snapshot
         applier.load_latest_snapshot()
         log_state = self._log_state(md)
@@ -304,7 +302,7 @@ class KraftNode:
         """Stop serving; a graceful stop lets a leader resign first (EndQuorumEpoch)."""
         if graceful and self.core is not None and self._core_task is not None \
                 and not self._core_task.done():
-            self._push(ev.Shutdown())
+            self.queue.push(ev.Shutdown())
             await asyncio.sleep(0.2)
         if self._core_task is not None:
             self._core_task.cancel()
@@ -342,7 +340,8 @@ class KraftNode:
 
     # ================================================================== the core loop
 
-    def _spawn(self, coro: Any) -> None:
+    def spawn(self, coro: Any) -> None:
+        """Run `coro` as a task of the node (cancelled when it stops)."""
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -356,12 +355,13 @@ class KraftNode:
         try:
             await self._execute(first)
             loop = asyncio.get_running_loop()
-            events = self._events
-            lone = self._lone_append
+            queue = self.queue
+            events = queue.events
+            lone = queue.ahead
             sm = self.sm
             while True:
-                if self._flush_due and (
-                        not (events or lone) or self._flush_due > INLINE_FLUSH_EVERY):
+                if logs.flush_due and (
+                        not (events or lone) or logs.flush_due > INLINE_FLUSH_EVERY):
                     # Inline group commit: the events that arrived together (a client write
                     # and the followers' fetches) are all handled and answered first, then one
                     # fsync covers every append among them.
@@ -400,11 +400,11 @@ class KraftNode:
                             follow.waiting(False)
                             events.append(("lane", None))
                         else:
-                            wake = self._wake = loop.create_future()
+                            wake = queue.waiter = loop.create_future()
                             try:
                                 await wake
                             finally:
-                                self._wake = None
+                                queue.waiter = None
                                 if follow is not None:
                                     follow.waiting(False)
                     else:
@@ -454,8 +454,8 @@ class KraftNode:
                     self._lane.try_arm(self.peers.fetch_sent)
                 if self._leader_lane is not None and not self._leader_lane.armed:
                     self._leader_lane.try_arm()
-                if self._flush_due:
-                    self._flush_due += 1
+                if logs.flush_due:
+                    logs.flush_due += 1
                 if applier.target > sm.applied_offset:
                     applier.waited += 1
         except asyncio.CancelledError:
@@ -477,19 +477,7 @@ class KraftNode:
 
     def _core_timer_fired(self) -> None:
         self._core_timer = None
-        self._wake_core()
-
-    def _push(self, item: ev.Event | tuple[str, Any]) -> None:
-        self._events.append(item)
-        self._wake_core()
-
-    def _wake_core(self) -> None:
-        wake = self._wake
-        if wake is not None and not wake.done():
-            wake.set_result(None)
-
-    def _enqueue(self, event: ev.Event) -> None:
-        self._push(event)
+        self.queue.wake()
 
     # ================================================================== effects
 
@@ -501,7 +489,7 @@ class KraftNode:
 
     # ------------------------------------------------------------------ the transport
 
-    def _address_of(self, dest: int, endpoints: tuple[m.Endpoint, ...]) -> tuple[str, int] | None:
+    def address_of(self, dest: int, endpoints: tuple[m.Endpoint, ...]) -> tuple[str, int] | None:
         """The address of node `dest` (`Peers.address_of`)."""
         return self.peers.address_of(dest, endpoints)
 
@@ -524,7 +512,8 @@ class KraftNode:
         self._leader_hw_at = time.monotonic()
         self._leader_hw_epoch = epoch
 
-    def _epoch(self) -> int:
+    def epoch(self) -> int:
+        """The core's current epoch (-1 before the node started)."""
         return self.core.epoch if self.core is not None else -1
 
     def state_changed(self, e: fx.StateChanged) -> None:
@@ -532,9 +521,9 @@ class KraftNode:
         log.info("event=state_changed replica=%d state=%s epoch=%d leader=%d",
                  self.config.node_id, e.state, e.epoch, e.leader_id)
         if e.state == Role.LEADER.value:
-            self._m_elections_won.inc()
+            self.metrics.elections_won.inc()
         if e.state in (Role.CANDIDATE.value,):
-            self._m_elections.inc()
+            self.metrics.elections.inc()
         self.kv.leadership_changed(e.state == Role.LEADER.value)
 
     # ------------------------------------------------------------------ apply
@@ -545,10 +534,6 @@ class KraftNode:
         self.applier.step()
         if self.client_server is not None:
             self.client_server.flush()
-
-    def _fail_waiters_from(self, offset: int, why: str) -> None:
-        assert self.applier is not None
-        self.applier.fail_waiters_from(offset, why)
 
     # ================================================================== client API (KV)
 
@@ -595,7 +580,7 @@ class KraftNode:
         and applies what it committed (docs/native-lane.md: every read drains the lane).
         None when there is nothing to wait for."""
         lane = self._active_lane()
-        if lane is None or self._loop is None:
+        if lane is None or self.loop is None:
             return None
         if not lane.has_progress() and not (
                 lane is self._leader_lane and self.applier is not None
@@ -603,10 +588,9 @@ class KraftNode:
             # (a leader's lane answers a write at its commit, before it is applied: a local
             # read waits for that apply, so a writer reads what it was told is written)
             return None
-        fut: asyncio.Future[None] = self._loop.create_future()
+        fut: asyncio.Future[None] = self.loop.create_future()
         if not self._lane_readers or self._lane_readers[-1][0] <= self._lane_takes:
-            self._events.appendleft(("lane", None))  # ahead of whatever else is queued
-            self._wake_core()
+            self.queue.push_first(("lane", None))  # ahead of whatever else is queued
         self._lane_readers.append((self._lane_takes + 1, fut))
         return fut
 
@@ -750,7 +734,7 @@ class KraftNode:
             endpoints: tuple[m.Endpoint, ...] = ()
             if isinstance(core.state, FollowerState):
                 endpoints = core.state.leader_endpoints
-            address = self._address_of(leader, endpoints)
+            address = self.address_of(leader, endpoints)
             if address is None:
                 raise NotLeaderError(leader, None)
             _, data = await self.peers.network.request(
@@ -760,8 +744,10 @@ class KraftNode:
         assert isinstance(resp, m.DescribeQuorumResponse)
         return describe_quorum_json(resp)
 
-    def _setup_metrics(self) -> None:
-        r = self.metrics
+    def _setup_metrics(self) -> NodeMetrics:
+        """Register the gauges computed at scrape time, then the instruments the parts
+        update (`NodeMetrics`), in the order they are rendered."""
+        r = self.registry
         r.gauge("kraft_number_of_voters", "Voters in the active voters set",
                 lambda: len(self.core.voters()) if self.core else 0)
         r.gauge("kraft_number_of_observers", "Observers the leader has seen fetching",
@@ -782,32 +768,10 @@ class KraftNode:
                 and self.core.kraft_version >= 1 else 0.0)
         r.gauge("kraft_current_leader", "Leader id (-1 unknown)",
                 lambda: self.core.leader_id if self.core else -1)
-        r.gauge("kraft_current_epoch", "Current epoch", lambda: self._epoch())
+        r.gauge("kraft_current_epoch", "Current epoch", lambda: self.epoch())
         r.gauge("kraft_is_leader", "1 when this node leads",
                 lambda: 1.0 if self.core is not None and self.core.role == Role.LEADER else 0.0)
-        self._m_hw = r.gauge("kraft_high_watermark", "High watermark")
-        self._m_leo = r.gauge("kraft_log_end_offset", "Log end offset")
-        self._m_applied = r.gauge("kraft_applied_offset", "State machine applied offset")
-        self._m_commit_latency = r.histogram("kraft_commit_latency_seconds",
-                                             "Client write latency until committed and applied")
-        self._m_elections = r.counter("kraft_elections_total", "Elections this node started")
-        self._m_elections_won = r.counter("kraft_elections_won_total", "Times this node became leader")
-        self._m_snapshot_size = r.gauge("kraft_snapshot_size_bytes", "Size of the latest snapshot")
-        self._m_snapshot_gen = r.histogram("kraft_snapshot_generation_seconds",
-                                           "Time to write a snapshot")
-        self._m_snapshot_load = r.histogram("kraft_snapshot_load_seconds",
-                                            "Time to load a snapshot into the state machine")
-        # The disk every commit waits for (etcd's wal_fsync_duration, Kafka's
-        # LogFlushRateAndTimeMs): observed on the loop or on the flusher thread, hence the lock.
-        self._m_log_flush = r.histogram(
-            "kraft_log_flush_seconds",
-            "Time to fsync the log, per flush that wrote to disk (a kernel flush: from its "
-            "start until its completion was seen)", DISK_LATENCY_BUCKETS)
-        self._m_log_flush_lock = threading.Lock()
-
-    def _observe_flush(self, seconds: float) -> None:
-        with self._m_log_flush_lock:
-            self._m_log_flush.observe(seconds)
+        return NodeMetrics(r)
 
     def _leader_stat(self, what: str) -> float:
         core = self.core
@@ -839,12 +803,14 @@ class KraftNode:
 
     def render_metrics(self) -> str:
         """Prometheus text of this node."""
+        metrics = self.metrics
         if self.core is not None:
-            self._m_hw.set(self.core.high_watermark if self.core.high_watermark is not None else -1)
+            metrics.high_watermark.set(self.core.high_watermark
+                                       if self.core.high_watermark is not None else -1)
         if self.md is not None:
-            self._m_leo.set(self.md.log.log_end_offset)
-        self._m_applied.set(self.sm.applied_offset)
-        return self.metrics.render()
+            metrics.log_end_offset.set(self.md.log.log_end_offset)
+        metrics.applied_offset.set(self.sm.applied_offset)
+        return self.registry.render()
 
 
 def _bootstrap_metadata_version(metadata_dir: Path) -> int | None:

@@ -36,6 +36,7 @@ from kraft.raft.state import Role
 from kraft.server import frame_answer
 from kraft.server.apply_driver import ApplyDriver
 from kraft.server.config import NodeConfig
+from kraft.server.event_queue import EventQueue
 from kraft.server.features import (
     FAILED_PREFIX,
     KRAFT_VERSION,
@@ -115,8 +116,8 @@ class _FetchCodec:
 class PeerHost(Protocol):
     """What the transport uses of the node: its configuration, core, log and apply driver (the
     answers read from them), its KV front end (forwarded KV calls), the metadata.version of its
-    bootstrap checkpoint, its event queue and tasks, and where the leader's high watermark
-    goes."""
+    bootstrap checkpoint, the core's event queue, its tasks, and where the leader's high
+    watermark goes."""
 
     config: NodeConfig
     core: RaftCore | None
@@ -124,10 +125,10 @@ class PeerHost(Protocol):
     md: MetadataDir | None
     applier: ApplyDriver | None
     kv: KvFront
-    _metadata_version: int | None
+    metadata_version: int | None
+    queue: EventQueue
 
-    def _enqueue(self, event: ev.Event) -> None: ...
-    def _spawn(self, coro: Any) -> None: ...
+    def spawn(self, coro: Any) -> None: ...
     def note_leader_high_watermark(self, high_watermark: int, epoch: int) -> None: ...
 
 
@@ -137,6 +138,7 @@ class Peers:
 
     def __init__(self, node: PeerHost) -> None:
         self._node = node
+        self._queue = node.queue
         config = node.config
         self._listener_name = config.controller_listener.name
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -171,7 +173,7 @@ class Peers:
     def send_request(self, e: fx.SendRequest) -> None:
         """Send a request of the core: at once on an open connection, else from a task."""
         if not self._send_on_open_connection(e):
-            self._node._spawn(self._send_request(e))
+            self._node.spawn(self._send_request(e))
 
     def send_response(self, e: fx.SendResponse) -> None:
         """Answer a request the core took."""
@@ -196,7 +198,7 @@ class Peers:
 
     def send_api_versions(self, e: fx.SendApiVersions) -> None:
         """Ask a node for its ApiVersions, from a task."""
-        self._node._spawn(self._send_api_versions(e))
+        self._node.spawn(self._send_api_versions(e))
 
     # ------------------------------------------------------------------ outbound requests
 
@@ -251,7 +253,7 @@ class Peers:
         except (ProtocolError, ValueError) as exc:  # the request could not be encoded
             log.warning("event=request_not_sent replica=%d destination=%d api=%s error=%r",
                         self._node.config.node_id, e.destination, api.name, str(exc))
-            self._node._enqueue(ev.RequestFailed(e.destination, e.correlation_id, False))
+            self._queue.push(ev.RequestFailed(e.destination, e.correlation_id, False))
             return True
         if is_fetch:
             self.fetch_sent = (e.correlation_id, conn, corr, version)
@@ -276,7 +278,7 @@ class Peers:
                     return
             log.debug("event=request_failed replica=%d destination=%d api=%s error=%r",
                       self._node.config.node_id, e.destination, api.name, str(error))
-            self._node._enqueue(ev.RequestFailed(e.destination, e.correlation_id, False,
+            self._queue.push(ev.RequestFailed(e.destination, e.correlation_id, False,
                                            isinstance(error, PeerClosedError)))
 
         return answered
@@ -294,13 +296,13 @@ class Peers:
     def _response_received(self, e: fx.SendRequest, resp: m.Response) -> None:
         if isinstance(resp, m.FetchResponse) and resp.error_code == ErrorCode.NONE:
             self._node.note_leader_high_watermark(resp.high_watermark, resp.leader_epoch)
-        self._node._enqueue(ev.ResponseReceived(e.destination, e.correlation_id, resp))
+        self._queue.push(ev.ResponseReceived(e.destination, e.correlation_id, resp))
 
     async def _send_request(self, e: fx.SendRequest) -> None:
         address = self.address_of(e.destination, e.endpoints)
         api = _API_OF_REQUEST.get(type(e.request))
         if address is None or api is None:
-            self._node._enqueue(ev.RequestFailed(e.destination, e.correlation_id))
+            self._queue.push(ev.RequestFailed(e.destination, e.correlation_id))
             return
         timeout = self._node.config.request_timeout_ms / 1000
         if isinstance(e.request, m.FetchRequest):
@@ -318,7 +320,7 @@ class Peers:
                       self._node.config.node_id, e.destination, api.name, str(exc))
             unreachable = isinstance(exc, RequestError) and exc.unreachable
             disconnected = isinstance(exc, RequestError) and exc.disconnected
-            self._node._enqueue(ev.RequestFailed(e.destination, e.correlation_id, unreachable,
+            self._queue.push(ev.RequestFailed(e.destination, e.correlation_id, unreachable,
                                            disconnected))
             return
         self._response_received(e, resp)
@@ -337,7 +339,7 @@ class Peers:
                          self._node.config.node_id, e.node_id, str(exc))
             finally:
                 conn.close()
-        self._node._enqueue(ev.ApiVersionsReceived(e.node_id, result))
+        self._queue.push(ev.ApiVersionsReceived(e.node_id, result))
 
     # ------------------------------------------------------------------ inbound requests
 
@@ -374,7 +376,7 @@ class Peers:
         corr = self.inbound_ids
         fut: asyncio.Future[tuple[m.Response, bytes | None]] = asyncio.get_running_loop().create_future()
         self.inbound[corr] = fut
-        self._node._enqueue(ev.RequestReceived(source, corr, request))
+        self._queue.push(ev.RequestReceived(source, corr, request))
         try:
             return await asyncio.wait_for(fut, timeout_s)
         finally:
@@ -407,8 +409,8 @@ class Peers:
         api, version, corr = header.api_key, header.api_version, header.correlation_id
         if api == ApiKey.API_VERSIONS:
             finalized = {"kraft.version": self._node.core.kraft_version} if self._node.core else {}
-            if self._node._metadata_version is not None:
-                finalized[METADATA_VERSION] = self._node._metadata_version
+            if self._node.metadata_version is not None:
+                finalized[METADATA_VERSION] = self._node.metadata_version
             body: object = api_versions_response(version, finalized_features=finalized)
             return encode_response(api, version, corr, body)[4:]
         if api == ApiKey.DESCRIBE_CLUSTER:
@@ -442,9 +444,9 @@ class Peers:
             return answer(ErrorCode.NOT_CONTROLLER, NOT_CONTROLLER_MESSAGE)
         lo, hi = SUPPORTED_FEATURES[KRAFT_VERSION]
         known = {KRAFT_VERSION: FeatureState(core.kraft_version, lo, hi)}
-        if self._node._metadata_version is not None:
+        if self._node.metadata_version is not None:
             lo, hi = SUPPORTED_FEATURES[METADATA_VERSION]
-            known[METADATA_VERSION] = FeatureState(self._node._metadata_version, lo, hi)
+            known[METADATA_VERSION] = FeatureState(self._node.metadata_version, lo, hi)
         try:
             plan = plan_feature_updates(updates_of(data, version), known, self._node.config.node_id)
         except FeatureUpdateError as exc:
@@ -471,7 +473,7 @@ class Peers:
         answer = FrameAnswer(api, version, corr, DeferredReply(), deadline, peer, features)
         self.inbound[key] = answer
         self.sweep.ask(deadline)
-        self._node._enqueue(ev.RequestReceived(_source_of(request) if source is None else source, key,
+        self._queue.push(ev.RequestReceived(_source_of(request) if source is None else source, key,
                                          request))
         return answer.future
 

@@ -17,7 +17,7 @@ async def _idle(node: KraftNode) -> None:
     """Until the core loop sleeps with nothing queued."""
     for _ in range(500):
         await asyncio.sleep(0.01)
-        if node._wake is not None and not node._events:
+        if node.queue.waiter is not None and not node.queue.events:
             return
     raise AssertionError("the core loop never went to sleep")
 

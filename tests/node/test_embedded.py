@@ -146,7 +146,7 @@ async def test_every_flush_mode_commits_only_what_it_fsynced(tmp_path: Path, mod
             offset, total = await node.propose(struct.pack(">q", i))
             assert total == i * (i + 1) // 2
             assert node.md.log.durable_end_offset > offset  # committed => fsynced
-            assert node._m_leo.read() == node.md.log.log_end_offset  # the metric follows
+            assert node.metrics.log_end_offset.read() == node.md.log.log_end_offset  # the metric follows
         await asyncio.gather(*(node.propose(struct.pack(">q", 1)) for _ in range(300)))
         assert sm.total == 210 + 300
         flushes, inline = node.log_service.flusher.flushes, node.log_service.flusher.inline
@@ -154,7 +154,7 @@ async def test_every_flush_mode_commits_only_what_it_fsynced(tmp_path: Path, mod
         assert flushes > 0
         # every flush that wrote is timed, wherever it ran: the 20 writes made one at a time
         # each waited for one
-        timed = node._m_log_flush
+        timed = node.metrics.log_flush
         assert 20 <= timed.count <= flushes and timed.sum > 0
         assert f"kraft_log_flush_seconds_count {timed.count}" in node.render_metrics()
         assert (node.log_service.kernel is not None) == (kernel and mode != "inline")
@@ -305,7 +305,7 @@ async def test_a_kernel_completion_that_leaves_the_next_flush_to_the_loop_wakes_
         assert node.md is not None and node.log_service is not None and node.log_service.kernel is not None
         for _ in range(500):  # until the core loop sleeps with nothing queued
             await asyncio.sleep(0.01)
-            if node._wake is not None and not node._events:
+            if node.queue.waiter is not None and not node.queue.events:
                 break
         assert not node.md.log.flush_in_flight
         inline = node.log_service.flusher.inline
@@ -317,6 +317,6 @@ async def test_a_kernel_completion_that_leaves_the_next_flush_to_the_loop_wakes_
                 break
             await asyncio.sleep(0.01)
         assert node.log_service.flusher.inline == inline + 1
-        assert not node._flush_due
+        assert not node.log_service.flush_due
     finally:
         await node.stop()

@@ -79,7 +79,7 @@ async def test_after_the_upgrade_the_logs_voter_endpoints_route_requests(tmp_pat
         core = nodes[lead].core
         assert core is not None and core.kraft_version == 0
         # kraft.version 0: controller.quorum.voters is the voters set and its addresses
-        assert nodes[lead]._address_of(moved, ()) == (host, ports[moved])
+        assert nodes[lead].address_of(moved, ()) == (host, ports[moved])
         await _upgrade(host, ports[lead])
         await _until("kraft.version 1 on both", lambda: all(
             n.core is not None and n.core.kraft_version == 1 for n in nodes.values()))
@@ -100,7 +100,7 @@ async def test_after_the_upgrade_the_logs_voter_endpoints_route_requests(tmp_pat
         await _until("the moved voter's new endpoint in the leader's voters set", published)
         # every request of the leader's to it (BeginQuorumEpoch, Vote, EndQuorumEpoch) takes
         # this route
-        assert nodes[lead]._address_of(moved, ()) == (host, new_port)
+        assert nodes[lead].address_of(moved, ()) == (host, new_port)
     finally:
         for n in nodes.values():
             await n.stop()

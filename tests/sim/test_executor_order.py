@@ -3,8 +3,9 @@ the simulator, which runs that same executor, catches it when it does not.
 
 - Recording ports: the quorum state is durable before the vote that depends on it is sent
   (the persist port suspends, as the node's does on its file thread), committed records are
-  applied before a state change and exactly up to a snapshot's offset before it is taken, and
-  the clients' answers and the flush come after the list.
+  applied before a state change and exactly up to a snapshot's offset before it is taken (and
+  before each kind of effect, what rule 4 says), and the clients' answers and the flush come
+  after the list.
 - Mutation: an executor that sends before it persists the quorum state is caught by the
   simulator's `vote_durable_before_send` invariant within a few seeds.
 """
@@ -161,6 +162,33 @@ async def test_committed_records_are_applied_before_a_state_change_and_a_snapsho
         "apply to 20", "state follower applied=20",  # everything committed, then the change
         "answers out", "done appended=True flush=True",
     ]
+
+
+AHEAD = fx.Committed(20)
+"""Committed up to 20 with 10 applied: what each effect below gets applied before it."""
+
+
+@pytest.mark.parametrize(("effect", "seen"), [
+    (fx.AppendRecords(30, 5, (b"x",), 0), ["append 30"]),
+    (fx.AdvanceLogStart(15), ["apply to 15", "log start 15"]),
+    (fx.CreateSnapshot(OffsetAndEpoch(epoch=5, offset=15), None, 1),
+     ["apply to 15", "snapshot at 15 applied=15"]),
+    (fx.TruncateTo(25), ["apply to 20", "truncate 25"]),
+    (VOTE, ["apply to 20", "persist voted=2 begins", "persist voted=2 durable"]),
+    (fx.InstallSnapshot(OffsetAndEpoch(epoch=5, offset=40)), ["apply to 20", "install"]),
+    (fx.AppendRejected(1, ErrorCode.NOT_LEADER_OR_FOLLOWER, 2, 6), ["apply to 20", "rejected"]),
+], ids=lambda v: type(v).__name__ if not isinstance(v, list) else "")
+async def test_what_is_applied_before_each_effect(effect: fx.Effect, seen: list[str]) -> None:
+    ports = Recording(applied=10)
+    await executor(ports).execute([AHEAD, effect])
+    assert ports.seen[1:-2] == seen
+
+
+def test_an_effect_applied_up_to_its_offset_is_not_also_applied_later() -> None:
+    # one table says what is applied before an effect: one that applies exactly up to its
+    # offset must not be in the set carried out with nothing applied
+    assert executor_module.APPLY_UP_TO
+    assert executor_module.APPLY_LATER_OK.isdisjoint(executor_module.APPLY_UP_TO)
 
 
 def test_the_simulator_runs_the_executor_to_its_end_at_once() -> None:
