@@ -627,6 +627,25 @@ def _run_steps(
     return summary
 
 
+def python_peak_rss_mib() -> float:
+    """This process's peak resident set (MiB) since it started running Python.
+
+    Linux's `VmHWM` (/proc/self/status) is the high-water mark of this program's own address
+    space. `getrusage().ru_maxrss`, the fallback elsewhere, also counts the parent's pages
+    that a forked child carried until its exec: an audit started by a large process (the
+    benchmark that wrote the input, a notebook) would report that process's size.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
 _GC_LINE = re.compile(r"(\d+)M->(\d+)M\((\d+)M\)")
 
 
@@ -636,12 +655,7 @@ def driver_resources(spark: SparkSession, gc_log: Path | None = None) -> dict[st
     in local mode the executors run in that JVM), with the JVM's maximum heap; from the GC
     log when there is one, the largest heap before and after a collection (the latter is
     the most the JVM held live); and the CPU seconds of every process of the audit."""
-    import resource
-
-    out: dict[str, Any] = {
-        "python_peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "cpu_s": _tree_cpu_s(),
-    }
+    out: dict[str, Any] = {"python_peak_rss_mib": python_peak_rss_mib(), "cpu_s": _tree_cpu_s()}
     try:
         jvm = spark.sparkContext._jvm
         mf = jvm.java.lang.management.ManagementFactory
