@@ -8,8 +8,9 @@ Steps (each logged as it starts, with counts and elapsed time):
 
 1. discover replica directories; 2. ingest every segment and snapshot once through the
 `kraft` data source (`rows=batches`) into the staging table `OUT/tables/batches` (Parquet,
-one row per batch: its header, hash, CRC and place in its file, not its bytes); 3. corrupt batches; 4. voters, the offset ranges
-(`OUT/tables/offsets`) and the high watermark (rules in `kraft_pipeline.consistency`);
+one row per batch: its header, hash, CRC and place in its file, not its bytes); 3. corrupt
+batches; 4. voters, the offset ranges (`OUT/tables/offsets`) and the high watermark (rules in
+`kraft_pipeline.consistency`);
 5. committed and uncommitted divergence; 6. snapshots against each other and against the
 log; 7. history; 8. workload; 9. summary.json, Parquet tables and report.html with PNG
 charts. A running step logs a progress line at least every 10 s.
@@ -788,18 +789,17 @@ def run_from_args(args: argparse.Namespace) -> int:
         handler.addFilter(lambda record: not record.name.startswith("py4j"))
     logging.raiseExceptions = False  # a failing log handler must not print a traceback
     with StrayOutput(error_log) as stray:
-        return _run_session(args, out, logs, error_log, stray)
+        return _run_session(args, out, logs, stray)
 
 
-def _run_session(args: argparse.Namespace, out: Path, logs: Path, error_log: Path,
-                 stray: StrayOutput) -> int:
+def _run_session(args: argparse.Namespace, out: Path, logs: Path, stray: StrayOutput) -> int:
     progress = Progress(out)
     spark = None
     master = args.master or "local[*]"
     memory = args.conf.get("spark.driver.memory", DEFAULT_CONF["spark.driver.memory"])
     try:
         spark = build_session(args.master, conf=args.conf, log_dir=logs)
-        _quiet_accumulator_server(spark, error_log)
+        stray.quiet_accumulator_server(spark)
         master = spark.sparkContext.master
         memory = spark.sparkContext.getConf().get("spark.driver.memory", memory)
         summary = run_audit(spark, args.input, out, high_watermark=args.high_watermark,
@@ -812,15 +812,9 @@ def _run_session(args: argparse.Namespace, out: Path, logs: Path, error_log: Pat
                 else "Spark start-up")
         why = explain(step, exc, master, memory, logs / "spark.log")
         progress.failed(why.cause)
-        with error_log.open("a") as f:
-            f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {step} failed\n")
-            try:
-                f.write("".join(traceback.format_exception(exc)))
-            except Exception:  # a Py4J error whose text needs the JVM that is gone
-                f.write(f"{type(exc).__name__}: {getattr(exc, 'errmsg', '')}\n"
-                        + "".join(traceback.format_tb(exc.__traceback__)))
+        stray.record(f"{step} failed", type(exc), exc, exc.__traceback__)
         print(f"kraft audit: {step} failed: {why.cause}; {why.remedy}. Finished steps are "
-              f"kept in {out} (steps.json); details in {error_log}", file=sys.stderr)
+              f"kept in {out} (steps.json); details in {stray.path}", file=sys.stderr)
         stray.detach()  # that line is the last the terminal gets: the dying JVM says the rest
         _stop_quietly(spark)
         return EXIT_SPARK_FAILURE
@@ -862,11 +856,13 @@ class StrayOutput:
         if self._saved is not None and not self.detached:
             threading.excepthook, sys.unraisablehook = self._saved
 
-    def _append(self, title: str, exc_type: Any, value: Any, tb: Any) -> None:
+    def record(self, title: str, exc_type: Any, value: Any, tb: Any) -> None:
+        """Append `title` and the traceback of (`exc_type`, `value`, `tb`) to the log."""
         try:
             text = "".join(traceback.format_exception(exc_type, value, tb))
-        except Exception:  # the exception's text needs the JVM that is gone
-            text = f"{getattr(exc_type, '__name__', exc_type)}\n"
+        except Exception:  # a Py4J error whose text needs the JVM that is gone
+            text = (f"{getattr(exc_type, '__name__', exc_type)}: {getattr(value, 'errmsg', '')}"
+                    f"\n" + "".join(traceback.format_tb(tb)))
         try:
             with self.path.open("a") as f:
                 f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {title}\n{text}")
@@ -875,7 +871,7 @@ class StrayOutput:
 
     def _thread_failed(self, args: threading.ExceptHookArgs) -> None:
         name = args.thread.name if args.thread is not None else "?"
-        self._append(f"uncaught in thread {name}", args.exc_type, args.exc_value,
+        self.record(f"uncaught in thread {name}", args.exc_type, args.exc_value,
                      args.exc_traceback)
 
     def _unraisable(self, args: Any) -> None:
@@ -883,7 +879,7 @@ class StrayOutput:
             where = repr(args.object)
         except Exception:  # a Java object's proxy asks the JVM for its text
             where = type(args.object).__name__
-        self._append(f"{args.err_msg or 'Exception ignored in'}: {where}", args.exc_type,
+        self.record(f"{args.err_msg or 'Exception ignored in'}: {where}", args.exc_type,
                      args.exc_value, args.exc_traceback)
 
     def detach(self) -> None:
@@ -894,20 +890,18 @@ class StrayOutput:
         sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115 (stays open)
         self.detached = True
 
+    def quiet_accumulator_server(self, spark: SparkSession) -> None:
+        """PySpark's accumulator server prints a traceback to stderr itself (not through the
+        hooks) when the JVM dies under it: send it to the log too."""
+        server = getattr(spark.sparkContext, "_accumulatorServer", None)
+        if server is None:
+            return
 
-def _quiet_accumulator_server(spark: SparkSession, error_log: Path) -> None:
-    """PySpark's accumulator server prints a traceback to stderr when the JVM dies under it;
-    send that to the error log instead (the audit's own line says what happened)."""
-    server = getattr(spark.sparkContext, "_accumulatorServer", None)
-    if server is None:
-        return
+        def handle_error(request: Any, client_address: Any) -> None:
+            self.record(f"accumulator server: request from {client_address} failed",
+                        *sys.exc_info())
 
-    def handle_error(request: Any, client_address: Any) -> None:
-        with error_log.open("a") as f:
-            f.write(f"accumulator server: request from {client_address} failed\n")
-            f.write(traceback.format_exc())
-
-    server.handle_error = handle_error
+        server.handle_error = handle_error
 
 
 def _stop_quietly(spark: SparkSession | None) -> None:

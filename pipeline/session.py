@@ -40,6 +40,7 @@ rootLogger.appenderRef.file.ref = file
 appender.file.type = File
 appender.file.name = file
 appender.file.fileName = {path}
+appender.file.append = false
 appender.file.layout.type = PatternLayout
 appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
 """
@@ -78,8 +79,10 @@ def build_session(
     settings = {**DEFAULT_CONF, **(conf or {})}
     from pyspark import SparkContext
 
+    jvm_output: Path | None = None  # set when this call launches the driver JVM
     if log_dir is not None and SparkContext._active_spark_context is None:
         log_path = Path(log_dir).resolve() / "spark.log"
+        jvm_output = log_path.with_name(JVM_OUTPUT)
         props = log_path.with_name("log4j2.properties")
         props.write_text(LOG4J2.format(path=log_path))
         option = (f"-Dlog4j2.configurationFile=file:{props} "
@@ -87,14 +90,12 @@ def build_session(
         key = "spark.driver.extraJavaOptions"
         earlier = (conf or {}).get(key) or existing.get(key, None)
         settings[key] = f"{earlier} {option}" if earlier else option
-    launching = log_dir is not None and SparkContext._active_spark_context is None
     for key, value in settings.items():
         if (conf and key in conf) or not existing.contains(key) or key == (
             "spark.driver.extraJavaOptions"
         ):
             builder = builder.config(key, value)
-    with (_child_output_to(Path(log_dir) / JVM_OUTPUT) if launching and log_dir is not None
-          else contextlib.nullcontext()):
+    with _child_output_to(jvm_output) if jvm_output else contextlib.nullcontext():
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     register(spark)
@@ -104,8 +105,9 @@ def build_session(
 
 @contextlib.contextmanager
 def _child_output_to(path: Path) -> Iterator[None]:
-    """Point file descriptors 1 and 2 at `path` while the driver JVM is launched, so the JVM
-    (and the Python workers it forks later) inherit the file instead of the terminal.
+    """Point file descriptors 1 and 2 at `path` (emptied: one file per JVM, as for its other
+    logs) while the driver JVM is launched, so the JVM (and the Python workers it forks later)
+    inherit the file instead of the terminal.
 
     PySpark starts the JVM with the parent's stdout and stderr; there is no option to give it
     others. This process's own output goes back to the terminal as soon as the JVM is up.
@@ -114,7 +116,7 @@ def _child_output_to(path: Path) -> Iterator[None]:
     sys.stderr.flush()
     saved = [os.dup(1), os.dup(2)]
     try:
-        with path.open("ab") as f:
+        with path.open("wb") as f:
             os.dup2(f.fileno(), 1)
             os.dup2(f.fileno(), 2)
         yield

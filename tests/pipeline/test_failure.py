@@ -111,6 +111,10 @@ def test_jvm_that_does_not_start_is_quoted(tmp_path: Path, scenario: Any) -> Non
     assert "Spark start-up failed: the driver JVM did not start" in line, line
     assert "Invalid maximum heap size: -Xmx2q" in line, line
     assert "Could not create the Java Virtual Machine" in (out / "logs" / "jvm.log").read_text()
+    # run again into the same OUT: the line quotes this JVM, not the one before
+    line, out = _start_with_driver_memory("3z", tmp_path, scenario)
+    assert "Invalid maximum heap size: -Xmx3z" in line and "2q" not in line, line
+    assert "2q" not in (out / "logs" / "jvm.log").read_text()
 
 
 def test_stray_output_goes_to_the_error_log(tmp_path: Path) -> None:
