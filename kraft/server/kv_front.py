@@ -172,17 +172,7 @@ class KvFront:
         applier = self._node.applier
         if applier is not None:
             applier.own_batches.clear()
-        writes = self._writes
-        for off in list(writes.waiting):
-            _, fut = writes.waiting.pop(off)
-            if not fut.done():
-                fut.set_exception(OutcomeUnknownError(why))
-        for futures in writes.appends.values():
-            for fut in futures:
-                if not fut.done():
-                    fut.set_exception(OutcomeUnknownError(why))
-        writes.appends.clear()
-        writes.uncommitted.clear()
+        self._writes.fail_submitted(why)
 
     def fail_pending_values(self) -> None:
         """The writes not submitted yet are refused: this node no longer leads."""

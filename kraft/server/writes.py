@@ -50,6 +50,18 @@ class WriteBook:
         self.waiting: dict[int, tuple[int, Completion]] = {}
         """offset -> (the epoch it was appended in, the writer's completion)."""
 
+    def fail_submitted(self, why: str) -> None:
+        """Every writer handed to the core (waiting for its offset or its result) learns the
+        outcome is unknown (`why`); the pending writes stay."""
+        failed = [fut for _, fut in self.waiting.values()]
+        failed += [fut for futures in self.appends.values() for fut in futures]
+        self.waiting.clear()
+        self.appends.clear()
+        self.uncommitted.clear()
+        for fut in failed:
+            if not fut.done():
+                fut.set_exception(OutcomeUnknownError(why))
+
     def fail_waiting_from(self, offset: int, why: str) -> None:
         """The log changed at `offset`: the writers waiting at or above it learn the outcome
         is unknown."""
