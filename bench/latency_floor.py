@@ -35,7 +35,10 @@ it), woken through a queue: the work then competes with the path for the two CPU
 holds up the role's loop. The default spends them on the loop, in line, as the node does.
 
 Prints p50/p90/p99 in ms over N sequential writes (the first 200 dropped as warm-up), as one
-JSON line with `--json` (`make bench` records it before each sequential window). Every
+JSON line with `--json` (`make bench` records it before each sequential window). With
+`--leader-sync uring` the run also reports how many of the leader's fdatasyncs it reaped on its
+loop and the CPU the work on their completions took (G each); an fdatasync that fails stops
+the leader with its error, and the run with it. Every
 process stops by itself: the client after N writes (bounded by a 60 s deadline), the servers
 when the client is done (they are killed in a `finally`). The run binds its three listening
 sockets itself, on ports the kernel picks, and hands them to the roles, so runs side by side
@@ -62,6 +65,11 @@ from queue import SimpleQueue
 
 WRITE = 108
 HEAD = struct.Struct(">q")
+SYNC_STATS = "leader-syncs"
+SYNC_STAT = struct.Struct("<qq")
+"""With `--leader-sync uring`, the leader keeps in the run's directory how many of its
+fdatasyncs it has reaped on its loop and the µs of CPU the work on their completions (G) took,
+for the run's report."""
 
 
 async def _connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -152,13 +160,22 @@ async def _leader(directory: str, listen_fd: int, follower_ports: list[int], fsy
         if engine is None:
             raise RuntimeError("io_uring is not available here (--leader-sync uring)")
 
+        stats = os.open(os.path.join(directory, SYNC_STATS), os.O_WRONLY | os.O_CREAT)
+        reaped = spent_us = 0
+
         def flushed() -> None:
-            nonlocal again
+            nonlocal again, reaped, spent_us
             assert engine is not None
             for _token, result in engine.reap():
-                if result < 0:
-                    raise OSError(-result, "fdatasync through io_uring")
-            _spend(on_flushed)
+                if result < 0:  # the run would go on as if the leader did not sync: stop it
+                    print(f"latency floor: the leader's fdatasync through io_uring failed: "
+                          f"{os.strerror(-result)}", file=sys.stderr, flush=True)
+                    os._exit(3)
+                reaped += 1
+                before = time.thread_time()
+                _spend(on_flushed)
+                spent_us += round((time.thread_time() - before) * 1e6)
+                os.pwrite(stats, SYNC_STAT.pack(reaped, spent_us), 0)
             if again and not engine.in_flight:
                 again = False
                 engine.submit(fd, 0)
@@ -239,6 +256,20 @@ async def _client(port: int, writes: int) -> list[float]:
         out.append(time.perf_counter() - started)
     writer.close()
     return out
+
+
+def _sync_stats(directory: str) -> tuple[int, int]:
+    """The leader's fdatasyncs reaped on its loop so far and the µs of work on them (0, 0 when
+    none was reaped)."""
+    try:
+        with open(os.path.join(directory, SYNC_STATS), "rb") as f:
+            raw = f.read(SYNC_STAT.size)
+    except FileNotFoundError:
+        return 0, 0
+    if len(raw) < SYNC_STAT.size:
+        return 0, 0
+    reaped, spent = SYNC_STAT.unpack(raw)
+    return int(reaped), int(spent)
 
 
 def parse_work(text: str) -> tuple[int, ...] | None:
@@ -327,7 +358,15 @@ def main() -> None:
             port = leader.getsockname()[1]
             for sock in (leader, *followers):
                 sock.close()  # the roles hold their own; connections queue until they accept
-            times = sorted(_run(_client(port, args.writes))[200:])  # type: ignore[index]
+            try:
+                times = sorted(_run(_client(port, args.writes))[200:])  # type: ignore[index]
+            except (OSError, asyncio.IncompleteReadError) as exc:
+                stopped = [f"{name} exited {p.returncode}" for name, p
+                           in zip(("follower 1", "follower 2", "leader"), servers, strict=True)
+                           if p.poll() is not None]
+                sys.exit(f"latency floor: the client lost the leader ({exc!r}); "
+                         f"{', '.join(stopped) or 'no role had exited'}")
+            syncs = _sync_stats(d) if args.leader_sync == "uring" else None
         finally:
             for sock in (leader, *followers):
                 sock.close()
@@ -347,8 +386,13 @@ def main() -> None:
                           "p99_ms": round(q(0.99), 4), "n": len(times),
                           "leader_sync": None if args.no_leader_fsync else args.leader_sync,
                           "work_us": list(work), "off_path": args.off_path,
-                          "tick": args.tick}))
+                          "tick": args.tick,
+                          **({"leader_syncs_reaped": syncs[0], "leader_sync_work_us": syncs[1]}
+                             if syncs is not None else {})}))
         return
+    if syncs is not None:
+        print(f"the leader reaped {syncs[0]} fdatasyncs on its loop, {syncs[1]} µs of CPU "
+              "spent on their completions")
     sync = "no leader fsync" if args.no_leader_fsync else f"leader fsync on its {args.leader_sync}"
     where = ""
     if args.off_path != "loop" or args.tick != 1:

@@ -23,6 +23,7 @@ import errno
 import logging
 import mmap
 import os
+import select
 import struct
 
 from kraft.storage.sync_engine import SyncEngine
@@ -41,6 +42,8 @@ IORING_OFF_SQES = 0x10000000
 ENTRIES = 8
 """Submission queue entries (one per segment file synced by one flush); the kernel makes the
 completion queue twice as long."""
+PROBE_S = 2.0
+"""How long `open` waits for the completion of its probe request."""
 
 _SQE = struct.Struct("<BBHiQQIIQHHiQQ")  # struct io_uring_sqe, 64 bytes
 _CQE = struct.Struct("<QiI")  # struct io_uring_cqe, 16 bytes
@@ -120,7 +123,32 @@ class UringSync(SyncEngine):
                 os.close(efd)
             os.close(fd)
             return None
-        return cls(libc, fd, efd, p, maps)  # the kernel made fd close-on-exec
+        engine = cls(libc, fd, efd, p, maps)  # the kernel made fd close-on-exec
+        if not engine._signals_completions():
+            return None
+        return engine
+
+    def _signals_completions(self) -> bool:
+        """Start one request (an fdatasync of the eventfd itself, which the kernel refuses
+        with EINVAL on a worker of the ring, as it runs a file's) and see the eventfd
+        signal its completion within PROBE_S: a ring that sets up but never says a sync is done
+        (a sandbox that emulates io_uring in part) would leave every flush in flight. When it
+        does not, the ring is released and False returned (logged)."""
+        reason = None
+        try:
+            self.submit(self._efd, 0)
+            if not select.select([self._efd], [], [], PROBE_S)[0]:
+                reason = f"no completion was signalled within {PROBE_S:.0f} s"
+            elif not self.reap():
+                reason = "the eventfd was signalled with no completion"
+        except OSError as exc:
+            reason = str(exc)
+        if reason is None:
+            return True
+        log.info("event=uring_sync_unavailable reason=%r", reason)
+        self._token_of.clear()  # nothing will be reaped: the kernel drops it with the ring
+        self.close()
+        return False
 
     def submit(self, fd: int, token: int) -> None:
         self._admit()

@@ -3,6 +3,7 @@ what-if mode, CPU work put on the path's steps (`--work`)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -149,12 +150,32 @@ def test_two_runs_side_by_side_do_not_collide_on_ports() -> None:
 
 @pytest.mark.skipif(not UringSync.available(), reason="io_uring is not available here")
 def test_the_uring_sync_reaps_on_the_loop_and_does_its_work() -> None:
-    # 2 ms of CPU on each completion of the leader's sync, on the loop that also reads the
-    # writes and the acknowledgements: a write arriving (or acknowledged) while it runs waits
-    # for the rest of it, and in a sequential stream nearly every write does, so the p50 is
-    # about 2 ms or more (measured 2.2-2.4 ms here); with the completion not reaped on the loop,
-    # or its work not done, it is the floor's (about 0.5 ms here). 1.5 ms tells them apart
-    assert _p50_of_a_short_run("uring", "0,0,0,0,0,0,2000", "0,0,0,0,0,0,2000") >= 1.5
+    # 2 ms of CPU on each completion of the leader's sync: the run says how many syncs the
+    # leader reaped on its loop (at least one in 300 writes, each of which starts a sync or
+    # asks for the next) and the CPU their work took, measured where it was spent (2 ms each,
+    # at least). Whether a write then waits for that work is a matter of timing on the machine
+    # and not asserted here
+    done = _floor("--writes", "300", "--leader-sync", "uring", "--work", "0,0,0,0,0,0,2000")
+    assert done.returncode == 0, done.stderr
+    report, result = done.stdout.strip().splitlines()[-2:]
+    assert result.startswith("latency floor (leader fsync on its uring, work 0,0,0,0,0,0,2000 µs)")
+    head, tail = "the leader reaped ", " µs of CPU spent on their completions"
+    assert report.startswith(head) and report.endswith(tail), report
+    reaped, spent = report[len(head):-len(tail)].split(" fdatasyncs on its loop, ")
+    assert int(reaped) >= 1
+    assert int(spent) >= 2000 * int(reaped)
+
+
+def test_the_uring_report_in_json_and_its_refusal_elsewhere() -> None:
+    done = _floor("--writes", "300", "--json")
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "leader_syncs_reaped" not in figures  # the leader syncs on its loop: nothing reaped
+    if UringSync.available():
+        done = _floor("--writes", "300", "--json", "--leader-sync", "uring")
+        assert done.returncode == 0, done.stderr
+        figures = json.loads(done.stdout.strip().splitlines()[-1])
+        assert figures["leader_syncs_reaped"] >= 1 and figures["leader_sync_work_us"] >= 0
 
 
 def test_the_model_runs_with_off_path_work_on_a_thread_once_every_tick() -> None:

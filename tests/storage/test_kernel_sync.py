@@ -124,6 +124,40 @@ def test_the_engine_choice(engine_kind: str) -> None:
         auto.close()
 
 
+class _Silent:
+    """`select` of a sandbox whose io_uring never signals a completion on the eventfd."""
+
+    def __init__(self, signalled: bool) -> None:
+        self.signalled = signalled
+
+    def select(self, r: list[int], w: list[int], x: list[int],
+               timeout: float) -> tuple[list[int], list[int], list[int]]:
+        if self.signalled:
+            return r, [], []
+        return [], [], []
+
+
+@pytest.mark.skipif(not uring.available(), reason="io_uring fsync is not available here")
+@pytest.mark.parametrize(("signalled", "reason"), [
+    (False, "no completion was signalled within"),
+    (True, "the eventfd was signalled with no completion")])
+def test_a_ring_that_does_not_signal_its_completions_is_not_used(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, signalled: bool,
+        reason: str) -> None:
+    """`UringSync.open` proves the ring with one request before handing it out: when the
+    eventfd does not say it is done (or says so with nothing done), the ring is released, and
+    `auto` falls back to the flusher thread, with the reason logged."""
+    fds = len(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(uring, "select", _Silent(signalled))
+    if signalled:  # signalled before the kernel finished: nothing in the completion queue
+        monkeypatch.setattr(UringSync, "reap", lambda self: [])
+    with caplog.at_level("INFO", logger="kraft.storage.uring"):
+        assert UringSync.open() is None
+        assert open_engine("auto") == (None, "thread")
+    assert any(reason in r.getMessage() for r in caplog.records)
+    assert len(os.listdir("/proc/self/fd")) == fds  # the ring, its maps and eventfd released
+
+
 def _kernel_log(tmp_path: Path, ks: SyncEngine, **kw: int) -> tuple[SegmentedLog, SyncEngine]:
     log = SegmentedLog.open(tmp_path, **kw)
     log.use_kernel_sync(ks)
