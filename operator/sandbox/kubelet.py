@@ -107,6 +107,22 @@ class KubeletSettings:
         return self.state_dir / "kubeconfig"
 
 
+TERMINATION_LOG_LINES, TERMINATION_LOG_BYTES = 80, 2048
+"""What a kubelet keeps of a failed container's output as its termination message under
+`terminationMessagePolicy: FallbackToLogsOnError`: the last 80 lines or 2048 bytes, the
+smaller."""
+
+
+def _last_output(log_path: Path, start: int) -> str:
+    """The end of what one run of a container wrote to its log (from byte `start`), cut as a
+    kubelet cuts a termination message taken from the logs."""
+    with open(log_path, "rb") as f:
+        f.seek(max(start, os.path.getsize(log_path) - TERMINATION_LOG_BYTES))
+        tail = f.read()
+    lines = tail.decode("utf-8", "replace").splitlines()[-TERMINATION_LOG_LINES:]
+    return "\n".join(lines).strip()
+
+
 def _set_pdeathsig() -> None:
     """Run in the child before exec: die with the sandbox, whatever kills it."""
     with contextlib.suppress(Exception):
@@ -320,6 +336,7 @@ class PodWorker:
         with open(log_path, "ab") as out:
             out.write(f"--- {started_at} start {json.dumps(argv)}\n".encode())
             out.flush()
+            output_from = out.tell()
             try:
                 proc = await asyncio.create_subprocess_exec(
                     *argv, env=env, cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stdout=out,
@@ -355,6 +372,10 @@ class PodWorker:
         st.last_state = {"terminated": {"exitCode": code, "reason": reason,
                                         "startedAt": started_at, "finishedAt": now_rfc3339(),
                                         "containerID": st.container_id}}
+        if code != 0 and spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            message = _last_output(log_path, output_from)
+            if message:
+                st.last_state["terminated"]["message"] = message
         st.state = copy.deepcopy(st.last_state)
         st.ready = False
         st.started = False

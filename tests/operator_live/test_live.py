@@ -269,11 +269,17 @@ def test_a_quorum_created_again_over_kept_claims_is_degraded_foreign_volume(
     apply(sb, quorum())  # a new cluster id; the claims keep the old one's volumes
 
     def foreign() -> Any:
+        # the pods' format containers refuse their volumes one by one; the condition names
+        # each claim as its refusal is seen
         got = cond(get(sb, "kq", "kq"), "Degraded")
-        return got if got[:2] == ("True", "ForeignVolume") else None
+        named = all(f"data-kq-{i}" in (got[2] or "") for i in range(3))
+        return got if got[:2] == ("True", "ForeignVolume") and named else None
 
-    _, _, message = wait_for("Degraded=ForeignVolume", foreign, timeout_s=90)
-    assert "data-kq-0" in message and "spec.clusterId" in message
+    _, _, message = wait_for("Degraded=ForeignVolume naming the three claims", foreign,
+                             timeout_s=90)
+    # kraft format's own words, kept by the kubelet as the container's termination message
+    # (FallbackToLogsOnError), give the cluster id the volumes hold: the fix is named
+    assert f"spec.clusterId: {old}" in message, message
     assert all(get(sb, "pvc", f"data-kq-{i}") is not None for i in range(3))  # nothing deleted
     assert get(sb, "kq", "kq")["status"]["clusterId"] != old
 

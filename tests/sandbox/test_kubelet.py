@@ -151,6 +151,30 @@ def test_crash_restarts_with_backoff_and_restart_count(sandbox: SandboxHandle) -
     assert container(final)["restartCount"] == 0
 
 
+def test_a_failed_container_logs_become_its_termination_message(sandbox: SandboxHandle) -> None:
+    # FallbackToLogsOnError: the last 80 lines (or 2048 bytes) of the run that failed, as a
+    # kubelet keeps them; a container that succeeds, or has no such policy, gets no message
+    many = "for i in range(100): print('line', i)\nraise SystemExit(3)"
+    apply(sandbox,
+          pod("tells", many, restartPolicy="Never",
+              container={"terminationMessagePolicy": "FallbackToLogsOnError"}),
+          pod("long", "print('x' * 5000)\nraise SystemExit(1)", restartPolicy="Never",
+              container={"terminationMessagePolicy": "FallbackToLogsOnError"}),
+          pod("fine", "print('done')", restartPolicy="Never",
+              container={"terminationMessagePolicy": "FallbackToLogsOnError"}),
+          pod("silent", many, restartPolicy="Never"))
+    ended = {}
+    for name in ("tells", "long", "fine", "silent"):
+        ended[name] = wait_for(f"{name} ended", lambda n=name: (  # type: ignore[misc]
+            c := container(status_of(sandbox, n))) and "terminated" in c["state"]
+            and c["state"]["terminated"])
+    message = ended["tells"]["message"]
+    assert ended["tells"]["exitCode"] == 3
+    assert message.splitlines() == [f"line {i}" for i in range(20, 100)]
+    assert ended["long"]["message"] == "x" * 2047  # the last 2048 bytes, the newline stripped
+    assert "message" not in ended["fine"] and "message" not in ended["silent"]
+
+
 def test_failing_liveness_probe_restarts_the_container(sandbox: SandboxHandle) -> None:
     apply(sandbox, pod("deaf", "import time; time.sleep(3600)", container={
         "livenessProbe": {"tcpSocket": {"port": 9999}, "periodSeconds": 1,
