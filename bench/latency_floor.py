@@ -160,7 +160,7 @@ async def _leader(directory: str, listen_fd: int, follower_ports: list[int], fsy
         if engine is None:
             raise RuntimeError("io_uring is not available here (--leader-sync uring)")
 
-        stats = os.open(os.path.join(directory, SYNC_STATS), os.O_WRONLY | os.O_CREAT)
+        stats = os.open(os.path.join(directory, SYNC_STATS), os.O_WRONLY | os.O_CREAT, 0o644)
         reaped = spent_us = 0
 
         def flushed() -> None:

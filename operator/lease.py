@@ -131,7 +131,8 @@ class LeaderElector:
             await asyncio.sleep(self.retry_period_s)
             ok = False
             try:
-                ok = await asyncio.wait_for(self.try_acquire_or_renew(), self.renew_deadline_s)
+                async with asyncio.timeout(self.renew_deadline_s):  # (cancellable on 3.11)
+                    ok = await self.try_acquire_or_renew()
             except (ApiError, OSError, TimeoutError) as exc:
                 log.warning("event=lease_renew_failed lease=%s/%s error=%r", self.namespace,
                             self.name, str(exc))

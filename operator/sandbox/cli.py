@@ -65,6 +65,12 @@ async def _up(args: argparse.Namespace) -> int:
     settings = KubeletSettings(
         state_dir=_state_dir(args).resolve(), nodes=args.nodes, network=network,
         backoff_base_s=args.backoff_base, heartbeat_s=args.heartbeat)
+    # the handlers are in place before the sandbox says it is up (sandbox.json): a SIGTERM
+    # sent as soon as it is seen stops the pods too, instead of ending the process outright
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     async with run_sandbox(settings, api_port=args.port) as sandbox:
         if args.operator:
             _install_operator(sandbox.kubelet.api)
@@ -73,10 +79,6 @@ async def _up(args: argparse.Namespace) -> int:
                   f"{settings.network}.x.y, state in {settings.state_dir}", flush=True)
             print(f"export KUBECONFIG={settings.kubeconfig}", flush=True)
             print("(Ctrl-C stops the sandbox and every pod)", flush=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
         await stop.wait()
     lock.close()
     return 0

@@ -633,8 +633,9 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                     wait = min(wait, deadline - loop.time())
                     if wait <= 0:
                         break
-                try:
-                    _rv, kind, obj = await asyncio.wait_for(queue.get(), wait)
+                try:  # (not asyncio.wait_for: on 3.11 it can lose a cancellation)
+                    async with asyncio.timeout(wait):
+                        _rv, kind, obj = await queue.get()
                 except TimeoutError:
                     if raw.transport is None or raw.transport.is_closing():
                         break

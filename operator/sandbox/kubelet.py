@@ -123,6 +123,16 @@ def _last_output(log_path: Path, start: int) -> str:
     return "\n".join(lines).strip()
 
 
+async def wait_event(event: asyncio.Event, timeout_s: float) -> bool:
+    """Wait up to `timeout_s` for `event`; whether it is set. (`asyncio.wait_for` on
+    Python 3.11 can swallow a cancellation that arrives as the event is set, and a loop built
+    on it then never ends: the kubelet's sync loop outlived `stop` that way.)"""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            await event.wait()
+    return event.is_set()
+
+
 def _set_pdeathsig() -> None:
     """Run in the child before exec: die with the sandbox, whatever kills it."""
     with contextlib.suppress(Exception):
@@ -289,8 +299,7 @@ class PodWorker:
             if self.message != problem:
                 self.message = problem
                 self.publish()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.terminating.wait(), 1.0)
+            await wait_event(self.terminating, 1.0)
         return False
 
     async def _backoff(self, st: ContainerState, ran_s: float = 0.0) -> None:
@@ -307,8 +316,7 @@ class PodWorker:
                                 "message": f"back-off {delay:g}s restarting failed container="
                                            f"{st.name} pod={self.name}"}}
         self.publish()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.terminating.wait(), delay)
+        await wait_event(self.terminating, delay)
 
     async def _keep_running(self, spec: Obj, st: ContainerState, policy: str) -> None:
         while not self.terminating.is_set():
@@ -359,7 +367,12 @@ class PodWorker:
         self.publish()
         prober = asyncio.ensure_future(self._probe_loop(spec, st)) if probes else None
         try:
+            if self.terminating.is_set():  # started while the pod was being stopped
+                await self.stop_process(proc, min(self.grace_s, 5.0))
             code = await proc.wait()
+        except asyncio.CancelledError:
+            _kill_group(proc.pid, signal.SIGKILL)  # no process outlives its worker
+            raise
         finally:
             if prober is not None:
                 prober.cancel()
@@ -689,8 +702,7 @@ class Kubelet:
 
     async def _sync_loop(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._dirty.wait(), 1.0)
+            await wait_event(self._dirty, 1.0)
             self._dirty.clear()
             try:
                 self._sync_once()

@@ -94,6 +94,24 @@ def test_two_sandboxes_never_share_a_network(tmp_path: Path) -> None:
         first.wait(timeout=30)
 
 
+def test_sigterm_the_moment_it_is_up_stops_it_cleanly(tmp_path: Path) -> None:
+    # a supervisor may stop the sandbox as soon as sandbox.json appears: the signal handlers
+    # are in place by then, so it exits 0 and removes the file (the default action would end
+    # it with -15 and leave the file behind)
+    state = tmp_path / "sbx"
+    up = subprocess.Popen([*SANDBOX, "--state-dir", str(state), "up", "--quiet", "--operator"],
+                          start_new_session=True)
+    try:
+        wait_for("the sandbox", lambda: (state / "sandbox.json").exists(), every_s=0.001)
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(timeout=60) == 0
+        assert not (state / "sandbox.json").exists()
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+
+
 def test_no_running_sandbox_is_a_clear_error(tmp_path: Path) -> None:
     out = run("--state-dir", str(tmp_path), "pods", check=False)
     assert out.returncode != 0 and "no sandbox is running" in out.stderr

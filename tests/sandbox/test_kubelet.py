@@ -189,16 +189,22 @@ def test_failing_liveness_probe_restarts_the_container(sandbox: SandboxHandle) -
 def test_deletion_sends_sigterm_then_sigkill_after_the_grace_period(
         sandbox: SandboxHandle, tmp_path: Path) -> None:
     mark = tmp_path / "got-term"
+    # each says it is ready once its handler is in place: a SIGTERM before that would end the
+    # interpreter by the default action, which is not what is tested
     polite = ("import signal, sys, time\n"
               f"signal.signal(signal.SIGTERM, lambda *a: (open({str(mark)!r}, 'w').write('x'),"
               " sys.exit(0)))\n"
+              f"open({str(tmp_path / 'polite-ready')!r}, 'w').close()\n"
               "time.sleep(3600)\n")
-    stubborn = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" \
-               "time.sleep(3600)\n"
+    stubborn = ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                f"open({str(tmp_path / 'stubborn-ready')!r}, 'w').close()\n"
+                "time.sleep(3600)\n")
     apply(sandbox, pod("polite", polite), pod("stubborn", stubborn,
                                               terminationGracePeriodSeconds=1))
     p1 = wait_for("polite runs", lambda: pid_of(sandbox, "polite"))
     p2 = wait_for("stubborn runs", lambda: pid_of(sandbox, "stubborn"))
+    wait_for("both handlers in place", lambda: all(
+        (tmp_path / f"{name}-ready").exists() for name in ("polite", "stubborn")))
     sandbox.kubectl("delete", "pod", "polite", "stubborn")  # waits for the pods to be gone
     assert mark.read_text() == "x"
     for pid in (p1, p2):
