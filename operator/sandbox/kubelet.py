@@ -123,14 +123,13 @@ def _last_output(log_path: Path, start: int) -> str:
     return "\n".join(lines).strip()
 
 
-async def wait_event(event: asyncio.Event, timeout_s: float) -> bool:
-    """Wait up to `timeout_s` for `event`; whether it is set. (`asyncio.wait_for` on
+async def wait_event(event: asyncio.Event, timeout_s: float) -> None:
+    """Wait up to `timeout_s` for `event`. (`asyncio.wait_for` on
     Python 3.11 can swallow a cancellation that arrives as the event is set, and a loop built
     on it then never ends: the kubelet's sync loop outlived `stop` that way.)"""
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(timeout_s):
             await event.wait()
-    return event.is_set()
 
 
 def _set_pdeathsig() -> None:
@@ -282,12 +281,8 @@ class PodWorker:
                 codes = [c.state.get("terminated", {}).get("exitCode", 1) for c in self.main]
                 self.phase = "Succeeded" if all(code == 0 for code in codes) else "Failed"
                 self.publish()
-        except asyncio.CancelledError:
-            self.kill_all(signal.SIGKILL)
-            raise
-        except Exception:
+        except Exception:  # (its processes were killed as the error left `_run_once`)
             log.exception("event=pod_worker_failed pod=%s/%s", self.ns, self.name)
-            self.kill_all(signal.SIGKILL)
 
     async def _wait_volumes(self) -> bool:
         """Make every volume; wait (ContainerCreating) while a claim or map is missing."""
@@ -357,21 +352,22 @@ class PodWorker:
                 self.publish()
                 return 128
         st.process = proc
-        st.container_id = f"sandbox://{proc.pid}"
-        self.kubelet.record_event(self.pod, "Started", f"Started container {st.name}")
-        st.state = {"running": {"startedAt": started_at}}
-        st.ready = False
-        st.started = not probes or "startupProbe" not in spec
-        if probes and not spec.get("readinessProbe") and st.started:
-            st.ready = True
-        self.publish()
-        prober = asyncio.ensure_future(self._probe_loop(spec, st)) if probes else None
+        prober = None
         try:
+            st.container_id = f"sandbox://{proc.pid}"
+            self.kubelet.record_event(self.pod, "Started", f"Started container {st.name}")
+            st.state = {"running": {"startedAt": started_at}}
+            st.ready = False
+            st.started = not probes or "startupProbe" not in spec
+            if probes and not spec.get("readinessProbe") and st.started:
+                st.ready = True
+            self.publish()
+            prober = asyncio.ensure_future(self._probe_loop(spec, st)) if probes else None
             if self.terminating.is_set():  # started while the pod was being stopped
                 await self.stop_process(proc, min(self.grace_s, 5.0))
             code = await proc.wait()
-        except asyncio.CancelledError:
-            _kill_group(proc.pid, signal.SIGKILL)  # no process outlives its worker
+        except BaseException:  # cancelled, or failed: no process outlives its worker
+            _kill_group(proc.pid, signal.SIGKILL)
             raise
         finally:
             if prober is not None:

@@ -166,16 +166,18 @@ def test_the_uring_sync_reaps_on_the_loop_and_does_its_work() -> None:
     assert int(spent) >= 2000 * int(reaped)
 
 
-def test_the_uring_report_in_json_and_its_refusal_elsewhere() -> None:
+def test_the_json_line_has_the_leader_syncs_only_with_the_uring_sync() -> None:
     done = _floor("--writes", "300", "--json")
     assert done.returncode == 0, done.stderr
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert "leader_syncs_reaped" not in figures  # the leader syncs on its loop: nothing reaped
     if UringSync.available():
-        done = _floor("--writes", "300", "--json", "--leader-sync", "uring")
+        done = _floor("--writes", "300", "--json", "--leader-sync", "uring",
+                      "--work", "0,0,0,0,0,0,500")
         assert done.returncode == 0, done.stderr
         figures = json.loads(done.stdout.strip().splitlines()[-1])
-        assert figures["leader_syncs_reaped"] >= 1 and figures["leader_sync_work_us"] >= 0
+        assert figures["leader_syncs_reaped"] >= 1
+        assert figures["leader_sync_work_us"] >= 500 * figures["leader_syncs_reaped"]
 
 
 def test_the_model_runs_with_off_path_work_on_a_thread_once_every_tick() -> None:
