@@ -93,6 +93,45 @@ def _split_host_port(text: str, what: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+"""Kafka's security protocols (`listener.security.protocol.map`'s values)."""
+
+SERVED_PROTOCOLS = ("PLAINTEXT",)
+"""The security protocols a kraft node's listeners implement today."""
+
+SECURITY_KEY_PREFIXES = ("ssl.", "sasl.", "security.", "listener.name.")
+"""Keys that configure TLS or SASL (Kafka's `ssl.*`, `sasl.*`, `security.inter.broker.protocol`,
+per-listener `listener.name.<l>.ssl.*`): refused by name, so that security asked for is never
+silently dropped."""
+
+NO_TLS = ("TLS and SASL are not implemented yet: every listener speaks PLAINTEXT only "
+          "(a node refuses to start rather than serve plaintext where security was asked for)")
+
+
+def security_key_problem(key: str) -> str | None:
+    """Why `key` cannot be used (it configures TLS or SASL), or None for any other key."""
+    if key.startswith(SECURITY_KEY_PREFIXES):
+        return f"{key}: {NO_TLS}"
+    return None
+
+
+def _parse_protocol_map(value: str) -> dict[str, str]:
+    """`NAME:PROTOCOL,...` as a mapping; a malformed entry or an unknown protocol raises."""
+    out: dict[str, str] = {}
+    for item in _csv(value):
+        name, sep, protocol = item.partition(":")
+        name, protocol = name.strip(), protocol.strip().upper()
+        if not sep or not name or not protocol:
+            raise ValueError(f"entry {item!r} is not LISTENER_NAME:SECURITY_PROTOCOL")
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ValueError(f"listener {name}: unknown security protocol {protocol!r} "
+                             f"(Kafka's are {', '.join(SECURITY_PROTOCOLS)})")
+        if name in out:
+            raise ValueError(f"listener {name} appears twice")
+        out[name] = protocol
+    return out
+
+
 def _csv(value: Any) -> list[str]:
     if isinstance(value, list):
         return [str(v).strip() for v in value if str(v).strip()]
@@ -119,6 +158,8 @@ class ServerProperties(BaseModel):
     listener_security_protocol_map: str = Field(
         default="", alias="listener.security.protocol.map"
     )
+    """`NAME:PROTOCOL,...` as in Kafka (`security_protocol` resolves a listener's). A node
+    serves PLAINTEXT only: `kraft run` refuses any other protocol, naming this key."""
     quorum_voters: list[VoterAddress] = Field(default=[], alias="controller.quorum.voters")
     bootstrap_servers: list[HostPort] = Field(
         default=[], alias="controller.quorum.bootstrap.servers"
@@ -257,6 +298,25 @@ class ServerProperties(BaseModel):
             host, port = _split_host_port(rest, "listener")
             out.append({"name": name, "host": host, "port": port})
         return out
+
+    @field_validator("listener_security_protocol_map")
+    @classmethod
+    def _check_protocol_map(cls, value: str) -> str:
+        _parse_protocol_map(value)
+        return value
+
+    def security_protocol(self, listener: str) -> str | None:
+        """The security protocol of listener `listener`, as Kafka resolves it: the entry of
+        `listener.security.protocol.map`; with no map set, a listener named after a protocol
+        has that protocol and a controller listener is PLAINTEXT; None when nothing defines
+        it (Kafka refuses such a listener)."""
+        if self.listener_security_protocol_map.strip():
+            return _parse_protocol_map(self.listener_security_protocol_map).get(listener)
+        if listener in SECURITY_PROTOCOLS:
+            return listener
+        if listener in self.controller_listener_names:
+            return "PLAINTEXT"
+        return None
 
     @field_validator("quorum_voters", mode="before")
     @classmethod
@@ -440,6 +500,8 @@ class ServerProperties(BaseModel):
             if key in reserved:
                 problems.append(PropertyProblem(key=key, value=value,
                                                 message="may not be overridden"))
+            elif (security := security_key_problem(key)) is not None:
+                problems.append(PropertyProblem(key=key, value=value, message=security))
             elif key not in known:
                 near = difflib.get_close_matches(key, sorted(known), n=1)
                 hint = f"; did you mean {near[0]!r}?" if near else ""

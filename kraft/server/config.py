@@ -22,11 +22,14 @@ from pathlib import Path
 from pydantic import ConfigDict, ValidationError, field_validator, model_validator
 
 from kraft.admin.server_properties import (
+    NO_TLS,
+    SERVED_PROTOCOLS,
     HostPort,
     ListenerAddress,
     ServerProperties,
     VoterAddress,
     problems_of,
+    security_key_problem,
 )
 from kraft.storage.properties import PropertiesSyntaxError, read_properties
 
@@ -80,6 +83,14 @@ class NodeConfig(ServerProperties):
             raise ValueError(
                 f"controller.listener.names: {first!r} is not one of listeners {sorted(names)}"
             )
+        for listener in self.listeners:
+            protocol = self.security_protocol(listener.name)
+            if protocol is None:
+                raise ValueError(f"listener.security.protocol.map: no security protocol is "
+                                 f"defined for listener {listener.name}")
+            if protocol not in SERVED_PROTOCOLS:
+                raise ValueError(f"listener.security.protocol.map: listener {listener.name} "
+                                 f"asks for {protocol}, but {NO_TLS}")
         if not self.quorum_voters and not self.bootstrap_servers:
             raise ValueError(
                 "one of controller.quorum.voters or controller.quorum.bootstrap.servers is required"
@@ -147,6 +158,10 @@ def build_config(
         origin[key] = var
     known = set(known_keys())
     for key in merged:
+        security = security_key_problem(key)
+        if security is not None:
+            where = f" (from {origin[key]})" if key in origin else ""
+            raise ConfigError(f"configuration key {security}{where}")
         if key not in known:
             near = difflib.get_close_matches(key, sorted(known), n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""

@@ -163,3 +163,56 @@ def test_snapshot_retention_settings_default_to_kafkas() -> None:
         build_config({**BASE, "metadata.max.retention.bytes": "lots"})
     with pytest.raises(ConfigError, match=re.escape("controller.quorum.fetch.snapshot.max.bytes")):
         build_config({**BASE, "controller.quorum.fetch.snapshot.max.bytes": "0"})
+
+
+@pytest.mark.parametrize(
+    ("extra", "named", "says"),
+    [
+        ({"listener.security.protocol.map": "CONTROLLER:SSL"}, "listener.security.protocol.map",
+         "asks for SSL"),
+        ({"listener.security.protocol.map": "CONTROLLER:SASL_SSL"},
+         "listener.security.protocol.map", "asks for SASL_SSL"),
+        ({"listener.security.protocol.map": "CONTROLLER:TLS"}, "listener.security.protocol.map",
+         "unknown security protocol 'TLS'"),
+        ({"listener.security.protocol.map": "CONTROLLER"}, "listener.security.protocol.map",
+         "not LISTENER_NAME:SECURITY_PROTOCOL"),
+        ({"listener.security.protocol.map": "OTHER:PLAINTEXT"}, "listener.security.protocol.map",
+         "no security protocol is defined for listener CONTROLLER"),
+        ({"listeners": "SSL://127.0.0.1:9093", "controller.listener.names": "SSL"},
+         "listener.security.protocol.map", "asks for SSL"),
+        ({"listener.name.controller.ssl.keystore.type": "PEM"},
+         "listener.name.controller.ssl.keystore.type", "TLS and SASL are not implemented"),
+        ({"ssl.client.auth": "required"}, "ssl.client.auth", "TLS and SASL are not implemented"),
+        ({"sasl.enabled.mechanisms": "PLAIN"}, "sasl.enabled.mechanisms",
+         "TLS and SASL are not implemented"),
+    ],
+)
+def test_security_the_node_does_not_implement_is_refused(extra: dict[str, str], named: str,
+                                                         says: str) -> None:
+    """Fail closed: a listener asked to speak anything but PLAINTEXT, or a TLS/SASL key, stops
+    the node at start with the key named, instead of being served as plaintext."""
+    with pytest.raises(ConfigError) as caught:
+        build_config({**BASE, **extra})
+    assert named in str(caught.value) and says in str(caught.value)
+
+
+def test_plaintext_listeners_by_map_or_by_default_are_accepted() -> None:
+    assert build_config(BASE).security_protocol("CONTROLLER") == "PLAINTEXT"
+    cfg = build_config({**BASE, "listener.security.protocol.map": "CONTROLLER:plaintext"})
+    assert cfg.security_protocol("CONTROLLER") == "PLAINTEXT"
+
+
+def test_kraft_run_refuses_an_ssl_listener_naming_the_key(tmp_path: Path) -> None:
+    """The whole command: `kraft run` on a file asking for SSL exits with the key named and
+    never listens."""
+    import subprocess
+    import sys
+    conf = tmp_path / "server.properties"
+    conf.write_text("\n".join(f"{k}={v}" for k, v in {
+        **BASE, "metadata.log.dir": str(tmp_path / "meta"),
+        "listener.security.protocol.map": "CONTROLLER:SSL"}.items()) + "\n")
+    done = subprocess.run([sys.executable, "-m", "kraft", "run", "-c", str(conf)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "listener.security.protocol.map" in done.stderr and "SSL" in done.stderr
+    assert not (tmp_path / "meta").exists()

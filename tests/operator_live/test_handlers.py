@@ -71,6 +71,19 @@ async def test_an_unknown_config_key_is_a_condition_and_nothing_else(kube: Kube)
     await untouched(kube)
 
 
+async def test_asking_for_tls_is_a_condition_naming_the_key_and_nothing_else(kube: Kube) -> None:
+    """The nodes serve PLAINTEXT only: a spec asking for TLS gets a condition that says so,
+    never pods that would serve plaintext."""
+    await make(kube, {"replicas": 3, "config": {"ssl.client.auth": "required"}})
+    assert await Reconciler(kube).reconcile("default", "kq") == "ReportDegraded"
+    obj = await kube.get(models.API_VERSION, models.PLURAL, "default", "kq")
+    degraded = condition(obj, "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "InvalidConfig")
+    assert "ssl.client.auth" in degraded["message"]
+    assert "TLS and SASL are not implemented" in degraded["message"]
+    await untouched(kube)
+
+
 async def test_a_new_quorum_records_its_ids_and_gets_its_standing_objects(kube: Kube) -> None:
     await make(kube, {"replicas": 3})
     reconciler = Reconciler(kube)
