@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -193,6 +195,34 @@ def _warning(r: ReplicaReport) -> str:
     )
 
 
+def _log_change(message: str, *args: object) -> None:
+    """One INFO line on stderr, as a node logs (key=value), for a change made to a replica."""
+    from kraft.server.cli_commands import LOG_FORMAT
+
+    logger = logging.getLogger("kraft.recover")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        logger.info(message, *args)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def _who() -> str:
+    """Who ran a command that changed a replica: user@host (pid)."""
+    import getpass
+    import socket
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}(pid={os.getpid()})"
+
+
 def _force(args: argparse.Namespace) -> int:
     from kraft.protocol.uuid import Uuid
     from kraft.raft.messages import KRaftVersionRange
@@ -247,6 +277,10 @@ def _force(args: argparse.Namespace) -> int:
     result = force_single_voter(cfg.metadata_dir, node_id=cfg.node_id, endpoints=endpoints,
                                 kraft_version=feature, timestamp_ms=int(time.time() * 1000),
                                 directory_id=wanted, segment_bytes=cfg.segment_bytes)
+    if result.changed:
+        _log_change("event=force_single_voter replica=%d directory_id=%s epoch=%d "
+                    "voters_offset=%d by=%s", cfg.node_id, report.directory_id, result.epoch,
+                    result.voters_offset, _who())
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     elif result.changed:

@@ -82,7 +82,11 @@ def test_force_asks_on_a_terminal_and_refuses_without_yes(
         assert md.log.log_end_offset == 0 and md.quorum_state is None
     monkeypatch.setattr("sys.stdin", Terminal("yes\n"))
     assert main(["recover", "force-single-voter", "-c", str(config), "--json"]) == 0
-    result = json.loads(capsys.readouterr().out)
+    out, err = capsys.readouterr()
+    result = json.loads(out)
+    # the change is one INFO line, as a node logs, saying who made it
+    [line] = [x for x in err.splitlines() if "event=force_single_voter" in x]
+    assert "level=INFO" in line and "replica=1" in line and " by=" in line
     assert result["changed"] and result["epoch"] == 1 and result["voters_offset"] == 0
     with open_metadata_dir(tmp_path / "meta") as md:
         latest = md.latest_voters

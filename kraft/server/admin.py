@@ -263,12 +263,14 @@ class AdminServer:
             manifest = await asyncio.to_thread(
                 export_bundle, self.metadata_dir, cast(BinaryIO, _ResponseSink()))
         except (ExportError, OSError, ConnectionError) as exc:
-            log.warning("event=export_failed dir=%s error=%r", self.metadata_dir, str(exc))
+            log.warning("event=export_failed dir=%s peer=%s error=%r", self.metadata_dir,
+                        request.remote, str(exc))
             if request.transport is not None:
                 request.transport.close()
             return resp
-        log.info("event=exported dir=%s log_start=%d log_end=%d files=%d", self.metadata_dir,
-                 manifest.log_start_offset, manifest.log_end_offset, len(manifest.files))
+        log.info("event=exported dir=%s log_start=%d log_end=%d files=%d peer=%s",
+                 self.metadata_dir, manifest.log_start_offset, manifest.log_end_offset,
+                 len(manifest.files), request.remote)
         await resp.write_eof()
         return resp
 

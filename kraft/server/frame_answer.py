@@ -35,10 +35,14 @@ class FrameAnswer:
     """A Kafka request frame waiting for the core's answer: encodes it into the frame body
     the listener writes back (or a REQUEST_TIMED_OUT answer when the core never answers)."""
 
-    __slots__ = ("api", "corr", "deadline", "features", "future", "peer", "version")
+    __slots__ = ("api", "audit", "corr", "deadline", "features", "future", "peer", "version")
 
     def __init__(self, api: ApiKey, version: int, corr: int, future: DeferredReply,
-                 deadline: float, peer: int = -1, features: tuple[str, ...] = ()) -> None:
+                 deadline: float, peer: int = -1, features: tuple[str, ...] = (),
+                 audit: str | None = None) -> None:
+        self.audit = audit
+        """A change of membership or features: what was asked and by whom (`audit_line`),
+        logged once with its outcome when answered."""
         self.features = features
         """UpdateFeatures: the request's feature names, one result each on success."""
         self.api = api
@@ -53,6 +57,9 @@ class FrameAnswer:
     def finish(self, response: m.Response, records: bytes | None) -> None:
         if self.future.done():
             return
+        if self.audit is not None:
+            code = getattr(response, "error_code", ErrorCode.NONE)
+            log.info("%s result=%s", self.audit, ErrorCode(code).name)
         try:
             body: ReplyBody | None = None
             if self.api is ApiKey.FETCH and type(response) is m.FetchResponse and (
@@ -87,5 +94,30 @@ class FrameAnswer:
 
     def timed_out(self) -> None:
         if not self.future.done():
+            if self.audit is not None:
+                log.info("%s result=%s", self.audit, ErrorCode.REQUEST_TIMED_OUT.name)
             body = api_spec(self.api).response_class(error_code=int(ErrorCode.REQUEST_TIMED_OUT))
             self.future.set(encode_response(self.api, self.version, self.corr, body)[4:])
+
+
+def audit_line(request: m.Request, peer: str) -> str | None:
+    """The start of the one INFO line a change of membership gets (completed with
+    its result when answered), naming the address it came from; None for any other request."""
+    if isinstance(request, m.AddRaftVoterRequest):
+        what = (f"event=add_voter_request voter={request.voter_id} "
+                f"directory_id={request.voter_directory_id} "
+                f"listeners={_endpoints(request.listeners)}")
+    elif isinstance(request, m.RemoveRaftVoterRequest):
+        what = (f"event=remove_voter_request voter={request.voter_id} "
+                f"directory_id={request.voter_directory_id}")
+    elif isinstance(request, m.UpdateRaftVoterRequest):
+        what = (f"event=update_voter_request voter={request.voter_id} "
+                f"directory_id={request.voter_directory_id} "
+                f"listeners={_endpoints(request.listeners)}")
+    else:
+        return None
+    return f"{what} peer={peer}"
+
+
+def _endpoints(listeners: tuple[m.Endpoint, ...]) -> str:
+    return ",".join(f"{e.name}://{e.host}:{e.port}" for e in listeners) or "-"

@@ -54,7 +54,7 @@ from kraft.server.fetch_fast import (
     encode_fetch_request,
 )
 from kraft.server.forward import is_forward_frame
-from kraft.server.frame_answer import FrameAnswer
+from kraft.server.frame_answer import FrameAnswer, audit_line
 from kraft.server.frames import (
     DeferredReply,
     EarliestDeadline,
@@ -417,7 +417,7 @@ class Peers:
             return encode_response(api, version, corr, self._describe_cluster(data))[4:]
         if api == ApiKey.UPDATE_FEATURES:
             assert isinstance(data, w.UpdateFeaturesRequestData)
-            return self._update_features(version, corr, data)
+            return self._update_features(version, corr, data, peer)
         try:
             request = request_to_core(data, version, self._node.cluster_id)
         except TopLevelError as exc:
@@ -425,10 +425,11 @@ class Peers:
                      api_spec(api).name, exc.code.name, str(exc))
             err_body = api_spec(api).response_class(error_code=int(exc.code))
             return encode_response(api, version, corr, err_body)[4:]
-        return self._defer(ApiKey(api), version, corr, request)
+        return self._defer(ApiKey(api), version, corr, request,
+                           audit=audit_line(request, f"{peer.host}:{peer.port}"))
 
-    def _update_features(self, version: int, corr: int,
-                         data: w.UpdateFeaturesRequestData) -> bytes | DeferredReply:
+    def _update_features(self, version: int, corr: int, data: w.UpdateFeaturesRequestData,
+                         peer: PeerInfo) -> bytes | DeferredReply:
         """UpdateFeatures as Kafka's controller answers it (`kraft.server.features`): a node
         that is not the leader answers NOT_CONTROLLER; the updates are checked as one change;
         a kraft.version upgrade goes to the core, which answers once it is committed."""
@@ -436,7 +437,12 @@ class Peers:
         core = self._node.core
         assert core is not None
 
+        asked = ",".join(f"{u.feature}={u.max_version_level}" for u in data.feature_updates)
+
         def answer(code: int, message: str | None) -> bytes:
+            log.info("event=update_features_request features=%s validate_only=%s peer=%s:%d "
+                     "result=%s", asked or "-", data.validate_only, peer.host, peer.port,
+                     ErrorCode(code).name)
             body = update_features_response(version, code, message, names)
             return encode_response(ApiKey.UPDATE_FEATURES, version, corr, body)[4:]
 
@@ -457,11 +463,13 @@ class Peers:
             return answer(ErrorCode.NONE, None)
         return self._defer(ApiKey.UPDATE_FEATURES, version, corr,
                            m.UpdateKRaftVersionRequest(plan.kraft_version, data.validate_only),
-                           features=names)
+                           features=names,
+                           audit=f"event=update_features_request features={asked} "
+                                 f"validate_only={data.validate_only} peer={peer.host}:{peer.port}")
 
     def _defer(self, api: ApiKey, version: int, corr: int, request: m.Request,
                source: int | None = None, peer: int = -1,
-               features: tuple[str, ...] = ()) -> DeferredReply:
+               features: tuple[str, ...] = (), audit: str | None = None) -> DeferredReply:
         """Hand a decoded request to the core; its answer completes the returned reply."""
         timeout = frame_answer.FRAME_ANSWER_TIMEOUT_S
         if isinstance(request, m.AddRaftVoterRequest):
@@ -470,7 +478,7 @@ class Peers:
         key = self.inbound_ids
         assert self._loop is not None
         deadline = self._loop.time() + timeout
-        answer = FrameAnswer(api, version, corr, DeferredReply(), deadline, peer, features)
+        answer = FrameAnswer(api, version, corr, DeferredReply(), deadline, peer, features, audit)
         self.inbound[key] = answer
         self.sweep.ask(deadline)
         self._queue.push(ev.RequestReceived(_source_of(request) if source is None else source, key,
