@@ -24,7 +24,9 @@ $(STAMP): pyproject.toml setup.py $(wildcard kraft/lane/csrc/*.c kraft/lane/csrc
 	  py="$(PYTHON)"; [ -n "$$py" ] || py=$$(python3 tools/pick_python.py --verbose) || exit 1; \
 	  echo "creating $(VENV) with $$py"; "$$py" -m venv $(VENV) || exit 1; }
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,pipeline,operator]'
+	@echo "installing kraft-quorum and its packages into $(VENV) (about 2 minutes the first time)"
+	@# -qq: errors only; setuptools' note on editable installs is not for a newcomer's first screen
+	$(BIN)/python -m pip install -qq -e '.[dev,pipeline,operator]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
