@@ -9,6 +9,7 @@ no use for pipelining).
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
 from typing import Any
 
@@ -30,6 +31,25 @@ class WireError(Exception):
     def __init__(self, message: str, *, timed_out: bool = False) -> None:
         super().__init__(message)
         self.timed_out = timed_out
+
+
+CLUSTER_DNS_SUFFIXES = (".svc", ".svc.cluster.local", ".cluster.local")
+"""Kubernetes cluster DNS names: they resolve only inside the cluster (or the sandbox)."""
+
+
+def connect_problem(host: str, port: int, exc: BaseException) -> str:
+    """What went wrong connecting to `host:port`, naming both; a name that does not resolve
+    says so, and a cluster DNS name says where it does resolve."""
+    if isinstance(exc, TimeoutError):
+        return f"connect to {host}:{port} timed out"
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    if isinstance(exc, socket.gaierror):
+        text = f"{host}:{port}: the name {host!r} does not resolve here ({reason})"
+        if host.rstrip(".").endswith(CLUSTER_DNS_SUFFIXES):
+            text += ("; it is a Kubernetes cluster name: run the command inside the cluster "
+                     "(in the sandbox, under `kraft-sandbox run`, which resolves cluster names)")
+        return text
+    return f"connect to {host}:{port} failed: {reason}"
 
 
 def split_address(text: str) -> tuple[str, int]:
@@ -75,7 +95,7 @@ class AdminConnection:
             raise WireError(f"connect to {self.address} timed out after {timeout_s:g} s",
                             timed_out=True) from None
         except OSError as exc:
-            raise WireError(f"connect to {self.address} failed: {exc.strerror or exc}") from None
+            raise WireError(connect_problem(self.host, self.port, exc)) from None
         await self.api_versions(timeout_s)
 
     async def api_versions(self, timeout_s: float) -> None:

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from kraft.admin.connection import connect_problem
 from kraft.protocol import messages as w
 from kraft.protocol.api import ApiKey
 from kraft.protocol.errors import ErrorCode
@@ -49,7 +50,10 @@ async def describe_cluster(bootstrap: list[tuple[str, int]], timeout_s: float = 
         try:
             _, resp = await one_shot(host, port, ApiKey.DESCRIBE_CLUSTER,
                                      w.DescribeClusterRequestData(endpoint_type=2), timeout_s)
-        except (RequestError, OSError, TimeoutError) as exc:
+        except (OSError, TimeoutError) as exc:
+            errors.append(connect_problem(host, port, exc))
+            continue
+        except RequestError as exc:
             errors.append(f"{host}:{port}: {exc}")
             continue
         if resp.error_code != ErrorCode.NONE:
@@ -58,6 +62,24 @@ async def describe_cluster(bootstrap: list[tuple[str, int]], timeout_s: float = 
         return ClusterView(resp.cluster_id, resp.controller_id,
                            {b.broker_id: (b.host, b.port) for b in resp.brokers})
     raise QuorumAdminError("DescribeCluster failed on every bootstrap controller: " + "; ".join(errors))
+
+
+async def _call_leader(bootstrap: list[tuple[str, int]], api_key: ApiKey, body: object,
+                       what: str, timeout_s: float, call_timeout_s: float | None = None) -> Any:
+    """`what` to the leader DescribeCluster names; a failure to reach it names the leader,
+    the address it advertises and which bootstrap controller said so."""
+    view, (host, port) = await _leader_address(bootstrap, timeout_s)
+    try:
+        _, resp = await one_shot(host, port, api_key, body,
+                                 timeout_s if call_timeout_s is None else call_timeout_s)
+    except (OSError, TimeoutError, RequestError) as exc:
+        problem = (str(exc) if isinstance(exc, RequestError)
+                   else connect_problem(host, port, exc))
+        told = ", ".join(f"{h}:{p}" for h, p in bootstrap)
+        raise QuorumAdminError(
+            f"{what} to the leader, controller {view.leader_id} at {host}:{port} (the address "
+            f"it advertises, from DescribeCluster of {told}): {problem}") from None
+    return view, resp
 
 
 async def _leader_address(bootstrap: list[tuple[str, int]], timeout_s: float) -> tuple[ClusterView, tuple[str, int]]:
@@ -75,10 +97,10 @@ async def _leader_address(bootstrap: list[tuple[str, int]], timeout_s: float) ->
 
 async def describe_quorum(bootstrap: list[tuple[str, int]], timeout_s: float = 10.0) -> tuple[ClusterView, m.DescribeQuorumResponse]:
     """DescribeQuorum from the leader."""
-    view, (host, port) = await _leader_address(bootstrap, timeout_s)
     D = w.DescribeQuorumRequestData
-    _, data = await one_shot(host, port, ApiKey.DESCRIBE_QUORUM,
-                             D(topics=[D.TopicData(METADATA_TOPIC, [D.PartitionData(0)])]), timeout_s)
+    view, data = await _call_leader(
+        bootstrap, ApiKey.DESCRIBE_QUORUM,
+        D(topics=[D.TopicData(METADATA_TOPIC, [D.PartitionData(0)])]), "DescribeQuorum", timeout_s)
     resp = response_to_core(data, "CONTROLLER")
     assert isinstance(resp, m.DescribeQuorumResponse)
     if resp.error_code != ErrorCode.NONE:
@@ -90,11 +112,11 @@ async def describe_quorum(bootstrap: list[tuple[str, int]], timeout_s: float = 1
 async def add_voter(bootstrap: list[tuple[str, int]], voter_id: int, directory_id: Uuid,
                     listeners: list[tuple[str, str, int]], timeout_s: float = 30.0) -> None:
     """AddRaftVoter on the leader; raises QuorumAdminError on an error answer."""
-    _, (host, port) = await _leader_address(bootstrap, timeout_s)
     A = w.AddRaftVoterRequestData
     body = A(timeout_ms=int(timeout_s * 1000), voter_id=voter_id, voter_directory_id=directory_id,
              listeners=[A.Listener(n, h, p) for n, h, p in listeners])
-    _, resp = await one_shot(host, port, ApiKey.ADD_RAFT_VOTER, body, timeout_s + 5)
+    _, resp = await _call_leader(bootstrap, ApiKey.ADD_RAFT_VOTER, body, "AddRaftVoter",
+                                 timeout_s, timeout_s + 5)
     if resp.error_code != ErrorCode.NONE:
         raise QuorumAdminError(f"AddRaftVoter failed: {_name(resp.error_code)} "
                                f"{resp.error_message or ''}".rstrip())
@@ -103,9 +125,9 @@ async def add_voter(bootstrap: list[tuple[str, int]], voter_id: int, directory_i
 async def remove_voter(bootstrap: list[tuple[str, int]], voter_id: int, directory_id: Uuid,
                        timeout_s: float = 30.0) -> None:
     """RemoveRaftVoter on the leader; raises QuorumAdminError on an error answer."""
-    _, (host, port) = await _leader_address(bootstrap, timeout_s)
     body = w.RemoveRaftVoterRequestData(voter_id=voter_id, voter_directory_id=directory_id)
-    _, resp = await one_shot(host, port, ApiKey.REMOVE_RAFT_VOTER, body, timeout_s + 5)
+    _, resp = await _call_leader(bootstrap, ApiKey.REMOVE_RAFT_VOTER, body, "RemoveRaftVoter",
+                                 timeout_s, timeout_s + 5)
     if resp.error_code != ErrorCode.NONE:
         raise QuorumAdminError(f"RemoveRaftVoter failed: {_name(resp.error_code)} "
                                f"{resp.error_message or ''}".rstrip())

@@ -142,3 +142,42 @@ def test_add_controller_config_alias_and_bootstrap_from_the_file(
     assert main(["quorum", "--command-config", str(other), "add-controller", "--config",
                  str(cfg)]) == EXIT_USAGE
     assert "name different files" in capsys.readouterr().err
+
+
+def test_an_advertised_name_that_does_not_resolve_is_named_with_where_it_came_from(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """From outside a cluster, the leader's advertised cluster DNS name cannot be reached: the
+    error names that host and port, that DescribeCluster of the bootstrap controller gave it,
+    and where such a name resolves (it said only `[Errno -2] Name or service not known`)."""
+    from kraft.server.local import LocalCluster
+    from tests.node.conftest import FAST_TIMEOUTS, address_prefix
+
+    cluster = LocalCluster(tmp_path, voters=1, properties=FAST_TIMEOUTS,
+                           address_prefix=address_prefix())
+    node = cluster.nodes[1]
+    advertised = "kq-0.kq.default.svc"
+    node.overrides["advertised.listeners"] = f"CONTROLLER://{advertised}:{node.port}"
+    try:  # the voters set names the advertised listener, as the operator's pods have it
+        format_storage(cluster.write_config(node), cluster.cluster_id,
+                       initial_controllers=f"1@{advertised}:{node.port}:{node.directory_id}",
+                       out=io.StringIO())
+        cluster.start(1)
+        cluster.wait_for_leader()
+        bootstrap = f"{node.host}:{node.port}"
+        assert main(["quorum", "--bootstrap-controller", bootstrap, "describe", "--status"]) == 1
+        err = capsys.readouterr().err
+        assert f"{advertised}:{node.port}" in err, err
+        assert "does not resolve" in err and f"DescribeCluster of {bootstrap}" in err, err
+        assert "kraft-sandbox run" in err, err
+    finally:
+        cluster.close()
+
+
+def test_a_bootstrap_controller_that_does_not_resolve_is_named(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["quorum", "--bootstrap-controller", "nowhere.invalid:9093", "describe",
+                 "--status"]) == 1
+    err = capsys.readouterr().err
+    assert "nowhere.invalid:9093" in err and "does not resolve" in err, err
