@@ -376,6 +376,13 @@ class KRaftQuorumStatus(_Model):
 # quorum was formatted must be that id: a GitOps source may pin it, but no other id can apply
 # to volumes formatted already. A mismatch stored before the rules existed never blocks the
 # operator's status writes (the planner reports it as Degraded=ClusterIdMismatch).
+CLUSTER_ID_FIXED = (
+    "spec.clusterId can only be set to status.clusterId, the id this KRaftQuorum recorded; "
+    "to run on volumes of another cluster id, delete the KRaftQuorum and create it again "
+    "with spec.clusterId set to that id (storage.onDelete: Retain keeps its claims)")
+"""What the CEL rule and the operator's ForeignVolume condition both say: a KRaftQuorum's
+cluster id, once recorded, changes only by creating the object again."""
+
 QUORUM_VALIDATIONS: list[dict[str, str]] = [
     {
         "rule": "!has(oldSelf.spec.clusterId) || (has(self.spec.clusterId) && "
@@ -389,8 +396,7 @@ QUORUM_VALIDATIONS: list[dict[str, str]] = [
         "rule": "!has(self.spec.clusterId) || !has(self.status) || "
         "!has(self.status.clusterId) || self.spec.clusterId == self.status.clusterId || "
         "(has(oldSelf.spec.clusterId) && oldSelf.spec.clusterId == self.spec.clusterId)",
-        "message": "spec.clusterId can only be set to the cluster id the quorum was "
-        "formatted with (status.clusterId)",
+        "message": CLUSTER_ID_FIXED,
         "fieldPath": ".spec.clusterId",
     }
 ]

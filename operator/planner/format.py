@@ -42,6 +42,10 @@ def cluster_id_mismatch(ctx: Context) -> Decision | None:
                     degraded="ClusterIdMismatch")
 
 
+RECREATE = ("editing spec.clusterId of this one is refused, its id is recorded in "
+            "status.clusterId; storage.onDelete: Retain keeps the claims")
+"""Why a new object, not an edit: the same story as the CRD's rule (`CLUSTER_ID_FIXED`)."""
+
 _FOREIGN = re.compile(r"formatted for cluster (\S+?),? not (\S+?)[:.,]?(?:\s|$)")
 
 
@@ -59,14 +63,14 @@ def foreign_volumes(ctx: Context) -> Decision | None:
     if found is not None:
         theirs, ours = found.group(1), found.group(2)
         what = (f"formatted for cluster {theirs}, not this quorum's {ours}. To start on their "
-                f"data, create the KRaftQuorum again with spec.clusterId: {theirs}; to start "
-                "afresh, delete the claims (losing their data)")
+                f"data, delete the KRaftQuorum and create it again with spec.clusterId: "
+                f"{theirs} ({RECREATE}); to start afresh, delete the claims (losing their data)")
     else:
         details = "; ".join(p.format_refused for p in refused if p.format_refused)
         what = (f"formatted for another cluster or node ({details or 'kraft format exit code 3'})."
-                " To start on their data, create the KRaftQuorum again with spec.clusterId set "
-                "to the cluster id in the volume's meta.properties; to start afresh, delete the "
-                "claims (losing their data)")
+                " To start on their data, delete the KRaftQuorum and create it again with "
+                f"spec.clusterId set to the cluster id in the volume's meta.properties "
+                f"({RECREATE}); to start afresh, delete the claims (losing their data)")
     message = f"the volumes of {claims} are {what}; nothing is deleted"
     return Decision(ReportDegraded("ForeignVolume", message), None, degraded="ForeignVolume")
 

@@ -292,8 +292,9 @@ def test_a_cluster_id_set_later_must_be_the_recorded_one_by_its_cel_rule() -> No
     assert problems == []
     old = {**created, "status": {"clusterId": recorded}}  # the operator recorded its id
     changed = _admit({**_quorum({"clusterId": other}), "status": old["status"]}, old)[1]
-    assert changed == [("spec.clusterId", "spec.clusterId can only be set to the cluster id "
-                        "the quorum was formatted with (status.clusterId)")]
+    assert changed == [("spec.clusterId", models.CLUSTER_ID_FIXED)]
+    # the rule's words send a user where the ForeignVolume condition does: a new object
+    assert "delete the KRaftQuorum and create it again" in models.CLUSTER_ID_FIXED
     pinned = _admit({**_quorum({"clusterId": recorded}), "status": old["status"]}, old)[1]
     assert pinned == []  # a GitOps source pinning the quorum's own id
     # Before any id is recorded, any id may be set; and a mismatch stored before the rule

@@ -816,3 +816,8 @@ def test_volumes_formatted_for_another_cluster_are_reported_degraded_and_kept() 
     for text in ("OLDaaaaaaaaaaaaaaaaaaa", "NEWbbbbbbbbbbbbbbbbbbb", "spec.clusterId",
                  "delete the claims", "data-kq-0"):
         assert text in degraded.message
+    # one story with the CRD's rule on spec.clusterId: a new object, never an edit of this one
+    assert ("delete the KRaftQuorum and create it again with spec.clusterId: "
+            "OLDaaaaaaaaaaaaaaaaaaa") in degraded.message
+    assert "editing spec.clusterId of this one is refused" in degraded.message
+    assert "delete the KRaftQuorum and create it again" in models.CLUSTER_ID_FIXED
