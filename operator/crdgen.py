@@ -131,11 +131,20 @@ def build_crd() -> dict[str, Any]:
          "jsonPath": ".status.leader.id"},
         {"name": "Epoch", "type": "integer", "description": "Leader epoch",
          "jsonPath": ".status.leader.epoch"},
-        {"name": "Voters", "type": "string", "description": "Ready voters / desired",
-         "jsonPath": ".status.votersReady"},
+        {"name": "Voters", "type": "integer", "description": "Voters in the quorum's voter set",
+         "jsonPath": ".status.replicas"},
+        {"name": "Desired", "type": "integer", "description": "Voters the spec asks for",
+         "jsonPath": ".spec.replicas"},
+        {"name": "Healthy", "type": "integer",
+         "description": "Voters caught up with a ready pod", "jsonPath": ".status.healthyVoters"},
         {"name": "High-Watermark", "type": "integer", "description": "High watermark",
          "jsonPath": ".status.highWatermark"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        # -o wide
+        {"name": "Cluster-Id", "type": "string", "priority": 1,
+         "description": "Cluster id the nodes are formatted with", "jsonPath": ".status.clusterId"},
+        {"name": "Operation", "type": "string", "priority": 1,
+         "description": "The operation in progress", "jsonPath": ".status.currentOperation.type"},
     ]
     return {
         "apiVersion": "apiextensions.k8s.io/v1",

@@ -358,6 +358,9 @@ class KRaftQuorumStatus(_Model):
     voters_ready: str | None = Field(
         default=None, description="Caught-up voters with a ready pod, over the desired count."
     )
+    healthy_voters: int | None = Field(
+        default=None, description="Voters caught up with a ready pod (kubectl's Healthy column)."
+    )
     current_operation: OperationStatus | None = Field(
         default=None, description="The operation in progress, if any."
     )

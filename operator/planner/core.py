@@ -238,7 +238,8 @@ def _status(ctx: Context, decision: Decision, realized: bool) -> dict[str, Any]:
         status["replicas"] = len(ctx.voters)
     else:
         status["leader"] = None
-    status["votersReady"] = f"{ctx.healthy_count()}/{ctx.replicas}"
+    status["healthyVoters"] = ctx.healthy_count()
+    status["votersReady"] = f"{status['healthyVoters']}/{ctx.replicas}"
     op = obs.operation
     if op is not None and ctx.op_done(op):
         op = None

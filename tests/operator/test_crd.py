@@ -121,11 +121,22 @@ def test_crd_names_subresources_and_columns() -> None:
         "statusReplicasPath": ".status.replicas",
         "labelSelectorPath": ".status.selector",
     }
-    names = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert names == ["Ready", "Quorate", "Leader", "Epoch", "Voters", "High-Watermark", "Age"]
+    columns = version["additionalPrinterColumns"]
+    assert [c["name"] for c in columns if not c.get("priority")] == [
+        "Ready", "Quorate", "Leader", "Epoch", "Voters", "Desired", "Healthy", "High-Watermark",
+        "Age"]
+    # each count a number of its own: a scale-down reads Voters 5, Desired 3, never "5/3"
+    counts = {c["name"]: c for c in columns if c["name"] in ("Voters", "Desired", "Healthy")}
+    assert {c["type"] for c in counts.values()} == {"integer"}
+    assert counts["Desired"]["jsonPath"] == ".spec.replicas"
+    assert counts["Voters"]["jsonPath"] == ".status.replicas"
+    assert [c["name"] for c in columns if c.get("priority") == 1] == ["Cluster-Id", "Operation"]
     status = _open_api(crd)["properties"]["status"]["properties"]
+    spec_fields = _open_api(crd)["properties"]["spec"]["properties"]
     for column in version["additionalPrinterColumns"]:
         first = column["jsonPath"].split(".")[1:3]
+        if first[0] == "spec":
+            assert first[1] in spec_fields, column
         if first[0] == "status":
             assert first[1].split("[")[0] in status, column
 

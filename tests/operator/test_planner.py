@@ -632,6 +632,7 @@ def test_steady_state_status_and_conditions() -> None:
     assert result.action.reason == "Reconciled"
     status = result.status_fields
     assert status["votersReady"] == "3/3" and status["replicas"] == 3
+    assert status["healthyVoters"] == 3
     assert status["leader"]["id"] == world.leader[0]
     assert [v["pod"] for v in status["voters"]] == ["kq-0", "kq-1", "kq-2"]
     assert {c.type: c.status for c in result.conditions} == {
@@ -649,6 +650,15 @@ def test_paused_does_nothing_but_still_reports(how: str) -> None:
     assert result.action == Wait("Paused", "reconciliation is paused")
     assert result.condition("ReconciliationPaused").status == "True"
     assert result.status_fields["votersReady"] == "3/5"
+
+
+def test_a_scale_down_reports_voters_and_healthy_as_counts_of_their_own() -> None:
+    """kubectl's columns read Voters 5, Desired 3, Healthy 5 while 5 -> 3 is under way (the
+    one column "5/3" read as five of three)."""
+    world, spec = converged(5)
+    result = plan(with_spec(spec, replicas=3), world.observe())
+    status = result.status_fields
+    assert (status["replicas"], status["healthyVoters"]) == (5, 5)
 
 
 def test_invalid_config_is_reported_and_nothing_changes() -> None:
