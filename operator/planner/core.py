@@ -164,6 +164,15 @@ def _replica_status(ctx: Context, replica: ReplicaInfo) -> dict[str, Any]:
     return out
 
 
+def _runs_here(ctx: Context, observer: ReplicaInfo) -> bool:
+    """An observer the leader still reports is shown while a pod of the quorum runs it: its
+    node's pod holds that incarnation, or has not reported one yet. A removed node's or a
+    wiped volume's old incarnation stays in DescribeQuorum until the leader changes or its
+    observer session ends, and is no replica of the quorum any more."""
+    pod = ctx.pods.get(observer.replica_id)
+    return pod is not None and pod.directory_id in (None, observer.directory_id)
+
+
 def _op_status(op: Operation | None) -> dict[str, Any] | None:
     if op is None:
         return None
@@ -234,7 +243,8 @@ def _status(ctx: Context, decision: Decision, realized: bool) -> dict[str, Any]:
         status["voters"] = [_replica_status(ctx, v)
                             for v in sorted(ctx.voters, key=lambda v: v.key)]
         status["observers"] = [_replica_status(ctx, o)
-                               for o in sorted(ctx.observers, key=lambda o: o.key)]
+                               for o in sorted(ctx.observers, key=lambda o: o.key)
+                               if _runs_here(ctx, o)]
         status["replicas"] = len(ctx.voters)
     else:
         status["leader"] = None

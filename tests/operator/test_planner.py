@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 from kraft_operator import models
-from kraft_operator.observed import NodeState, PodPhase, PvcPhase
+from kraft_operator.observed import NodeState, PodPhase, PvcPhase, ReplicaInfo
 from kraft_operator.planner import (
     AddVoter,
     ClearRecoveryAnnotation,
@@ -659,6 +659,21 @@ def test_a_scale_down_reports_voters_and_healthy_as_counts_of_their_own() -> Non
     result = plan(with_spec(spec, replicas=3), world.observe())
     status = result.status_fields
     assert (status["replicas"], status["healthyVoters"]) == (5, 5)
+
+
+def test_observers_without_a_pod_of_theirs_are_not_in_status() -> None:
+    """DescribeQuorum keeps a removed node's and a wiped volume's old incarnation as observers
+    for a while (7 rows after 3 -> 5 -> 3 and one wipe): status lists only those a pod runs."""
+    world, spec = converged(3)
+    observed = world.observe()
+    assert observed.quorum is not None
+    kept = observed.quorum.observers
+    old_incarnation = ReplicaInfo(1, "wipedwipedwipedwiped0A")  # node 1's pod holds another
+    removed = ReplicaInfo(4, "removedremovedremoved0")  # scaled away: no pod kq-4
+    quorum = replace(observed.quorum, observers=(*kept, old_incarnation, removed))
+    status = plan(spec, replace(observed, quorum=quorum)).status_fields
+    assert [(o["id"], o["directoryId"]) for o in status["observers"]] == [
+        (o.replica_id, o.directory_id) for o in kept]
 
 
 def test_invalid_config_is_reported_and_nothing_changes() -> None:
