@@ -122,6 +122,11 @@ SERVER_VERSION = {"major": "1", "minor": "35", "gitVersion": "v1.35.0+kraft-sand
                   "goVersion": "go1.25", "compiler": "gc", "platform": "linux/amd64"}
 
 
+UNKEPT_LOG_OPTIONS = (("sinceSeconds", "--since"), ("sinceTime", "--since-time"),
+                      ("timestamps", "--timestamps"))
+"""`pods/NAME/log` options (and kubectl's flags for them) that need a time for each line."""
+
+
 class ApiError(Exception):
     """An error answered as a Kubernetes `Status` with its canonical reason."""
 
@@ -543,9 +548,18 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         if text is None:
             raise ApiError(400, "BadRequest", f'no log for pod "{request.name}" (a container '
                                               "name may be needed: ?container=NAME)")
+        unkept = [flag for param, flag in UNKEPT_LOG_OPTIONS
+                  if params.get(param) not in (None, "", "false")]
+        if unkept:  # the kubelet keeps no time per line: refused, never ignored
+            raise ApiError(400, "BadRequest",
+                           f"{', '.join(unkept)}: not supported by the sandbox's kubelet, which "
+                           "keeps a container's output without a time for each line; use "
+                           "--tail, --limit-bytes, --previous or -f")
         shown = text
         if params.get("tailLines", "").isdigit():
             shown = "".join(text.splitlines(keepends=True)[-int(params["tailLines"]):])
+        if params.get("limitBytes", "").isdigit():
+            shown = shown.encode()[:int(params["limitBytes"])].decode(errors="ignore")
         if params.get("follow") != "true" or previous:
             return aiohttp.web.Response(text=shown, content_type="text/plain")
         # -f: what the current run writes next, until it ends (a new run) or the pod goes

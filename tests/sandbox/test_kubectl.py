@@ -81,6 +81,11 @@ def test_kubectl_pod_columns_logs_wait_and_delete(sandbox: SandboxHandle) -> Non
     assert table[1][6] in sandbox.nodes
     wait_for("the log line", lambda: "hello from talker" in sandbox.kubectl(
         "logs", "talker").stdout)
+    assert sandbox.kubectl("logs", "talker", "--limit-bytes=5").stdout == "hello"
+    # the flags that need a time per line are refused by name, never ignored
+    for flag in ("--since=1m", "--since-time=2026-01-01T00:00:00Z", "--timestamps"):
+        refused = sandbox.kubectl("logs", "talker", flag, check=False)
+        assert refused.returncode != 0 and flag.split("=")[0] in refused.stderr, refused.stderr
     nodes = rows(sandbox.kubectl("get", "nodes").stdout)
     assert [r[1] for r in nodes[1:]] == ["Ready"] * 3
     pvc_class = json.loads(sandbox.kubectl("get", "storageclass", "-o", "json").stdout)
