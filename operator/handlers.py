@@ -29,6 +29,7 @@ from kraft_operator.actions import Env, Outcome, execute, records, standing
 from kraft_operator.kube import ApiError, Kube, NotFound
 from kraft_operator.metrics import Metrics
 from kraft_operator.planner import Plan, ReportDegraded, Wait, plan
+from kraft_operator.voter_events import voter_set_changes
 
 log = logging.getLogger("kraft_operator")
 
@@ -159,11 +160,17 @@ class Reconciler:
             for what in changed:
                 log.info("event=standing_object quorum=%s/%s change=%r", namespace, name, what)
         status = self._status(body, ref, result, seen, problems)
-        if not status_unchanged(body.get("status") or {}, status):
+        stored = body.get("status") or {}
+        if not status_unchanged(stored, status):
             # only a change a user would see: an identical patch would still be a new
             # resourceVersion and a new row in `kubectl get -w`
             await kube.patch(models.API_VERSION, models.PLURAL, namespace, name,
                              {"status": status}, subresource="status")
+            # told once it is on record: a pass that fails before tells it next time
+            for change in voter_set_changes(stored, status):
+                log.info("event=voter_set_changed quorum=%s/%s reason=%s message=%r",
+                         namespace, name, change.reason, change.message)
+                await self._event(body, change)
         for warning in result.warnings:
             if (ref.uid, generation, warning) not in self._warned:
                 self._warned.add((ref.uid, generation, warning))

@@ -175,6 +175,10 @@ def test_create_scale_up_with_the_operator_killed_and_scale_down(sb: SandboxHand
     assert get(sb, "pod", "op-a")["status"]["containerStatuses"][0]["restartCount"] >= 1
     assert operator_log(sb, "op-a").count("event=leading") >= 2
     assert any(e["reason"] == "SpecWarning" for e in events(sb)) is False  # 5 is odd
+    # auto-join added them, and the voter set's change is an Event all the same, once each
+    added = [e["message"].split()[1].split(":")[0] for e in events(sb)
+             if e["reason"] == "VoterAdded"]
+    assert sorted(added) == ["0", "1", "2", "3", "4"], added
 
     # scale down: the voters 3 and 4 leave and stay out (their pods ran with auto-join); the
     # operator is killed again once a leaving voter's pod was stopped, before its
@@ -232,6 +236,10 @@ def test_a_wiped_follower_comes_back_as_a_new_incarnation(sb: SandboxHandle) -> 
     replaced = [e for e in events(sb) if e["reason"] == "DiskReplaced"]
     assert replaced and old in replaced[0]["message"] and new in replaced[0]["message"]
     assert replaced[0]["type"] == "Warning"
+    # the stale incarnation's removal and the new one's add, as the voter set changed
+    told = [(e["reason"], e["message"].split()[1]) for e in events(sb)
+            if e["reason"] in ("VoterAdded", "VoterRemoved")]
+    assert ("VoterRemoved", f"{node}:{old}") in told and ("VoterAdded", f"{node}:{new}") in told
 
 
 def test_a_node_back_without_its_local_volume_gets_a_new_one(sb: SandboxHandle) -> None:
