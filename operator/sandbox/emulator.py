@@ -390,6 +390,10 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         path = request.url.path
         if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
             return self._openapi_v3(path)
+        if path == "/openapi/v2":  # kubectl asks for it in protobuf only
+            err = ApiError(404, "NotFound", "the sandbox serves OpenAPI v3 only (/openapi/v3), "
+                           "which kubectl explain reads by default")
+            return aiohttp.web.json_response(err.status(), status=404)
         if res is None or res.plural is None:
             return await super()._handle(request)
         try:
@@ -503,10 +507,11 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         return out
 
     def _openapi_v3(self, path: str) -> aiohttp.web.Response:
-        """OpenAPI v3 just deep enough for kubectl to see that every write takes the
-        `fieldValidation` parameter: kubectl then leaves validation to the server (which
-        validates custom resources against their CRD and takes built-in kinds as they are)
-        instead of downloading schemas the sandbox does not have."""
+        """OpenAPI v3 deep enough for kubectl: every write takes the `fieldValidation`
+        parameter, so kubectl leaves validation to the server (which validates custom
+        resources against their CRD and takes built-in kinds as they are) instead of
+        downloading schemas the sandbox does not have; and each CRD's schema is a component
+        named by its group, version and kind, so `kubectl explain` reads it as on a cluster."""
         served = self._served()
         if path.rstrip("/") == "/openapi/v3":
             return aiohttp.web.json_response({"paths": {
@@ -519,6 +524,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         param = [{"name": "fieldValidation", "in": "query", "schema": {"type": "string"},
                   "uniqueItems": True}]
         paths: Obj = {}
+        schemas: Obj = {}
         for res, info in served[gv]:
             base = f"/{gv}/namespaces/{{namespace}}/{res.plural}" if info.namespaced \
                 else f"/{gv}/{res.plural}"
@@ -527,10 +533,18 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                   "responses": {"200": {"description": "OK"}}}
             paths[base] = {"post": op}
             paths[base + "/{name}"] = {"patch": op, "put": op}
+            structural = self._schemas.get(res)
+            if structural is not None:  # a CRD's schema, as kube-apiserver publishes it
+                name = ".".join([*reversed(res.group.split(".")), res.version, gvk["kind"]])
+                schemas[name] = {**structural.openapi,
+                                 "x-kubernetes-group-version-kind": [gvk]}
+                ok = {"description": "OK", "content": {"application/json": {
+                    "schema": {"$ref": f"#/components/schemas/{name}"}}}}
+                paths[base + "/{name}"]["get"] = {**op, "responses": {"200": ok}}
         return aiohttp.web.json_response({
             "openapi": "3.0.0", "info": {"title": "Kubernetes (kraft sandbox)",
                                          "version": SERVER_VERSION["gitVersion"]},
-            "paths": paths, "components": {}})
+            "paths": paths, "components": {"schemas": schemas}})
 
     def _columns(self, res: Any) -> list[printing.Column]:
         builtin = printing.BUILTIN.get((res.group, res.plural))

@@ -16,6 +16,8 @@ from kraft_operator.sandbox.printing import human_age, jsonpath
 
 from tests.sandbox.conftest import wait_for
 
+ROOT = Path(__file__).resolve().parents[2]
+
 CRD = {
     "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
     "metadata": {"name": "widgets.example.dev"},
@@ -336,3 +338,16 @@ def test_kubectl_logs_follow_streams_new_lines(sandbox: SandboxHandle,
         killer.cancel()
         follow.kill()
         follow.wait()
+
+
+def test_kubectl_explain_reads_the_crds_schema(sandbox: SandboxHandle) -> None:
+    """`kubectl explain kq.spec` as on a cluster: the sandbox publishes each CRD's schema in
+    its OpenAPI v3 document (it failed with "GVK ... not found in OpenAPI schema")."""
+    sandbox.kubectl("apply", "-f", str(ROOT / "crds" / "kraftquorums.kraft.dev.yaml"))
+    wait_for("the CRD served", lambda: sandbox.kubectl("get", "kq", check=False).returncode == 0)
+    spec = sandbox.kubectl("explain", "kq.spec").stdout
+    assert "KIND:       KRaftQuorum" in spec and "VERSION:    v1alpha1" in spec, spec
+    assert "replicas\t<integer>" in spec and "config\t<map[string]string>" in spec, spec
+    deeper = sandbox.kubectl("explain", "kq.spec.storage.onDelete").stdout
+    assert "Retain" in deeper, deeper
+    assert sandbox.kubectl("explain", "kq.spec.nothere", check=False).returncode != 0
