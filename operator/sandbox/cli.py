@@ -33,14 +33,28 @@ import kmock
 
 DEFAULT_STATE_DIR = Path(tempfile.gettempdir()) / f"kraft-sandbox-{os.getuid()}"
 
-OPERATOR_POD = {
-    "apiVersion": "v1", "kind": "Pod",
-    "metadata": {"name": "kraft-operator", "namespace": "default",
-                 "labels": {"app.kubernetes.io/name": "kraft-operator"}},
-    "spec": {"restartPolicy": "Always", "terminationGracePeriodSeconds": 5,
-             "containers": [{"name": "operator", "image": "kraft-quorum",
-                             "command": ["kraft-operator"]}]},
+OPERATOR_LABELS = {"app.kubernetes.io/name": "kraft-operator"}
+OPERATOR_DEPLOYMENT = {
+    "apiVersion": "apps/v1", "kind": "Deployment",
+    "metadata": {"name": "kraft-operator", "namespace": "default", "labels": OPERATOR_LABELS},
+    "spec": {
+        "replicas": 1,
+        "selector": {"matchLabels": OPERATOR_LABELS},
+        "template": {
+            "metadata": {"labels": OPERATOR_LABELS},
+            "spec": {
+                "restartPolicy": "Always", "terminationGracePeriodSeconds": 5,
+                # a Lease of 6 s, not 15: a killed operator's successor takes over in about
+                # 6 s (a sandbox has one operator; a cluster keeps the chart's defaults)
+                "containers": [{"name": "operator", "image": "kraft-quorum",
+                                "command": ["kraft-operator", "--lease-duration", "6",
+                                            "--renew-deadline", "4", "--retry-period", "1"]}],
+            },
+        },
+    },
 }
+"""The sandbox's own operator, run as the chart runs it: a Deployment, so a deleted pod
+comes back."""
 
 
 def _state_dir(args: argparse.Namespace) -> Path:
@@ -85,15 +99,15 @@ async def _up(args: argparse.Namespace) -> int:
 
 
 def _install_operator(api: Any) -> None:
-    """The KRaftQuorum CRD (from the operator's models) and the operator as a Pod."""
+    """The KRaftQuorum CRD (from the operator's models) and the operator's Deployment."""
     from kraft_operator import crdgen
-    from kraft_operator.sandbox.kubelet import PODS
+    from kraft_operator.sandbox.deployments import DEPLOYMENTS
 
     crds = kmock.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
     crd = crdgen.build_crd()
     if api._get(crds, None, crd["metadata"]["name"]) is None:
         api._create(crds, None, crd)
-    api._create(PODS, "default", OPERATOR_POD)
+    api._create(DEPLOYMENTS, "default", OPERATOR_DEPLOYMENT)
 
 
 def claim_network(wanted: str | None) -> tuple[str, Any]:
@@ -120,16 +134,17 @@ def _fault(args: argparse.Namespace) -> int:
     faults = FaultClient(_info(args)["control"])
     kind = args.kind
     call: dict[str, Any] = {}
+    namespace = args.namespace or "default"
     if kind in ("crash", "pause", "resume"):
-        call = {"namespace": args.namespace, "pod": args.target}
+        call = {"namespace": namespace, "pod": args.target}
         if kind == "crash":
             call.update(container=args.container, sig=args.signal)
     elif kind == "wipe-pvc":
-        call = {"namespace": args.namespace, "claim": args.target, "crash": not args.no_crash}
+        call = {"namespace": namespace, "claim": args.target, "crash": not args.no_crash}
     elif kind in ("node-down", "node-up"):
         call = {"node": args.target}
     elif kind == "kill-operator":
-        call = {"namespace": None}
+        call = {"namespace": args.namespace}  # every namespace unless -n names one
     if kind not in ("kill-operator",) and not args.target:
         raise SystemExit(f"kraft-sandbox fault {kind}: a target is required")
     try:
@@ -169,7 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     fault.add_argument("kind", choices=["crash", "pause", "resume", "wipe-pvc", "node-down",
                                         "node-up", "kill-operator"])
     fault.add_argument("target", nargs="?", default=None, help="pod, claim or node name")
-    fault.add_argument("-n", "--namespace", default="default")
+    fault.add_argument("-n", "--namespace", default=None,
+                       help="the target's namespace (default: default; for kill-operator: "
+                            "every namespace)")
     fault.add_argument("--container", default=None)
     fault.add_argument("--signal", default="KILL", help="for crash: KILL (default), TERM, ...")
     fault.add_argument("--no-crash", action="store_true",

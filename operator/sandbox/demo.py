@@ -216,8 +216,9 @@ def run_demo(sb: SandboxHandle, started: float, wipe_leader: bool = False) -> No
 
     sb.kubectl("wait", "--for=condition=Established", f"crd/{models.CRD_NAME}",
                "--timeout=60s")
-    wait("the operator pod running", lambda: (get_json(sb, "pod", "kraft-operator") or {})
-         .get("status", {}).get("phase") == "Running")
+    wait("the operator pod running", lambda: any(
+        p.get("status", {}).get("phase") == "Running" for p in (get_json(
+            sb, "pods", "-l", "app.kubernetes.io/name=kraft-operator") or {}).get("items", [])))
     say(f"{at()} sandbox up: API {sb.url}, nodes {', '.join(sb.nodes)}, operator running")
     say(f"{at()} kubectl apply -f - <<EOF\n{manifest()}EOF")
     sb.kubectl("apply", "-f", "-", input=manifest())

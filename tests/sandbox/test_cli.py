@@ -11,8 +11,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from kraft_operator.sandbox.handle import start_sandbox
+import pytest
+from kraft_operator.sandbox.handle import SandboxError, start_sandbox
 
 from tests.sandbox.conftest import wait_for
 
@@ -153,11 +155,29 @@ def test_up_with_operator_serves_the_crd_and_runs_the_operator_pod(tmp_path: Pat
         sb.kubectl("wait", "--for=condition=Established", "crd/kraftquorums.kraft.dev",
                    "--timeout=30s")
         assert "No resources found" in sb.kubectl("get", "kq").stderr
-        pod = wait_for("the operator running", lambda: (p := json.loads(sb.kubectl(
-            "get", "pod", "kraft-operator", "-o", "json").stdout))["status"].get(
-            "phase") == "Running" and p)
-        assert pod["spec"]["containers"][0]["command"] == ["kraft-operator"]
-        assert sb.faults.kill_operator() == ["default/kraft-operator"]
+        def running() -> Any:
+            pods = json.loads(sb.kubectl("get", "pods", "-l", "app.kubernetes.io/name="
+                                         "kraft-operator", "-o", "json").stdout)["items"]
+            return next((p for p in pods if p["status"].get("phase") == "Running"), None)
+
+        pod = wait_for("the operator running", running)
+        assert pod["spec"]["containers"][0]["command"][0] == "kraft-operator"
+        # run as the chart runs it: a Deployment's pod, so a deleted one comes back
+        assert pod["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet" or \
+            pod["metadata"]["ownerReferences"][0]["kind"] == "Deployment"
+        name = pod["metadata"]["name"]
+        assert sb.faults.kill_operator() == [f"default/{name}"]
+        assert sb.faults.kill_operator("default") == [f"default/{name}"]
+        with pytest.raises(SandboxError, match="no running operator pod"):
+            sb.faults.kill_operator("elsewhere")
+        cli = subprocess.run([str(Path(sys.executable).parent / "kraft-sandbox"), "fault",
+                              "--state-dir", str(tmp_path / "sbx"), "kill-operator", "-n",
+                              "elsewhere"], capture_output=True, text=True, timeout=60)
+        assert cli.returncode == 1 and "no running operator pod" in cli.stderr, cli  # -n kept
+        sb.kubectl("delete", "pod", name, "--wait=true")
+        again = wait_for("a new operator pod running", lambda: (p := running()) is not None
+                         and p["metadata"]["name"] != name and p)
+        assert again["metadata"]["labels"]["app.kubernetes.io/name"] == "kraft-operator"
 
 
 def test_kraft_sandbox_is_a_subcommand_of_kraft() -> None:
