@@ -20,6 +20,7 @@ codec, the frames the native lanes hand back, the simulator) goes through the sa
 
 from __future__ import annotations
 
+from kraft.protocol.primitives import EPOCH_LIMIT as EPOCH_LIMIT
 from kraft.raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -36,9 +37,6 @@ from kraft.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-
-EPOCH_LIMIT = 2**31 - 1
-"""The first epoch no replica enters or accepts: one election below the int32 overflow."""
 
 MAX_EPOCH = EPOCH_LIMIT - 1
 """The highest usable epoch."""
