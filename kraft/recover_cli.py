@@ -71,9 +71,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     r.add_argument("--config", "-c", required=True, type=Path,
                    help="the node's server.properties (node.id, metadata.log.dir)")
     r.add_argument("--epoch", type=int, default=None, metavar="N",
-                   help="the epoch to write (default: the highest usable epoch this replica "
-                        "has seen; never below the highest epoch of its log and snapshots). "
-                        "Give every voter the same N.")
+                   help="the epoch to write (default: the highest epoch of this replica's "
+                        "log and snapshots, and never below it). Give every voter the same N.")
     r.add_argument("--yes", "-y", action="store_true",
                    help="do it without asking (required when stdin is not a terminal)")
     r.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -84,11 +83,13 @@ Rewrite this stopped replica's quorum-state to epoch N with no leader and no vot
 everything else (its data_version, its log, its snapshots).
 
 A node refuses to start from a quorum-state whose epoch is at or above the epoch limit
-2147483647 (no election could follow it). To recover the quorum:
+2147483647, and a replica at 2147483646 cannot start an election: from either no leader
+can be elected again (a request forging such an epoch is refused today; older versions
+took them). To recover the quorum:
 
   1. stop EVERY voter of the quorum;
   2. run `kraft recover inspect -c server.properties` on each voter and take N, the
-     highest "highest epoch seen" over all of them (an unusable epoch is not counted);
+     highest "highest log epoch" over all of them;
   3. run `kraft recover reset-epoch -c server.properties --epoch N --yes` on each voter,
      with the same N everywhere;
   4. start them again; they elect a leader in epoch N + 1.
@@ -188,6 +189,8 @@ def print_report(r: ReplicaReport, out: TextIO) -> None:
         w(f"  quorum-state:        epoch {qs.leader_epoch}, leader {leader}, voted for {voted}"
           f"{unusable_note(qs)}\n")
     w(f"  highest epoch seen:  {r.max_epoch}\n")
+    w(f"  highest log epoch:   {r.log_max_epoch} (in its log and snapshots; `kraft recover "
+      "reset-epoch` goes no lower)\n")
     if r.voters is None:
         w("  voters:              none in the log or snapshots\n")
     else:

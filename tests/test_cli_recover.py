@@ -194,6 +194,7 @@ def test_reset_epoch_moves_quorum_state_to_the_logs_highest_epoch(
     assert main(["recover", "inspect", "-c", str(config)]) == 0
     text = capsys.readouterr().out
     assert "UNUSABLE" in text and "highest epoch seen:  7" in text
+    assert "highest log epoch:   7" in text
     # not confirmed: nothing changes
     monkeypatch.setattr("sys.stdin", io.StringIO())
     assert main(["recover", "reset-epoch", "-c", str(config)]) == 4
@@ -229,3 +230,15 @@ def test_reset_epoch_help_says_every_voter_gets_the_same_epoch(
     assert main(["recover", "reset-epoch", "--help"]) == 0
     out = capsys.readouterr().out
     assert "EVERY voter" in out and "same N" in out and "kraft recover inspect" in out
+
+
+def test_reset_epoch_goes_below_a_usable_quorum_state_epoch_no_election_can_leave(
+        tmp_path: Path) -> None:
+    """A voter driven to 2**31 - 2, the last usable epoch, cannot start an election: by
+    default reset-epoch takes it back to its log's epoch, not to the quorum-state's."""
+    config, _ = replica(tmp_path)
+    _append_leader_batch(tmp_path, 4)
+    path = _forge_quorum_state(tmp_path, LIMIT - 1)
+    assert main(["recover", "reset-epoch", "-c", str(config), "--yes"]) == 0
+    stored = json.loads(path.read_text())
+    assert (stored["leaderEpoch"], stored["leaderId"], stored["votedId"]) == (4, -1, -1)

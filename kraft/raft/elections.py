@@ -123,7 +123,8 @@ def election_blocked(core: RaftCore) -> bool:
         return False
     logger.error(
         "raft election impossible node=%s epoch=%s role=%s: the next epoch %s is at or above "
-        "the epoch limit %s, which no replica accepts",
+        "the epoch limit %s, which no replica accepts; to elect again, every voter must be "
+        "stopped and reset (see `kraft recover reset-epoch --help`)",
         core.key.id, s.epoch, s.role.value, s.epoch + 1, EPOCH_LIMIT,
     )
     again = core._now + core._election_timeout()

@@ -34,7 +34,7 @@ class UnusableEpochError(StorageError):
 
 RESET_EPOCH_HOWTO = (
     "With EVERY voter of the quorum stopped, run `kraft recover inspect -c <server.properties>` "
-    "on each, take the highest \"highest epoch seen\" N over them, and run `kraft recover "
+    "on each, take the highest \"highest log epoch\" N over them, and run `kraft recover "
     "reset-epoch -c <server.properties> --epoch N --yes` on each (see `kraft recover "
     "reset-epoch --help`)"
 )

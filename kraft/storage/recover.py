@@ -8,8 +8,9 @@ make it the only voter, so it can lead alone; the others then join again as new 
   identity, the end of its log and its last epoch, its latest snapshot, its quorum-state and
   the latest voters set it saw (committed or not).
 * `reset_epoch` moves quorum-state back to a usable epoch when it holds one no replica may
-  use (at or above the epoch limit, 2**31 - 1): epoch N (by default the highest this replica
-  has seen that is usable), no leader and no vote. Every voter must be stopped and reset
+  use (at or above the epoch limit, 2**31 - 1), or one a forged request drove to the last
+  usable epoch, from which no election can start: epoch N (by default the highest of its log
+  and snapshots), no leader and no vote. Every voter must be stopped and reset
   to the same N, at least the highest epoch of any voter's log and snapshots: then no voter
   remembers a vote above N, and the next election, at N + 1, is above every epoch any log
   holds, so no two leaders can write in one epoch.
@@ -374,10 +375,10 @@ class ResetResult:
 
 
 def reset_epoch_target(report: ReplicaReport, epoch: int | None) -> int:
-    """The epoch `reset_epoch` writes: `epoch`, by default the replica's highest usable epoch
-    (0 when it has none). Raises UnusableEpochError for one below its log's and snapshots'
+    """The epoch `reset_epoch` writes: `epoch`, by default the highest of the replica's log
+    and snapshots (0 when it has none). Raises UnusableEpochError for one below its log's and snapshots'
     highest epoch, or at or above the limit."""
-    target = max(report.max_epoch, 0) if epoch is None else epoch
+    target = max(report.log_max_epoch, 0) if epoch is None else epoch
     if target >= EPOCH_LIMIT:
         raise UnusableEpochError(
             f"epoch {target} is at or above the epoch limit {EPOCH_LIMIT}")
@@ -385,8 +386,8 @@ def reset_epoch_target(report: ReplicaReport, epoch: int | None) -> int:
         raise UnusableEpochError(
             f"epoch {target} is below epoch {report.log_max_epoch}, which {report.directory} "
             "holds in its log or snapshots: a leader of a lower epoch would write beside "
-            "it. Give every voter the same --epoch, at least the highest `kraft recover "
-            "inspect` shows over them")
+            "it. Give every voter the same --epoch: the highest \"highest log epoch\" "
+            "`kraft recover inspect` shows over them")
     return target
 
 
