@@ -84,8 +84,9 @@ everything else (its data_version, its log, its snapshots).
 
 A node refuses to start from a quorum-state whose epoch is at or above the epoch limit
 2147483647, and a replica at 2147483646 cannot start an election: from either no leader
-can be elected again (a request forging such an epoch is refused today; older versions
-took them). To recover the quorum:
+can be elected again (a request naming 2147483647 is refused; earlier versions took one,
+and any peer that reaches the controller listener may still name 2147483646). To recover
+the quorum:
 
   1. stop EVERY voter of the quorum;
   2. run `kraft recover inspect -c server.properties` on each voter and take N, the
