@@ -537,8 +537,10 @@ class RaftCore:
                 code, s.leader_id, s.epoch, req.snapshot_id, position=req.position,
                 leader_endpoints=self._leader_endpoints()), 0))
             return
-        else:
+        elif isinstance(req, UpdateRaftVoterRequest):
             answer = UpdateRaftVoterResponse(code, s.leader_id, s.epoch)
+        else:  # pragma: no cover - `request_epoch_error` checks only the types above
+            raise TypeError(f"no refusal for {type(req).__name__}")
         self._respond(src, corr, answer)
 
     def _on_response(self, src: int, corr: int, resp: Response) -> None:
