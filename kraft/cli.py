@@ -178,7 +178,7 @@ register(Command("random-uuid", "print a new random uuid (cluster or directory i
                  lambda p: None, _run_random_uuid))
 register(Command("dump", "print the batches and records of log and snapshot files",
                  _configure_dump, _run_dump))
-register(Command("recover", "quorum-loss recovery on a stopped node (inspect, force-single-voter)",
+register(Command("recover", "recovery on a stopped node (inspect, force-single-voter, reset-epoch)",
                  _configure_recover, _run_recover))
 
 

@@ -1,13 +1,13 @@
-"""`kraft recover inspect | force-single-voter`: quorum-loss recovery on a stopped node.
+"""`kraft recover inspect | force-single-voter | reset-epoch`: recovery on a stopped node.
 
-Both work offline on the node's metadata directory (they take its lock, so a running node
+All work offline on the node's metadata directory (they take its lock, so a running node
 makes them fail with exit code 5). See `kraft.storage.recover` for what they read and write
 and docs/node.md, "Quorum loss recovery", for the procedure.
 
 Exit codes: 0 done (or nothing to do), 1 failure (not formatted, corruption, I/O), 2 usage
 or configuration error, 3 the directory is not the replica named (another node.id, or not
 --directory-id), 4 not confirmed (force-single-voter without --yes and no terminal to
-ask on, or a "no" answer), 5 the directory is locked (a node runs on it), 6 a static quorum
+ask on, or a "no" answer; reset-epoch likewise), 5 the directory is locked (a node runs on it), 6 a static quorum
 (kraft.version 0), which this cannot rewrite.
 """
 
@@ -27,6 +27,7 @@ from kraft.storage.errors import DirectoryLockedError, StorageConfigError
 
 if TYPE_CHECKING:
     from kraft.server.config import NodeConfig
+    from kraft.storage.quorum_state import QuorumStateData
     from kraft.storage.recover import ReplicaReport
 
 EXIT_OTHER_REPLICA = 3
@@ -64,16 +65,53 @@ def configure(p: argparse.ArgumentParser) -> None:
     f.add_argument("--yes", "-y", action="store_true",
                    help="do it without asking (required when stdin is not a terminal)")
     f.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    r = subs.add_parser(
+        "reset-epoch",
+        help="move quorum-state back to a usable epoch (when it holds one at the epoch limit)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=RESET_EPOCH_DESCRIPTION)
+    r.add_argument("--config", "-c", required=True, type=Path,
+                   help="the node's server.properties (node.id, metadata.log.dir)")
+    r.add_argument("--epoch", type=int, default=None, metavar="N",
+                   help="the epoch to write (default: the highest epoch of this replica's "
+                        "log and snapshots, and never below it). Give every voter the same N.")
+    r.add_argument("--yes", "-y", action="store_true",
+                   help="do it without asking (required when stdin is not a terminal)")
+    r.add_argument("--json", action="store_true", help="one JSON object on stdout")
+
+
+RESET_EPOCH_DESCRIPTION = """\
+Rewrite this stopped replica's quorum-state to epoch N with no leader and no vote, keeping
+everything else (its data_version, its log, its snapshots).
+
+A node refuses to start from a quorum-state whose epoch is at or above the epoch limit
+2147483647, and a replica at 2147483646 cannot start an election: from either no leader
+can be elected again (a request naming 2147483647 is refused; earlier versions took one,
+and any peer that reaches the controller listener may still name 2147483646). To recover
+the quorum:
+
+  1. stop EVERY voter of the quorum;
+  2. run `kraft recover inspect -c server.properties` on each voter and take N, the
+     highest "highest log epoch" over all of them;
+  3. run `kraft recover reset-epoch -c server.properties --epoch N --yes` on each voter,
+     with the same N everywhere;
+  4. start them again; they elect a leader in epoch N + 1.
+
+The same N on every voter matters: then no voter remembers a vote above N, and N is at
+least every epoch any voter's log holds, so the next leader's epoch is new to every log and
+no two leaders can share an epoch. N below this replica's log or snapshots is refused."""
 
 
 def run(args: argparse.Namespace) -> int:
     """Run a `recover` subcommand; returns the exit code."""
     from kraft.server.config import ConfigError
+    from kraft.storage.quorum_state import UnusableEpochError
     from kraft.storage.recover import ReplicaMismatchError, StaticQuorumError
 
     command = getattr(args, "recover_command", None)
     if command is None:
-        print("kraft recover: error: give a command: inspect or force-single-voter",
+        print("kraft recover: error: give a command: inspect, force-single-voter or "
+              "reset-epoch",
               file=sys.stderr)
         return EXIT_USAGE
     errors: ErrorExits = (
@@ -82,10 +120,13 @@ def run(args: argparse.Namespace) -> int:
          ": stop the node first (kraft recover works on a stopped node)"),
         (StaticQuorumError, EXIT_STATIC_QUORUM, ""),
         (ReplicaMismatchError, EXIT_OTHER_REPLICA, ""),
+        (UnusableEpochError, EXIT_USAGE, ""),
     )
     try:
         if command == "inspect":
             return _inspect(args)
+        if command == "reset-epoch":
+            return _reset_epoch(args)
         return _force(args)
     except Exception as exc:  # the table's errors end here; any other goes on up
         reported = report_error(exc, errors)
@@ -148,8 +189,11 @@ def print_report(r: ReplicaReport, out: TextIO) -> None:
     else:
         leader = qs.leader_id if qs.leader_id >= 0 else "none"
         voted = qs.voted_id if qs.voted_id >= 0 else "none"
-        w(f"  quorum-state:        epoch {qs.leader_epoch}, leader {leader}, voted for {voted}\n")
+        w(f"  quorum-state:        epoch {qs.leader_epoch}, leader {leader}, voted for {voted}"
+          f"{unusable_note(qs)}\n")
     w(f"  highest epoch seen:  {r.max_epoch}\n")
+    w(f"  highest log epoch:   {r.log_max_epoch} (in its log and snapshots; `kraft recover "
+      "reset-epoch` goes no lower)\n")
     if r.voters is None:
         w("  voters:              none in the log or snapshots\n")
     else:
@@ -164,6 +208,56 @@ def print_report(r: ReplicaReport, out: TextIO) -> None:
             w(f"    {voter.voter_id} directory {voter.voter_directory_id} {eps}{mark}\n")
     role = "the only voter" if r.is_only_voter else "a voter" if r.is_voter else "not a voter"
     w(f"  this replica:        {role}\n")
+
+
+def unusable_note(qs: QuorumStateData) -> str:
+    """A note for a quorum-state no node starts from: why, and the way out."""
+    from kraft.storage.quorum_state import unusable_reason
+
+    reason = unusable_reason(qs)
+    return "" if reason is None else (f" (UNUSABLE: {reason}; see `kraft recover reset-epoch "
+                                      "--help`)")
+
+
+def _reset_epoch(args: argparse.Namespace) -> int:
+    from kraft.storage.recover import (
+        ReplicaMismatchError,
+        inspect_replica,
+        reset_epoch,
+        reset_epoch_target,
+    )
+
+    cfg = _load(args.config)
+    report = inspect_replica(cfg.metadata_dir)
+    if report.node_id != cfg.node_id:
+        raise ReplicaMismatchError(
+            f"{report.directory}/meta.properties has node.id {report.node_id}, but "
+            f"{args.config} has node.id {cfg.node_id}")
+    target = reset_epoch_target(report, args.epoch)
+    qs = report.quorum_state
+    now = "none" if qs is None else f"epoch {qs.leader_epoch}, leader {qs.leader_id}, voted " \
+                                    f"for {qs.voted_id}"
+    print(f"replica {cfg.node_id}: quorum-state {now} -> epoch {target}, no leader, no vote.\n"
+          "Every voter must be stopped and reset to this same epoch before any starts.",
+          file=sys.stderr)
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("refusing: give --yes to rewrite quorum-state (no terminal to confirm on)",
+                  file=sys.stderr)
+            return EXIT_NOT_CONFIRMED
+        print(f"Type 'yes' to reset replica {cfg.node_id} to epoch {target}: ", end="",
+              file=sys.stderr, flush=True)
+        if sys.stdin.readline().strip() != "yes":
+            print("not confirmed: nothing changed", file=sys.stderr)
+            return EXIT_NOT_CONFIRMED
+    result = reset_epoch(cfg.metadata_dir, node_id=cfg.node_id, epoch=target)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print(f"reset: replica {cfg.node_id}'s quorum-state is at epoch "
+              f"{result.after.leader_epoch}, no leader, no vote.\n"
+              "next: reset every other voter to the same epoch, then start them all.")
+    return EXIT_OK
 
 
 def _warning(r: ReplicaReport) -> str:

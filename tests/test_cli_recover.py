@@ -51,7 +51,7 @@ def test_inspect_json_and_human(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert set(report) == {
         "directory", "node_id", "directory_id", "cluster_id", "kraft_version",
         "log_start_offset", "log_end_offset", "last_epoch", "latest_snapshot", "high_watermark",
-        "committed_at_least", "quorum_state", "max_epoch", "voters", "is_voter",
+        "committed_at_least", "quorum_state", "max_epoch", "log_max_epoch", "voters", "is_voter",
         "is_only_voter",
     }
     assert (report["node_id"], report["directory_id"]) == (1, str(dir_id))
@@ -137,3 +137,112 @@ def test_another_replica_exits_3_and_is_untouched(
     config.write_text(text.replace("node.id=2", "node.id=1"))
     assert main(["recover", "force-single-voter", "-c", str(config), "--yes",
                  "--directory-id", str(dir_id)]) == 0
+
+
+# ---------------------------------------------------------------- reset-epoch
+
+LIMIT = 2**31 - 1
+
+
+def _forge_quorum_state(tmp_path: Path, epoch: int = LIMIT) -> Path:
+    """quorum-state as a forged Vote left it before the epoch limit existed."""
+    from kraft.storage.quorum_state import QuorumStateData, QuorumStateStore
+
+    store = QuorumStateStore(tmp_path / "meta" / "__cluster_metadata-0")
+    store.write(QuorumStateData(leader_epoch=epoch, leader_id=-1, voted_id=2,
+                                voted_directory_id=Uuid.random()))
+    return store.path
+
+
+def _append_leader_batch(tmp_path: Path, epoch: int) -> None:
+    from kraft.records.control import (
+        LeaderChangeMessage,
+        LeaderChangeVoter,
+        build_control_batch,
+    )
+
+    with open_metadata_dir(tmp_path / "meta") as md:
+        md.log.append(build_control_batch(md.log.log_end_offset, epoch, 0,
+                                          [LeaderChangeMessage(1, (LeaderChangeVoter(1),), (LeaderChangeVoter(1),))]))
+        md.log.flush()
+
+
+def test_start_check_refuses_an_unusable_quorum_state_naming_file_epoch_and_command(
+        tmp_path: Path) -> None:
+    from kraft.storage.quorum_state import UnusableEpochError
+    from kraft.storage.recover import check_startable
+
+    replica(tmp_path)
+    path = _forge_quorum_state(tmp_path)
+    with open_metadata_dir(tmp_path / "meta") as md, \
+            pytest.raises(UnusableEpochError) as exc:
+        check_startable(md)
+    text = str(exc.value)
+    assert str(path) in text and str(LIMIT) in text and "kraft recover reset-epoch" in text
+    _forge_quorum_state(tmp_path, -3)
+    with open_metadata_dir(tmp_path / "meta") as md, \
+            pytest.raises(UnusableEpochError, match="leaderEpoch -3"):
+        check_startable(md)
+
+
+def test_reset_epoch_moves_quorum_state_to_the_logs_highest_epoch(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from kraft.storage.recover import check_startable
+
+    config, _ = replica(tmp_path)
+    _append_leader_batch(tmp_path, 7)
+    path = _forge_quorum_state(tmp_path)
+    forged = path.read_text()
+    # inspect leaves the unusable epoch out of "highest epoch seen", and says why
+    assert main(["recover", "inspect", "-c", str(config)]) == 0
+    text = capsys.readouterr().out
+    assert "UNUSABLE" in text and "highest epoch seen:  7" in text
+    assert "highest log epoch:   7" in text
+    # not confirmed: nothing changes
+    monkeypatch.setattr("sys.stdin", io.StringIO())
+    assert main(["recover", "reset-epoch", "-c", str(config)]) == 4
+    assert path.read_text() == forged
+    # below the log's epoch, or at the limit: refused, nothing changes
+    assert main(["recover", "reset-epoch", "-c", str(config), "--epoch", "3", "--yes"]) == 2
+    assert "below epoch 7" in capsys.readouterr().err
+    assert main(["recover", "reset-epoch", "-c", str(config), "--epoch", str(LIMIT),
+                 "--yes"]) == 2
+    assert path.read_text() == forged
+    # locked by a running node
+    with open_metadata_dir(tmp_path / "meta"):
+        assert main(["recover", "reset-epoch", "-c", str(config), "--yes"]) == 5
+    assert path.read_text() == forged
+    # the default: the highest usable epoch, no leader, no vote
+    assert main(["recover", "reset-epoch", "-c", str(config), "--yes", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["leader_epoch"], result["leader_id"], result["voted_id"]) == (7, -1, -1)
+    assert result["quorum_state_before"]["leader_epoch"] == LIMIT
+    stored = json.loads(path.read_text())
+    assert stored == {"leaderId": -1, "leaderEpoch": 7, "votedId": -1,
+                      "votedDirectoryId": str(Uuid.ZERO), "data_version": 1}
+    with open_metadata_dir(tmp_path / "meta") as md:
+        check_startable(md)  # a node starts from it
+        assert md.log.log_end_offset == 1  # the log is untouched
+    # an explicit, higher epoch (the highest over the voters)
+    assert main(["recover", "reset-epoch", "-c", str(config), "--epoch", "12", "--yes"]) == 0
+    assert json.loads(path.read_text())["leaderEpoch"] == 12
+
+
+def test_reset_epoch_help_says_every_voter_gets_the_same_epoch(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["recover", "reset-epoch", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "EVERY voter" in out and "same N" in out and "kraft recover inspect" in out
+
+
+def test_reset_epoch_goes_below_a_usable_quorum_state_epoch_no_election_can_leave(
+        tmp_path: Path) -> None:
+    """A voter driven to 2**31 - 2, the last usable epoch, cannot start an election: by
+    default reset-epoch takes it back to its log's epoch, not to the quorum-state's."""
+    config, _ = replica(tmp_path)
+    _append_leader_batch(tmp_path, 4)
+    path = _forge_quorum_state(tmp_path, LIMIT - 1)
+    assert main(["recover", "reset-epoch", "-c", str(config), "--yes"]) == 0
+    stored = json.loads(path.read_text())
+    assert (stored["leaderEpoch"], stored["leaderId"], stored["votedId"]) == (4, -1, -1)

@@ -27,10 +27,20 @@ from types import ModuleType
 from typing import cast
 
 from kraft.protocol.uuid import Uuid
+from kraft.raft.epochs import MAX_EPOCH
 from kraft.raft.lease import FollowerLease, LeaderLease, LeaseVoter
 from kraft.raft.messages import FetchedBatch, ReplicaKey
 from kraft.raft.quorum import majority_offset, next_high_watermark
 from kraft.storage.log import AppendScan
+
+
+def lease_epoch(epoch: int) -> int:
+    """`epoch`, when a lease may be of it (0 to `MAX_EPOCH`); ValueError otherwise. A frame
+    naming an epoch at the limit is then never of the lease's epoch: the lane hands it over."""
+    if not 0 <= epoch <= MAX_EPOCH:
+        raise ValueError(f"a lease's epoch must be 0 to {MAX_EPOCH} (below the epoch limit), "
+                         f"got {epoch}")
+    return epoch
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +65,7 @@ class LeaderLane:
 
     def __init__(self, epoch: int, epoch_start: int, log_start: int, log_end: int, durable: int,
                  high_watermark: int | None, voters: Sequence[LeaseVoter]) -> None:
-        self.epoch = epoch
+        self.epoch = lease_epoch(epoch)
         self.epoch_start = epoch_start
         self.log_start = log_start
         self.log_end = log_end
@@ -131,7 +141,7 @@ class FollowerLane:
 
     def __init__(self, epoch: int, leader_id: int, fetch_correlation: int, log_end: int,
                  high_watermark: int | None) -> None:
-        self.epoch = epoch
+        self.epoch = lease_epoch(epoch)
         self.leader_id = leader_id
         self.fetch_correlation = fetch_correlation
         """The correlation id of the fetch in flight: only its answer is taken."""

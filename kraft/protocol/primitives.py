@@ -49,6 +49,11 @@ _INT64_MAX = (1 << 63) - 1
 _UINT32_MAX = (1 << 32) - 1
 _UINT64_MAX = (1 << 64) - 1
 
+EPOCH_LIMIT = _INT32_MAX
+"""The first leader epoch no replica enters or accepts: the int32 maximum, whose next epoch
+the wire cannot encode (the consensus core's rules: `kraft.raft.epochs`; the node's start:
+`kraft.storage.quorum_state`)."""
+
 # Aliases so annotations inside Reader/Writer (which have methods named `bytes` and `bool`)
 # still refer to the builtins.
 _Bytes = bytes

@@ -48,9 +48,16 @@ from kraft.raft.effects import (
     Effect,
     MeasureRetention,
     PersistQuorumState,
+    SendFetchSnapshotResponse,
     SendRequest,
     SendResponse,
     StateChanged,
+)
+from kraft.raft.epochs import (
+    EPOCH_LIMIT,
+    MAX_EPOCH,
+    request_epoch_error,
+    response_epoch_error,
 )
 from kraft.raft.errors import RaftFatalError as RaftFatalError
 from kraft.raft.events import (
@@ -184,6 +191,11 @@ class RaftCore:
             ReplicaKey(qs.voted_id, qs.voted_directory_id) if qs.voted_id >= 0 else None
         )
         log_epoch = self.log.last_epoch()
+        if epoch > MAX_EPOCH or log_epoch > MAX_EPOCH:
+            # the runtime refuses such a quorum-state with the way out before it gets here
+            raise RaftFatalError(
+                f"node {self.key.id}: quorum-state epoch {epoch} / log epoch {log_epoch}: at "
+                f"or above the epoch limit {EPOCH_LIMIT}, no election could ever follow")
         if epoch < log_epoch:
             elections.to_unattached(self, log_epoch, None)
         elif qs.leader_id == self.key.id:
@@ -462,7 +474,12 @@ class RaftCore:
     # ================================================================== dispatch
 
     def _on_request(self, src: int, corr: int, req: Request) -> None:
-        """Dispatch a request to the concern that answers it."""
+        """Dispatch a request to the concern that answers it (one naming an epoch no replica
+        may be in is refused first, `kraft.raft.epochs`)."""
+        bad_epoch = request_epoch_error(req)
+        if bad_epoch is not None:
+            self._refuse_epoch(src, corr, req, bad_epoch)
+            return
         t = type(req)
         if t is FetchRequest:
             assert isinstance(req, FetchRequest)
@@ -497,8 +514,47 @@ class RaftCore:
             assert isinstance(req, ControllerRegistrationRequest)
             membership.on_controller_registration(self, src, corr, req)
 
+    def _refuse_epoch(self, src: int, corr: int, req: Request, why: str) -> None:
+        """Answer INVALID_REQUEST to a request naming an unusable epoch; nothing changes."""
+        logger.warning(
+            "raft request refused node=%s source=%s request=%s error=INVALID_REQUEST reason=%r",
+            self.key.id, src, type(req).__name__, why,
+        )
+        s = self.state
+        code = ErrorCode.INVALID_REQUEST
+        answer: Response
+        if isinstance(req, VoteRequest):
+            answer = elections.vote_response(self, code, False)
+        elif isinstance(req, BeginQuorumEpochRequest):
+            answer = BeginQuorumEpochResponse(code, s.leader_id, s.epoch)
+        elif isinstance(req, EndQuorumEpochRequest):
+            answer = EndQuorumEpochResponse(code, s.leader_id, s.epoch)
+        elif isinstance(req, FetchRequest):
+            replication.fetch_error(self, src, corr, code)
+            return
+        elif isinstance(req, FetchSnapshotRequest):
+            self._out.append(SendFetchSnapshotResponse(src, corr, FetchSnapshotResponse(
+                code, s.leader_id, s.epoch, req.snapshot_id, position=req.position,
+                leader_endpoints=self._leader_endpoints()), 0))
+            return
+        elif isinstance(req, UpdateRaftVoterRequest):
+            answer = UpdateRaftVoterResponse(code, s.leader_id, s.epoch)
+        else:  # pragma: no cover - `request_epoch_error` checks only the types above
+            raise TypeError(f"no refusal for {type(req).__name__}")
+        self._respond(src, corr, answer)
+
     def _on_response(self, src: int, corr: int, resp: Response) -> None:
-        """Match an answer to its request in flight and dispatch it to the concern that sent it."""
+        """Match an answer to its request in flight and dispatch it to the concern that sent it
+        (one naming an epoch no replica may be in counts as a failed request)."""
+        if corr in self._inflight:
+            bad_epoch = response_epoch_error(resp)
+            if bad_epoch is not None:
+                logger.warning(
+                    "raft answer ignored node=%s source=%s answer=%s reason=%r",
+                    self.key.id, src, type(resp).__name__, bad_epoch,
+                )
+                self._on_request_failed(corr)
+                return
         f = self._inflight.pop(corr, None)
         if f is None:
             return  # duplicate, late or from a previous state: ignore

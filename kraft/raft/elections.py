@@ -22,6 +22,7 @@ from kraft.protocol.errors import ErrorCode
 from kraft.protocol.uuid import Uuid
 from kraft.raft import membership, replication
 from kraft.raft.effects import AbortSnapshotDownload, AppendCommitted
+from kraft.raft.epochs import EPOCH_LIMIT, MAX_EPOCH
 from kraft.raft.leader import LeaderState
 from kraft.raft.messages import (
     BeginQuorumEpochRequest,
@@ -112,10 +113,39 @@ def voted_of(core: RaftCore, s: State) -> ReplicaKey | None:
     return s.voted
 
 
+def election_blocked(core: RaftCore) -> bool:
+    """True (logged, and the current state's timer armed again) when no election can start:
+    its epoch would be at or above `EPOCH_LIMIT`, which no replica accepts. The replica stays
+    where it is instead; only a new cluster (or a reset of every voter to a lower epoch, when
+    the logs allow one) gets the quorum electing again."""
+    s = core.state
+    if s.epoch < MAX_EPOCH:
+        return False
+    logger.error(
+        "raft election impossible node=%s epoch=%s role=%s: the next epoch %s is at or above "
+        "the epoch limit %s, which no replica accepts; to elect again, every voter must be "
+        "stopped and reset (see `kraft recover reset-epoch --help`)",
+        core.key.id, s.epoch, s.role.value, s.epoch + 1, EPOCH_LIMIT,
+    )
+    again = core._now + core._election_timeout()
+    if isinstance(s, UnattachedState | ResignedState | ProspectiveState):
+        s.election_deadline = again
+    elif isinstance(s, FollowerState):
+        s.fetch_deadline = again
+        s.leader_gone_at = None
+        s.waiting_turn = False
+    elif isinstance(s, CandidateState):
+        s.backoff_until = again
+    return True
+
+
 def to_prospective(core: RaftCore, leader_gone: bool = False) -> None:
     """Start a pre-vote. `leader_gone`: the leader refused a connection, so it is not
     retained (this replica grants votes, and a voter that still sees that leader alive
-    pulls it back to following it through its pre-vote rejection)."""
+    pulls it back to following it through its pre-vote rejection). Nothing starts when the
+    next epoch would be unusable (`election_blocked`)."""
+    if election_blocked(core):
+        return
     old = core.state
     voted = voted_of(core, old)
     retained: int = -1
@@ -170,7 +200,10 @@ def prospective_lost(core: RaftCore, s: ProspectiveState) -> None:
 
 
 def to_candidate(core: RaftCore) -> None:
-    """Start an election in the next epoch: vote for itself (persisted) and ask the voters."""
+    """Start an election in the next epoch: vote for itself (persisted) and ask the voters
+    (not when that epoch would be unusable: `election_blocked`)."""
+    if election_blocked(core):
+        return
     epoch = core.state.epoch + 1
     core._persist(-1, epoch, core.key)
     new = CandidateState(epoch, core._now + core._election_timeout(), core._election_retries)

@@ -90,6 +90,7 @@ from kraft.storage.bootstrap import METADATA_VERSION_FEATURE, read_bootstrap_che
 from kraft.storage.errors import StorageError
 from kraft.storage.layout import BOOTSTRAP_CHECKPOINT
 from kraft.storage.loader import MetadataDir, open_metadata_dir
+from kraft.storage.recover import check_startable
 
 log = logging.getLogger("kraft.server.node")
 
@@ -171,6 +172,12 @@ class KraftNode:
         self.md = md = open_metadata_dir(cfg.metadata_dir, segment_bytes=cfg.segment_bytes,
                                          expected_node_id=cfg.node_id,
                                          preallocate_bytes=cfg.preallocate_bytes if cfg.fsync else 0)
+        try:
+            check_startable(md)  # a quorum-state or log no election could follow
+        except StorageError:
+            md.close()
+            self.md = None
+            raise
         md.log.on_flush_time = self.metrics.observe_flush
         self.cluster_id = md.meta.cluster_id
         self.kv.start()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kraft.protocol.primitives import EPOCH_LIMIT
 from kraft.protocol.uuid import Uuid
 from kraft.storage.durability import atomic_write
 from kraft.storage.errors import StorageError
@@ -24,6 +25,43 @@ log = logging.getLogger(__name__)
 
 class QuorumStateError(StorageError):
     """A quorum-state file that cannot be parsed or holds an unsupported version."""
+
+
+class UnusableEpochError(StorageError):
+    """A replica holds an epoch it cannot go on from (at or above the epoch limit, or a
+    negative one): a node refuses to start on it; the message names the way out."""
+
+
+RESET_EPOCH_HOWTO = (
+    "With EVERY voter of the quorum stopped, run `kraft recover inspect -c <server.properties>` "
+    "on each, take the highest \"highest log epoch\" N over them, and run `kraft recover "
+    "reset-epoch -c <server.properties> --epoch N --yes` on each (see `kraft recover "
+    "reset-epoch --help`)"
+)
+"""The recovery from a quorum-state epoch no replica may use, as the refusals name it."""
+
+
+def unusable_reason(state: QuorumStateData) -> str | None:
+    """Why a node cannot start from `state` (naming the field), None when it can."""
+    if state.leader_epoch >= EPOCH_LIMIT:
+        return (f"leaderEpoch {state.leader_epoch} is at or above the epoch limit "
+                f"{EPOCH_LIMIT}: no election could ever follow it")
+    if state.leader_epoch < -1:
+        return f"leaderEpoch {state.leader_epoch} is negative (-1 means none)"
+    for name, value in (("leaderId", state.leader_id), ("votedId", state.voted_id)):
+        if value < -1:
+            return f"{name} {value} is negative (-1 means none)"
+    return None
+
+
+def check_usable(state: QuorumStateData | None, path: Path | str) -> None:
+    """Raise UnusableEpochError (naming the file, the field and the recovery command) when a
+    node cannot start from `state`."""
+    if state is None:
+        return
+    reason = unusable_reason(state)
+    if reason is not None:
+        raise UnusableEpochError(f"{path}: {reason}. {RESET_EPOCH_HOWTO}.")
 
 
 @dataclass(frozen=True, slots=True)

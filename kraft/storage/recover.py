@@ -7,6 +7,13 @@ make it the only voter, so it can lead alone; the others then join again as new 
 * `inspect_replica` reads what a person (or the operator) needs to pick that replica: its
   identity, the end of its log and its last epoch, its latest snapshot, its quorum-state and
   the latest voters set it saw (committed or not).
+* `reset_epoch` moves quorum-state back to a usable epoch when it holds one no replica may
+  use (at or above the epoch limit, 2**31 - 1), or one a forged request drove to the last
+  usable epoch, from which no election can start: epoch N (by default the highest of its log
+  and snapshots), no leader and no vote. Every voter must be stopped and reset
+  to the same N, at least the highest epoch of any voter's log and snapshots: then no voter
+  remembers a vote above N, and the next election, at N + 1, is above every epoch any log
+  holds, so no two leaders can write in one epoch.
 * `force_single_voter` rewrites the voters set to this replica alone: it appends, at an epoch
   above every epoch the replica has seen, a control batch holding a VotersRecord of this
   voter only, and moves quorum-state to that epoch with no leader and no vote. A replica
@@ -26,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kraft.protocol.primitives import EPOCH_LIMIT
 from kraft.protocol.uuid import Uuid
 from kraft.records.control import (
     Endpoint,
@@ -38,7 +46,11 @@ from kraft.storage.errors import StorageError
 from kraft.storage.layout import SnapshotId
 from kraft.storage.loader import MetadataDir, open_metadata_dir
 from kraft.storage.log import DEFAULT_SEGMENT_BYTES
-from kraft.storage.quorum_state import QuorumStateData
+from kraft.storage.quorum_state import (
+    QuorumStateData,
+    UnusableEpochError,
+    check_usable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +96,10 @@ class ReplicaReport:
     quorum_state: QuorumStateData | None
     voters: VotersSeen | None
     max_epoch: int
-    """The highest epoch the replica has seen: in its log, its snapshots or its quorum-state."""
+    """The highest usable epoch the replica has seen: in its log, its snapshots or its
+    quorum-state (one at or above the epoch limit is left out)."""
+    log_max_epoch: int
+    """The highest epoch of its log and snapshots (-1 for none): `reset_epoch` goes no lower."""
 
     @property
     def is_voter(self) -> bool:
@@ -124,6 +139,7 @@ class ReplicaReport:
                 "voted_directory_id": str(qs.voted_directory_id) if qs.voted_directory_id else None,
             },
             "max_epoch": self.max_epoch,
+            "log_max_epoch": self.log_max_epoch,
             "voters": None if self.voters is None else {
                 "offset": self.voters.offset,
                 "from_snapshot": self.voters.from_snapshot,
@@ -155,8 +171,9 @@ def report_of(md: MetadataDir) -> ReplicaReport:
     if md.log.log_end_offset <= md.log.log_start_offset:
         last_epoch = latest.epoch if latest is not None and latest.end_offset > 0 else -1
     qs = md.quorum_state
-    epochs = [last_epoch, qs.leader_epoch if qs is not None else -1]
-    epochs += [sid.epoch for sid in md.snapshots.ids()]
+    data_epochs = [last_epoch, *(sid.epoch for sid in md.snapshots.ids())]
+    epochs = [*data_epochs, qs.leader_epoch if qs is not None and qs.leader_epoch < EPOCH_LIMIT
+              else -1]
     committed_at_least = latest.end_offset if latest is not None else 0
     seen: VotersSeen | None = None
     entry = md.latest_voters
@@ -179,6 +196,7 @@ def report_of(md: MetadataDir) -> ReplicaReport:
         quorum_state=qs,
         voters=seen,
         max_epoch=max(epochs),
+        log_max_epoch=max(data_epochs),
     )
 
 
@@ -317,3 +335,93 @@ def force_single_voter(directory: Path | str, *, node_id: int,
         )
     after = inspect_replica(directory)
     return ForceResult(True, epoch, base, before, after)
+
+
+# ---------------------------------------------------------------- epochs a node cannot start from
+
+
+def check_startable(md: MetadataDir) -> None:
+    """Raise UnusableEpochError when the node cannot go on from what `md` holds: a
+    quorum-state no replica may use (`kraft.storage.quorum_state.check_usable`), or a log or
+    snapshot of an epoch at or above the epoch limit."""
+    check_usable(md.quorum_state, md.quorum_state_store.path)
+    report = report_of(md)
+    if report.log_max_epoch >= EPOCH_LIMIT:
+        raise UnusableEpochError(
+            f"{md.partition_dir}: the log or a snapshot holds epoch {report.log_max_epoch}, at "
+            f"or above the epoch limit {EPOCH_LIMIT}: no election could follow it, and no "
+            "reset can go below what the log holds. Empty this replica's metadata directory, "
+            "format it again with `kraft format -N` and start it to join as a new voter.")
+
+
+@dataclass(frozen=True, slots=True)
+class ResetResult:
+    """What `reset_epoch` did."""
+
+    before: QuorumStateData | None
+    after: QuorumStateData
+
+    def to_json(self) -> dict[str, Any]:
+        """The result as JSON values (the `--json` output of reset-epoch)."""
+        b = self.before
+        return {
+            "quorum_state_before": None if b is None else {
+                "leader_epoch": b.leader_epoch, "leader_id": b.leader_id,
+                "voted_id": b.voted_id},
+            "leader_epoch": self.after.leader_epoch,
+            "leader_id": self.after.leader_id,
+            "voted_id": self.after.voted_id,
+        }
+
+
+def reset_epoch_target(report: ReplicaReport, epoch: int | None) -> int:
+    """The epoch `reset_epoch` writes: `epoch`, by default the highest of the replica's log
+    and snapshots (0 when it has none). Raises UnusableEpochError for one below its log's and snapshots'
+    highest epoch, or at or above the limit."""
+    target = max(report.log_max_epoch, 0) if epoch is None else epoch
+    if target >= EPOCH_LIMIT:
+        raise UnusableEpochError(
+            f"epoch {target} is at or above the epoch limit {EPOCH_LIMIT}")
+    if target < max(report.log_max_epoch, 0):
+        raise UnusableEpochError(
+            f"epoch {target} is below epoch {report.log_max_epoch}, which {report.directory} "
+            "holds in its log or snapshots: a leader of a lower epoch would write beside "
+            "it. Give every voter the same --epoch: the highest \"highest log epoch\" "
+            "`kraft recover inspect` shows over them")
+    return target
+
+
+def reset_epoch(directory: Path | str, *, node_id: int, epoch: int | None = None
+                ) -> ResetResult:
+    """Rewrite this stopped replica's quorum-state to `epoch` (`reset_epoch_target`), with no
+    leader and no vote, keeping its data_version (and a version 0 file's voters). See the
+    module docstring for why every voter must be reset to the same epoch.
+
+    Raises ReplicaMismatchError when the directory is another node's, UnusableEpochError
+    for an epoch the replica cannot take, StorageError when a running node holds the lock.
+    """
+    with open_metadata_dir(directory) as md:
+        if md.meta.node_id != node_id:
+            raise ReplicaMismatchError(
+                f"{md.path}/meta.properties has node.id {md.meta.node_id}, but the "
+                f"configuration's node.id is {node_id}")
+        report = report_of(md)
+        target = reset_epoch_target(report, epoch)
+        before = md.quorum_state
+        after = QuorumStateData(
+            leader_epoch=target,
+            data_version=before.data_version if before is not None else md_data_version(md),
+            current_voters=before.current_voters if before is not None else None,
+        )
+        md.quorum_state_store.write(after)
+        log.warning("event=quorum_state_reset dir=%s node_id=%d epoch_before=%s epoch=%d",
+                    md.path, node_id, before.leader_epoch if before is not None else None,
+                    target)
+    return ResetResult(before, after)
+
+
+def md_data_version(md: MetadataDir) -> int:
+    """The quorum-state data_version of a replica that has none yet: Kafka's for its
+    kraft.version."""
+    return 0 if md.kraft_version == 0 else 1
+

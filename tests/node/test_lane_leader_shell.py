@@ -205,6 +205,9 @@ def test_a_voter_behind_gets_every_batch_it_lacks_in_one_answer(quorum: Any) -> 
     ("a GET from the client", lambda c, v: c.sendall(encode_request(1, OP_GET, "k"))),
     ("a fetch of another epoch", lambda c, v: v[2].fetch(1, epoch=2)),
     ("a fetch diverging from the epoch", lambda c, v: v[2].fetch(1, last_epoch=0)),
+    ("a fetch naming the epoch limit", lambda c, v: v[2].fetch(1, epoch=2**31 - 1)),
+    ("a fetch whose last epoch is the limit",
+     lambda c, v: v[2].fetch(1, epoch=2**31 - 1, last_epoch=2**31 - 1)),
 ])
 def test_what_the_lease_does_not_cover_is_handed_over(quorum: Any, why: str, act: Any) -> None:
     shell, client, voters, _path = quorum
@@ -230,6 +233,8 @@ def test_a_bad_setup_is_refused_with_what_is_wrong(tmp_path: Path) -> None:
             C.LeaderShell(**{**ok, field: bad})
     with pytest.raises(RuntimeError, match="was not started"):
         C.LeaderShell(**ok).stop()
+    with pytest.raises(ValueError, match="below the epoch limit"):
+        C.LeaderLane(2**31 - 1, 0, 0, 1, 1, 1, [LeaseVoter(1, None, True)])
 
 
 # ---------------------------------------------------------------- deadlines, KIP-1166, reports

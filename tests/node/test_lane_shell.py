@@ -350,3 +350,31 @@ def test_an_answer_past_the_write_limit_is_handed_over_unwritten(tmp_path: Path)
         mine.close()
         theirs.close()
         os.close(fd)
+
+
+BIG = 2**31 - 1
+"""The epoch limit: no lease is of it, so the lane never takes an answer naming it."""
+
+
+@pytest.mark.parametrize("why", ["the answer's leader epoch", "a batch's epoch"])
+def test_an_answer_naming_the_epoch_limit_is_handed_over_unread(setup: Any, why: str) -> None:
+    shell, leader, _fd, path = setup
+    shell.start()
+    if why == "a batch's epoch":
+        odd = leader.answer(7, build_batch(10, BIG, [b"x"], 1_700_000_000_000), hw=10)
+    else:
+        frame = encode_fetch_response(
+            18, 7, m.FetchResponse(ErrorCode.NONE, LEADER, BIG, 10, 0), batch(10))
+        assert frame is not None
+        odd = struct.pack(">I", len(frame)) + frame
+    leader.send(odd)
+    assert select.select([shell.done_fd], [], [], 10)[0], why
+    report = shell.stop()
+    assert (report["reason"], report["unread"], report["answers"]) == ("handover", odd, 0)
+    assert path.read_bytes() == b"h" * 100 and leader.nothing_more()
+
+
+def test_a_follower_lease_at_the_epoch_limit_is_refused() -> None:
+    assert C is not None
+    with pytest.raises(ValueError, match="below the epoch limit"):
+        C.FollowerLane(BIG, LEADER, 7, 10, 8)

@@ -203,3 +203,35 @@ def test_a_failing_seed_with_the_c_rules_is_replayed_with_them() -> None:
     assert replay_command(7, 5, native_lane=True) == (
         "python -m kraft.sim --seed 7 --nodes 5 --native-lane --trace")
     assert replay_command(7, 3) == "python -m kraft.sim --seed 7 --nodes 3 --trace"
+
+
+BIG = 2**31 - 1
+"""The epoch limit (`kraft.raft.epochs`)."""
+
+
+def test_no_lease_is_of_an_epoch_at_the_limit_so_a_frame_naming_it_is_handed_over() -> None:
+    assert C is not None
+    for make in (LeaderLane, C.LeaderLane):
+        with pytest.raises(ValueError, match="below the epoch limit"):
+            make(BIG, 10, 0, 15, 14, 12, [LeaseVoter(1, None, True)])
+        with pytest.raises(ValueError, match="below the epoch limit"):
+            make(-1, 10, 0, 15, 14, 12, [LeaseVoter(1, None, True)])
+    for make_f in (FollowerLane, C.FollowerLane):
+        with pytest.raises(ValueError, match="below the epoch limit"):
+            make_f(BIG, 2, 7, 15, 12)
+    top = BIG - 1  # the highest usable epoch: a lease may be of it
+    lease = LeaderLane(top, 10, 0, 15, 14, 12, [
+        LeaseVoter(1, None, True), LeaseVoter(2, ReplicaKey(2, DIRS[0]), False, 12)])
+    for lane in (lease, to_native(lease, C)):
+        before = leader_state(lane)
+        for last, current in ((BIG, BIG), (top, BIG), (BIG, top)):
+            assert lane.fetch(2, DIRS[0], 14, last, current, 500) is None  # type: ignore[attr-defined]
+        assert leader_state(lane) == before
+    f = FollowerLane(top, 2, 7, 15, 12)
+    for lane in (f, to_native(f, C)):
+        before = follower_state(lane)
+        assert lane.answer(7, 0, 2, BIG, 20, False, False,  # type: ignore[attr-defined]
+                           [FetchedBatch(15, 16, BIG)]) is None
+        assert lane.answer(7, 0, 2, top, 20, False, False,  # type: ignore[attr-defined]
+                           [FetchedBatch(15, 16, BIG)]) is None
+        assert follower_state(lane) == before

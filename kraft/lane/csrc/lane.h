@@ -30,6 +30,9 @@
 #include <unistd.h>
 
 #define LANE_MAX_VOTERS 64 /* a lease refuses larger sets: KRaft voter sets are a handful */
+/* The first epoch no replica enters (kraft.protocol.primitives.EPOCH_LIMIT): a lease refuses
+ * it, so a frame naming it, never equal to the lease's epoch, is always handed over. */
+#define LANE_EPOCH_LIMIT 2147483647
 
 /* ------------------------------------------------------------------ the rules (rules.c) */
 

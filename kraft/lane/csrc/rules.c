@@ -147,6 +147,11 @@ static int LeaderLane_init(LeaderLaneObject *self, PyObject *args, PyObject *kwd
         || get_i64(durable, "durable", &s.durable) < 0
         || set_opt_i64(hw, "high_watermark", &s.has_hw, &s.hw) < 0)
         return -1;
+    if (s.epoch < 0 || s.epoch >= LANE_EPOCH_LIMIT) {
+        PyErr_Format(PyExc_ValueError, "a lease's epoch must be 0 to %d (below the epoch limit), "
+                     "got %d", LANE_EPOCH_LIMIT - 1, (int)s.epoch);
+        return -1;
+    }
     seq = PySequence_Fast(voters, "voters must be a sequence of LeaseVoter");
     if (seq == NULL)
         return -1;
@@ -340,6 +345,11 @@ static int FollowerLane_init(FollowerLaneObject *self, PyObject *args, PyObject 
         || get_i64(log_end, "log_end", &s.log_end) < 0
         || set_opt_i64(hw, "high_watermark", &s.has_hw, &s.hw) < 0)
         return -1;
+    if (s.epoch < 0 || s.epoch >= LANE_EPOCH_LIMIT) {
+        PyErr_Format(PyExc_ValueError, "a lease's epoch must be 0 to %d (below the epoch limit), "
+                     "got %d", LANE_EPOCH_LIMIT - 1, (int)s.epoch);
+        return -1;
+    }
     s.leader_hw = -1;
     self->s = s;
     return 0;

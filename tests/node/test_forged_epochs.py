@@ -1,0 +1,94 @@
+"""Forged epochs from a hostile process cannot stop a quorum: a Vote, BeginQuorumEpoch,
+EndQuorumEpoch, Fetch or FetchSnapshot naming epoch 2**31 - 1 (or a negative one), sent to
+every voter of a 3-voter quorum of `kraft run` processes by a separate process with its own
+codec (`forged_epochs.py`), is answered INVALID_REQUEST; the leader, the epoch and every
+quorum-state file stay as they were, and the quorum still commits and serves every write it
+acknowledged. (With TEST_LANE=off the same runs on the pure-Python path.)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kraft.server.local import LocalCluster, LocalNode
+
+pytest.importorskip("kafka.protocol.consumer.fetch")
+
+ATTACKER = Path(__file__).with_name("forged_epochs.py")
+INVALID_REQUEST = 42
+
+
+def hostile(*args: str) -> Any:
+    """Run the attacker in its own process; its JSON answer."""
+    done = subprocess.run([sys.executable, str(ATTACKER), *args], capture_output=True,
+                          text=True, timeout=120, check=True)
+    return json.loads(done.stdout)
+
+
+def describe(c: LocalCluster) -> tuple[int, int]:
+    """(leader, epoch) as the leader's DescribeQuorum reports them."""
+    for node in c.nodes.values():
+        d = hostile("describe", f"{node.host}:{node.port}")
+        if d["error"] == 0:
+            return d["leader_id"], d["leader_epoch"]
+    raise AssertionError("no node answered DescribeQuorum")
+
+
+def quorum_states(c: LocalCluster) -> dict[int, str]:
+    return {nid: (n.dir / "__cluster_metadata-0" / "quorum-state").read_text()
+            for nid, n in c.nodes.items()}
+
+
+def test_forged_epochs_from_another_process_leave_the_quorum_serving(
+        clusters: Callable[..., LocalCluster]) -> None:
+    c = clusters(3)
+    c.start_all()
+    leader = c.wait_for_leader(60)
+    for nid in c.nodes:
+        c.wait_ready(nid, 60)
+    acked = {}
+    for i in range(5):
+        assert c.put(f"k{i}", f"v{i}".encode()).status == 200
+        acked[f"k{i}"] = f"v{i}"
+    before = describe(c)
+    assert before[0] == leader
+    # the followers' quorum-state is on disk once they follow; read it as it is now
+    states = quorum_states(c)
+
+    answers: dict[int, dict[str, dict[str, int]]] = {}
+    for nid, node in c.nodes.items():
+        voter = next(i for i in c.nodes if i not in (nid, leader)) if nid != leader else \
+            next(i for i in c.nodes if i != leader)
+        answers[nid] = hostile("attack", f"{node.host}:{node.port}", str(leader), str(voter))
+    for nid, per_node in answers.items():
+        for name, answer in per_node.items():
+            assert answer.get("error") == INVALID_REQUEST, (nid, name, answer)
+            if "leader_epoch" in answer:  # the answer tells the node's own epoch
+                assert answer["leader_epoch"] == before[1], (nid, name, answer)
+
+    # a forged epoch would depose the leader at once, or within an election timeout
+    time.sleep(2)
+    assert describe(c) == before
+    for nid in c.nodes:
+        st = c.status(nid)
+        assert st is not None and st["epoch"] == before[1] and st["leader_id"] == leader, st
+    assert quorum_states(c) == states
+
+    assert c.put("after", b"attack").status == 200
+    acked["after"] = "attack"
+    for key, value in acked.items():
+        r = c.get(key)
+        assert r.status == 200 and r.body == value.encode(), (key, r.status, r.body)
+    assert _logs_name_the_field(c.nodes[leader])
+
+
+def _logs_name_the_field(node: LocalNode) -> bool:
+    text = node.log_path.read_text(errors="replace")
+    return "request refused" in text and "ReplicaEpoch 2147483647" in text
