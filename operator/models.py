@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 GROUP = "kraft.dev"
@@ -177,6 +177,29 @@ class UpdateStrategy(_Model):
     )
 
 
+
+def _kafka_text(value: object) -> str:
+    """A spec.config value as server.properties holds it: strings as they are, integers in
+    decimal, booleans as `true`/`false` (as Kafka writes them); anything else is refused."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | str):
+        return str(value)
+    raise ValueError(f"{value!r} is not a string, an integer or a boolean")
+
+
+ConfigValue = Annotated[str, BeforeValidator(_kafka_text),
+                        WithJsonSchema({"x-kubernetes-preserve-unknown-fields": True})]
+"""One spec.config value: a string, an integer or a boolean, rendered as text."""
+
+CONFIG_VALUES_RULE = {
+    "rule": "self.all(k, type(self[k]) == string || type(self[k]) == int || "
+            "type(self[k]) == bool)",
+    "message": "spec.config values are strings, integers or booleans (server.properties "
+               "values)",
+}
+"""The API's check of spec.config's values (the schema lets any value through to it)."""
+
 class KRaftQuorumSpec(_Model):
     """The desired state of a KRaft controller quorum."""
 
@@ -219,12 +242,15 @@ class KRaftQuorumSpec(_Model):
         json_schema_extra={"default": {}},
         description="Each node's persistent volume and what happens to it when the node leaves.",
     )
-    config: dict[str, str] = Field(
+    config: dict[str, ConfigValue] = Field(
         default_factory=dict,
+        json_schema_extra={"maxProperties": 256,
+                           "x-kubernetes-validations": [CONFIG_VALUES_RULE]},
         description=(
             "Extra server.properties for every node (e.g. controller.quorum.fetch.timeout.ms). "
-            "Keys the operator renders itself (node.id, process.roles, listeners, log dirs, "
-            "the quorum's bootstrap servers, auto-join) are refused."
+            "Values are strings, integers or booleans (2000 and true are written as Kafka "
+            "writes them). Keys the operator renders itself (node.id, process.roles, "
+            "listeners, log dirs, the quorum's bootstrap servers, auto-join) are refused."
         ),
     )
     pod_template: PodTemplateOverrides = Field(

@@ -31,6 +31,8 @@ def _cell(text: Any) -> str:
 def _type(node: dict[str, Any]) -> str:
     if node.get("x-kubernetes-int-or-string"):
         return "integer or string"
+    if "type" not in node and node.get("x-kubernetes-preserve-unknown-fields"):
+        return "any value"  # its CEL rule, in the Validation column, says which
     kind = node.get("type", "object")
     if kind == "array":
         return f"array of {_type(node.get('items') or {})}"

@@ -69,7 +69,9 @@ def _structural_problems(node: dict[str, Any], path: str) -> list[str]:
             problems.append(f"{path}: {banned}")
     if "anyOf" in node and not node.get("x-kubernetes-int-or-string"):
         problems.append(f"{path}: anyOf outside int-or-string")
-    if "type" not in node and not node.get("x-kubernetes-int-or-string"):
+    # a node of any type is one that keeps unknown fields (or is int-or-string)
+    if "type" not in node and not node.get("x-kubernetes-int-or-string") \
+            and not node.get("x-kubernetes-preserve-unknown-fields"):
         problems.append(f"{path}: no type")
     if "description" not in node and path.count(".") > 1 and not path.endswith(("[]", ".*")):
         problems.append(f"{path}: no description")
@@ -319,3 +321,22 @@ def test_a_cluster_id_set_later_must_be_the_recorded_one_by_its_cel_rule() -> No
     assert _admit(corrected, stored)[1] == []
     third = {**_quorum({"clusterId": "B" * 22}), "status": stored["status"]}
     assert [f for f, _ in _admit(third, stored)[1]] == ["spec.clusterId", "spec.clusterId"]
+
+
+def test_config_takes_strings_integers_and_booleans_as_kafka_writes_them() -> None:
+    """Strimzi users write numbers and booleans in config; the API takes them and the operator
+    renders them as Kafka writes them (it refused `1500 is not of type 'string'`)."""
+    config = {"controller.quorum.fetch.timeout.ms": 1500, "kraft.lane.follower": False,
+              "kraft.log.flush.mode": "auto"}
+    admitted, problems = _admit(_quorum({"config": config}))
+    assert problems == []
+    assert admitted["spec"]["config"] == config
+    spec = models.KRaftQuorumSpec.model_validate(admitted["spec"])
+    assert spec.config == {"controller.quorum.fetch.timeout.ms": "1500",
+                           "kraft.lane.follower": "false", "kraft.log.flush.mode": "auto"}
+    assert models.check_config(spec.config) == []
+    for bad in (1.5, [1], {"a": 1}):
+        refused = _admit(_quorum({"config": {"k": bad}}))[1]
+        assert [field for field, _ in refused] == ["spec.config"], (bad, refused)
+        with pytest.raises(ValidationError, match="not a string, an integer or a boolean"):
+            models.KRaftQuorumSpec.model_validate({"config": {"k": bad}})
