@@ -42,7 +42,8 @@ MATRIX: dict[str, dict[str, Any]] = {
                    "labels": {"team": "platform"},
                    "spec": {"replicas": 5, "podDisruptionBudget": {"enabled": True},
                             "storage": {"size": "5Gi"}}},
-        "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
+        "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
+                    "quorumPodMonitor": {"enabled": True, "labels": {"release": "prom"}}},
         "networkPolicy": {
             "enabled": True,
             "metricsFrom": [{"namespaceSelector": {"matchLabels": {
@@ -205,6 +206,9 @@ def test_every_rendered_manifest_passes_kubernetes_validate_strict(
         elif doc["kind"] == "ServiceMonitor":  # prometheus-operator's kind: no bundled schema
             assert doc["apiVersion"] == "monitoring.coreos.com/v1"
             assert doc["spec"]["endpoints"][0]["port"] == "http"
+        elif doc["kind"] == "PodMonitor":  # the same
+            assert doc["apiVersion"] == "monitoring.coreos.com/v1"
+            assert doc["spec"]["podMetricsEndpoints"][0]["port"] == "http"
         else:
             kubernetes_validate.validate(doc, version, strict=True)
 
@@ -293,10 +297,21 @@ def test_watch_namespaces_gives_roles_not_a_cluster_wide_role(tmp_path: Path) ->
 
 def test_optional_parts_are_off_by_default_and_on_when_asked(tmp_path: Path) -> None:
     default = {d["kind"] for d in render(tmp_path, {})}
-    assert not default & {"KRaftQuorum", "ServiceMonitor", "NetworkPolicy"}
+    assert not default & {"KRaftQuorum", "ServiceMonitor", "PodMonitor", "NetworkPolicy"}
     everything = render(tmp_path, MATRIX["everything"])
     kinds = {d["kind"] for d in everything}
-    assert {"KRaftQuorum", "ServiceMonitor", "NetworkPolicy"} <= kinds
+    assert {"KRaftQuorum", "ServiceMonitor", "PodMonitor", "NetworkPolicy"} <= kinds
+    # the quorums' pods scraped as the operator labels them, with their quorum's name
+    (pods,) = by_kind(everything, "PodMonitor")
+    assert pods["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "kraft", "app.kubernetes.io/managed-by": "kraft-operator"}
+    assert pods["spec"]["podMetricsEndpoints"][0]["port"] == "http"
+    assert pods["spec"]["namespaceSelector"] == {"any": True}
+    assert pods["metadata"]["labels"]["release"] == "prom"
+    scoped = render(tmp_path, {**MATRIX["watch-namespaces"],
+                               "metrics": {"quorumPodMonitor": {"enabled": True}}})
+    (pods,) = by_kind(scoped, "PodMonitor")
+    assert pods["spec"]["namespaceSelector"] == {"matchNames": ["kafka", "payments"]}
     (quorum,) = by_kind(everything, "KRaftQuorum")
     assert quorum["metadata"]["namespace"] == "kafka" and quorum["spec"]["replicas"] == 5
     assert not any(k.startswith("argocd.argoproj.io") for k in quorum["metadata"]["labels"])
