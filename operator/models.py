@@ -39,6 +39,9 @@ KAFKA_UUID_PATTERN = r"^[A-Za-z0-9_-]{22}$"
 PAUSE_ANNOTATION = "kraft.dev/pause-reconciliation"
 RECOVER_ANNOTATION = "kraft.dev/recover-quorum-from"
 APPROVE_ROLLOUT_ANNOTATION = "kraft.dev/approve-rollout"
+MANUAL_ROLL_ANNOTATION = "kraft.dev/manual-rolling-update"
+"""On a quorum pod, "true": restart that pod once, by the rolling rules (its leader resigns
+first, a majority stays healthy), as Strimzi's strimzi.io/manual-rolling-update does."""
 
 # Labels and annotations the operator sets on the pods and volumes it owns.
 NODE_ID_LABEL = "kraft.dev/node-id"

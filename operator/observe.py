@@ -193,6 +193,7 @@ def pod_state(pod: Obj, reported: Reported | None = None) -> PodState | None:
         created_at=created_at,
         volume_gone_since=gone_since,
         format_refused=_format_refused(pod),
+        manual_roll=notes.get(models.MANUAL_ROLL_ANNOTATION, "").lower() == "true",
     )
 
 

@@ -120,6 +120,8 @@ class PodState:
     format_refused: str | None = None
     """Set when the format init container exited 3 (`kraft format` refused a volume formatted
     for another cluster or node): its termination message, or "" when it gave none."""
+    manual_roll: bool = False
+    """The pod carries kraft.dev/manual-rolling-update: "true": a person asked for its restart."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,9 @@ followers and observers, the leader last after it resigns (EndQuorumEpoch). A po
 only when the other healthy voters remain a majority, and the next one waits until the
 restarted pod is ready and caught up; one that is not within updateStrategy's timeout halts
 the rollout (Degraded=RolloutHalted). With updateStrategy Manual the rollout starts only once
-the annotation kraft.dev/approve-rollout names the resource's current generation.
+the annotation kraft.dev/approve-rollout names the resource's current generation. A pod
+annotated kraft.dev/manual-rolling-update: "true" is restarted once by the same rules, whatever
+the strategy (a person asked for it); the pod created in its place carries no annotation.
 """
 
 from __future__ import annotations
@@ -59,17 +61,20 @@ def _order(ctx: Context, pod: PodState) -> tuple[bool, bool, int]:
 
 def roll(ctx: Context) -> Decision | None:
     """The next pod to restart for the current spec, or None when every pod is current."""
-    outdated = [p for p in ctx.pods.values()
-                if not p.deleting and p.node_id < ctx.replicas and p.spec_hash != ctx.desired_hash]
-    if not outdated:
+    live = [p for p in ctx.pods.values() if not p.deleting and p.node_id < ctx.replicas]
+    outdated = [p for p in live if p.spec_hash != ctx.desired_hash]
+    asked = [p for p in live if p.manual_roll and p not in outdated]
+    if not outdated and not asked:
         return None
-    if ctx.spec.update_strategy.type == UpdateStrategyType.MANUAL and \
-            ctx.obs.annotations.get(APPROVE_ROLLOUT_ANNOTATION) != str(ctx.obs.generation):
+    approved = ctx.spec.update_strategy.type != UpdateStrategyType.MANUAL or \
+        ctx.obs.annotations.get(APPROVE_ROLLOUT_ANNOTATION) == str(ctx.obs.generation)
+    if outdated and not approved and not asked:
         return Decision(
             Wait("AwaitingApproval", f"{len(outdated)} pod(s) out of date; annotate "
                  f"{APPROVE_ROLLOUT_ANNOTATION}={ctx.obs.generation} to roll them"),
             REASON, awaiting_approval="RolloutApprovalRequired")
-    pod = min(outdated, key=lambda p: _order(ctx, p))
+    todo = (outdated if approved else []) + asked  # a person's ask needs no approval
+    pod = min(todo, key=lambda p: _order(ctx, p))
     if pod.node_id == ctx.leader_id and len(ctx.voters) > 1:
         if any(ctx.healthy(v) for v in ctx.voters if v.replica_id != pod.node_id):
             return Decision(ResignLeader(pod.node_id), REASON,
@@ -80,9 +85,11 @@ def roll(ctx: Context) -> Decision | None:
         return Decision(Wait("RollWouldLoseMajority",
                              f"restarting {pod.name} would leave no healthy majority"),
                         REASON, degraded="VoterLagging")
+    why = ("restarts as kraft.dev/manual-rolling-update asks" if pod in asked
+           else "restarts with the current spec")
     return Decision(DeletePod(pod.node_id, pod.name, "Rolling"), REASON,
                     operation=ctx.operation(OP_ROLLING, str(pod.node_id)),
-                    message=f"{pod.name} restarts with the current spec")
+                    message=f"{pod.name} {why}")
 
 
 def restart_unready_outdated(ctx: Context, node_ids: set[int]) -> Decision | None:

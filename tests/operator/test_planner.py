@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from kraft_operator import models
@@ -429,6 +430,30 @@ def test_rolling_update_goes_unready_then_followers_then_leader_after_it_resigns
     assert {n for _, n in order[1:4]} == {0, 3, 4}  # then the followers
     assert order[4:] == [("ResignLeader", 2), ("DeletePod", 2)]  # the leader last
     assert realized(world, newer)
+
+
+def _asked_to_roll(observed: Any, node_id: int) -> Any:
+    pods = tuple(replace(p, manual_roll=True) if p.node_id == node_id else p
+                 for p in observed.pods)
+    return replace(observed, pods=pods)
+
+
+@pytest.mark.parametrize("strategy", ["RollingUpdate", "Manual"])
+def test_a_pod_annotated_for_a_manual_roll_restarts_once_by_the_rolling_rules(
+        strategy: str) -> None:
+    """kraft.dev/manual-rolling-update: "true" on a pod (Strimzi's manual-rolling-update):
+    that pod restarts, the leader resigning first, whatever the update strategy."""
+    world, spec = converged(3)
+    spec = with_spec(spec, update_strategy={"type": strategy})
+    leader = world.leader[0]
+    follower = next(k[0] for k in world.voters if k[0] != leader)
+    result = plan(spec, _asked_to_roll(world.observe(), follower))
+    assert result.action == DeletePod(follower, f"kq-{follower}", "Rolling")
+    assert "manual-rolling-update" in result.message
+    result = plan(spec, _asked_to_roll(world.observe(), leader))
+    assert result.action == ResignLeader(leader)
+    # without the annotation nothing restarts
+    assert not isinstance(plan(spec, world.observe()).action, DeletePod | ResignLeader)
 
 
 def test_rolling_waits_for_the_restarted_pod_to_catch_up() -> None:
