@@ -48,11 +48,11 @@ were stopped long before: each test stops its own)."""
 
 def address_prefix() -> str:
     """A loopback /24 of our own: 127.<worker>.<cluster>. (xdist workers never collide).
-    `KRAFT_TEST_NET_OFFSET` moves the second octet, so two test runs on one machine (two
+    `TEST_NET_OFFSET` moves the second octet, so two test runs on one machine (two
     checkouts at once) do not share addresses either."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     index = int(worker[2:]) if worker[2:].isdigit() else 0
-    offset = int(os.environ.get("KRAFT_TEST_NET_OFFSET", "0"))
+    offset = int(os.environ.get("TEST_NET_OFFSET", "0"))
     return f"127.{index + 10 + offset}.{next(_clusters_made)}."
 
 
