@@ -90,6 +90,7 @@ class _Window:
     start: float
     logged: int = 0
     suppressed: int = 0
+    level: int = logging.WARNING
     timer: asyncio.TimerHandle | None = None
 
 
@@ -107,19 +108,17 @@ class BadInputLog:
     def report(self, listener: str, reason: str, peer: str, detail: str,
                level: int = logging.WARNING) -> None:
         """One connection closed or refused for `reason` (a short code: the metric's label);
-        `detail` says what exactly was wrong."""
+        `detail` says what exactly was wrong. An expected close (idle) comes at a lower
+        `level`, rate-limited all the same (idle connections are cheap to make by the
+        thousand)."""
         self.counters.labels(listener, reason).inc()
-        if level < logging.WARNING:  # an expected close (idle): counted, not worth a warning
-            log.log(level, "event=connection_closed listener=%s reason=%s peer=%s detail=%s",
-                    listener, reason, peer, detail)
-            return
         key = (listener, reason)
         now = time.monotonic()
         w = self._windows.get(key)
         if w is None or now - w.start >= self.interval_s:
             if w is not None:
                 self._summary(key, w)
-            w = self._windows[key] = _Window(now)
+            w = self._windows[key] = _Window(now, level=level)
         if w.logged < self.burst:
             w.logged += 1
             log.log(level, "event=connection_closed listener=%s reason=%s peer=%s detail=%s",
@@ -145,9 +144,9 @@ class BadInputLog:
             w.timer.cancel()
             w.timer = None
         if w.suppressed:
-            log.warning("event=connections_closed_not_logged listener=%s reason=%s "
-                        "suppressed=%d interval_s=%g", key[0], key[1], w.suppressed,
-                        self.interval_s)
+            log.log(w.level, "event=connections_closed_not_logged listener=%s reason=%s "
+                    "suppressed=%d interval_s=%g", key[0], key[1], w.suppressed,
+                    self.interval_s)
             w.suppressed = 0
 
     def close(self) -> None:
