@@ -407,6 +407,34 @@ def test_socket_request_max_bytes_holds_on_both_listeners(
     assert _fresh_describe_quorum(node) == node.node_id  # a small request still goes through
 
 
+def test_socket_request_max_bytes_holds_on_the_leader_lane(
+        clusters: Callable[..., LocalCluster]) -> None:
+    c = clusters(3, properties={"socket.request.max.bytes": "4096"})
+    c.start_all()
+    leader = c.nodes[c.wait_for_leader()]
+    for nid in c.nodes:
+        c.wait_ready(nid)
+    s = socket.create_connection(leader.client, 5)
+    s.settimeout(10)
+
+    def put(rid: int, value: bytes) -> bytes:
+        s.sendall(struct.pack(">IIBH", 8 + len(value), rid, 1, 1) + b"k" + value)
+        answer = s.recv(4, socket.MSG_WAITALL)
+        return answer + s.recv(struct.unpack(">I", answer)[0], socket.MSG_WAITALL)
+
+    for rid in range(1, 101):  # the lane takes the connection once the leader is steady
+        assert struct.unpack_from(">IIB", put(rid, b"small"))[1:] == (rid, 0)
+        time.sleep(0.01)
+    lanes = http_call(leader.http, "GET", "/v1/status").json().get("leader_lane")
+    if lanes is not None:
+        assert lanes["armed"], lanes  # the next PUT is the lane's to read
+    with pytest.raises((struct.error, OSError)):
+        put(101, b"x" * 8000)  # above socket.request.max.bytes: the connection is closed
+    s.close()
+    assert _closed(leader, "client", "frame_size") == 1
+    assert c.get("k").body == b"small"  # the large value was not written
+
+
 def test_slow_http_headers_and_bodies_are_closed(clusters: Callable[..., LocalCluster]) -> None:
     c, node = _one_node(clusters, **{"kraft.http.header.timeout.ms": "500",
                                      "kraft.http.body.timeout.ms": "500"})
