@@ -225,10 +225,16 @@ class ClientProtocol(asyncio.Protocol):
                 length, request_id, op, klen = int.from_bytes(view[pos:pos + 4], "big"), 0, 0, 0
             if length > self._max_frame or length < REQUEST_HEAD.size:
                 self._submit(writes)  # the whole frames before it were taken
+                detail = (f"frame length {length} outside {REQUEST_HEAD.size}..{self._max_frame}"
+                          " (socket.request.max.bytes)")
+                if self.transport is not None and n - pos >= head_size:
+                    self._flush()  # the answers queued before it go first
+                    # the client learns why before the connection closes (the close flushes)
+                    self.transport.write(encode_response(request_id, ERROR,
+                                                         payload=detail.encode()))
                 t = self._track
                 if t is not None:
-                    t.close("frame_size", f"frame length {length} outside "
-                            f"{REQUEST_HEAD.size}..{self._max_frame}")
+                    t.close("frame_size", detail)
                 return -1
             end = pos + 4 + length
             if end > n:

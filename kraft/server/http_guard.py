@@ -90,16 +90,28 @@ class _GuardedConnection(asyncio.Protocol):
     def _header_late(self) -> None:
         self._header_timer = None
         if not self._in_request and self._track is not None:
-            self._track.close("header_timeout", "request headers not complete within "
-                              f"{self._owner.header_timeout_s * 1000:g} ms of their first byte "
-                              "(kraft.http.header.timeout.ms)")
+            self._timed_out("header_timeout", "request headers not complete within "
+                            f"{self._owner.header_timeout_s * 1000:g} ms of their first byte "
+                            "(kraft.http.header.timeout.ms)")
 
     def _body_late(self, request: web.BaseRequest) -> None:
         self._body_timer = None
         if self._in_request and not request.content.is_eof() and self._track is not None:
-            self._track.close("body_timeout", "request body not complete within "
-                              f"{self._owner.body_timeout_s * 1000:g} ms of its headers "
-                              "(kraft.http.body.timeout.ms)")
+            self._timed_out("body_timeout", "request body not complete within "
+                            f"{self._owner.body_timeout_s * 1000:g} ms of its headers "
+                            "(kraft.http.body.timeout.ms)")
+
+    def _timed_out(self, reason: str, detail: str) -> None:
+        """Answer 408 naming the deadline (no answer of this connection is under way: its
+        request has not reached a handler, or its handler still waits for the body), then
+        close."""
+        if self._transport is not None and not self._transport.is_closing():
+            body = (detail + "\n").encode()
+            self._transport.write(
+                b"HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        if self._track is not None:
+            self._track.close(reason, detail)
 
     def _cancel_timers(self) -> None:
         for timer in (self._header_timer, self._body_timer):
@@ -109,7 +121,7 @@ class _GuardedConnection(asyncio.Protocol):
 
     def _drop(self) -> None:
         if self._transport is not None:
-            self._transport.abort()  # aiohttp's handler is cancelled through connection_lost
+            self._transport.close()  # aiohttp's handler is cancelled through connection_lost
 
     # ------------------------------------------------------------------ requests
 
