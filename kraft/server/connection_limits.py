@@ -291,6 +291,10 @@ class ConnectionGuard:
             "kraft_connections_closed_total",
             "Connections closed or refused at accept by a listener, by reason (a limit or bad "
             "input)", ("listener", "reason"))
+        r.gauge_family("kraft_connections", "Open connections of each listener (max.connections "
+                       "bounds each)", ("listener",),
+                       lambda: {(name, ): float(len(g.connections))
+                                for name, g in self.listeners.items()})
         r.gauge("kraft_socket_buffered_bytes",
                 "Bytes held in request frames not complete yet, all connections "
                 "(kraft.socket.buffered.max.bytes bounds it)", lambda: self.buffered_total)

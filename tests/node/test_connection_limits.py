@@ -188,6 +188,13 @@ def _closed(node: LocalNode, listener: str, reason: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
+def _open_connections(node: LocalNode, listener: str) -> float:
+    """kraft_connections{listener} of `node`."""
+    m = re.search(rf'^kraft_connections{{listener="{listener}"}} (\S+)$', _metrics(node), re.M)
+    assert m is not None, f"no kraft_connections for {listener}"
+    return float(m.group(1))
+
+
 def _describe_quorum_frame(correlation_id: int = 1) -> bytes:
     """A framed DescribeQuorum v1 request, built by kafka-python (not the node's codec)."""
     from kafka.protocol.admin.cluster import DescribeQuorumRequest
@@ -280,6 +287,7 @@ def test_max_connections_refuses_further_connections_while_the_quorum_serves(
         # a loaded machine) with NOT_LEADER_OR_FOLLOWER naming who leads
         assert (error, leader_id) == (0, lid) or (error == 6 and leader_id in c.nodes)
         assert _closed(leader, "CONTROLLER", "max_connections") >= seen["refused"]
+        assert seen["held"] < _open_connections(leader, "CONTROLLER") <= 500
     finally:
         if flood.stdin is not None:
             flood.stdin.close()
