@@ -266,6 +266,36 @@ class ServerProperties(BaseModel):
     (`kraft.lane.ticker`). A local read takes it at once whatever the period, and a
     follower's lane wakes the node for a new high watermark, or for records while the node's
     loop sleeps (docs/native-lane.md, "the bookkeeping tick")."""
+    socket_request_max_bytes: int = Field(default=104_857_600, ge=1,
+                                          alias="socket.request.max.bytes")
+    """The largest request frame a listener takes (Kafka's name and default); a larger size
+    prefix closes the connection before anything is allocated. The binary client protocol
+    takes at most its own 16 MiB whatever this says."""
+    max_connections: int = Field(default=2_147_483_647, ge=0, alias="max.connections")
+    """The open connections of each listener (controller, binary client, admin HTTP); one
+    more is closed at accept (Kafka's name and default, counted per listener as Kafka's
+    `listener.name.<l>.max.connections`)."""
+    max_connections_per_ip: int = Field(default=2_147_483_647, ge=0,
+                                        alias="max.connections.per.ip")
+    """The open connections of each listener from one address (Kafka's name and default)."""
+    max_connections_per_ip_overrides: dict[str, int] = Field(
+        default={}, alias="max.connections.per.ip.overrides")
+    """`host:count` pairs, comma-separated: another per-address limit for these addresses."""
+    connections_max_idle_ms: int = Field(default=600_000, alias="connections.max.idle.ms")
+    """A connection with nothing read or written for this long (no request in flight, not
+    lent to a native lane) is closed (Kafka's name and default); negative: never."""
+    socket_buffered_max_bytes: int = Field(default=128 * 1024 * 1024, ge=1,
+                                           alias="kraft.socket.buffered.max.bytes")
+    """The bytes all connections of the node together may hold in request frames not
+    complete yet; over it, the connection holding the most is closed."""
+    http_max_connections: int = Field(default=1000, ge=1, alias="kraft.http.max.connections")
+    """The admin HTTP server's open connections (below `max.connections` when that is lower)."""
+    http_header_timeout_ms: int = Field(default=10_000, ge=1,
+                                        alias="kraft.http.header.timeout.ms")
+    """An HTTP request whose headers are not complete this long after its first byte is
+    closed (a slow client cannot hold a connection by sending its headers a byte at a time)."""
+    http_body_timeout_ms: int = Field(default=30_000, ge=1, alias="kraft.http.body.timeout.ms")
+    """An HTTP request whose body has not all arrived this long after its headers is closed."""
     event_loop: Literal["auto", "asyncio", "uvloop"] = Field(default="auto", alias="kraft.event.loop")
     """`auto`: uvloop when it is installed (less CPU per request), else asyncio's loop."""
 
@@ -367,6 +397,19 @@ class ServerProperties(BaseModel):
             out[int(ident)] = f"{_host(host)}:{port}"
         return out
 
+    @field_validator("max_connections_per_ip_overrides", mode="before")
+    @classmethod
+    def _parse_ip_overrides(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        out: dict[str, int] = {}
+        for item in _csv(value):
+            host, sep, count = item.rpartition(":")
+            if not sep or not host or not count.strip().isdigit():
+                raise ValueError(f"override {item!r} is not host:count")
+            out[host.strip().strip("[]")] = int(count)
+        return out
+
     @field_validator("auto_join_enable", "fsync", "lane_follower", "lane_leader", mode="before")
     @classmethod
     def _parse_bool(cls, value: Any) -> Any:
@@ -463,7 +506,10 @@ class ServerProperties(BaseModel):
             value = getattr(self, name)
             if value is None:
                 continue
-            out[str(info.alias)] = _render(value)
+            if name == "max_connections_per_ip_overrides":  # Kafka's host:count, not id@address
+                out[str(info.alias)] = ",".join(f"{_host(k)}:{v}" for k, v in value.items())
+            else:
+                out[str(info.alias)] = _render(value)
         out.update(self.unknown_keys())
         return out
 

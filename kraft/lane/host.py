@@ -94,6 +94,11 @@ class LaneHost(Protocol):
         """The bookkeeping tick of the lanes (`kraft.lane.tick.ms`)."""
 
     @property
+    def max_request_bytes(self) -> int:
+        """The largest request frame a listener takes (`socket.request.max.bytes`): the leader's
+        lane hands a larger one back to the listener, which refuses it."""
+
+    @property
     def core(self) -> RaftCore | None:
         """The consensus core, None before the node started."""
 

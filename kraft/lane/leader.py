@@ -175,7 +175,8 @@ class LeaderLaneRunner:
                 host.cluster_id, lease.log_start, int(time.time() * 1000),
                 linger_ms=core.config.hw_linger_ms, hw_advanced_ms=s.hw_advanced_at,
                 writes_streaming=s.writes_streaming, client_unread=client_unread,
-                write_limit=max(dlog.segment_bytes, active.size))
+                write_limit=max(dlog.segment_bytes, active.size),
+                max_frame=host.max_request_bytes)
             version = shell.version()
             shell.start()
         except (OSError, ValueError, RuntimeError, TypeError) as exc:

@@ -41,6 +41,8 @@ from typing import Any, BinaryIO, Protocol, cast
 
 from aiohttp import web
 
+from kraft.server.connection_limits import ConnectionGuard, ListenerGuard
+from kraft.server.http_guard import HttpConnections
 from kraft.statemachine.kv import MAX_KEY_BYTES, MAX_VALUE_BYTES
 from kraft.storage.export import ExportError, export_bundle
 
@@ -171,7 +173,9 @@ class AdminServer:
     """Serves the routes in the module docstring for one node."""
 
     def __init__(self, node: NodeAPI, host: str, port: int,
-                 metadata_dir: Path | None = None) -> None:
+                 metadata_dir: Path | None = None, guard: ListenerGuard | None = None) -> None:
+        """`guard` holds the connections to the node's limits (`kraft.server.http_guard`);
+        by default a guard of its own with the default limits."""
         self.node = node
         self.host = host
         self.port = port
@@ -191,22 +195,33 @@ class AdminServer:
                 web.post("/v1/kv/{key}/cas", self.kv_cas),
             ]
         )
+        if guard is None:
+            own = ConnectionGuard()
+            guard = own.listener("http", own.limits.http_max_connections)
+        self._connections = HttpConnections(guard)
+        self.app.middlewares.append(self._connections.middleware)
         self._runner: web.AppRunner | None = None
+        self._server: asyncio.AbstractServer | None = None
 
     async def start(self) -> int:
         """Bind and serve; returns the bound port."""
-        self._runner = web.AppRunner(self.app, access_log=None)
+        idle_ms = self._connections.guard.node.limits.idle_ms
+        # aiohttp's own keep-alive close never comes first: the guard closes idle connections
+        keepalive_s = idle_ms / 1000 + 60 if idle_ms >= 0 else 3630.0
+        self._runner = web.AppRunner(self.app, access_log=None, keepalive_timeout=keepalive_s)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
-        await site.start()
-        addresses = self._runner.addresses
-        if addresses:
-            self.port = int(addresses[0][1])
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._connections.factory(self._runner),
+                                                self.host, self.port, reuse_address=True)
+        self.port = int(self._server.sockets[0].getsockname()[1])
         log.info("event=admin_listening host=%s port=%d", self.host, self.port)
         return self.port
 
     async def stop(self) -> None:
         """Stop serving."""
+        self._connections.guard.stop()
+        if self._server is not None:
+            self._server.close()
         if self._runner is not None:
             await self._runner.cleanup()
 

@@ -14,6 +14,11 @@ DELETE (3), GET_STALE (4, local state, no barrier). Statuses: OK (0), NOT_FOUND 
 missing key or DELETE of one), NOT_LEADER (2: `leader id` is the leader or -1, the payload its
 HTTP address if known), UNKNOWN_OUTCOME (3: the write may or may not have been applied),
 ERROR (4: payload is the message). `offset` is the record's log offset for writes, else -1.
+
+A frame longer than MAX_FRAME (or `socket.request.max.bytes` when that is lower) or shorter
+than a request head closes the connection; the listener's connections are admitted, closed
+when idle and their unfinished frames held to the node's budget as the controller listener's
+(`kraft.server.connection_limits`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import struct
 from typing import Protocol, cast
 
 from kraft.server.admin import NotLeaderError, OutcomeUnknownError
+from kraft.server.connection_limits import ConnectionGuard, ListenerGuard, Tracked
 from kraft.server.writes import Completion
 from kraft.statemachine.kv import FORMAT_VERSION, KVResult, encode_delete
 from kraft.statemachine.kv import OP_PUT as KV_OP_PUT
@@ -112,8 +118,12 @@ class ClientProtocol(asyncio.Protocol):
     """One client connection (see the module docstring)."""
 
     def __init__(self, node: ClientHost, connections: set[ClientProtocol] | None = None,
-                 dirty: list[ClientProtocol] | None = None) -> None:
+                 dirty: list[ClientProtocol] | None = None,
+                 guard: ListenerGuard | None = None) -> None:
         self.node = node
+        self._guard = guard or ConnectionGuard().listener("client")
+        self._max_frame = min(MAX_FRAME, self._guard.max_frame_bytes)
+        self._track: Tracked | None = None
         self._connections = connections if connections is not None else set()
         self._dirty = dirty if dirty is not None else []
         self.transport: asyncio.Transport | None = None
@@ -131,26 +141,61 @@ class ClientProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self._loop = asyncio.get_running_loop()
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        self._track = self._guard.admit(str(peer[0]), int(peer[1]), self._drop,
+                                        self._busy)
+        if self._track is None:  # over a connection limit: closed at accept
+            self.transport.close()
+            self.transport = None
+            return
         self._connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         self._connections.discard(self)
+        self._guard.release(self._track)
+
+    def _busy(self) -> bool:
+        return self._in_flight > 0
+
+    def _drop(self) -> None:
+        """Closed by the listener's guard (a limit): what is buffered goes at once."""
+        self._buf = bytearray()
+        if self.transport is not None:
+            self.transport.close()
+            self.transport = None
+
+    def _account(self) -> None:
+        t = self._track
+        if t is not None and (self._buf or t.buffered) and self.transport is not None:
+            self._guard.node.buffered(t, len(self._buf))
 
     def data_received(self, data: bytes) -> None:
+        t = self._track
+        if t is None or self.transport is None:
+            return
+        t.active = True
         buf = self._buf
         if buf or self._read_paused:
             buf += data
+            if not self._read_paused and len(buf) >= 4:
+                length = int.from_bytes(buf[:4], "big")
+                if REQUEST_HEAD.size <= length <= self._max_frame and len(buf) < 4 + length:
+                    self._account()  # the frame is not whole yet: nothing to parse
+                    return
             self._parse_buffer()
             return
         pos = self._parse(data)  # the common case: parse the chunk where it is
         if 0 <= pos < len(data):
             buf += memoryview(data)[pos:]
+            self._account()
 
     def _parse_buffer(self) -> None:
         pos = self._parse(self._buf)
         if pos > 0:
             del self._buf[:pos]
+        if pos >= 0:
+            self._account()
 
     def _parse(self, view: bytes | bytearray) -> int:
         """Handle the whole request frames in `view` while fewer than MAX_IN_FLIGHT wait for
@@ -178,11 +223,18 @@ class ClientProtocol(asyncio.Protocol):
                 length, request_id, op, klen = head(view, pos)
             else:  # not a whole frame, unless its length is already wrong
                 length, request_id, op, klen = int.from_bytes(view[pos:pos + 4], "big"), 0, 0, 0
-            if length > MAX_FRAME or length < REQUEST_HEAD.size:
-                log.warning("event=bad_client_frame length=%d", length)
+            if length > self._max_frame or length < REQUEST_HEAD.size:
                 self._submit(writes)  # the whole frames before it were taken
-                if self.transport is not None:
-                    self.transport.close()
+                detail = (f"frame length {length} outside {REQUEST_HEAD.size}..{self._max_frame}"
+                          " (socket.request.max.bytes)")
+                if self.transport is not None and n - pos >= head_size:
+                    self._flush()  # the answers queued before it go first
+                    # the client learns why before the connection closes (the close flushes)
+                    self.transport.write(encode_response(request_id, ERROR,
+                                                         payload=detail.encode()))
+                t = self._track
+                if t is not None:
+                    t.close("frame_size", detail)
                 return -1
             end = pos + 4 + length
             if end > n:
@@ -263,6 +315,10 @@ class ClientProtocol(asyncio.Protocol):
         t.pause_reading()
         unread = bytes(self._buf)
         self._buf.clear()
+        track = self._track
+        if track is not None:
+            track.lent = True  # in use, by the lane: never idle meanwhile
+            self._guard.node.buffered(track, 0)  # the lane holds those bytes now
         return t.get_extra_info("socket").fileno(), unread
 
     def give_back(self, unread: bytes, pending: list[tuple[int, int]]) -> list[Completion]:
@@ -275,6 +331,10 @@ class ClientProtocol(asyncio.Protocol):
             replies.append(_WriteReply(self, rid, OP_PUT))
         self._buf += unread
         self._read_paused = False
+        track = self._track
+        if track is not None:
+            track.lent = False
+            track.active = True
         t = self.transport
         if t is not None and not t.is_closing():
             t.resume_reading()
@@ -354,15 +414,20 @@ class ClientProtocol(asyncio.Protocol):
         out, self._out = self._out, []
         if out and self.transport is not None and not self.transport.is_closing():
             self.transport.write(b"".join(out))
+            t = self._track
+            if t is not None:
+                t.active = True
 
 
 class ClientServer:
     """The listener of the binary client protocol."""
 
-    def __init__(self, node: ClientHost, host: str, port: int) -> None:
+    def __init__(self, node: ClientHost, host: str, port: int,
+                 guard: ListenerGuard | None = None) -> None:
         self.node = node
         self.host = host
         self.port = port
+        self._guard = guard or ConnectionGuard().listener("client")
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[ClientProtocol] = set()
         self._dirty: list[ClientProtocol] = []
@@ -383,13 +448,14 @@ class ClientServer:
         """Start listening."""
         loop = asyncio.get_running_loop()
         def protocol() -> ClientProtocol:
-            return ClientProtocol(self.node, self._connections, self._dirty)
+            return ClientProtocol(self.node, self._connections, self._dirty, self._guard)
 
         self._server = await loop.create_server(protocol, self.host, self.port, reuse_address=True)
         log.info("event=client_listener_started host=%s port=%d", self.host, self.port)
 
     async def stop(self) -> None:
         """Stop listening and close the connections."""
+        self._guard.stop()
         if self._server is not None:
             self._server.close()
             for conn in list(self._connections):

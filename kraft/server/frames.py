@@ -7,8 +7,16 @@ Listener rules (what a hostile or broken peer can do, and what happens):
 
 * a size prefix that is negative or larger than `max_frame_bytes` (a 2 GiB prefix, garbage
   bytes read as a size) closes that connection at once, without allocating anything;
+* a frame is buffered only as its bytes arrive, and the bytes held in unfinished frames count
+  against the node's budget (`kraft.server.connection_limits`): over it, the connection
+  holding the most is closed;
+* a connection over the listener's `max.connections` or `max.connections.per.ip` is closed at
+  accept, and one idle for `connections.max.idle.ms` is closed (not while lent or while a
+  request of it is in flight);
 * a frame started but not finished within `partial_frame_timeout_s` (a half frame then
   silence) closes that connection;
+* every connection closed for bad input or a limit is counted by reason and logged,
+  rate-limited (`BadInputLog`);
 * a handler that raises, or returns None (undecodable header), closes that connection after
   the responses queued before it were written;
 * requests of one connection are handled concurrently, but their responses are written in
@@ -30,11 +38,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import cast
 
+from kraft.server.connection_limits import (
+    DEFAULT_MAX_FRAME_BYTES,
+    ConnectionGuard,
+    ConnectionLimits,
+    ListenerGuard,
+    Tracked,
+)
+
 log = logging.getLogger("kraft.server.frames")
 
 _SIZE = struct.Struct(">i")
-DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
-"""Kafka's `socket.request.max.bytes` default."""
 
 
 class ConnectionClosedError(ConnectionError):
@@ -157,6 +171,7 @@ class _FrameServerProtocol(asyncio.Protocol):
         self._reading = True
         self._closing = False
         self._reason: str | None = None
+        self._track: Tracked | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -164,6 +179,11 @@ class _FrameServerProtocol(asyncio.Protocol):
         lst._next_id += 1
         peername = transport.get_extra_info("peername") or ("?", 0)
         self.peer = PeerInfo(str(peername[0]), int(peername[1]), lst._next_id)
+        self._track = lst._guard.admit(self.peer.host, self.peer.port, self._drop,
+                                       self._in_flight)
+        if self._track is None:  # over a connection limit: closed at accept, as Kafka does
+            self.close()
+            return
         lst._connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -172,21 +192,41 @@ class _FrameServerProtocol(asyncio.Protocol):
         if self._partial_timer is not None:
             self._partial_timer.cancel()
         self.listener._connections.discard(self)
+        self.listener._guard.release(self._track)
 
     def close(self) -> None:
         self._closing = True
         if self.transport is not None:
             self.transport.close()
 
-    def _bad_input(self, reason: str) -> None:
-        self.listener._bad_input(self.peer, reason)
+    def _in_flight(self) -> bool:
+        return bool(self._queue)
+
+    def _drop(self) -> None:
+        """Closed by the listener's guard (a limit): what is buffered goes at once."""
+        self._buf = bytearray()
+        self._queue.clear()
+        self.close()
+
+    def _bad_input(self, reason: str, detail: str) -> None:
+        self.listener._bad_input(self.peer, reason, detail)
         self._flush()  # what was answered before the bad frame still goes out
         self._queue.clear()
         self.close()
 
+    def _account(self) -> None:
+        """Tell the node's budget what this connection holds of unfinished frames (it may
+        close this connection, or another one)."""
+        t = self._track
+        if t is not None and (self._buf or t.buffered) and not self._closing:
+            self.listener._guard.node.buffered(t, len(self._buf))
+
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
+        t = self._track
+        if t is not None:
+            t.active = True
         buf = self._buf
         if buf or self._paused or self._write_blocked:
             buf += data
@@ -197,7 +237,8 @@ class _FrameServerProtocol(asyncio.Protocol):
             return
         if pos < len(data):
             buf += memoryview(data)[pos:]
-        self._arm_partial_timer(bool(buf) and self._reading)
+            self._account()
+        self._arm_partial_timer(bool(self._buf) and self._reading)
 
     def _process_buffer(self) -> None:
         buf = self._buf
@@ -205,7 +246,8 @@ class _FrameServerProtocol(asyncio.Protocol):
         if pos < 0:
             return
         del buf[:pos]
-        self._arm_partial_timer(bool(buf) and self._reading)
+        self._account()
+        self._arm_partial_timer(bool(self._buf) and self._reading)
 
     def _parse(self, view: bytes | bytearray) -> int:
         """Dispatch the whole frames in `view` while fewer than `max_in_flight` await their
@@ -226,7 +268,8 @@ class _FrameServerProtocol(asyncio.Protocol):
                 break
             (size,) = _SIZE.unpack_from(view, pos)
             if size < 0 or size > max_frame:
-                self._bad_input(f"frame size {size} outside 0..{max_frame}")
+                self._bad_input("frame_size", f"frame size {size} outside 0..{max_frame} "
+                                              "(socket.request.max.bytes)")
                 return -1
             end = pos + 4 + size
             if end > n:
@@ -249,7 +292,8 @@ class _FrameServerProtocol(asyncio.Protocol):
     def _partial_timed_out(self) -> None:
         self._partial_timer = None
         if self._buf and not self._closing:
-            self._bad_input("incomplete frame: peer went silent mid-frame")
+            self._bad_input("incomplete_frame", "peer went silent mid-frame for "
+                            f"{self.listener._partial_timeout:g} s")
 
     def _dispatch(self, body: bytes) -> bool:
         """Hand one frame to the handler; False once the connection is closing."""
@@ -303,8 +347,11 @@ class _FrameServerProtocol(asyncio.Protocol):
             body = slot.body
             if body is None:
                 self._write(out, parts)
-                reason = self._reason or "request could not be decoded"
-                self.listener._bad_input(self.peer, reason)
+                if self._reason is not None:
+                    self.listener._bad_input(self.peer, "handler_failed", self._reason)
+                else:
+                    self.listener._bad_input(self.peer, "undecodable",
+                                             "request could not be decoded")
                 queue.clear()
                 self.close()
                 return
@@ -328,6 +375,9 @@ class _FrameServerProtocol(asyncio.Protocol):
         transport = self.transport
         if not out or transport is None:
             return
+        t = self._track
+        if t is not None:
+            t.active = True
         if not parts:
             transport.write(b"".join(out))
             return
@@ -377,6 +427,10 @@ class _FrameServerProtocol(asyncio.Protocol):
         self._arm_partial_timer(False)
         unread = bytes(self._buf)
         self._buf.clear()
+        track = self._track
+        if track is not None:
+            track.lent = True  # in use, by the lane: never idle meanwhile
+            self.listener._guard.node.buffered(track, 0)  # the lane holds those bytes now
         return t.get_extra_info("socket").fileno(), unread
 
     def give_back(self, unread: bytes, waiting: DeferredReply | None = None) -> None:
@@ -387,6 +441,10 @@ class _FrameServerProtocol(asyncio.Protocol):
             slot = _Pending()
             self._queue.append(slot)
             waiting.bind(lambda body: self._settle(slot, body))
+        track = self._track
+        if track is not None:
+            track.lent = False
+            track.active = True
         if self.transport is None or self._closing:
             return
         self._buf += unread
@@ -417,7 +475,11 @@ class FrameListener:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         partial_frame_timeout_s: float = 30.0,
         max_in_flight: int = 64,
+        guard: ListenerGuard | None = None,
     ) -> None:
+        """`guard` admits the connections and holds the node-wide limits
+        (`kraft.server.connection_limits`); by default, a guard of this listener's own with
+        Kafka's defaults and `max_frame_bytes`."""
         self.host = host
         self.port = port
         self.name = name
@@ -425,6 +487,8 @@ class FrameListener:
         self._max_frame = max_frame_bytes
         self._partial_timeout = partial_frame_timeout_s
         self._max_in_flight = max_in_flight
+        self._guard = guard or ConnectionGuard(
+            ConnectionLimits(max_frame_bytes=max_frame_bytes)).listener(name)
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[_FrameServerProtocol] = set()
         self._next_id = 0
@@ -451,18 +515,19 @@ class FrameListener:
         """Stop accepting and close every connection."""
         if self._server is not None:
             self._server.close()
+        self._guard.stop()
         for conn in list(self._connections):
             conn.close()
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2)
 
-    def _bad_input(self, peer: PeerInfo, reason: str) -> None:
+    def _bad_input(self, peer: PeerInfo, reason: str, detail: str) -> None:
+        """A connection closed for bad input: counted by `reason` and logged, rate-limited."""
         self.connections_closed_for_bad_input += 1
-        log.warning(
-            "event=connection_closed listener=%s peer=%s:%d conn=%d reason=%r",
-            self.name, peer.host, peer.port, peer.connection_id, reason,
-        )
+        self._guard.node.bad_input.report(self.name, reason,
+                                          f"{peer.host}:{peer.port} conn={peer.connection_id}",
+                                          detail)
 
 
 FrameCallback = Callable[["bytes | memoryview | BaseException"], None]

@@ -83,6 +83,11 @@ class NodeLaneHost:
         return self._node.config.lane_tick_ms
 
     @property
+    def max_request_bytes(self) -> int:
+        """`socket.request.max.bytes`."""
+        return self._node.config.socket_request_max_bytes
+
+    @property
     def core(self) -> RaftCore | None:
         """The consensus core, None before the node started."""
         return self._node.core

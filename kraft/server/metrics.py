@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 DEFAULT_LATENCY_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -72,6 +72,65 @@ class Counter:
                 f"{self.name} {_fmt(self.value)}"]
 
 
+class CounterFamily:
+    """Counters of one name told apart by label values (`labels(...)` gives one, made at its
+    first use); rendered one line per label set, in the order they were first used."""
+
+    def __init__(self, name: str, help_text: str, label_names: tuple[str, ...]) -> None:
+        self.name = name
+        self.help = help_text
+        self.label_names = label_names
+        self._children: dict[tuple[str, ...], Counter] = {}
+
+    def labels(self, *values: str) -> Counter:
+        """The counter of these label values (one per label name)."""
+        child = self._children.get(values)
+        if child is None:
+            if len(values) != len(self.label_names):
+                raise ValueError(f"{self.name}: expected labels {self.label_names}, got {values}")
+            child = self._children[values] = Counter(self.name, self.help)
+        return child
+
+    def value(self, *values: str) -> float:
+        """The count of these label values (0 when never used)."""
+        child = self._children.get(values)
+        return child.value if child is not None else 0.0
+
+    def render(self) -> list[str]:
+        """Exposition lines."""
+        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} counter"]
+        for values, child in self._children.items():
+            labels = ",".join(f'{k}="{_escape_label(v)}"'
+                              for k, v in zip(self.label_names, values, strict=True))
+            lines.append(f"{self.name}{{{labels}}} {_fmt(child.value)}")
+        return lines
+
+
+class GaugeFamily:
+    """Gauges of one name told apart by label values, all read from `fn` at scrape time (a
+    mapping from label values to the value)."""
+
+    def __init__(self, name: str, help_text: str, label_names: tuple[str, ...],
+                 fn: Callable[[], Mapping[tuple[str, ...], float]]) -> None:
+        self.name = name
+        self.help = help_text
+        self.label_names = label_names
+        self._fn = fn
+
+    def render(self) -> list[str]:
+        """Exposition lines."""
+        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} gauge"]
+        for values, value in self._fn().items():
+            labels = ",".join(f'{k}="{_escape_label(v)}"'
+                              for k, v in zip(self.label_names, values, strict=True))
+            lines.append(f"{self.name}{{{labels}}} {_fmt(value)}")
+        return lines
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
 class Histogram:
     """Observations counted in cumulative buckets, with their sum and count."""
 
@@ -119,7 +178,7 @@ class Registry:
     """Holds the metrics of one node and renders them."""
 
     def __init__(self) -> None:
-        self._metrics: dict[str, Gauge | Counter | Histogram] = {}
+        self._metrics: dict[str, Gauge | Counter | CounterFamily | GaugeFamily | Histogram] = {}
 
     def gauge(self, name: str, help_text: str, fn: Callable[[], float] | None = None) -> Gauge:
         """Register a gauge."""
@@ -132,6 +191,20 @@ class Registry:
         c = Counter(name, help_text)
         self._metrics[name] = c
         return c
+
+    def counter_family(self, name: str, help_text: str,
+                       label_names: tuple[str, ...]) -> CounterFamily:
+        """Register counters told apart by labels."""
+        f = CounterFamily(name, help_text, label_names)
+        self._metrics[name] = f
+        return f
+
+    def gauge_family(self, name: str, help_text: str, label_names: tuple[str, ...],
+                     fn: Callable[[], Mapping[tuple[str, ...], float]]) -> GaugeFamily:
+        """Register gauges told apart by labels, read from `fn` at scrape time."""
+        f = GaugeFamily(name, help_text, label_names, fn)
+        self._metrics[name] = f
+        return f
 
     def histogram(
         self, name: str, help_text: str, buckets: tuple[float, ...] = DEFAULT_LATENCY_BUCKETS

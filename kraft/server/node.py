@@ -66,6 +66,7 @@ from kraft.server.admin import (
 from kraft.server.apply_driver import ApplyDriver, now_ms
 from kraft.server.client_protocol import ClientServer
 from kraft.server.config import NodeConfig
+from kraft.server.connection_limits import ConnectionGuard, ConnectionLimits
 from kraft.server.event_queue import EventQueue
 from kraft.server.executor import EffectExecutor
 from kraft.server.flusher import LogService
@@ -130,6 +131,10 @@ class KraftNode:
         """The node's metrics, rendered for /metrics."""
         self.metrics = self._setup_metrics()
         """The instruments the node's parts update (`kraft.server.node_metrics`)."""
+        self.connection_guard = ConnectionGuard(ConnectionLimits.from_config(config),
+                                                self.registry)
+        """The connection limits every listener of the node shares
+        (`kraft.server.connection_limits`)."""
         self.md: MetadataDir | None = None
         self.core: RaftCore | None = None
         self.metadata_version: int | None = None
@@ -234,15 +239,21 @@ class KraftNode:
         log.info("event=flusher replica=%d mode=%s engine=%s", cfg.node_id, cfg.flush_mode,
                  engine)
         bound = cfg.controller_listener
-        self.listener = FrameListener(bound.host, bound.port, self.peers.on_frame, name=bound.name)
+        guard = self.connection_guard
+        self.listener = FrameListener(bound.host, bound.port, self.peers.on_frame, name=bound.name,
+                                      max_frame_bytes=cfg.socket_request_max_bytes,
+                                      guard=guard.listener(bound.name))
         await self.listener.start()
         if cfg.http_listener is not None:
             self.admin = AdminServer(self, cfg.http_listener.host, cfg.http_listener.port,
-                                     metadata_dir=Path(cfg.metadata_dir))
+                                     metadata_dir=Path(cfg.metadata_dir),
+                                     guard=guard.listener("http", min(
+                                         cfg.max_connections, cfg.http_max_connections)))
             await self.admin.start()
         if cfg.client_listener is not None:
             self.client_server = ClientServer(self, cfg.client_listener.host,
-                                              cfg.client_listener.port)
+                                              cfg.client_listener.port,
+                                              guard=guard.listener("client"))
             await self.client_server.start()
         # Everything allocated so far (modules, configuration, the loaded state) lives as long
         # as the process: keep it out of every later full collection, which otherwise scans it
@@ -315,6 +326,7 @@ class KraftNode:
             self._core_task.cancel()
             with contextlib.suppress(BaseException):
                 await self._core_task
+        self.connection_guard.stop()
         if self.listener is not None:
             await self.listener.stop()
         if self.admin is not None:

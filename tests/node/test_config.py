@@ -216,3 +216,20 @@ def test_kraft_run_refuses_an_ssl_listener_naming_the_key(tmp_path: Path) -> Non
     assert done.returncode != 0
     assert "listener.security.protocol.map" in done.stderr and "SSL" in done.stderr
     assert not (tmp_path / "meta").exists()
+
+
+def test_connection_limits_default_to_kafkas_and_name_a_bad_value() -> None:
+    cfg = build_config(dict(BASE))
+    assert cfg.socket_request_max_bytes == 104_857_600
+    assert (cfg.max_connections, cfg.max_connections_per_ip) == (2_147_483_647, 2_147_483_647)
+    assert cfg.max_connections_per_ip_overrides == {}
+    assert cfg.connections_max_idle_ms == 600_000
+    assert cfg.socket_buffered_max_bytes == 128 * 1024 * 1024
+    cfg = build_config({**BASE, "max.connections.per.ip.overrides": "10.0.0.1:5, [::1]:0",
+                        "connections.max.idle.ms": "-1"})
+    assert cfg.max_connections_per_ip_overrides == {"10.0.0.1": 5, "::1": 0}
+    assert cfg.connections_max_idle_ms == -1
+    with pytest.raises(ConfigError, match=r"max\.connections\.per\.ip\.overrides.*host:count"):
+        build_config({**BASE, "max.connections.per.ip.overrides": "10.0.0.1"})
+    with pytest.raises(ConfigError, match=r"socket\.request\.max\.bytes"):
+        build_config({**BASE, "socket.request.max.bytes": "0"})

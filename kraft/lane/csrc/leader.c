@@ -47,6 +47,7 @@ typedef struct {
     PyObject_HEAD
     int client, log_fd;
     int64_t write_pos, write_limit, timestamp_ms, log_start;
+    uint32_t max_frame, client_max_frame; /* socket.request.max.bytes, within the lane's own */
     leader_lane lane;
     int32_t leader_id;
     char cluster_id[FETCH_TEMPLATE_TEXT];
@@ -281,11 +282,19 @@ static int leader_take_puts(LeaderShellObject *sh)
     int had_hw;
     int64_t hw_before;
     n = read_puts(sh->cin, sh->cin_len, puts, 512, &used);
+    for (k = 0; k < n; k++) { /* a frame above socket.request.max.bytes: Python's to refuse */
+        size_t start = puts[k].key_at - 4 - CLIENT_REQUEST_HEAD;
+        if (puts[k].value_at + puts[k].value_len - start - 4 > sh->client_max_frame) {
+            n = k;
+            used = start;
+            break;
+        }
+    }
     if (n == 0) {
         if (sh->cin_len >= 4 + CLIENT_REQUEST_HEAD && used == 0) {
             /* a whole frame, or a bad one, that the lane does not take */
             uint32_t length = be32(sh->cin);
-            if (length < CLIENT_REQUEST_HEAD || length > CLIENT_MAX_FRAME
+            if (length < CLIENT_REQUEST_HEAD || length > sh->client_max_frame
                 || sh->cin_len >= 4 + (size_t)length) {
                 sh->t.state = SHELL_HANDOVER;
                 return 0;
@@ -417,7 +426,7 @@ static int leader_take_fetches(LeaderShellObject *sh, shell_voter *v)
         uint32_t size = be32(v->in);
         fetch_request r;
         int has_read = 0;
-        if (size > SHELL_MAX_FRAME) {
+        if (size > sh->max_frame) { /* Python's listener refuses it, and says why */
             sh->t.state = SHELL_HANDOVER;
             return 0;
         }
@@ -700,20 +709,24 @@ static int LeaderShell_init(LeaderShellObject *self, PyObject *args, PyObject *k
     static char *kw[] = {"client", "voters", "log_fd", "write_pos", "lane", "leader_id",
                          "cluster_id", "log_start", "timestamp_ms", "linger_ms",
                          "hw_advanced_ms", "writes_streaming", "client_unread", "write_limit",
-                         NULL};
+                         "max_frame", NULL};
     PyObject *voters, *lane, *cluster, *seq, *client_unread = Py_None;
     int client, log_fd, leader_id, streaming = 0;
     long long write_pos, log_start, ts, linger = 0, hw_advanced = -(1LL << 62);
-    long long write_limit = INT64_MAX;
+    long long write_limit = INT64_MAX, max_frame = SHELL_MAX_FRAME;
     if (self->t.started || self->t.pipes_open) {
         PyErr_SetString(PyExc_RuntimeError, "a LeaderShell is set up once");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOiLOiOLL|LLpOL", kw, &client, &voters,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOiLOiOLL|LLpOLL", kw, &client, &voters,
                                      &log_fd, &write_pos, &lane, &leader_id, &cluster,
                                      &log_start, &ts, &linger, &hw_advanced, &streaming,
-                                     &client_unread, &write_limit))
+                                     &client_unread, &write_limit, &max_frame))
         return -1;
+    if (max_frame < 1) {
+        PyErr_SetString(PyExc_ValueError, "max_frame must be at least 1");
+        return -1;
+    }
     if (write_limit < write_pos) {
         PyErr_SetString(PyExc_ValueError, "write_limit must not be below write_pos");
         return -1;
@@ -760,6 +773,10 @@ static int LeaderShell_init(LeaderShellObject *self, PyObject *args, PyObject *k
     self->log_fd = log_fd;
     self->write_pos = write_pos;
     self->write_limit = write_limit;
+    /* the largest request frame the lane reads (socket.request.max.bytes), never above what
+     * the lane buffers per connection; a larger one goes back to the Python listener */
+    self->max_frame = max_frame < SHELL_MAX_FRAME ? (uint32_t)max_frame : SHELL_MAX_FRAME;
+    self->client_max_frame = max_frame < CLIENT_MAX_FRAME ? (uint32_t)max_frame : CLIENT_MAX_FRAME;
     self->lane = ((LeaderLaneObject *)lane)->s;
     self->leader_id = leader_id;
     self->log_start = log_start;
