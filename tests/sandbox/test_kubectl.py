@@ -347,7 +347,7 @@ def test_kubectl_explain_reads_the_crds_schema(sandbox: SandboxHandle) -> None:
     wait_for("the CRD served", lambda: sandbox.kubectl("get", "kq", check=False).returncode == 0)
     spec = sandbox.kubectl("explain", "kq.spec").stdout
     assert "KIND:       KRaftQuorum" in spec and "VERSION:    v1alpha1" in spec, spec
-    assert "replicas\t<integer>" in spec and "config\t<map[string]string>" in spec, spec
+    assert "replicas\t<integer>" in spec and "config\t<map[string]Object>" in spec, spec
     deeper = sandbox.kubectl("explain", "kq.spec.storage.onDelete").stdout
     assert "Retain" in deeper, deeper
     assert sandbox.kubectl("explain", "kq.spec.nothere", check=False).returncode != 0
