@@ -31,6 +31,29 @@ def setup_logging(level: str = "INFO") -> None:
     """Structured one-line logs on stderr."""
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), format=LOG_FORMAT,
                         stream=sys.stderr, force=True)
+    logging.getLogger("aiohttp.server").addFilter(BadHttpRequestFilter())
+
+
+class BadHttpRequestFilter(logging.Filter):
+    """aiohttp logs a request it cannot parse (a bad request line, header, length or chunk,
+    from a broken or hostile client) as an error with a traceback, after answering it 400 and
+    closing its connection: nothing in the node failed. Such a record becomes one warning line
+    naming the peer and what was wrong (`event=bad_http_request`); other records pass as
+    they are."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from aiohttp.http_exceptions import HttpProcessingError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError) and str(record.msg).startswith(
+                "Error handling request"):
+            peer = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+            record.msg = "event=bad_http_request peer=%s error=%r"
+            record.args = (peer, " ".join(str(exc).split())[:300])
+            record.exc_info = None
+            record.exc_text = None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
 
 
 # ---------------------------------------------------------------- run

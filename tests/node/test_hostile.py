@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -25,17 +27,26 @@ from kraft.server.local import LocalCluster, http_call
 from tests.node.test_failover import _final_reads
 from tests.node.test_nemesis import _converged
 from tests.support import hostile
-from tests.support.hostile import INT32_MAX, HostileClient, Target
+from tests.support.hostile import INT32_MAX, HostileClient, Target, targets_of
 from tests.support.kvclient import KVWorkload, http_op, new_session
 from tests.support.linearizability import check_history, dump_history
 
 HOSTILE_SECONDS = float(os.environ.get("KRAFT_HOSTILE_SECONDS", "5"))
 
-
-def hostile_targets(cluster: LocalCluster) -> list[Target]:
-    """Every port of every node of `cluster`."""
-    return [Target(n.node_id, n.host, n.port, n.client_port, n.http_port)
-            for n in cluster.nodes.values()]
+BAD_HTTP = r"""
+import socket, sys
+host, port = sys.argv[1], int(sys.argv[2])
+for raw in (
+    b"PUT /v1/kv/hostile-chunk HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"ffffffffffffffffffff\r\nabc\r\n",
+    b"GET /v1/kv/hostile-" + b"k" * 30000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+):
+    with socket.create_connection((host, port), timeout=5) as s:
+        s.sendall(raw)
+        print(s.recv(100).split(b"\r\n")[0].decode())
+"""
+"""Two requests aiohttp cannot parse (a chunk size past 64 bits, a 30 KB request line), sent
+from a process of their own; prints each status line."""
 
 
 def test_forged_frames_decode_as_what_they_forge() -> None:
@@ -124,7 +135,7 @@ async def test_hostile_client_cannot_stop_the_quorum(
             await asyncio.sleep(0.2)
 
     helpers = [asyncio.ensure_future(writer()), asyncio.ensure_future(watch_epochs())]
-    attacker = HostileClient(hostile_targets(cluster), seed=52, seconds=HOSTILE_SECONDS,
+    attacker = HostileClient(targets_of(cluster.nodes.values()), seed=52, seconds=HOSTILE_SECONDS,
                              cluster_id=cluster.cluster_id, vote_interval=2.0,
                              workdir=cluster.base)
     with attacker:
@@ -169,6 +180,26 @@ async def test_hostile_client_cannot_stop_the_quorum(
     assert report.max_epoch_seen < INT32_MAX, report.summary()
     print(f"hostile: {len(acked)} fresh writes acknowledged and read back on every node; "
           f"workload ok={workload.stats.ok} unknown={workload.stats.unknown}; epochs {epochs}")
+
+
+async def test_a_request_aiohttp_cannot_parse_is_one_warning_line(
+    clusters: Callable[..., LocalCluster],
+) -> None:
+    cluster = clusters(1)
+    await asyncio.to_thread(cluster.start_all)
+    await asyncio.to_thread(cluster.wait_ready, 1, 60)
+    node = cluster.nodes[1]
+    out = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-c", BAD_HTTP, node.host, str(node.http_port)],
+        capture_output=True, timeout=60, check=True)
+    assert [line.split()[1] for line in out.stdout.decode().splitlines()] == ["400", "400"]
+    assert (await asyncio.to_thread(http_call, node.http, "GET", "/healthz")).status == 200
+    deadline = time.monotonic() + 10
+    while (text := node.log_path.read_text(errors="replace")).count(
+            "event=bad_http_request") < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert text.count("event=bad_http_request") == 2, text[-3000:]
+    assert "Chunk size" in text and "Traceback" not in text, text[-3000:]
 
 
 def test_targets_are_loopback_only() -> None:
