@@ -58,7 +58,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,6 +89,12 @@ class Target:
     controller_port: int
     client_port: int
     http_port: int
+
+
+def targets_of(nodes: Iterable[Any]) -> list[Target]:
+    """Every port of every node (anything with `node_id`, `host`, `port`, `client_port` and
+    `http_port`, such as a `LocalCluster`'s nodes)."""
+    return [Target(n.node_id, n.host, n.port, n.client_port, n.http_port) for n in nodes]
 
 
 @dataclass
@@ -465,9 +471,17 @@ class Attacker:
     async def run(self) -> None:
         """Attack until `seconds` pass, `max_attacks` are sent or `stop()`."""
         deadline = self._started + self.seconds
-        workers = [self._worker(random.Random(f"{self.seed}-{i}"), deadline)
-                   for i in range(self.concurrency)]
-        await asyncio.gather(self._watch_epochs(deadline), *workers)
+        tasks = [asyncio.ensure_future(self._worker(random.Random(f"{self.seed}-{i}"), deadline))
+                 for i in range(self.concurrency)]
+        tasks.append(asyncio.ensure_future(self._watch_epochs(deadline)))
+        stopped = asyncio.ensure_future(self._stop.wait())
+        finished = asyncio.ensure_future(asyncio.wait(tasks))
+        await asyncio.wait([finished, stopped], return_when=asyncio.FIRST_COMPLETED)
+        if not finished.done():  # stopped: a second for the attacks under way, then they end
+            await asyncio.wait(tasks, timeout=1.0)
+        for task in [*tasks, stopped, finished]:
+            task.cancel()
+        await asyncio.gather(*tasks, stopped, finished, return_exceptions=True)
 
     def report(self) -> HostileReport:
         """What was sent so far."""
