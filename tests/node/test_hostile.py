@@ -44,9 +44,14 @@ for raw in (
     with socket.create_connection((host, port), timeout=5) as s:
         s.sendall(raw)
         print(s.recv(100).split(b"\r\n")[0].decode())
+# a body cut short: the client goes away after 10 of 1000 bytes
+with socket.create_connection((host, port), timeout=5) as s:
+    s.sendall(b"PUT /v1/kv/hostile-short HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"
+              + b"x" * 10)
 """
-"""Two requests aiohttp cannot parse (a chunk size past 64 bits, a 30 KB request line), sent
-from a process of their own; prints each status line."""
+"""Two requests aiohttp cannot parse (a chunk size past 64 bits, a 30 KB request line), then one
+whose client goes away in the middle of its body, sent from a process of their own; prints the
+status lines of the first two."""
 
 
 def test_forged_frames_decode_as_what_they_forge() -> None:
@@ -195,10 +200,11 @@ async def test_a_request_aiohttp_cannot_parse_is_one_warning_line(
     assert [line.split()[1] for line in out.stdout.decode().splitlines()] == ["400", "400"]
     assert (await asyncio.to_thread(http_call, node.http, "GET", "/healthz")).status == 200
     deadline = time.monotonic() + 10
-    while (text := node.log_path.read_text(errors="replace")).count(
-            "event=bad_http_request") < 2 and time.monotonic() < deadline:
+    while ((text := node.log_path.read_text(errors="replace")).count("event=bad_http_request")
+           + text.count("event=http_client_gone") < 3 and time.monotonic() < deadline):
         await asyncio.sleep(0.1)
     assert text.count("event=bad_http_request") == 2, text[-3000:]
+    assert text.count("event=http_client_gone") == 1, text[-3000:]
     assert "Chunk size" in text and "Traceback" not in text, text[-3000:]
 
 
