@@ -146,7 +146,9 @@ async def test_hostile_client_cannot_stop_the_quorum(
     with attacker:
         report = await asyncio.to_thread(attacker.wait, HOSTILE_SECONDS + 60)
     print(report.summary())
-    assert report.attacks > 20 and len(report.sent) > 20, report.summary()
+    assert report.attacks > 20 and len(report.sent) >= 15, report.summary()
+    assert report.sent.get("vote_plausible", 0) >= 1, report.summary()
+    assert not any("hostile client error" in o for o in report.outcomes), report.summary()
     # the quorum serves once the attack is over: new writes commit (an election the forged
     # votes caused may still be under way: bounded)
     acked_during = len(acked)

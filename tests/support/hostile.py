@@ -56,6 +56,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
@@ -127,9 +128,9 @@ class HostileClient:
     test."""
 
     def __init__(self, targets: list[Target], *, seed: int, seconds: float,
-                 max_attacks: int = 100_000, concurrency: int = 3,
+                 max_attacks: int = 100_000, concurrency: int = 4,
                  plausible_votes: bool = True, vote_interval: float = 3.0,
-                 cluster_id: str | None = None, io_timeout: float = 2.0,
+                 cluster_id: str | None = None, io_timeout: float = 1.0,
                  pause: tuple[float, float] = (0.005, 0.05),
                  workdir: Path | None = None) -> None:
         for t in targets:
@@ -409,7 +410,6 @@ class Attacker:
         self.attacks = 0
         self.epochs: dict[int, int] = {}
         self.max_epoch_seen = -1
-        self._last_vote = 0.0
         self._corr = 0
         self._stop = asyncio.Event()
         self._started = time.monotonic()
@@ -434,8 +434,6 @@ class Attacker:
             ("forward_long_key", CONTROLLER, 2, self._forward_long_key),
             ("forward_big_value", CONTROLLER, 1, self._forward_big_value),
             ("forward_lying_lengths", CONTROLLER, 3, self._forward_lying),
-            ("vote_plausible", CONTROLLER, 1, self._vote_plausible),
-            ("prevote_plausible", CONTROLLER, 1, self._prevote_plausible),
             ("client_garbage", CLIENT, 5, self._client_garbage),
             ("client_length_huge", CLIENT, 3, self._client_length_huge),
             ("client_length_short", CLIENT, 3, self._client_length_short),
@@ -446,6 +444,7 @@ class Attacker:
             ("client_put_12mib", CLIENT, 1, self._client_put_big),
             ("client_key_30kb", CLIENT, 3, self._client_long_key),
             ("client_pipeline_close", CLIENT, 2, self._client_pipeline_close),
+            ("client_idle_then_bad", CLIENT, 4, self._client_idle_then_bad),
             ("http_garbage", HTTP, 4, self._http_garbage),
             ("http_slow_headers", HTTP, 2, self._http_slow_headers),
             ("http_slow_body", HTTP, 2, self._http_slow_body),
@@ -461,6 +460,9 @@ class Attacker:
         ]
         self.kinds = kinds
         self._weights = [w for _, _, w, _ in kinds]
+        self.plausible = [("vote_plausible", CONTROLLER, 1, self._vote_plausible),
+                          ("prevote_plausible", CONTROLLER, 1, self._prevote_plausible)]
+        """Sent one at a time, `vote_interval` apart (`_plausible_votes`)."""
 
     # ------------------------------------------------------------------ running
 
@@ -474,6 +476,9 @@ class Attacker:
         tasks = [asyncio.ensure_future(self._worker(random.Random(f"{self.seed}-{i}"), deadline))
                  for i in range(self.concurrency)]
         tasks.append(asyncio.ensure_future(self._watch_epochs(deadline)))
+        if self.plausible_votes:
+            tasks.append(asyncio.ensure_future(
+                self._plausible_votes(random.Random(f"{self.seed}-votes"), deadline)))
         stopped = asyncio.ensure_future(self._stop.wait())
         finished = asyncio.ensure_future(asyncio.wait(tasks))
         await asyncio.wait([finished, stopped], return_when=asyncio.FIRST_COMPLETED)
@@ -496,18 +501,34 @@ class Attacker:
     async def _worker(self, rng: random.Random, deadline: float) -> None:
         while not self._done(deadline):
             kind, port, _, build = rng.choices(self.kinds, self._weights)[0]
-            if kind in ("vote_plausible", "prevote_plausible"):
-                now = time.monotonic()
-                if not self.plausible_votes or now - self._last_vote < self.vote_interval:
-                    continue
-                self._last_vote = now
-            target = rng.choice(self.targets)
-            self.attacks += 1
-            self.sent[kind] += 1
-            outcome = await self._attack(kind, port, target, build, rng)
-            self.outcomes[f"{kind} {outcome}"] += 1
+            await self._one(kind, port, build, rng)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), rng.uniform(*self.pause))
+
+    async def _plausible_votes(self, rng: random.Random, deadline: float) -> None:
+        """One plausible Vote or PreVote every `vote_interval` seconds, the first after one."""
+        turn = 0
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.vote_interval)
+            if self._done(deadline):
+                return
+            kind, port, _, build = self.plausible[turn % len(self.plausible)]
+            turn += 1
+            await self._one(kind, port, build, rng)
+
+    async def _one(self, kind: str, port: str,
+                   build: Callable[[random.Random, Target], Awaitable[list[Step]]],
+                   rng: random.Random) -> None:
+        target = rng.choice(self.targets)
+        self.attacks += 1
+        self.sent[kind] += 1
+        try:
+            outcome = await self._attack(kind, port, target, build, rng)
+        except Exception as exc:  # a bug here: counted and shown, and the attacks go on
+            traceback.print_exc()
+            outcome = f"hostile client error {type(exc).__name__}"
+        self.outcomes[f"{kind} {outcome}"] += 1
 
     async def _watch_epochs(self, deadline: float) -> None:
         """Each node's epoch from its /v1/status (for plausible Votes and the report)."""
@@ -562,7 +583,10 @@ class Attacker:
             if port == CONTROLLER:
                 return await self._read_kafka(kind, reader)
             if port == CLIENT:
-                return await self._read_client(reader)
+                first = await self._read_client(reader)
+                if kind != "client_idle_then_bad" or not first.startswith("status"):
+                    return first
+                return f"{first}, then {await self._read_client(reader)}"
             answer = await asyncio.wait_for(reader.read(256), self.io_timeout)
             if not answer:
                 return "closed"
@@ -581,6 +605,8 @@ class Attacker:
         try:
             size = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4),
                                                               self.io_timeout))[0]
+            if size < 0:
+                return f"answered a size of {size}"
             body = await asyncio.wait_for(reader.readexactly(min(size, 1 << 20)),
                                           self.io_timeout)
         except asyncio.IncompleteReadError as exc:
@@ -600,8 +626,12 @@ class Attacker:
         self._corr += 1
         return self._corr
 
-    def _epoch(self) -> int:
-        return max(self.epochs.values(), default=1)
+    def _epoch(self, node_id: int | None = None) -> int:
+        """The highest epoch seen (of `node_id`, when given and seen), within int32 (a node
+        past it failed already)."""
+        seen = self.epochs.get(node_id) if node_id is not None else None
+        return min(seen if seen is not None else max(self.epochs.values(), default=1),
+                   INT32_MAX)
 
     def _voter_or_other(self, rng: random.Random) -> int:
         return rng.choice([*self.voter_ids, *self.voter_ids, -1, 0, 9999, INT32_MAX, INT32_MIN])
@@ -746,7 +776,7 @@ class Attacker:
         return [(self._forward(body), 0.0)]
 
     async def _vote_plausible(self, rng: random.Random, t: Target) -> list[Step]:
-        epoch = self._epoch() + 1
+        epoch = min(self._epoch() + 1, INT32_MAX)
         if rng.random() < 0.5:  # a replica that is no voter, with a long log: may be granted
             candidate, last_epoch, last_offset = 900 + rng.randrange(50), epoch - 1, 2**40
         else:  # a real voter with an empty log: never granted
@@ -759,7 +789,7 @@ class Attacker:
         return [(self._kafka(52, 2, body, flexible=True), 0.0)]
 
     async def _prevote_plausible(self, rng: random.Random, t: Target) -> list[Step]:
-        epoch = self.epochs.get(t.node_id, self._epoch())
+        epoch = self._epoch(t.node_id)
         body = vote_request(version=2, cluster_id=self.cluster_id, voter_id=t.node_id,
                             epoch=epoch, candidate_id=rng.choice(self.voter_ids),
                             last_epoch=epoch, last_offset=2**40, pre_vote=True)
@@ -807,6 +837,23 @@ class Attacker:
     async def _client_pipeline_close(self, rng: random.Random, t: Target) -> list[Step]:
         frames = b"".join(client_request(i, 4, b"hostile-pipe") for i in range(200))
         return [(frames, 0.0)]
+
+    async def _client_idle_then_bad(self, rng: random.Random, t: Target) -> list[Step]:
+        # a well-behaved connection first, then quiet: a leader whose only client connection
+        # it is may lend it to its native lane (kraft.lane.leader), whose loop then reads the
+        # bad frame that follows
+        key = b"hostile-lane"
+        bad = rng.choice([
+            lambda: struct.pack(">I", rng.choice([2**32 - 1, 16 * 1024 * 1024 + 1])),
+            lambda: struct.pack(">I", rng.randrange(0, 7)) + rng.randbytes(8),
+            lambda: CLIENT_HEAD.pack(7 + len(key), 9, 1, 65535) + key,
+            lambda: client_request(9, 1, b"hostile-\xff\xfe", b"v"),
+            lambda: client_request(9, rng.choice([0, 5, 255]), key, b"v"),
+            lambda: client_request(9, 1, b"hostile-" + b"k" * LONG_KEY_BYTES, b"v"),
+            lambda: client_request(9, 1, key, rng.randbytes(64) * (BIG_VALUE_BYTES // 64)),
+            lambda: rng.randbytes(rng.randrange(1, 512)),
+        ])()
+        return [(client_request(8, 4, key), rng.uniform(0.2, 1.0)), (bad, 0.0)]
 
     # ------------------------------------------------------------------ admin HTTP port
 
