@@ -571,8 +571,12 @@ class Attacker:
         try:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(t.host, number), self.io_timeout)
-        except (OSError, TimeoutError):
-            return "refused"
+        except ConnectionRefusedError:
+            return "refused"  # the node is down
+        except TimeoutError:
+            return "connect timeout"  # frozen, its backlog full
+        except OSError as exc:
+            return f"connect {type(exc).__name__}"
         try:
             for data, wait in steps:
                 if data:
