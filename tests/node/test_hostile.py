@@ -158,7 +158,8 @@ async def test_hostile_client_cannot_stop_the_quorum(
     stop.set()
     workload.stop()
     await asyncio.gather(runner, *helpers)
-    exited = {nid: p.poll() for nid, p in processes.items() if p is not None and p.poll() is not None}
+    exited = {nid: p.returncode for nid, p in processes.items()
+              if p is not None and p.poll() is not None}
     assert not exited, f"nodes exited by themselves (exit codes) {exited}; logs in {cluster.base}"
     assert len(acked) >= acked_during + 10, (
         f"the quorum stopped committing: {len(acked)} writes acknowledged, {acked_during} "

@@ -262,8 +262,9 @@ async def test_random_crashes_and_pauses_stay_linearizable_and_converge(
                           clients=3 if LEADER_LANE else 6, seed=seed, timeout=5.0,
                           binary=binary)
     runner = asyncio.ensure_future(workload.run())
-    attacker = HostileClient(targets_of(cluster.nodes.values()), seed=seed, seconds=NEMESIS_SECONDS + 60,
-                             cluster_id=cluster.cluster_id, workdir=cluster.base)
+    attacker = HostileClient(targets_of(cluster.nodes.values()), seed=seed,
+                             seconds=NEMESIS_SECONDS + 60, cluster_id=cluster.cluster_id,
+                             workdir=cluster.base)
     exits = Exits(cluster)
     if HOSTILE:
         attacker.start()
@@ -276,8 +277,13 @@ async def test_random_crashes_and_pauses_stay_linearizable_and_converge(
     for nid, node in cluster.nodes.items():
         if not node.alive:
             await asyncio.to_thread(cluster.start, nid)
-    for nid in cluster.nodes:
-        await asyncio.to_thread(cluster.wait_ready, nid, 60)
+    try:
+        for nid in cluster.nodes:
+            await asyncio.to_thread(cluster.wait_ready, nid, 60)
+    except TimeoutError as exc:
+        hostile = report.summary() if report is not None else "no hostile client"
+        raise AssertionError(f"{exc}; exited by themselves {exits.by_themselves}; {hostile}; "
+                             f"{actions}") from None
     ok_at_heal = workload.stats.ok
     # writes go on once healed (an election may still be under way: wait for it, bounded)
     deadline = time.monotonic() + 30

@@ -915,8 +915,8 @@ class Attacker:
 
     async def _http_bad_path(self, rng: random.Random, t: Target) -> list[Step]:
         path = rng.choice(["/v1/kv/hostile-%ff%fe", "/v1/kv/hostile-%00", "/v1/kv/%",
-                           "/v1/kv/hostile-%zz", "/v1/kv/", "/v1/kv//x", "/v1/kv/hostile-a?stale=%ff",
-                           "/../../etc/passwd", "*"])
+                           "/v1/kv/hostile-%zz", "/v1/kv/", "/v1/kv//x",
+                           "/v1/kv/hostile-a?stale=%ff", "/../../etc/passwd", "*"])
         method = rng.choice(["GET", "PUT", "DELETE", "BREW"])
         return [(f"{method} {path} HTTP/1.1\r\nHost: {t.host}\r\nContent-Length: 1\r\n\r\nv"
                  .encode(), 0.0)]
