@@ -29,6 +29,7 @@ from tests.node.test_nemesis import _converged
 from tests.support import hostile
 from tests.support.hostile import INT32_MAX, HostileClient, Target, targets_of
 from tests.support.kvclient import KVWorkload, http_op, new_session
+from tests.support.lane_mode import lane_off
 from tests.support.linearizability import check_history, dump_history
 
 HOSTILE_SECONDS = float(os.environ.get("KRAFT_HOSTILE_SECONDS", "5"))
@@ -209,6 +210,41 @@ async def test_a_request_aiohttp_cannot_parse_is_one_warning_line(
     assert text.count("event=bad_http_request") == 2, text[-3000:]
     assert text.count("event=http_client_gone") == 1, text[-3000:]
     assert "Chunk size" in text and "Traceback" not in text, text[-3000:]
+
+
+@pytest.mark.skipif(lane_off(), reason="the leader lane is off (TEST_LANE=off)")
+async def test_bad_frames_on_a_connection_the_leader_lane_holds(
+    clusters: Callable[..., LocalCluster],
+) -> None:
+    # One client connection, well-behaved then quiet, so the leader lends it to its native
+    # lane, then a bad frame of each variant in turn: the lane's loop reads them.
+    cluster = clusters(3)
+    await asyncio.to_thread(cluster.start_all)
+    leader = await asyncio.to_thread(cluster.wait_for_leader, 60)
+    processes = {nid: n.process for nid, n in cluster.nodes.items()}
+    attacker = HostileClient(targets_of([cluster.nodes[leader]]), seed=7, seconds=60,
+                             max_attacks=8, concurrency=1, plausible_votes=False,
+                             kinds=["client_idle_then_bad"], workdir=cluster.base)
+    with attacker:
+        report = await asyncio.to_thread(attacker.wait, 90)
+    print(report.summary())
+    exited = {nid: p.returncode for nid, p in processes.items()
+              if p is not None and p.poll() is not None}
+    assert not exited, (f"nodes exited by themselves (exit codes) {exited}; logs in "
+                        f"{cluster.base}", report.summary())
+    lane = (await asyncio.to_thread(cluster.status, leader) or {}).get("leader_lane", {})
+    assert lane.get("arms", 0) > 0, ("the lane never held the connection", lane)
+    variants = {o.split(" ", 1)[1].split(":")[0] for o in report.outcomes}
+    assert len(variants) == 8, report.summary()
+    # a key or a value above its limit is refused on this path too, never taken (status 0)
+    taken = [o for o in report.outcomes if o.endswith("then status 0")]
+    assert not taken, report.summary()
+    leader = await asyncio.to_thread(cluster.wait_for_leader, 30)
+    put = await asyncio.to_thread(cluster.put, "after-lane", b"v", leader)
+    assert put.status == 200, put
+    for nid, node in cluster.nodes.items():
+        text = node.log_path.read_text(errors="replace")
+        assert "event=fatal" not in text and "Traceback" not in text, (nid, str(node.log_path))
 
 
 def test_targets_are_loopback_only() -> None:

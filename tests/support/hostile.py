@@ -125,14 +125,14 @@ class HostileClient:
 
     `start()` launches it; `stop()` ends it early (SIGTERM), `wait()` lets it finish; both
     return its `HostileReport`. Use it as a context manager so the process never outlives the
-    test."""
+    test. `kinds` narrows the attacks to those named (default: all)."""
 
     def __init__(self, targets: list[Target], *, seed: int, seconds: float,
                  max_attacks: int = 100_000, concurrency: int = 4,
                  plausible_votes: bool = True, vote_interval: float = 3.0,
                  cluster_id: str | None = None, io_timeout: float = 1.0,
                  pause: tuple[float, float] = (0.005, 0.05),
-                 workdir: Path | None = None) -> None:
+                 kinds: list[str] | None = None, workdir: Path | None = None) -> None:
         for t in targets:
             if not ipaddress.ip_address(t.host).is_loopback:
                 raise ValueError(f"hostile client targets loopback only, not {t.host}")
@@ -141,6 +141,7 @@ class HostileClient:
             "max_attacks": max_attacks, "concurrency": concurrency,
             "plausible_votes": plausible_votes, "vote_interval": vote_interval,
             "cluster_id": cluster_id, "io_timeout": io_timeout, "pause": list(pause),
+            "kinds": kinds,
         }
         self._dir = Path(workdir or tempfile.mkdtemp(prefix="hostile-"))
         self._dir.mkdir(parents=True, exist_ok=True)
@@ -411,6 +412,10 @@ class Attacker:
         self.epochs: dict[int, int] = {}
         self.max_epoch_seen = -1
         self._corr = 0
+        self._variants: dict[int, str] = {}
+        self._turns: dict[int, int] = {}
+        """Which variant of its kind the attack under way is, by its worker's rng (a kind
+        with variants names it here, and the report counts outcomes per variant)."""
         self._stop = asyncio.Event()
         self._started = time.monotonic()
         kinds: list[tuple[str, str, int, Callable[[random.Random, Target],
@@ -458,6 +463,12 @@ class Attacker:
             ("http_bad_path", HTTP, 3, self._http_bad_path),
             ("http_huge_header", HTTP, 2, self._http_huge_header),
         ]
+        only = config.get("kinds")
+        if only is not None:
+            unknown = set(only) - {k for k, _, _, _ in kinds}
+            if unknown:
+                raise ValueError(f"unknown attack kinds {sorted(unknown)}")
+            kinds = [k for k in kinds if k[0] in only]
         self.kinds = kinds
         self._weights = [w for _, _, w, _ in kinds]
         self.plausible = [("vote_plausible", CONTROLLER, 1, self._vote_plausible),
@@ -474,7 +485,7 @@ class Attacker:
         """Attack until `seconds` pass, `max_attacks` are sent or `stop()`."""
         deadline = self._started + self.seconds
         tasks = [asyncio.ensure_future(self._worker(random.Random(f"{self.seed}-{i}"), deadline))
-                 for i in range(self.concurrency)]
+                 for i in range(self.concurrency if self.kinds else 0)]
         tasks.append(asyncio.ensure_future(self._watch_epochs(deadline)))
         if self.plausible_votes:
             tasks.append(asyncio.ensure_future(
@@ -528,7 +539,8 @@ class Attacker:
         except Exception as exc:  # a bug here: counted and shown, and the attacks go on
             traceback.print_exc()
             outcome = f"hostile client error {type(exc).__name__}"
-        self.outcomes[f"{kind} {outcome}"] += 1
+        variant = self._variants.pop(id(rng), None)
+        self.outcomes[f"{kind} {variant + ': ' if variant else ''}{outcome}"] += 1
 
     async def _watch_epochs(self, deadline: float) -> None:
         """Each node's epoch from its /v1/status (for plausible Votes and the report)."""
@@ -847,16 +859,23 @@ class Attacker:
         # it is may lend it to its native lane (kraft.lane.leader), whose loop then reads the
         # bad frame that follows
         key = b"hostile-lane"
-        bad = rng.choice([
-            lambda: struct.pack(">I", rng.choice([2**32 - 1, 16 * 1024 * 1024 + 1])),
-            lambda: struct.pack(">I", rng.randrange(0, 7)) + rng.randbytes(8),
-            lambda: CLIENT_HEAD.pack(7 + len(key), 9, 1, 65535) + key,
-            lambda: client_request(9, 1, b"hostile-\xff\xfe", b"v"),
-            lambda: client_request(9, rng.choice([0, 5, 255]), key, b"v"),
-            lambda: client_request(9, 1, b"hostile-" + b"k" * LONG_KEY_BYTES, b"v"),
-            lambda: client_request(9, 1, key, rng.randbytes(64) * (BIG_VALUE_BYTES // 64)),
-            lambda: rng.randbytes(rng.randrange(1, 512)),
-        ])()
+        variants: dict[str, Callable[[], bytes]] = {
+            "length_huge": lambda: struct.pack(">I", rng.choice([2**32 - 1, 16 * 1024 * 1024 + 1])),
+            "length_short": lambda: struct.pack(">I", rng.randrange(0, 7)) + rng.randbytes(8),
+            "key_overrun": lambda: CLIENT_HEAD.pack(7 + len(key), 9, 1, 65535) + key,
+            "key_not_utf8": lambda: client_request(9, 1, b"hostile-\xff\xfe", b"v"),
+            "unknown_op": lambda: client_request(9, rng.choice([0, 5, 255]), key, b"v"),
+            "key_30kb": lambda: client_request(9, 1, b"hostile-" + b"k" * LONG_KEY_BYTES, b"v"),
+            "put_12mib": lambda: client_request(9, 1, key,
+                                                rng.randbytes(64) * (BIG_VALUE_BYTES // 64)),
+            "garbage": lambda: rng.randbytes(rng.randrange(1, 512)),
+        }
+        # each in turn (from a random one), so that a few attacks cover them all
+        turn = self._turns.get(id(rng), rng.randrange(len(variants)))
+        self._turns[id(rng)] = turn + 1
+        name = sorted(variants)[turn % len(variants)]
+        self._variants[id(rng)] = name
+        bad = variants[name]()
         return [(client_request(8, 4, key), rng.uniform(0.2, 1.0)), (bad, 0.0)]
 
     # ------------------------------------------------------------------ admin HTTP port
