@@ -2,8 +2,7 @@
 quorum with bad input, for the process tests and the node soak.
 
 It holds no credential and uses none of the node's code: Kafka frames are built here by hand
-or, for Fetch, DescribeQuorum and ApiVersions, with kafka-python's codecs (an independent
-encoder); the binary KV client protocol (`kraft.server.client_protocol`) and HTTP
+or, for Fetch and ApiVersions, with kafka-python's codecs (an independent encoder); the binary KV client protocol (`kraft.server.client_protocol`) and HTTP
 (`kraft.server.admin`) are written as raw bytes. `HostileClient` (the test's side) starts
 `python -m tests.support.hostile` with a JSON config, stops it, and reads back what it sent.
 
@@ -18,7 +17,8 @@ The attacks, each a `kind` counted in the report (per port):
   12 MiB value or lying lengths;
 * binary KV client port: garbage, lengths too large or too small, truncated frames, keys that
   overrun the frame or are not UTF-8, unknown ops, 12 MiB PUTs, 30 KB keys, a pipeline of
-  requests then a close without reading;
+  requests then a close without reading; a request answered, a quiet moment (a leader may lend
+  the connection to its native lane then), and one bad frame of each of those variants in turn;
 * admin HTTP port: garbage, headers or bodies trickled byte by byte and never finished, a body
   shorter than its Content-Length, 12 MiB PUTs (with a length and chunked), 30 KB keys, bad
   Content-Length and chunk sizes, bad CAS bodies, bad percent-encoding, a 100 KB header.
@@ -38,7 +38,8 @@ voter's own request of that epoch without looking at its log.
 
 Every write the attacks might get applied uses keys starting `hostile-`, apart from any
 workload's keys. Targets must be loopback addresses; the run is bounded by `seconds` and
-`max_attacks`, every connection by `io_timeout`.
+`max_attacks`, every connection by `io_timeout`. Each worker draws from its own
+`random.Random` seeded from `seed`, so a run's choices repeat (their timing does not).
 """
 
 from __future__ import annotations
@@ -413,9 +414,10 @@ class Attacker:
         self.max_epoch_seen = -1
         self._corr = 0
         self._variants: dict[int, str] = {}
-        self._turns: dict[int, int] = {}
         """Which variant of its kind the attack under way is, by its worker's rng (a kind
         with variants names it here, and the report counts outcomes per variant)."""
+        self._turns: dict[int, int] = {}
+        """The next variant each worker sends (they take turns)."""
         self._stop = asyncio.Event()
         self._started = time.monotonic()
         kinds: list[tuple[str, str, int, Callable[[random.Random, Target],
