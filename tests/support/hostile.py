@@ -32,9 +32,10 @@ Plausible Votes, labelled `vote_plausible` and `prevote_plausible`, are sent at 
 (`vote_interval` seconds apart, none with `plausible_votes=False`): a Vote one epoch ahead,
 either for a replica id that is no voter (with a long log: it may be granted, and costs an
 election) or for a real voter with an empty log (never granted); a PreVote at the current
-epoch. They cost availability, never data: a forged Vote for a real voter with a longer log
-than that voter's own is never sent, since a voter that granted it would grant the real
-voter's own request of that epoch without looking at its log.
+epoch. They cost availability, never data. A forged Vote for a real voter with a longer log
+than that voter's own is never sent: Kafka's voters grant a candidate they voted for in an
+epoch again without comparing logs, so under Kafka's rules the real voter's own request of
+that epoch would win with a stale log.
 
 Every write the attacks might get applied uses keys starting `hostile-`, apart from any
 workload's keys. Targets must be loopback addresses; the run is bounded by `seconds` and
