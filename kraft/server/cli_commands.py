@@ -31,6 +31,36 @@ def setup_logging(level: str = "INFO") -> None:
     """Structured one-line logs on stderr."""
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), format=LOG_FORMAT,
                         stream=sys.stderr, force=True)
+    logging.getLogger("aiohttp.server").addFilter(BadHttpRequestFilter())
+
+
+class BadHttpRequestFilter(logging.Filter):
+    """aiohttp logs a request it cannot parse (a bad request line, header, length or chunk,
+    from a broken or hostile client) as an error with a traceback, after answering it 400 and
+    closing its connection, and so a request whose client went away before sending all of
+    its body: nothing in the node failed either time. Such a record becomes one warning line
+    naming the peer and what was wrong (`event=bad_http_request`, `event=http_client_gone`);
+    other records pass as they are."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from aiohttp.http_exceptions import HttpProcessingError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if not str(record.msg).startswith("Error handling request"):
+            return True
+        if isinstance(exc, HttpProcessingError):
+            event = "bad_http_request"
+        elif isinstance(exc, ConnectionResetError):
+            event = "http_client_gone"
+        else:
+            return True
+        peer = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+        record.msg = f"event={event} peer=%s error=%r"
+        record.args = (peer, " ".join(str(exc).split())[:300])
+        record.exc_info = None
+        record.exc_text = None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
 
 
 # ---------------------------------------------------------------- run

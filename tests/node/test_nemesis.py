@@ -18,6 +18,11 @@ followers' native lane (`kraft.lane.follower`). `KRAFT_NEMESIS_LEADER_LANE=1` ru
 native lane (`kraft.lane.leader`) too, and adds a client of the binary protocol to the workload
 (one connection that follows the leader, as the lane serves it), with three HTTP clients
 instead of six.
+
+`KRAFT_NEMESIS_HOSTILE` (default 1; 0 turns it off) runs a hostile client beside the nemesis for
+the whole time it runs (tests/support/hostile.py: its own process, seeded with the seed, sending
+garbage, forged epochs, oversized and truncated frames to every port of every node). Afterwards
+every node process still runs or was stopped by the nemesis itself: none exited on its own.
 """
 
 from __future__ import annotations
@@ -35,12 +40,14 @@ import pytest
 from kraft.server.local import LocalCluster, http_call
 from kraft.server.quorum_admin import QuorumAdminError, describe_quorum
 from tests.node.test_failover import _final_reads
+from tests.support.hostile import HostileClient, targets_of
 from tests.support.kvclient import KVWorkload
 from tests.support.linearizability import check_history, dump_history
 
 NEMESIS_SECONDS = float(os.environ.get("KRAFT_NEMESIS_SECONDS", "20"))
 NEMESIS_SEEDS = [int(s) for s in os.environ.get("KRAFT_NEMESIS_SEEDS", "7,8").split(",")]
 NEMESIS_VOTERS = int(os.environ.get("KRAFT_NEMESIS_VOTERS", "3"))
+HOSTILE = os.environ.get("KRAFT_NEMESIS_HOSTILE", "1") != "0"
 
 SMALL_LOG = {
     "metadata.log.max.record.bytes.between.snapshots": "16384",
@@ -125,13 +132,43 @@ def _tear_tail(metadata_dir: Path, rng: random.Random) -> str:
     return f"{path.name} +{how} at offset {next_offset}"
 
 
-async def _nemesis(cluster: LocalCluster, rng: random.Random, seconds: float) -> list[str]:
+class Exits:
+    """Which node processes ended without the nemesis stopping them (a crash, a fatal error):
+    `check` before every signal the nemesis sends, `kill` in place of `cluster.kill`."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
+        self.stopped: set[int] = set()  # pids the nemesis signalled to end
+        self.by_themselves: list[str] = []
+        self._seen: set[int] = set()
+
+    def check(self) -> None:
+        """Note every node process that ended and was not told to."""
+        for nid, node in self.cluster.nodes.items():
+            proc = node.process
+            if proc is None or proc.poll() is None or proc.pid in self.stopped | self._seen:
+                continue
+            self._seen.add(proc.pid)
+            self.by_themselves.append(f"node{nid} pid {proc.pid} exited {proc.returncode}")
+
+    def kill(self, node_id: int, sig: int) -> None:
+        """`cluster.kill`, once a process that already ended is noted."""
+        self.check()
+        proc = self.cluster.nodes[node_id].process
+        if proc is not None and proc.poll() is None:
+            self.stopped.add(proc.pid)
+        self.cluster.kill(node_id, sig)
+
+
+async def _nemesis(cluster: LocalCluster, rng: random.Random, seconds: float,
+                   exits: Exits) -> list[str]:
     """Fault one node at a time until `seconds` passed; returns what it did."""
     done: list[str] = []
     ids = sorted(cluster.nodes)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         await asyncio.sleep(rng.uniform(0.3, 1.5))
+        exits.check()
         leader = await asyncio.to_thread(cluster.leader)
         victim = leader if leader is not None and rng.random() < 0.5 else rng.choice(ids)
         node = cluster.nodes[victim]
@@ -148,12 +185,12 @@ async def _nemesis(cluster: LocalCluster, rng: random.Random, seconds: float) ->
         done.append(f"{time.monotonic():.3f} {action} node{victim}"
                     f"{' (leader)' if victim == leader else ''}")
         if action == "torn_tail":
-            await asyncio.to_thread(cluster.kill, victim, signal.SIGKILL)
+            await asyncio.to_thread(exits.kill, victim, signal.SIGKILL)
             done.append(f"  {_tear_tail(node.dir, rng)}")
             await asyncio.sleep(rng.uniform(0.1, 1.0))
             await asyncio.to_thread(cluster.start, victim)
         elif action == "disk_loss":
-            await asyncio.to_thread(cluster.kill, victim, signal.SIGKILL)
+            await asyncio.to_thread(exits.kill, victim, signal.SIGKILL)
             await asyncio.to_thread(cluster.wipe, victim)
             await asyncio.sleep(rng.uniform(0.1, 1.0))
             await asyncio.to_thread(cluster.format, victim, join_later=True)
@@ -171,13 +208,13 @@ async def _nemesis(cluster: LocalCluster, rng: random.Random, seconds: float) ->
         elif action == "kill9_all":
             # every process at once (what a node-wide crash does to a colocated quorum)
             for nid in ids:
-                await asyncio.to_thread(cluster.kill, nid, signal.SIGKILL)
+                await asyncio.to_thread(exits.kill, nid, signal.SIGKILL)
             await asyncio.sleep(rng.uniform(0.1, 1.0))
             for nid in ids:
                 await asyncio.to_thread(cluster.start, nid)
         elif action in ("kill9", "term"):
             sig = signal.SIGKILL if action == "kill9" else signal.SIGTERM
-            await asyncio.to_thread(cluster.kill, victim, sig)
+            await asyncio.to_thread(exits.kill, victim, sig)
             await asyncio.sleep(rng.uniform(0.1, 2.0))
             await asyncio.to_thread(cluster.start, victim)
         else:
@@ -225,13 +262,28 @@ async def test_random_crashes_and_pauses_stay_linearizable_and_converge(
                           clients=3 if LEADER_LANE else 6, seed=seed, timeout=5.0,
                           binary=binary)
     runner = asyncio.ensure_future(workload.run())
-    actions = await _nemesis(cluster, random.Random(seed), NEMESIS_SECONDS)
+    attacker = HostileClient(targets_of(cluster.nodes.values()), seed=seed,
+                             seconds=NEMESIS_SECONDS + 60, cluster_id=cluster.cluster_id,
+                             workdir=cluster.base)
+    exits = Exits(cluster)
+    if HOSTILE:
+        attacker.start()
+    try:
+        actions = await _nemesis(cluster, random.Random(seed), NEMESIS_SECONDS, exits)
+    finally:
+        report = attacker.stop() if HOSTILE else None
+    exits.check()
     # heal: every node running, none frozen (SIGCONT was sent after every pause)
     for nid, node in cluster.nodes.items():
         if not node.alive:
             await asyncio.to_thread(cluster.start, nid)
-    for nid in cluster.nodes:
-        await asyncio.to_thread(cluster.wait_ready, nid, 60)
+    try:
+        for nid in cluster.nodes:
+            await asyncio.to_thread(cluster.wait_ready, nid, 60)
+    except TimeoutError as exc:
+        hostile = report.summary() if report is not None else "no hostile client"
+        raise AssertionError(f"{exc}; exited by themselves {exits.by_themselves}; {hostile}; "
+                             f"{actions}") from None
     ok_at_heal = workload.stats.ok
     # writes go on once healed (an election may still be under way: wait for it, bounded)
     deadline = time.monotonic() + 30
@@ -253,6 +305,8 @@ async def test_random_crashes_and_pauses_stay_linearizable_and_converge(
     while not (whole := await _voters_whole(cluster))[0] and time.monotonic() < deadline:
         await asyncio.sleep(0.5)
     assert whole[0], (whole[1], actions)
+    exits.check()
+    assert not exits.by_themselves, (exits.by_themselves, str(cluster.base), actions)
     for nid, node in cluster.nodes.items():
         text = node.log_path.read_text(errors="replace")
         assert "event=fatal" not in text and "Traceback" not in text, (nid, str(node.log_path))
@@ -274,3 +328,5 @@ async def test_random_crashes_and_pauses_stay_linearizable_and_converge(
     print(f"nemesis seed {seed}: {len(actions)} faults; ops ok={workload.stats.ok} "
           f"unknown={workload.stats.unknown} checked={result.ops_checked}; "
           f"snapshot files {snapshots}{lanes}")
+    if report is not None:
+        print(report.summary())
