@@ -1,5 +1,6 @@
-"""The kopf handlers: a timer per KRaftQuorum and on.create/update/resume, each running one
-level-based reconcile pass (`Reconciler.reconcile`):
+"""The kopf handlers and the periodic passes: a pass of a KRaftQuorum every interval (the
+operator's own loop per object, see `Reconciler.watch`) and at once when one is created,
+changed or found at start, each running one level-based reconcile pass (`Reconciler.reconcile`):
 
     claim the object (`kraft_operator.claims`): a pass of an operator that does not hold the
     claim only says so (a log line, one Event, the condition OperatorConflict) and stops
@@ -11,10 +12,16 @@ level-based reconcile pass (`Reconciler.reconcile`):
          skipped when nothing in it changed)
       -> run the one action -> a Kubernetes Event for it, structured logs, metrics.
 
-Passes of one resource never overlap (a lock per resource: kopf runs timers and change
-handlers of one object concurrently). A bad spec (one the models refuse, or a spec.config
+Passes of one resource never overlap (a lock per resource: the periodic pass and kopf's change
+handlers of one object run concurrently). A bad spec (one the models refuse, or a spec.config
 the ServerProperties model refuses) is reported as a condition and nothing is touched;
 `spec.paused` (or the pause annotation) only observes and reports.
+
+Deleting a KRaftQuorum needs nothing of the operator: everything it made is owned by the object
+(the garbage collector deletes it), except the claims `storage.onDelete: Retain` keeps. So no
+handler is a kopf timer, daemon or deletion handler, and kopf puts no finalizer on a
+KRaftQuorum (it removes the one an older operator's timer made it put there the next time it
+handles the object): the object goes at once, with or without a running operator.
 """
 
 from __future__ import annotations
@@ -103,7 +110,7 @@ class Reconciler:
                  claims: Claims | None = None) -> None:
         """`chain`: after an action that was carried out, up to this many passes run at once
         (each observing again) instead of waiting for the next trigger, so creating objects
-        one per pass does not take one timer interval each. `claims`: this operator's claims
+        one per pass does not take one interval each. `claims`: this operator's claims
         on the objects (by default with the identity and the Lease timings' defaults)."""
         self.kube = kube
         self.chain = max(1, chain)
@@ -116,10 +123,43 @@ class Reconciler:
         self._warned: set[tuple[str, int, str]] = set()
         self._told: dict[str, tuple[str, str]] = {}  # the holder each refusal was told for
         self._conflicts: set[str] = set()  # objects this operator wrote OperatorConflict on
+        self._known: set[str] = set()
+        self._periodic: dict[str, asyncio.Task[None]] = {}
+
+    # ------------------------------------------------------------------ periodic passes
+
+    def watch(self, namespace: str, name: str, event_type: str | None,
+              interval_s: float) -> None:
+        """Follow one KRaftQuorum's watch events: a loop of passes every `interval_s` runs
+        while it exists (kopf's timers would need a finalizer on the object)."""
+        key = f"{namespace}/{name}"
+        if event_type == "DELETED":
+            self._known.discard(key)
+            self.claims.forget(namespace, name)
+            return
+        self._known.add(key)
+        task = self._periodic.get(key)
+        if task is None or task.done():
+            self._periodic[key] = asyncio.get_running_loop().create_task(
+                self._every(namespace, name, interval_s), name=f"reconcile {key}")
+
+    async def _every(self, namespace: str, name: str, interval_s: float) -> None:
+        key = f"{namespace}/{name}"
+        while True:
+            await asyncio.sleep(interval_s)
+            if key not in self._known:
+                self._periodic.pop(key, None)
+                return
+            await self.reconcile(namespace, name, "timer")
 
     async def stop(self) -> None:
-        """On a clean stop: release the claims and withdraw the OperatorConflict conditions
-        this operator wrote (it no longer runs)."""
+        """On a clean stop: end the periodic passes, release the claims and withdraw the
+        OperatorConflict conditions this operator wrote (it no longer runs)."""
+        tasks = list(self._periodic.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._periodic.clear()
         await self.claims.release()
         for key in sorted(self._conflicts):
             namespace, name = key.split("/", 1)
@@ -384,8 +424,9 @@ def vars_of(action: object) -> dict[str, Any]:
 
 
 def register(registry: Any, reconciler: Reconciler, interval_s: float = 5.0) -> None:
-    """Add the handlers to a kopf registry: a timer per KRaftQuorum every `interval_s`, and an
-    immediate pass when one is created, changed (spec or annotations) or found at start."""
+    """Add the handlers to a kopf registry: an immediate pass when a KRaftQuorum is created,
+    changed (spec or annotations) or found at start, and its watch events followed so that a
+    pass runs every `interval_s` while it exists (no timer: see the module docstring)."""
     import kopf
 
     group, version, plural = models.GROUP, models.VERSION, models.PLURAL
@@ -405,6 +446,10 @@ def register(registry: Any, reconciler: Reconciler, interval_s: float = 5.0) -> 
     def _login(**kwargs: Any) -> Any:
         return kopf.login_via_client(**kwargs)
 
+    @kopf.on.event(group, version, plural, registry=registry)
+    async def _seen(type: str | None, namespace: str, name: str, **_: Any) -> None:
+        reconciler.watch(namespace, name, type, interval_s)
+
     @kopf.on.create(group, version, plural, registry=registry)
     async def _created(namespace: str, name: str, **_: Any) -> None:
         await reconciler.reconcile(namespace, name, "create")
@@ -416,7 +461,3 @@ def register(registry: Any, reconciler: Reconciler, interval_s: float = 5.0) -> 
     @kopf.on.resume(group, version, plural, registry=registry)
     async def _resumed(namespace: str, name: str, **_: Any) -> None:
         await reconciler.reconcile(namespace, name, "resume")
-
-    @kopf.timer(group, version, plural, interval=interval_s, registry=registry)
-    async def _tick(namespace: str, name: str, **_: Any) -> None:
-        await reconciler.reconcile(namespace, name, "timer")

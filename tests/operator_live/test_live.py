@@ -467,3 +467,44 @@ def test_two_operators_one_acts_the_other_says_so(sb: SandboxHandle) -> None:
         e["reason"] == "CreatedPod" and e["reportingInstance"] == second
         for e in events(sb)), timeout_s=60)
     wait_for("the quorum Ready again", lambda: ready(sb, "kq", 3), timeout_s=120)
+
+
+KOPF_FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
+
+
+def test_a_quorum_is_deleted_at_once_without_an_operator(sb: SandboxHandle) -> None:
+    # kept: Retain (the default); gone: Delete. kept carries the finalizer an older operator's
+    # kopf timer put on every object: this operator's kopf removes it
+    kept = quorum("kept", replicas=1)
+    kept["metadata"]["finalizers"] = [KOPF_FINALIZER]
+    apply(sb, operator_pod("op-a"), kept, quorum("gone", replicas=1,
+                                                 storage={"onDelete": "Delete"}))
+    for name in ("kept", "gone"):
+        wait_for(f"{name} Ready", lambda name=name: ready(sb, name, 1), timeout_s=120)
+    wait_for("no finalizer on either KRaftQuorum", lambda: not any(
+        get(sb, "kq", name)["metadata"].get("finalizers") for name in ("kept", "gone")),
+        timeout_s=60)
+    assert get(sb, "lease", "kept.kraftquorums.kraft.dev") is not None
+
+    # the operator uninstalled: deleting the quorums needs nothing of it
+    sb.kubectl("delete", "pod", "op-a", "--wait=true")
+    assert get(sb, "pod", "op-a") is None
+    done = sb.kubectl("delete", "kq", "kept", "gone", "--wait=true", "--timeout=60s",
+                      check=False)
+    assert done.returncode == 0, done.stderr
+    assert get(sb, "kq", "kept") is None and get(sb, "kq", "gone") is None
+
+    def collected() -> bool:  # the garbage collector follows the owner references
+        names = {p["metadata"]["name"] for p in get(sb, "pods")["items"]}
+        leases = {x["metadata"]["name"] for x in get(sb, "lease")["items"]}
+        services = {x["metadata"]["name"] for x in get(sb, "svc")["items"]}
+        return not names and not leases & {"kept.kraftquorums.kraft.dev",
+                                           "gone.kraftquorums.kraft.dev"} \
+            and not services & {"kept", "kept-client", "gone", "gone-client"}
+
+    wait_for("the pods, Services and claims Leases gone with their quorums", collected,
+             timeout_s=60)
+    wait_for("the Delete quorum's claim gone", lambda: get(sb, "pvc", "data-gone-0") is None,
+             timeout_s=60)
+    assert get(sb, "pvc", "data-kept-0") is not None  # Retain: the volume outlives it
+    assert get(sb, "configmap", "kept-config") is None and get(sb, "pdb", "gone") is None
