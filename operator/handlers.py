@@ -238,6 +238,7 @@ class Reconciler:
             if isinstance(node, int):
                 in_use.add(node)
             changed = await standing.ensure(kube, ref, sorted(in_use))
+            changed += await standing.claim_owners(kube, ref, list(seen.claims))
             for what in changed:
                 log.info("event=standing_object quorum=%s/%s change=%r", namespace, name, what)
         status = self._status(body, ref, result, seen, problems)
