@@ -1,7 +1,10 @@
-"""The kopf handlers: a timer per KRaftQuorum and on.create/update/resume, each running one
-level-based reconcile pass (`Reconciler.reconcile`):
+"""The kopf handlers and the periodic passes: a pass of a KRaftQuorum every interval (the
+operator's own loop per object, see `Reconciler.watch`) and at once when one is created,
+changed or found at start, each running one level-based reconcile pass (`Reconciler.reconcile`):
 
-    observe (objects, the pods' own reports, a live DescribeQuorum)
+    claim the object (`kraft_operator.claims`): a pass of an operator that does not hold the
+    claim only says so (a log line, one Event, the condition OperatorConflict) and stops
+      -> observe (objects, the pods' own reports, a live DescribeQuorum)
       -> write the records the nodes reported (directory ids)
       -> plan (the pure planner: one next safe action)
       -> make the standing objects match (Services, ConfigMap, PodDisruptionBudget)
@@ -9,24 +12,34 @@ level-based reconcile pass (`Reconciler.reconcile`):
          skipped when nothing in it changed)
       -> run the one action -> a Kubernetes Event for it, structured logs, metrics.
 
-Passes of one resource never overlap (a lock per resource: kopf runs timers and change
-handlers of one object concurrently). A bad spec (one the models refuse, or a spec.config
+Passes of one resource never overlap (a lock per resource: the periodic pass and kopf's change
+handlers of one object run concurrently). A bad spec (one the models refuse, or a spec.config
 the ServerProperties model refuses) is reported as a condition and nothing is touched;
 `spec.paused` (or the pause annotation) only observes and reports.
+
+Deleting a KRaftQuorum needs nothing of the operator: everything it made is owned by the object
+(the garbage collector deletes it), except the claims `storage.onDelete: Retain` keeps. So no
+handler is a kopf timer, daemon or deletion handler, and kopf puts no finalizer on a
+KRaftQuorum (it removes the one an older operator's timer made it put there the next time it
+handles the object): the object goes at once, with or without a running operator.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import re
 import time
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 import pydantic
 from kraft_operator import models, observe, render
 from kraft_operator.actions import Env, Outcome, execute, records, standing
-from kraft_operator.kube import ApiError, Kube, NotFound
+from kraft_operator.claims import Claim, Claims
+from kraft_operator.kube import ApiError, Conflict, Kube, NotFound
 from kraft_operator.metrics import Metrics
 from kraft_operator.planner import Plan, ReportDegraded, Wait, plan
 from kraft_operator.voter_events import voter_set_changes
@@ -34,6 +47,13 @@ from kraft_operator.voter_events import voter_set_changes
 log = logging.getLogger("kraft_operator")
 
 Obj = dict[str, Any]
+
+CONFLICT = "OperatorConflict"
+"""The condition an operator that does not hold the object's claim writes (True, reason
+CLAIMED_ELSEWHERE); the holder's status writes carry it as stored, and turn it False once the
+operator it names as refused holds the claim itself."""
+CLAIMED_ELSEWHERE = "ClaimedByAnotherOperator"
+_REFUSED = re.compile(r"^operator (\S+) ")
 
 
 def _now_rfc3339() -> str:
@@ -86,18 +106,75 @@ class Reconciler:
     """Runs reconcile passes for any number of KRaftQuorums (see the module docstring)."""
 
     def __init__(self, kube: Kube, metrics: Metrics | None = None, *, identity: str = "",
-                 admin_timeout_s: float = 10.0, chain: int = 1) -> None:
+                 admin_timeout_s: float = 10.0, chain: int = 1,
+                 claims: Claims | None = None) -> None:
         """`chain`: after an action that was carried out, up to this many passes run at once
         (each observing again) instead of waiting for the next trigger, so creating objects
-        one per pass does not take one timer interval each."""
+        one per pass does not take one interval each. `claims`: this operator's claims
+        on the objects (by default with the identity and the Lease timings' defaults)."""
         self.kube = kube
         self.chain = max(1, chain)
         self._progressed = False
         self.metrics = metrics or Metrics()
-        self.identity = identity
+        self.identity = identity or f"kraft-operator-{uuid.uuid4().hex[:6]}"
+        self.claims = claims or Claims(kube, self.identity)
         self.admin_timeout_s = admin_timeout_s
         self._locks: dict[str, asyncio.Lock] = {}
         self._warned: set[tuple[str, int, str]] = set()
+        self._told: dict[str, tuple[str, str]] = {}  # the holder each refusal was told for
+        self._conflicts: set[str] = set()  # objects this operator wrote OperatorConflict on
+        self._known: set[str] = set()
+        self._periodic: dict[str, asyncio.Task[None]] = {}
+
+    # ------------------------------------------------------------------ periodic passes
+
+    def watch(self, namespace: str, name: str, event_type: str | None,
+              interval_s: float) -> None:
+        """Follow one KRaftQuorum's watch events: a loop of passes every `interval_s` runs
+        while it exists (kopf's timers would need a finalizer on the object)."""
+        key = f"{namespace}/{name}"
+        if event_type == "DELETED":
+            self._known.discard(key)
+            self.claims.forget(namespace, name)
+            return
+        self._known.add(key)
+        task = self._periodic.get(key)
+        if task is None or task.done():
+            self._periodic[key] = asyncio.get_running_loop().create_task(
+                self._every(namespace, name, interval_s), name=f"reconcile {key}")
+
+    async def _every(self, namespace: str, name: str, interval_s: float) -> None:
+        key = f"{namespace}/{name}"
+        while True:
+            await asyncio.sleep(interval_s)
+            if key not in self._known:
+                self._periodic.pop(key, None)
+                return
+            await self.reconcile(namespace, name, "timer")
+
+    async def stop(self) -> None:
+        """On a clean stop: end the periodic passes, release the claims and withdraw the
+        OperatorConflict conditions this operator wrote (it no longer runs)."""
+        tasks = list(self._periodic.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._periodic.clear()
+        await self.claims.release()
+        for key in sorted(self._conflicts):
+            namespace, name = key.split("/", 1)
+            with contextlib.suppress(ApiError, OSError):
+                body = await self.kube.get(models.API_VERSION, models.PLURAL, namespace, name)
+                previous = (body.get("status") or {}).get("conditions") or []
+                if any(c.get("type") == CONFLICT and _refused(c) == self.identity
+                       for c in previous):
+                    await self.kube.patch(models.API_VERSION, models.PLURAL, namespace, name, {
+                        "metadata": {"resourceVersion": body["metadata"]["resourceVersion"]},
+                        "status": {"conditions": [c for c in previous
+                                                  if c.get("type") != CONFLICT]}},
+                        subresource="status")
+                    log.info("event=conflict_withdrawn quorum=%s identity=%s", key,
+                             self.identity)
 
     async def reconcile(self, namespace: str, name: str, trigger: str = "timer") -> str | None:
         """One pass; returns the name of the action it ran (None when it could not run)."""
@@ -134,6 +211,10 @@ class Reconciler:
         meta = body.get("metadata") or {}
         if meta.get("deletionTimestamp"):
             return None
+        claim = await self.claims.take(namespace, name, meta.get("uid") or "")
+        if not claim.held:
+            await self._claimed_elsewhere(body, claim)
+            return CLAIMED_ELSEWHERE
         generation = int(meta.get("generation") or 1)
         try:
             ref = render.QuorumRef.from_body(body)
@@ -157,6 +238,7 @@ class Reconciler:
             if isinstance(node, int):
                 in_use.add(node)
             changed = await standing.ensure(kube, ref, sorted(in_use))
+            changed += await standing.claim_owners(kube, ref, list(seen.claims))
             for what in changed:
                 log.info("event=standing_object quorum=%s/%s change=%r", namespace, name, what)
         status = self._status(body, ref, result, seen, problems)
@@ -176,6 +258,10 @@ class Reconciler:
                 self._warned.add((ref.uid, generation, warning))
                 await self._event(body, Outcome(True, "SpecWarning", warning, warning=True))
         outcome: Outcome | None = None
+        if not self.claims.held(namespace, name):  # not renewed in time: another may act
+            log.warning("event=claim_lost quorum=%s/%s action=%s skipped", namespace, name,
+                        type(action).__name__)
+            return None
         if touch or isinstance(action, Wait | ReportDegraded):
             env = Env(kube, ref, body, seen.observed, self.admin_timeout_s)
             outcome = await execute(action, env)
@@ -214,7 +300,9 @@ class Reconciler:
                 message = "spec.config: " + "; ".join(problems)
             wanted.append((c.type, c.status, c.reason, message))
         stored = body.get("status") or {}
-        status["conditions"] = _conditions(stored.get("conditions") or [], wanted, generation)
+        previous = stored.get("conditions") or []
+        status["conditions"] = _conditions(previous, wanted, generation) + \
+            self._carried_conflict(previous, generation)
         steady_caught_up_times(stored, status)
         return status
 
@@ -239,7 +327,9 @@ class Reconciler:
             ("Progressing", "False", "InvalidSpec", ""),
             ("Degraded", "True", "InvalidSpec", problems),
         ], generation)
-        keep = [c for c in previous if c.get("type") not in ("Ready", "Progressing", "Degraded")]
+        keep = [c for c in previous
+                if c.get("type") not in ("Ready", "Progressing", "Degraded", CONFLICT)]
+        keep += self._carried_conflict(previous, generation)
         await self.kube.patch(models.API_VERSION, models.PLURAL, meta.get("namespace"),
                               meta["name"], {"status": {"conditions": keep + conditions}},
                               subresource="status")
@@ -249,6 +339,53 @@ class Reconciler:
             await self._event(body, Outcome(False, "InvalidSpec", problems, warning=True))
         log.warning("event=invalid_spec quorum=%s/%s problems=%r", meta.get("namespace"),
                     meta["name"], problems)
+
+    def _carried_conflict(self, previous: list[Obj], generation: int) -> list[Obj]:
+        """The OperatorConflict condition another operator wrote, as stored (this operator,
+        the holder, never fights over it); False once the operator it says was refused is
+        this one, holding the claim now."""
+        stored = next((c for c in previous if c.get("type") == CONFLICT), None)
+        if stored is None:
+            return []
+        if stored.get("status") == "True" and _refused(stored) == self.identity:
+            return _conditions([stored], [(CONFLICT, "False", "ClaimHeld",
+                                           f"operator {self.identity} holds the claim")],
+                               generation)
+        return [stored]
+
+    async def _claimed_elsewhere(self, body: Obj, claim: Claim) -> None:
+        """Another operator holds the claim: say so (a log line and a Warning Event once per
+        holder, the OperatorConflict condition) and touch nothing else."""
+        meta = body["metadata"]
+        key = f"{meta.get('namespace')}/{meta['name']}"
+        if not claim.holder:  # taken meanwhile by one not seen yet: the next pass knows
+            return
+        message = (f"operator {self.identity} does nothing to this KRaftQuorum: operator "
+                   f"{claim.holder} holds its claim (Lease {claim.lease}); run one operator")
+        told = (meta.get("uid", ""), claim.holder)
+        if self._told.get(key) != told:
+            self._told[key] = told
+            log.warning("event=claimed_by_another_operator quorum=%s identity=%s holder=%s "
+                        "lease=%s action=none", key, self.identity, claim.holder, claim.lease)
+            await self._event(body, Outcome(False, CLAIMED_ELSEWHERE, message, warning=True))
+        previous = (body.get("status") or {}).get("conditions") or []
+        stored = next((c for c in previous if c.get("type") == CONFLICT), {})
+        if (stored.get("status"), stored.get("reason"), stored.get("message")) == \
+                ("True", CLAIMED_ELSEWHERE, message):
+            return
+        generation = int(meta.get("generation") or 1)
+        conditions = [c for c in previous if c.get("type") != CONFLICT] + _conditions(
+            [stored] if stored else [], [(CONFLICT, "True", CLAIMED_ELSEWHERE, message)],
+            generation)
+        try:  # only over the status it read: the holder's write in between wins
+            await self.kube.patch(models.API_VERSION, models.PLURAL, meta.get("namespace"),
+                                  meta["name"], {
+                                      "metadata": {"resourceVersion": meta["resourceVersion"]},
+                                      "status": {"conditions": conditions}},
+                                  subresource="status")
+        except (Conflict, NotFound):
+            return
+        self._conflicts.add(key)
 
     async def _event(self, body: Obj, outcome: Outcome) -> None:
         """A Kubernetes Event about the KRaftQuorum."""
@@ -262,7 +399,9 @@ class Reconciler:
                                "uid": meta.get("uid")},
             "reason": outcome.reason, "message": outcome.message[:1024],
             "type": "Warning" if outcome.warning else "Normal",
-            "source": {"component": "kraft-operator"},
+            # the identity in the component too: `kubectl describe` shows only the component
+            # ("From"), and two operators' Events must be told apart there
+            "source": {"component": f"kraft-operator/{self.identity}"},
             "reportingComponent": "kraft-operator", "reportingInstance": self.identity,
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         }
@@ -273,6 +412,12 @@ class Reconciler:
             log.warning("event=event_post_failed reason=%s error=%r", outcome.reason, str(exc))
 
 
+def _refused(condition: Obj) -> str | None:
+    """The operator an OperatorConflict condition says does nothing."""
+    match = _REFUSED.match(condition.get("message") or "")
+    return match.group(1) if match else None
+
+
 def vars_of(action: object) -> dict[str, Any]:
     """An action's fields, for a log line."""
     slots = getattr(type(action), "__slots__", ())
@@ -280,8 +425,9 @@ def vars_of(action: object) -> dict[str, Any]:
 
 
 def register(registry: Any, reconciler: Reconciler, interval_s: float = 5.0) -> None:
-    """Add the handlers to a kopf registry: a timer per KRaftQuorum every `interval_s`, and an
-    immediate pass when one is created, changed (spec or annotations) or found at start."""
+    """Add the handlers to a kopf registry: an immediate pass when a KRaftQuorum is created,
+    changed (spec or annotations) or found at start, and its watch events followed so that a
+    pass runs every `interval_s` while it exists (no timer: see the module docstring)."""
     import kopf
 
     group, version, plural = models.GROUP, models.VERSION, models.PLURAL
@@ -301,6 +447,10 @@ def register(registry: Any, reconciler: Reconciler, interval_s: float = 5.0) -> 
     def _login(**kwargs: Any) -> Any:
         return kopf.login_via_client(**kwargs)
 
+    @kopf.on.event(group, version, plural, registry=registry)
+    async def _seen(type: str | None, namespace: str, name: str, **_: Any) -> None:
+        reconciler.watch(namespace, name, type, interval_s)
+
     @kopf.on.create(group, version, plural, registry=registry)
     async def _created(namespace: str, name: str, **_: Any) -> None:
         await reconciler.reconcile(namespace, name, "create")
@@ -312,7 +462,3 @@ def register(registry: Any, reconciler: Reconciler, interval_s: float = 5.0) -> 
     @kopf.on.resume(group, version, plural, registry=registry)
     async def _resumed(namespace: str, name: str, **_: Any) -> None:
         await reconciler.reconcile(namespace, name, "resume")
-
-    @kopf.timer(group, version, plural, interval=interval_s, registry=registry)
-    async def _tick(namespace: str, name: str, **_: Any) -> None:
-        await reconciler.reconcile(namespace, name, "timer")

@@ -39,8 +39,10 @@ class LeaderElector:
 
     def __init__(self, kube: Kube, namespace: str, name: str, identity: str, *,
                  lease_duration_s: float = 15.0, renew_deadline_s: float = 10.0,
-                 retry_period_s: float = 2.0, clock: Callable[[], float] = time.monotonic
-                 ) -> None:
+                 retry_period_s: float = 2.0, clock: Callable[[], float] = time.monotonic,
+                 owner: dict[str, Any] | None = None) -> None:
+        """`owner`: an owner reference put on the Lease when this replica creates it (so it
+        is deleted with its owner)."""
         if not retry_period_s < renew_deadline_s < lease_duration_s:
             raise ValueError("need retry period < renew deadline < lease duration, got "
                              f"{retry_period_s} / {renew_deadline_s} / {lease_duration_s}")
@@ -49,6 +51,7 @@ class LeaderElector:
         self.renew_deadline_s = renew_deadline_s
         self.retry_period_s = retry_period_s
         self.clock = clock
+        self.owner = owner
         self.held = False
         self.last_renewed: float | None = None
         self._seen: tuple[Any, float] | None = None  # (the record, when it last changed here)
@@ -66,9 +69,11 @@ class LeaderElector:
             lease = await self.kube.get(API, PLURAL, self.namespace, self.name)
         except NotFound:
             try:
+                metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+                if self.owner is not None:
+                    metadata["ownerReferences"] = [self.owner]
                 await self.kube.create(API, PLURAL, self.namespace, {
-                    "apiVersion": API, "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": self.namespace},
+                    "apiVersion": API, "kind": "Lease", "metadata": metadata,
                     "spec": self._spec(0)})
             except Conflict:
                 return False
@@ -99,6 +104,13 @@ class LeaderElector:
             log.info("event=lease_acquired lease=%s/%s identity=%s previous=%s",
                      self.namespace, self.name, self.identity, holder or "-")
         return self._won()
+
+    @property
+    def holder(self) -> str:
+        """The holder the last attempt saw ("" when none, or not known yet)."""
+        if self.held:
+            return self.identity
+        return self._seen[0][0] if self._seen else ""
 
     def _won(self) -> bool:
         self.held = True

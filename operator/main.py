@@ -7,7 +7,8 @@
     kraft-operator crd          (the CRD YAML, generated from the models)
 
 `run` (the default) first acquires the coordination.k8s.io Lease (one active replica), then
-runs kopf in this process with the KRaftQuorum handlers; it exits with code 3 as soon as the
+runs kopf in this process with the KRaftQuorum handlers (each pass first claims its object:
+one operator acts on a KRaftQuorum, whatever its Lease; `kraft_operator.claims`); it exits with code 3 as soon as the
 Lease is lost, as a controller-runtime manager does, so its Deployment restarts it as a
 standby. `--http` serves `/healthz` (liveness: the process runs and, when it leads, renews
 its Lease) and `/metrics` (Prometheus). Without `--namespace`, every namespace is watched.
@@ -117,6 +118,7 @@ async def _serve_http(address: str, metrics: Any, healthy: Any) -> Any:
 async def run(args: argparse.Namespace) -> int:
     """Acquire the Lease, then run kopf with the handlers until stopped or the Lease is lost."""
     import kopf
+    from kraft_operator.claims import Claims
     from kraft_operator.handlers import Reconciler, register
     from kraft_operator.kube import Kube
     from kraft_operator.lease import LeaderElector, LeaseLost
@@ -146,14 +148,17 @@ async def run(args: argparse.Namespace) -> int:
         log.info("event=leading identity=%s lease=%s/%s", identity, elector.namespace,
                  elector.name)
         registry = kopf.OperatorRegistry()
-        register(registry, Reconciler(kube, metrics, identity=identity,
-                                      admin_timeout_s=args.admin_timeout, chain=8),
-                 interval_s=args.interval)
+        claims = Claims(kube, identity, lease_duration_s=args.lease_duration,
+                        renew_deadline_s=args.renew_deadline, retry_period_s=args.retry_period)
+        reconciler = Reconciler(kube, metrics, identity=identity,
+                                admin_timeout_s=args.admin_timeout, chain=8, claims=claims)
+        register(registry, reconciler, interval_s=args.interval)
         namespaces = list(args.namespace)
         operator = asyncio.ensure_future(kopf.operator(
             registry=registry, standalone=True, clusterwide=not namespaces,
             namespaces=namespaces))
         keeper = asyncio.ensure_future(elector.keep())
+        claims_keeper = asyncio.ensure_future(claims.keep())
         done, _ = await asyncio.wait({operator, keeper}, return_when=asyncio.FIRST_COMPLETED)
         if keeper in done:
             exc = keeper.exception()
@@ -164,6 +169,8 @@ async def run(args: argparse.Namespace) -> int:
                 os._exit(EXIT_LEASE_LOST)  # stop acting at once, whatever kopf is doing
             raise exc if exc is not None else RuntimeError("lease keeper ended")
         keeper.cancel()
+        claims_keeper.cancel()
+        await reconciler.stop()  # the periodic passes ended, the claims released
         await elector.release()
         operator.result()
         return 0

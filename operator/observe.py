@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -110,6 +111,8 @@ class Observation:
     observed: Observed
     corrections: tuple[Correction, ...] = ()
     quorum_error: str | None = None
+    claims: tuple[Obj, ...] = ()
+    """The quorum's PersistentVolumeClaims as read (for their owner references)."""
 
 
 def _node_id(obj: Obj) -> int | None:
@@ -409,5 +412,6 @@ async def gather(kube: Any, ref: QuorumRef, body: Obj, *, now: float | None = No
                  describe_timeout_s),
         read_reports(live))
     snap = Snapshot(body, pods, pvcs, nodes, volumes)
-    return build(ref, snap, quorum, reports, now=time.time() if now is None else now,
+    seen = build(ref, snap, quorum, reports, now=time.time() if now is None else now,
                  fresh_ids=[random_kafka_uuid() for _ in range(FRESH_IDS)], quorum_error=why)
+    return dataclasses.replace(seen, claims=tuple(pvcs))

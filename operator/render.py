@@ -40,6 +40,10 @@ MANAGED_BY = "kraft-operator"
 COMPONENT = "controller"
 FORMAT_MODE_ANNOTATION = "kraft.dev/format-mode"
 DIRECTORY_CONFIRMED_ANNOTATION = "kraft.dev/directory-id-confirmed"
+QUORUM_UID_ANNOTATION = "kraft.dev/quorum-uid"
+"""On a claim: the uid of the KRaftQuorum that created it, owner reference or not (with
+`storage.onDelete: Retain` it has none), so its ownership can follow a later change of
+`storage.onDelete` without ever adopting a claim an earlier quorum of the same name kept."""
 AUTO_JOIN_ENV = "KRAFT_CONTROLLER_QUORUM_AUTO_JOIN_ENABLE"
 RECOVER_FROM_ANNOTATION = "kraft.dev/recovering-from"
 RECOVERY_CONTAINER = "recover"
@@ -223,7 +227,8 @@ def pvc(ref: QuorumRef, node_id: int, directory_id: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
         "metadata": ref._meta(ref.pvc_name(node_id), ref.node_labels(node_id), owned=owned,
-                              annotations={models.DIRECTORY_ID_ANNOTATION: directory_id}),
+                              annotations={models.DIRECTORY_ID_ANNOTATION: directory_id,
+                                           QUORUM_UID_ANNOTATION: ref.uid}),
         "spec": spec,
     }
 

@@ -1,13 +1,14 @@
 """The objects every quorum has whatever its pods do: the headless and client Services, the
 ConfigMap of server.properties and the PodDisruptionBudget. Made to match the rendering on
 every reconcile (created when missing, patched when a rendered field differs, the budget
-deleted when disabled), before the planner's action runs."""
+deleted when disabled), before the planner's action runs. And the claims' owner references,
+which follow `storage.onDelete` (`claim_owners`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kraft_operator import render
+from kraft_operator import models, render
 from kraft_operator.kube import Conflict, Kube, NotFound
 
 KINDS = {"Service": ("v1", "services"), "ConfigMap": ("v1", "configmaps"),
@@ -50,4 +51,45 @@ async def ensure(kube: Kube, ref: render.QuorumRef, in_use: list[int]) -> list[s
             changed.append(f"deleted PodDisruptionBudget {ref.pdb}")
         except NotFound:
             pass
+    return changed
+
+
+async def claim_owners(kube: Kube, ref: render.QuorumRef, claims: list[Any]) -> list[str]:
+    """Make each of this quorum's claims owned by it exactly when `storage.onDelete` is
+    Delete, so deleting the KRaftQuorum does what the spec says now, not what it said when the
+    claim was made (the garbage collector does the deleting: no operator needs to run).
+
+    A claim is this quorum's when it carries the quorum's uid (annotation or owner
+    reference); one without either (a claim an earlier quorum of the same name kept, or one
+    made before claims carried the uid) is never adopted: deleting it would delete data that
+    may be another cluster's."""
+    owned = ref.spec.storage.on_delete == models.VolumePolicy.DELETE
+    changed = []
+    for claim in claims:
+        meta = claim.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        refs = list(meta.get("ownerReferences") or [])
+        mine = [r for r in refs if r.get("uid") == ref.uid]
+        marked = (meta.get("annotations") or {}).get(render.QUORUM_UID_ANNOTATION) == ref.uid
+        if not mine and not marked:
+            continue
+        patch: dict[str, Any] = {}
+        if not marked:
+            patch["annotations"] = {render.QUORUM_UID_ANNOTATION: ref.uid}
+        if owned and not mine:
+            patch["ownerReferences"] = [*refs, ref.owner_reference]
+        elif not owned and mine:
+            patch["ownerReferences"] = [r for r in refs if r.get("uid") != ref.uid] or None
+        if not patch:
+            continue
+        patch["resourceVersion"] = meta.get("resourceVersion")  # over what was read
+        try:
+            await kube.patch("v1", "persistentvolumeclaims", ref.namespace, meta["name"],
+                             {"metadata": patch})
+        except (Conflict, NotFound):
+            continue  # changed meanwhile: the next pass reads it again
+        if "ownerReferences" in patch:
+            changed.append(f"claim {meta['name']} {'owned by' if owned else 'released from'} "
+                           f"{ref.name} (storage.onDelete: {ref.spec.storage.on_delete.value})")
     return changed

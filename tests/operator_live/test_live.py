@@ -11,12 +11,16 @@ back Ready without its node-local volumes (the pod gets a new claim after the gr
 quorum created again under the same name over its kept claims (Degraded=ForeignVolume, nothing
 deleted); a bad spec (an unknown config
 key) reported with nothing touched; two operators, one Lease: one acts, the other waits and
-takes over, and a leader that lost its Lease exits.
+takes over, and a leader that lost its Lease exits; two operators with a Lease each (the
+sandbox's and a second installation's): one takes the KRaftQuorum's claim and acts alone, the
+other says so (its log, one Warning Event, the condition OperatorConflict) and does nothing,
+the two never fight over the status, and the other takes over once the holder stops.
 """
 
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -203,7 +207,6 @@ def test_create_scale_up_with_the_operator_killed_and_scale_down(sb: SandboxHand
     # KAFKA-19850: a removed voter is not re-added, as the quorum itself reports it
     for name, ip in pod_ips(sb).items():
         wait_for(f"{name} serving", lambda ip=ip: node_status(ip), timeout_s=30)
-    import time
 
     time.sleep(6)  # several auto-join periods and reconcile passes
     for ip in pod_ips(sb).values():
@@ -392,3 +395,116 @@ def test_a_config_change_rolls_one_pod_at_a_time_and_the_leader_last(
     assert steps[-1]["message"].startswith(f"leader {leader} ")
     config = get(sb, "configmap", "kq-config")["data"]["server-0.properties"]
     assert "controller.quorum.election.timeout.ms=1500" in config
+
+
+CLAIM = "kq.kraftquorums.kraft.dev"
+
+
+def second_operator(name: str) -> dict[str, Any]:
+    """An operator with a Lease of another name: it leads as well as the first one does."""
+    pod = operator_pod(name)
+    pod["spec"]["containers"][0]["command"] += ["--lease-name", "another-kraft-operator"]
+    return pod
+
+
+def claim_holder(sb: SandboxHandle) -> str | None:
+    lease = get(sb, "lease", CLAIM)
+    return (lease or {}).get("spec", {}).get("holderIdentity") or None
+
+
+def test_two_operators_one_acts_the_other_says_so(sb: SandboxHandle) -> None:
+    apply(sb, operator_pod("op-a"), second_operator("op-b"))
+    for pod in ("op-a", "op-b"):
+        wait_for(f"{pod} leading its own Lease",
+                 lambda pod=pod: "event=leading" in operator_log(sb, pod), timeout_s=60)
+    apply(sb, quorum())
+    obj = wait_for("a 3-voter quorum Ready", lambda: ready(sb, "kq", 3), timeout_s=120)
+    # one operator made the quorum: each step once, every Event of the steps from it
+    steps = [e for e in events(sb) if e["reason"] in ("CreatedPod", "CreatedVolume",
+                                                      "RecordedCluster")]
+    assert sorted(e["reason"] for e in steps) == \
+        ["CreatedPod"] * 3 + ["CreatedVolume"] * 3 + ["RecordedCluster"]
+    (first,) = {e["reportingInstance"] for e in steps}
+    assert {e["source"]["component"] for e in steps} == {f"kraft-operator/{first}"}
+    acting = "op-a" if first.startswith("op-a") else "op-b"
+    refused = "op-b" if acting == "op-a" else "op-a"
+    # it holds the claim, a Lease owned by the KRaftQuorum
+    assert claim_holder(sb) == first
+    lease = get(sb, "lease", CLAIM)
+    assert lease["metadata"]["ownerReferences"][0]["uid"] == obj["metadata"]["uid"]
+    assert len(get(sb, "pods")["items"]) == 5 and len(get(sb, "pvc")["items"]) == 3
+    # the other one: a log line, one Warning Event, a condition; nothing else
+    told = operator_log(sb, refused)
+    assert "event=claimed_by_another_operator quorum=default/kq" in told
+    assert f"holder={first}" in told and " event=reconcile " not in told
+    (warning,) = [e for e in events(sb) if e["reason"] == "ClaimedByAnotherOperator"]
+    assert warning["type"] == "Warning" and first in warning["message"]
+    assert warning["reportingInstance"].startswith(refused)
+    second = warning["reportingInstance"]
+    status, reason, message = cond(obj, "OperatorConflict")
+    assert (status, reason) == ("True", "ClaimedByAnotherOperator"), (status, reason)
+    assert message.startswith(f"operator {second} does nothing") and first in message
+    # kubectl tells the two apart
+    described = sb.kubectl("describe", "kq", "kq").stdout
+    assert f"kraft-operator/{first}" in described and f"kraft-operator/{second}" in described
+
+    # the two do not fight over the status: several passes of both change nothing
+    version = get(sb, "kq", "kq")["metadata"]["resourceVersion"]
+    time.sleep(5)  # five intervals of both operators
+    again = get(sb, "kq", "kq")
+    assert again["metadata"]["resourceVersion"] == version, again["status"]
+
+    # the holder stops: the other one takes the claim over and acts (a voter's pod deleted is
+    # made again, by it)
+    sb.kubectl("delete", "pod", acting, "--wait=true")
+    wait_for("the other operator holding the claim", lambda: claim_holder(sb) == second,
+             timeout_s=60)
+    wait_for("OperatorConflict False once its holder is the refused one", lambda: cond(
+        get(sb, "kq", "kq"), "OperatorConflict")[:2] == ("False", "ClaimHeld"), timeout_s=60)
+    assert "event=claim_taken" in operator_log(sb, refused)
+    sb.kubectl("delete", "pod", "kq-0", "--wait=true")
+    wait_for("kq-0 made again by the new holder", lambda: any(
+        e["reason"] == "CreatedPod" and e["reportingInstance"] == second
+        for e in events(sb)), timeout_s=60)
+    wait_for("the quorum Ready again", lambda: ready(sb, "kq", 3), timeout_s=120)
+
+
+KOPF_FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
+
+
+def test_a_quorum_is_deleted_at_once_without_an_operator(sb: SandboxHandle) -> None:
+    # kept: Retain (the default); gone: Delete. kept carries the finalizer an older operator's
+    # kopf timer put on every object: this operator's kopf removes it
+    kept = quorum("kept", replicas=1)
+    kept["metadata"]["finalizers"] = [KOPF_FINALIZER]
+    apply(sb, operator_pod("op-a"), kept, quorum("gone", replicas=1,
+                                                 storage={"onDelete": "Delete"}))
+    for name in ("kept", "gone"):
+        wait_for(f"{name} Ready", lambda name=name: ready(sb, name, 1), timeout_s=120)
+    wait_for("no finalizer on either KRaftQuorum", lambda: not any(
+        get(sb, "kq", name)["metadata"].get("finalizers") for name in ("kept", "gone")),
+        timeout_s=60)
+    assert get(sb, "lease", "kept.kraftquorums.kraft.dev") is not None
+
+    # the operator uninstalled: deleting the quorums needs nothing of it
+    sb.kubectl("delete", "pod", "op-a", "--wait=true")
+    assert get(sb, "pod", "op-a") is None
+    done = sb.kubectl("delete", "kq", "kept", "gone", "--wait=true", "--timeout=60s",
+                      check=False)
+    assert done.returncode == 0, done.stderr
+    assert get(sb, "kq", "kept") is None and get(sb, "kq", "gone") is None
+
+    def collected() -> bool:  # the garbage collector follows the owner references
+        names = {p["metadata"]["name"] for p in get(sb, "pods")["items"]}
+        leases = {x["metadata"]["name"] for x in get(sb, "lease")["items"]}
+        services = {x["metadata"]["name"] for x in get(sb, "svc")["items"]}
+        return not names and not leases & {"kept.kraftquorums.kraft.dev",
+                                           "gone.kraftquorums.kraft.dev"} \
+            and not services & {"kept", "kept-client", "gone", "gone-client"}
+
+    wait_for("the pods, Services and claims Leases gone with their quorums", collected,
+             timeout_s=60)
+    wait_for("the Delete quorum's claim gone", lambda: get(sb, "pvc", "data-gone-0") is None,
+             timeout_s=60)
+    assert get(sb, "pvc", "data-kept-0") is not None  # Retain: the volume outlives it
+    assert get(sb, "configmap", "kept-config") is None and get(sb, "pdb", "gone") is None

@@ -93,8 +93,9 @@ def test_owner_references_on_everything_and_on_claims_only_when_deleted_with_it(
     assert "ownerReferences" not in render.pvc(r, 0, D0)["metadata"]  # onDelete: Retain
     deleting = ref(storage={"size": "2Gi", "onDelete": "Delete"})
     assert render.pvc(deleting, 0, D0)["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    # the quorum that made it, owned or not: its ownership may follow a later onDelete
     assert render.pvc(r, 0, D0)["metadata"]["annotations"] == {
-        models.DIRECTORY_ID_ANNOTATION: D0}
+        models.DIRECTORY_ID_ANNOTATION: D0, render.QUORUM_UID_ANNOTATION: "u-1"}
 
 
 @pytest.mark.parametrize(("replicas", "unavailable"), [(1, 0), (2, 0), (3, 1), (4, 1),

@@ -164,8 +164,11 @@ def test_rbac_evaluation_refuses_what_no_rule_allows(tmp_path: Path) -> None:
     assert not ok(Call("", "secrets", "get", "a", "s"))
     assert not ok(Call("", "pods", "update", "a", "p"))
     assert ok(Call("coordination.k8s.io", "leases", "patch", RELEASE_NS, "kraft-operator"))
-    assert not ok(Call("coordination.k8s.io", "leases", "patch", RELEASE_NS, "another"))
-    assert not ok(Call("coordination.k8s.io", "leases", "create", "elsewhere", None))
+    # the claims on the quorums, Leases beside them wherever they are (names not known before)
+    assert ok(Call("coordination.k8s.io", "leases", "patch", "a", "q.kraftquorums.kraft.dev"))
+    assert ok(Call("coordination.k8s.io", "leases", "create", "a", None))
+    assert not ok(Call("coordination.k8s.io", "leases", "delete", "a", "q.kraftquorums.kraft.dev"))
+    assert not ok(Call("coordination.k8s.io", "leases", "update", RELEASE_NS, "kraft-operator"))
 
 
 # ------------------------------------------------------------------ an in-process sandbox

@@ -55,6 +55,8 @@ NOT_RUN = {
         "needs a recovery pod (tests/operator_live/test_recovery_live.py runs the recovery)",
     "kubectl -n kraft-system get lease kraft-operator -o jsonpath='{.spec.holderIdentity}{\"\\n\"}'":
         "needs a running operator (its Lease: tests/shipping/test_chart_live.py)",
+    "kubectl get lease demo.kraftquorums.kraft.dev -o jsonpath='{.spec.holderIdentity}{\"\\n\"}'":
+        "needs a running operator (the claim: tests/operator_live/test_live.py)",
 }
 
 

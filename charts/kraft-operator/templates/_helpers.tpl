@@ -82,4 +82,10 @@ operator).
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+# The claim on each KRaftQuorum (a Lease named NAME.kraftquorums.kraft.dev beside it, owned
+# by it): one operator acts on a quorum, whatever Lease elected it. Taken and renewed by each
+# pass; deleted with the KRaftQuorum by the garbage collector, never by the operator.
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["get", "create", "patch"]
 {{- end }}
