@@ -14,6 +14,10 @@ DELETE (3), GET_STALE (4, local state, no barrier). Statuses: OK (0), NOT_FOUND 
 missing key or DELETE of one), NOT_LEADER (2: `leader id` is the leader or -1, the payload its
 HTTP address if known), UNKNOWN_OUTCOME (3: the write may or may not have been applied),
 ERROR (4: payload is the message). `offset` is the record's log offset for writes, else -1.
+
+A key above `kraft.statemachine.kv.MAX_KEY_BYTES` (any op) or a PUT value above
+`MAX_VALUE_BYTES` is answered ERROR, naming the limit, and nothing of it is proposed; a frame
+whose length is above MAX_FRAME closes the connection.
 """
 
 from __future__ import annotations
@@ -25,7 +29,15 @@ from typing import Protocol, cast
 
 from kraft.server.admin import NotLeaderError, OutcomeUnknownError
 from kraft.server.writes import Completion
-from kraft.statemachine.kv import FORMAT_VERSION, KVResult, encode_delete
+from kraft.statemachine.kv import (
+    FORMAT_VERSION,
+    MAX_KEY_BYTES,
+    MAX_VALUE_BYTES,
+    KVResult,
+    encode_delete,
+    key_limit_error,
+    value_limit_error,
+)
 from kraft.statemachine.kv import OP_PUT as KV_OP_PUT
 
 log = logging.getLogger("kraft.server.client_protocol")
@@ -194,6 +206,9 @@ class ClientProtocol(asyncio.Protocol):
             if kend > end:
                 self._reply(encode_response(request_id, ERROR, payload=b"key overruns the frame"))
                 continue
+            if klen > MAX_KEY_BYTES or (op == OP_PUT and end - kend > MAX_VALUE_BYTES):
+                self._refuse(request_id, klen, end - kend if op == OP_PUT else 0)
+                continue
             key = view[kstart:kend]
             if not key.isascii():
                 try:
@@ -212,6 +227,13 @@ class ClientProtocol(asyncio.Protocol):
                 self._handle(request_id, op, key)
         self._submit(writes)
         return pos
+
+    def _refuse(self, request_id: int, key_bytes: int, value_bytes: int) -> None:
+        """Answer ERROR to a request whose key or value is above its limit (nothing of it is
+        proposed)."""
+        why = key_limit_error(key_bytes) or value_limit_error(value_bytes) or "refused"
+        log.debug("event=client_request_refused id=%d error=%r", request_id, why)
+        self._reply(encode_response(request_id, ERROR, payload=why.encode()))
 
     def _submit(self, writes: list[tuple[bytes, Completion]]) -> None:
         if not writes:

@@ -19,8 +19,8 @@ class NodeMetrics:
     """The node's instruments (see the module docstring), in the order they are rendered."""
 
     __slots__ = ("_log_flush_lock", "applied_offset", "commit_latency", "elections",
-                 "elections_won", "high_watermark", "log_end_offset", "log_flush",
-                 "snapshot_generation", "snapshot_load", "snapshot_size")
+                 "elections_won", "fetch_errors", "high_watermark", "log_end_offset", "log_flush",
+                 "snapshot_generation", "snapshot_load", "snapshot_size", "writes_refused")
 
     def __init__(self, r: Registry) -> None:
         self.high_watermark: Gauge = r.gauge("kraft_high_watermark", "High watermark")
@@ -33,6 +33,14 @@ class NodeMetrics:
                                             "Elections this node started")
         self.elections_won: Counter = r.counter("kraft_elections_won_total",
                                                 "Times this node became leader")
+        self.writes_refused: Counter = r.counter(
+            "kraft_writes_refused_total",
+            "Client writes refused before they were proposed: a key, value or record above "
+            "its limit")
+        self.fetch_errors: Counter = r.counter(
+            "kraft_fetch_errors_total",
+            "Fetch answers whose records this follower refused (a batch that fails its CRC, "
+            "is malformed or is above the batch limit); the fetch is retried")
         self.snapshot_size: Gauge = r.gauge("kraft_snapshot_size_bytes",
                                             "Size of the latest snapshot")
         self.snapshot_generation: Histogram = r.histogram("kraft_snapshot_generation_seconds",
