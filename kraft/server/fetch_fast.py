@@ -344,4 +344,4 @@ def decode_fetch_response(frame: bytes | memoryview, version: int, correlation_i
         error_code=code, leader_id=leader_id, leader_epoch=leader_epoch, high_watermark=hw,
         log_start_offset=log_start, diverging_epoch=div, snapshot_id=snap,
         leader_endpoints=endpoints,
-        batches=parse_fetched_batches(records, leader_epoch) if error == 0 else ())
+        batches=parse_fetched_batches(records) if error == 0 else ())

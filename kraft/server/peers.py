@@ -321,6 +321,15 @@ class Peers:
 
     def _response_received(self, e: fx.SendRequest, resp: m.Response) -> None:
         if isinstance(resp, m.FetchResponse) and resp.error_code == ErrorCode.NONE:
+            batches = resp.batches
+            # epochs never go back within an answer (parse_fetched_batches): the last is the
+            # highest, and no leader writes a batch of an epoch above its own
+            if batches and 0 <= resp.leader_epoch < batches[-1].epoch:
+                self.fetch_refused(e.destination, ProtocolError(
+                    f"fetched batch at offset {batches[-1].base_offset} has epoch "
+                    f"{batches[-1].epoch}, above the leader's epoch {resp.leader_epoch}"))
+                self._queue.push(ev.RequestFailed(e.destination, e.correlation_id))
+                return
             self._node.note_leader_high_watermark(resp.high_watermark, resp.leader_epoch)
         self._queue.push(ev.ResponseReceived(e.destination, e.correlation_id, resp))
 

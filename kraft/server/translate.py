@@ -429,15 +429,15 @@ def request_to_wire(req: m.Request, cluster_id: str, version: int) -> object:
 # ---------------------------------------------------------------- responses: wire → core
 
 
-def parse_fetched_batches(records: bytes | memoryview | None,
-                          leader_epoch: int | None = None) -> tuple[m.FetchedBatch, ...]:
+def parse_fetched_batches(records: bytes | memoryview | None) -> tuple[m.FetchedBatch, ...]:
     """Batches of a Fetch response, with control records decoded; a cut-off tail is dropped.
 
     Raises ProtocolError naming what is wrong for a batch this follower must not append: a
     bad header or CRC, one above MAX_BATCH_BYTES (the most any log of ours takes), one that
-    does not follow the batch before it, one whose epoch is below the batch before it or
-    (given `leader_epoch`, the answer's) above the leader's, or a control batch that does not
-    decode. The fetch is then failed and retried rather than appended.
+    does not follow the batch before it, one whose epoch is below the batch before it, or a
+    control batch that does not decode. The fetch is then failed and retried rather than
+    appended. (An epoch above the answer's leader epoch is refused when the answer arrives:
+    `kraft.server.peers`.)
     """
     if not records:
         return ()
@@ -458,9 +458,6 @@ def parse_fetched_batches(records: bytes | memoryview | None,
         if not batch.is_valid():
             raise ProtocolError(f"fetched batch at offset {batch.base_offset} fails its CRC")
         epoch = batch.partition_leader_epoch
-        if leader_epoch is not None and 0 <= leader_epoch < epoch:
-            raise ProtocolError(f"fetched batch at offset {batch.base_offset} has epoch "
-                                f"{epoch}, above the leader's epoch {leader_epoch}")
         if out:
             before = out[-1]
             if batch.base_offset != before.last_offset + 1:
@@ -527,8 +524,7 @@ def response_to_core(data: object, listener: str) -> m.Response:
             snapshot_id=m.OffsetAndEpoch(snap.epoch, snap.end_offset)
             if snap.epoch >= 0 and snap.end_offset >= 0 else None,
             leader_endpoints=_leader_endpoints(data.node_endpoints, leader.leader_id, listener),
-            batches=parse_fetched_batches(fp.records, leader.leader_epoch)
-            if fp.error_code == 0 else (),
+            batches=parse_fetched_batches(fp.records) if fp.error_code == 0 else (),
         )
     if isinstance(data, w.FetchSnapshotResponseData):
         if data.error_code or not data.topics or not data.topics[0].partitions:

@@ -84,8 +84,7 @@ def test_fetch_request_encodes_and_decodes_as_the_general_path(req: m.FetchReque
 
 
 def _records(count: int) -> bytes:
-    # epoch 0: never above the answer's leader epoch, which would refuse the batches
-    return b"".join(build_batch(100 + i, 0, (b"v" * (10 + i),), 1_700_000_000_000)
+    return b"".join(build_batch(100 + i, 3, (b"v" * (10 + i),), 1_700_000_000_000)
                     for i in range(count))
 
 

@@ -1,8 +1,9 @@
 """A forged or broken leader's Fetch answer: a batch that fails its CRC, is malformed, is
-above MAX_BATCH_BYTES, does not follow the batch before it, or has an epoch the leader could
-not have written. Both decoders (`kraft.server.fetch_fast`, `kraft.server.translate`) refuse
-it with a ProtocolError naming what is wrong, the follower's lane hands it over to them, and
-the follower counts it (kraft_fetch_errors_total), logs a rate-limited warning and fails only
+above MAX_BATCH_BYTES, does not follow the batch before it, or has an epoch below the batch
+before it. Both decoders (`kraft.server.fetch_fast`, `kraft.server.translate`) refuse it with
+a ProtocolError naming what is wrong, the follower's lane hands it over to them; a batch of an
+epoch above the answer's leader epoch is refused as the answer arrives. The follower counts
+it (kraft_fetch_errors_total), logs a rate-limited warning and fails only
 that fetch (a RequestFailed: the core tries again after its backoff), never stopping.
 (tests/node/test_limits.py has a real leader serve an oversized batch to a real follower.)"""
 
@@ -59,7 +60,6 @@ BAD = {
                   f"above the {MAX_BATCH_BYTES}-byte batch limit"),
     "gap": (lambda: build_batch(100, 5, (b"a",), TS) + build_batch(102, 5, (b"b",), TS),
             "does not follow"),
-    "epoch above the leader's": (lambda: build_batch(100, 6, (b"a",), TS), "above the leader"),
     "epoch going back": (lambda: build_batch(100, 4, (b"a",), TS) + build_batch(101, 3, (b"b",), TS),
                          "below the 4"),
 }
@@ -104,15 +104,42 @@ class _Queue:
         self.items.append(item)
 
 
-def test_a_refused_answer_fails_that_fetch_only_counted_and_logged_once_a_while(
-        caplog: pytest.LogCaptureFixture) -> None:
+def _peers() -> tuple[Peers, _Queue, NodeMetrics]:
     queue = _Queue()
     metrics = NodeMetrics(Registry())
     config = SimpleNamespace(node_id=2, controller_listener=SimpleNamespace(name=LISTENER),
                              quorum_voters=())
-    host = SimpleNamespace(config=config, queue=queue, metrics=metrics, cluster_id="c")
-    peers = Peers(host)  # type: ignore[arg-type]
-    request = m.FetchRequest(2, Uuid.random(), 5, 100, 4, 500, 8 << 20, 90, "c")
+    host = SimpleNamespace(config=config, queue=queue, metrics=metrics, cluster_id="c",
+                           note_leader_high_watermark=lambda hw, epoch: None)
+    return Peers(host), queue, metrics  # type: ignore[arg-type]
+
+
+REQUEST = m.FetchRequest(2, Uuid.random(), 5, 100, 4, 500, 8 << 20, 90, "c")
+
+
+def test_a_batch_of_an_epoch_above_the_leaders_fails_the_fetch(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """(The core stopped the node on such a batch: it never reaches the core now.)"""
+    peers, queue, metrics = _peers()
+    above = decode_fetch_response(_answer(build_batch(100, 6, (b"a",), TS)), 18, 7, LISTENER)
+    good = decode_fetch_response(_answer(build_batch(100, 5, (b"a",), TS)), 18, 7, LISTENER)
+    assert above is not None and good is not None
+
+    async def scenario() -> None:
+        peers._answered(fx.SendRequest(1, (), 21, REQUEST), ApiKey.FETCH)(18, above, None)
+        peers._answered(fx.SendRequest(1, (), 22, REQUEST), ApiKey.FETCH)(18, good, None)
+
+    with caplog.at_level(logging.WARNING, logger="kraft.server.node"):
+        asyncio.run(scenario())
+    assert [type(i) for i in queue.items] == [ev.RequestFailed, ev.ResponseReceived]
+    assert metrics.fetch_errors.value == 1
+    assert any("above the leader's epoch 5" in r.getMessage() for r in caplog.records)
+
+
+def test_a_refused_answer_fails_that_fetch_only_counted_and_logged_once_a_while(
+        caplog: pytest.LogCaptureFixture) -> None:
+    peers, queue, metrics = _peers()
+    request = REQUEST
 
     async def scenario() -> None:
         for corr in (11, 12, 13):

@@ -236,6 +236,13 @@ int read_fetch_answer(const uint8_t *f, size_t len, int32_t correlation_id,
     /* no topic tags, and no top-level tags (NodeEndpoints is the general path's) */
     if (len - pos != 2 || f[pos] != 0 || f[pos + 1] != 0)
         return 0;
+    /* batches that follow one another, in epochs that do not go back (as
+     * translate.parse_fetched_batches takes them) */
+    for (size_t k = 1; k < *n; k++) {
+        if (batches[k].base_offset != batches[k - 1].last_offset + 1
+            || batches[k].epoch < batches[k - 1].epoch)
+            return 0;
+    }
     return 1;
 }
 
