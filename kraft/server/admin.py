@@ -9,7 +9,7 @@ Routes:
 | `GET /metrics` | Prometheus text |
 | `GET /v1/status` | this node's view (role, epoch, leader, offsets) as JSON |
 | `GET /v1/quorum` | DescribeQuorum of the leader as JSON |
-| `PUT /v1/kv/{key}` | body = value bytes; 200 `{"offset": N}` once committed and applied |
+| `PUT /v1/kv/{key}` | body = value bytes (at most `MAX_VALUE_BYTES`, else 413 naming the limit); 200 `{"offset": N}` once committed and applied |
 | `GET /v1/kv/{key}` | 200 with the value bytes, 404 when absent (linearizable) |
 | `DELETE /v1/kv/{key}` | 200 `{"existed": bool}` |
 | `GET /v1/export` | a consistent tar bundle of this replica's segments and snapshots (`kraft export`), streamed |
@@ -160,6 +160,10 @@ class NodeAPI(Protocol):
         """What a local read waits for first (a follower's native lane), or None."""
         ...
 
+    def request_refused(self) -> None:
+        """A request was refused for a key or value above its limit (counted)."""
+        ...
+
 
 def _json(status: int, body: dict[str, Any]) -> web.Response:
     return web.json_response(body, status=status)
@@ -299,6 +303,7 @@ class AdminServer:
     def _key(self, request: web.Request) -> str:
         key = request.match_info["key"]
         if not key or len(key.encode()) > MAX_KEY_BYTES:
+            self.node.request_refused()
             raise web.HTTPBadRequest(
                 text=json.dumps({"error": f"key must be 1..{MAX_KEY_BYTES} bytes of UTF-8, "
                                           f"not {len(key.encode())}"}),
@@ -326,7 +331,7 @@ class AdminServer:
             return _json(503, {"error": "timed out", "outcome": "unknown"})
         except ForwardRefusedError as exc:
             return _json(400, {"error": str(exc)})
-        except WriteRefusedError as exc:
+        except WriteRefusedError as exc:  # counted where it was refused
             return _json(413 if exc.too_large else 400, {"error": str(exc)})
         if call.op == KvOp.GET:
             if not answer.ok or answer.value is None:
@@ -345,11 +350,13 @@ class AdminServer:
                                          "limit"})
         length = request.content_length
         if length is not None and length > MAX_VALUE_BYTES:
+            self.node.request_refused()
             return too_large  # refused before the body is read
         value = bytearray()
         async for chunk in request.content.iter_any():
             value += chunk
             if len(value) > MAX_VALUE_BYTES:
+                self.node.request_refused()
                 return too_large
         return await self._call(request, KvCall(KvOp.PUT, key, bytes(value)))
 

@@ -59,6 +59,9 @@ class ClientHost(Protocol):
     def lane_catch_up(self) -> asyncio.Future[None] | None:
         """A future done once the follower lane's progress is applied, None when none waits."""
 
+    def request_refused(self) -> None:
+        """A request was refused for a key or value above its limit (counted)."""
+
 OP_PUT, OP_GET, OP_DELETE, OP_GET_STALE = 1, 2, 3, 4
 OK, NOT_FOUND, NOT_LEADER, UNKNOWN_OUTCOME, ERROR = 0, 1, 2, 3, 4
 REQUEST_HEAD = struct.Struct(">IBH")  # id, op, key length (after the u32 length)
@@ -233,6 +236,7 @@ class ClientProtocol(asyncio.Protocol):
         proposed)."""
         why = key_limit_error(key_bytes) or value_limit_error(value_bytes) or "refused"
         log.debug("event=client_request_refused id=%d error=%r", request_id, why)
+        self.node.request_refused()
         self._reply(encode_response(request_id, ERROR, payload=why.encode()))
 
     def _submit(self, writes: list[tuple[bytes, Completion]]) -> None:

@@ -290,7 +290,7 @@ class KvFront:
             if why is None:
                 taken.append((value, done))
             else:
-                self._metrics.writes_refused.inc()
+                self._metrics.requests_refused.inc()
                 done.set_exception(WriteRefusedError(why))
         return taken
 
@@ -429,7 +429,7 @@ class KvFront:
         limit)."""
         refused = call_limit_error(call)
         if refused is not None:
-            self._metrics.writes_refused.inc()
+            self._metrics.requests_refused.inc()
             raise refused
         if call.op == KvOp.GET:
             value = await self.kv_get(call.key)

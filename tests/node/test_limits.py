@@ -124,6 +124,7 @@ def test_the_client_port_refuses_keys_and_values_above_the_limits(
     assert "above the 4096-byte limit" in answers[1][2], answers[1]
     assert f"above the {MAX_VALUE_BYTES}-byte limit" in answers[2][2], answers[2]
     assert f"above the {MAX_VALUE_BYTES}-byte limit" in answers[3][2], answers[3]
+    assert _metric(c, leader, "kraft_requests_refused_total") >= 4  # counted
     if not lane_off():  # the lane read the frames first
         assert lane_stats(c, leader, "leader_lane")["arms"] >= 1
     for i in (0, 5, 8):
@@ -207,12 +208,16 @@ def _log_end(node_dir: Path) -> int:
         log.close()
 
 
-def _fetch_errors(c: LocalCluster, nid: int) -> float:
+def _metric(c: LocalCluster, nid: int, name: str) -> float:
     text = http_call(c.nodes[nid].http, "GET", "/metrics").body.decode()
     for line in text.splitlines():
-        if line.startswith("kraft_fetch_errors_total "):
+        if line.startswith(name + " "):
             return float(line.split()[1])
-    raise AssertionError("no kraft_fetch_errors_total")
+    raise AssertionError(f"no {name}")
+
+
+def _fetch_errors(c: LocalCluster, nid: int) -> float:
+    return _metric(c, nid, "kraft_fetch_errors_total")
 
 
 def test_a_planted_oversized_batch_on_one_node_is_truncated_without_a_crash_loop(
