@@ -146,6 +146,8 @@ def test_http_takes_exactly_the_value_limit_and_refuses_one_byte_more(
         assert str(MAX_VALUE_BYTES) in r.json()["error"], r.body
         r = http_call(c.nodes[via].http, "PUT", "/v1/kv/" + "k" * (MAX_KEY_BYTES + 1), b"v")
         assert r.status == 400 and "4096" in r.json()["error"], (r.status, r.body)
+        r = http_call(c.nodes[via].http, "PUT", "/v1/kv/" + "k" * 30_000, b"v")
+        assert r.status == 400, (r.status, r.body[:300])  # the request line, too long
         over = base64.b64encode(b"v" * (MAX_VALUE_BYTES + 1)).decode()
         cas = json.dumps({"expected": None, "value": over})
         r = http_call(c.nodes[via].http, "POST", f"/v1/kv/cas{via}/cas", cas.encode(),
