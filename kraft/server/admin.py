@@ -343,21 +343,21 @@ class AdminServer:
             return _json(200, {"existed": answer.ok})
         return _json(200, {"swapped": answer.ok, "previous": _b64(answer.value)})
 
+    def _too_large(self) -> web.Response:
+        self.node.request_refused()
+        return _json(413, {"error": f"value is larger than the {MAX_VALUE_BYTES}-byte limit"})
+
     async def kv_put(self, request: web.Request) -> web.Response:
         """PUT a value."""
         key = self._key(request)
-        too_large = _json(413, {"error": f"value is larger than the {MAX_VALUE_BYTES}-byte "
-                                         "limit"})
         length = request.content_length
         if length is not None and length > MAX_VALUE_BYTES:
-            self.node.request_refused()
-            return too_large  # refused before the body is read
+            return self._too_large()  # refused before the body is read
         value = bytearray()
         async for chunk in request.content.iter_any():
             value += chunk
             if len(value) > MAX_VALUE_BYTES:
-                self.node.request_refused()
-                return too_large
+                return self._too_large()
         return await self._call(request, KvCall(KvOp.PUT, key, bytes(value)))
 
     async def kv_get(self, request: web.Request) -> web.Response:
