@@ -291,3 +291,66 @@ def test_a_leader_serving_an_oversized_batch_leaves_the_follower_refusing_it_and
     _write(c, acked, "after-restart", b"x")
     time.sleep(1.0)
     _fatal_free(c)
+
+
+MARK = b"corrupt-me:" + b"m" * 200
+
+
+def _corrupt_marked_batch(node_dir: Path) -> None:
+    """Flip one byte of the marked value in a stopped node's log: its batch fails its CRC
+    (below the recovery point, a clean start does not check it)."""
+    (path,) = sorted(partition_dir(node_dir).glob("*.log"))
+    data = bytearray(path.read_bytes())
+    at = data.index(MARK)
+    data[at + 20] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_a_leader_serving_a_crc_bad_batch_leaves_the_follower_refusing_it_and_up(
+        clusters: Callable[..., LocalCluster]) -> None:
+    """A batch in the middle of two logs corrupted on disk (the leader's and one follower's),
+    the third node's log cut before it: one of the two leads and serves the bad bytes; the
+    third refuses them at each fetch (fails its CRC, counted, logged), never appends them and
+    stays up; the quorum still commits."""
+    c, leader = _quorum(clusters)
+    acked: dict[str, bytes] = {}
+    _write(c, acked, "before", b"b")
+    r = c.put("marked", MARK, timeout=30)
+    assert r.status == 200
+    for i in range(20):  # more batches after it: it is not the last of its segment
+        _write(c, acked, f"after{i}", b"a" * 1024)
+    for nid in sorted(c.nodes, key=lambda n: n == leader):
+        c.kill(nid, signal.SIGTERM)
+    c.close()
+    third = next(n for n in c.nodes if n != leader)
+    holders = [n for n in c.nodes if n != third]
+    for nid in holders:
+        _corrupt_marked_batch(c.nodes[nid].dir)
+    log = SegmentedLog.open(partition_dir(c.nodes[third].dir), recovery_checkpoint_interval_s=None)
+    try:
+        base = next(b.base_offset for b in log.batches() if MARK in bytes(b.raw))
+        log.truncate_to(base)
+    finally:
+        log.close()
+    c.start_all()
+    for nid in holders:
+        c.wait_ready(nid, 60)
+    assert c.wait_for_leader(60) in holders
+    _write(c, acked, "after-corrupt", b"c")
+    deadline = time.monotonic() + 60
+    while _fetch_errors(c, third) < 2:  # refused, fetched again, refused again
+        assert time.monotonic() < deadline, "the third node did not refuse the batch twice"
+        time.sleep(0.1)
+    _fatal_free(c)
+    text = c.nodes[third].log_path.read_text(errors="replace")
+    assert "event=fetch_refused" in text and "fails its CRC" in text
+    assert _log_end_alive(c, third) == base  # nothing of it, nor after it, appended
+    for key, value in acked.items():  # (the marked value itself is the disk's damage)
+        got = c.get(key, timeout=30)
+        assert got.status == 200 and got.body == value, key
+
+
+def _log_end_alive(c: LocalCluster, nid: int) -> int:
+    status = c.status(nid)
+    assert status is not None
+    return int(status["log_end_offset"])
