@@ -78,7 +78,7 @@ int main(int argc, char **argv)
         } else if (client) {
             size_t used;
             client_put *p = malloc((len / 11 + 1) * sizeof *p);
-            taken += read_puts(exact, len, p, len / 11 + 1, &used) > 0;
+            taken += read_puts(exact, len, p, len / 11 + 1, (size_t)-1, &used) > 0;
             free(p);
         } else {
             max = len / BATCH_HEADER + 1;

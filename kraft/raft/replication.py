@@ -344,15 +344,36 @@ def truncate(core: RaftCore, target: int) -> None:
     logger.info("raft truncate node=%s end_offset=%s", core.key.id, target)
 
 
+def unfit_batches(core: RaftCore, s: FollowerState, batches: tuple[FetchedBatch, ...]
+                  ) -> str | None:
+    """Why the fetched batches, which start at this log's end, cannot be appended (None: they
+    can): one that does not follow the one before, an epoch below this log's last or the batch
+    before, or above the leader's. No leader of this epoch sends such batches; a peer that
+    does gets its fetch refused, and this node stays up."""
+    end, epoch = core.log.end_offset, core.log.last_epoch()
+    for b in batches:
+        if b.base_offset != end or b.last_offset < b.base_offset:
+            return f"batch [{b.base_offset}, {b.last_offset}] does not follow offset {end - 1}"
+        if b.epoch > s.epoch:
+            return f"batch at {b.base_offset} has epoch {b.epoch} > leader epoch {s.epoch}"
+        if b.epoch < epoch:
+            return f"batch at {b.base_offset} has epoch {b.epoch} < epoch {epoch} before it"
+        end, epoch = b.last_offset + 1, b.epoch
+    return None
+
+
 def append_fetched(core: RaftCore, s: FollowerState, batches: tuple[FetchedBatch, ...]) -> bool:
-    """Append the fetched batches when they continue this log (False when they do not)."""
+    """Append the fetched batches when they continue this log (False when they do not: the
+    fetch is tried again, after the backoff when they are unfit, see `unfit_batches`)."""
     if batches[0].base_offset != core.log.end_offset:
         return False
+    why = unfit_batches(core, s, batches)
+    if why is not None:
+        logger.warning("raft fetched batches refused node=%s leader=%s: %s", core.key.id,
+                       s.leader_id, why)
+        core._fetch_backoff_until = core._now + core.config.retry_backoff_ms
+        return False
     for b in batches:
-        if b.epoch > s.epoch:
-            raise RaftFatalError(
-                f"node {core.key.id}: fetched batch of epoch {b.epoch} > leader epoch {s.epoch}"
-            )
         core.log.append(b.base_offset, b.last_offset, b.epoch)
         if b.is_control:
             membership.read_control_records(core, b.base_offset, b.control_records)

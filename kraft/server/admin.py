@@ -9,7 +9,7 @@ Routes:
 | `GET /metrics` | Prometheus text |
 | `GET /v1/status` | this node's view (role, epoch, leader, offsets) as JSON |
 | `GET /v1/quorum` | DescribeQuorum of the leader as JSON |
-| `PUT /v1/kv/{key}` | body = value bytes; 200 `{"offset": N}` once committed and applied |
+| `PUT /v1/kv/{key}` | body = value bytes (at most `MAX_VALUE_BYTES`, else 413 naming the limit); 200 `{"offset": N}` once committed and applied |
 | `GET /v1/kv/{key}` | 200 with the value bytes, 404 when absent (linearizable) |
 | `DELETE /v1/kv/{key}` | 200 `{"existed": bool}` |
 | `GET /v1/export` | a consistent tar bundle of this replica's segments and snapshots (`kraft export`), streamed |
@@ -48,6 +48,9 @@ from kraft.storage.export import ExportError, export_bundle
 
 log = logging.getLogger("kraft.server.admin")
 
+MAX_CAS_BODY_BYTES = 2 * (4 * ((MAX_VALUE_BYTES + 2) // 3)) + 1024
+"""The largest CAS body: its expected and new values at MAX_VALUE_BYTES each, in base64."""
+
 
 class NotLeaderError(Exception):
     """This node is not the leader; `leader_id` is -1 when no leader is known."""
@@ -60,6 +63,16 @@ class NotLeaderError(Exception):
 
 class OutcomeUnknownError(Exception):
     """A write was accepted but its fate is unknown (leader change, timeout)."""
+
+
+class WriteRefusedError(ValueError):
+    """A write refused before anything was proposed (a key, a value or a record above its
+    limit): nothing was applied. `too_large` is set when a value or a record is too large
+    (HTTP 413), not only its key (HTTP 400)."""
+
+    def __init__(self, message: str, too_large: bool = True) -> None:
+        super().__init__(message)
+        self.too_large = too_large
 
 
 class ForwardRefusedError(Exception):
@@ -149,6 +162,10 @@ class NodeAPI(Protocol):
         """What a local read waits for first (a follower's native lane), or None."""
         ...
 
+    def request_refused(self) -> None:
+        """A request was refused for a key or value above its limit (counted)."""
+        ...
+
 
 def _json(status: int, body: dict[str, Any]) -> web.Response:
     return web.json_response(body, status=status)
@@ -180,7 +197,9 @@ class AdminServer:
         self.host = host
         self.port = port
         self.metadata_dir = metadata_dir
-        self.app = web.Application(client_max_size=MAX_VALUE_BYTES + 1024)
+        # The largest body any route takes: a CAS's two values in base64 and JSON. A PUT's
+        # body is the value itself, held to exactly MAX_VALUE_BYTES by `kv_put`.
+        self.app = web.Application(client_max_size=MAX_CAS_BODY_BYTES)
         self.app.add_routes(
             [
                 web.get("/healthz", self.healthz),
@@ -301,8 +320,10 @@ class AdminServer:
     def _key(self, request: web.Request) -> str:
         key = request.match_info["key"]
         if not key or len(key.encode()) > MAX_KEY_BYTES:
+            self.node.request_refused()
             raise web.HTTPBadRequest(
-                text=json.dumps({"error": f"key must be 1..{MAX_KEY_BYTES} bytes of UTF-8"}),
+                text=json.dumps({"error": f"key must be 1..{MAX_KEY_BYTES} bytes of UTF-8, "
+                                          f"not {len(key.encode())}"}),
                 content_type="application/json",
             )
         return key
@@ -327,6 +348,8 @@ class AdminServer:
             return _json(503, {"error": "timed out", "outcome": "unknown"})
         except ForwardRefusedError as exc:
             return _json(400, {"error": str(exc)})
+        except WriteRefusedError as exc:  # counted where it was refused
+            return _json(413 if exc.too_large else 400, {"error": str(exc)})
         if call.op == KvOp.GET:
             if not answer.ok or answer.value is None:
                 return _json(404, {"error": "not found"})
@@ -337,14 +360,22 @@ class AdminServer:
             return _json(200, {"existed": answer.ok})
         return _json(200, {"swapped": answer.ok, "previous": _b64(answer.value)})
 
+    def _too_large(self) -> web.Response:
+        self.node.request_refused()
+        return _json(413, {"error": f"value is larger than the {MAX_VALUE_BYTES}-byte limit"})
+
     async def kv_put(self, request: web.Request) -> web.Response:
         """PUT a value."""
         key = self._key(request)
-        try:
-            value = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return _json(413, {"error": f"value larger than {MAX_VALUE_BYTES} bytes"})
-        return await self._call(request, KvCall(KvOp.PUT, key, value))
+        length = request.content_length
+        if length is not None and length > MAX_VALUE_BYTES:
+            return self._too_large()  # refused before the body is read
+        value = bytearray()
+        async for chunk in request.content.iter_any():
+            value += chunk
+            if len(value) > MAX_VALUE_BYTES:
+                return self._too_large()
+        return await self._call(request, KvCall(KvOp.PUT, key, bytes(value)))
 
     async def kv_get(self, request: web.Request) -> web.Response:
         """GET a value (linearizable unless ?stale=true)."""

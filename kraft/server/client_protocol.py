@@ -15,9 +15,11 @@ missing key or DELETE of one), NOT_LEADER (2: `leader id` is the leader or -1, t
 HTTP address if known), UNKNOWN_OUTCOME (3: the write may or may not have been applied),
 ERROR (4: payload is the message). `offset` is the record's log offset for writes, else -1.
 
-A frame longer than MAX_FRAME (or `socket.request.max.bytes` when that is lower) or shorter
-than a request head closes the connection; the listener's connections are admitted, closed
-when idle and their unfinished frames held to the node's budget as the controller listener's
+A key above `kraft.statemachine.kv.MAX_KEY_BYTES` (any op) or a PUT value above
+`MAX_VALUE_BYTES` is answered ERROR, naming the limit, and nothing of it is proposed. A frame
+longer than MAX_FRAME (or `socket.request.max.bytes` when that is lower) or shorter than a
+request head closes the connection; the listener's connections are admitted, closed when idle
+and their unfinished frames held to the node's budget as the controller listener's
 (`kraft.server.connection_limits`).
 """
 
@@ -31,7 +33,15 @@ from typing import Protocol, cast
 from kraft.server.admin import NotLeaderError, OutcomeUnknownError
 from kraft.server.connection_limits import ConnectionGuard, ListenerGuard, Tracked
 from kraft.server.writes import Completion
-from kraft.statemachine.kv import FORMAT_VERSION, KVResult, encode_delete
+from kraft.statemachine.kv import (
+    FORMAT_VERSION,
+    MAX_KEY_BYTES,
+    MAX_VALUE_BYTES,
+    KVResult,
+    encode_delete,
+    key_limit_error,
+    value_limit_error,
+)
 from kraft.statemachine.kv import OP_PUT as KV_OP_PUT
 
 log = logging.getLogger("kraft.server.client_protocol")
@@ -52,6 +62,9 @@ class ClientHost(Protocol):
 
     def lane_catch_up(self) -> asyncio.Future[None] | None:
         """A future done once the follower lane's progress is applied, None when none waits."""
+
+    def request_refused(self) -> None:
+        """A request was refused for a key or value above its limit (counted)."""
 
 OP_PUT, OP_GET, OP_DELETE, OP_GET_STALE = 1, 2, 3, 4
 OK, NOT_FOUND, NOT_LEADER, UNKNOWN_OUTCOME, ERROR = 0, 1, 2, 3, 4
@@ -246,6 +259,9 @@ class ClientProtocol(asyncio.Protocol):
             if kend > end:
                 self._reply(encode_response(request_id, ERROR, payload=b"key overruns the frame"))
                 continue
+            if klen > MAX_KEY_BYTES or (op == OP_PUT and end - kend > MAX_VALUE_BYTES):
+                self._refuse(request_id, klen, end - kend if op == OP_PUT else 0)
+                continue
             key = view[kstart:kend]
             if not key.isascii():
                 try:
@@ -264,6 +280,14 @@ class ClientProtocol(asyncio.Protocol):
                 self._handle(request_id, op, key)
         self._submit(writes)
         return pos
+
+    def _refuse(self, request_id: int, key_bytes: int, value_bytes: int) -> None:
+        """Answer ERROR to a request whose key or value is above its limit (nothing of it is
+        proposed)."""
+        why = key_limit_error(key_bytes) or value_limit_error(value_bytes) or "refused"
+        log.debug("event=client_request_refused id=%d error=%r", request_id, why)
+        self.node.request_refused()
+        self._reply(encode_response(request_id, ERROR, payload=why.encode()))
 
     def _submit(self, writes: list[tuple[bytes, Completion]]) -> None:
         if not writes:

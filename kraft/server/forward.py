@@ -28,6 +28,10 @@ int8 Ok | bytes Value | nullable string ErrorMessage`. `Ok` is GET's "found", DE
 "existed" and CAS's "swapped"; `Value` is GET's value and CAS's previous value; `Offset` is
 PUT's committed offset.
 
+A key above `kraft.statemachine.kv.MAX_KEY_BYTES` is refused with INVALID_REQUEST, and a value
+or expected value above MAX_VALUE_BYTES with MESSAGE_TOO_LARGE, both naming the limit; nothing
+of such a call is proposed.
+
 What keeps it linearizable and every write applied at most once as asked:
 * The leader runs a forwarded call exactly as one made to it over HTTP: a write is proposed
   and answered once committed and applied, a read goes through the read barrier. A node that
@@ -56,8 +60,10 @@ from kraft.server.admin import (
     KvOp,
     NotLeaderError,
     OutcomeUnknownError,
+    WriteRefusedError,
 )
 from kraft.server.frames import FrameConnection
+from kraft.statemachine.kv import key_limit_error, value_limit_error
 
 log = logging.getLogger("kraft.server.forward")
 
@@ -104,9 +110,11 @@ class BadForwardedCall(ValueError):
     """A ForwardKv request that cannot be read; `correlation_id` is None when even the
     header could not be."""
 
-    def __init__(self, message: str, correlation_id: int | None) -> None:
+    def __init__(self, message: str, correlation_id: int | None,
+                 error: ErrorCode = ErrorCode.INVALID_REQUEST) -> None:
         super().__init__(message)
         self.correlation_id = correlation_id
+        self.error = error
 
 
 def is_forward_frame(frame: bytes | memoryview) -> bool:
@@ -202,6 +210,14 @@ def decode_call(frame: bytes | memoryview) -> DecodedCall:
             raise ValueError(f"{len(r.data) - r.pos} bytes after the body")
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadForwardedCall(f"bad ForwardKv request: {exc}", corr) from None
+    why = key_limit_error(len(key.encode()))
+    if why is not None:
+        raise BadForwardedCall(f"ForwardKv {op.name} refused: {why}", corr)
+    for data in (value, expected):
+        why = value_limit_error(len(data)) if data is not None else None
+        if why is not None:
+            raise BadForwardedCall(f"ForwardKv {op.name} refused: {why}", corr,
+                                   ErrorCode.MESSAGE_TOO_LARGE)
     return DecodedCall(corr, version, cluster_id, KvCall(op, key, value, expected),
                        max(0, timeout_ms))
 
@@ -336,6 +352,8 @@ class Forwarder:
                 raise NotLeaderError(target.leader_id, None)
             if answer.error == ErrorCode.REQUEST_TIMED_OUT:
                 raise OutcomeUnknownError(answer.message or "timed out at the leader")
+            if answer.error == ErrorCode.MESSAGE_TOO_LARGE:
+                raise WriteRefusedError(answer.message or "too large for the leader")
             name = (ErrorCode(answer.error).name if answer.error in ErrorCode._value2member_map_
                     else str(answer.error))
             raise ForwardRefusedError(f"leader {target.leader_id} refused the call: {name}"

@@ -27,6 +27,7 @@ import bisect
 import logging
 import time
 from itertools import accumulate, repeat
+from operator import itemgetter
 from typing import Any, Protocol
 
 from kraft.protocol.errors import ErrorCode
@@ -35,7 +36,14 @@ from kraft.raft import events as ev
 from kraft.raft import messages as m
 from kraft.raft.core import RaftCore
 from kraft.raft.state import FollowerState, Role
-from kraft.server.admin import KvAnswer, KvCall, KvOp, NotLeaderError, OutcomeUnknownError
+from kraft.server.admin import (
+    KvAnswer,
+    KvCall,
+    KvOp,
+    NotLeaderError,
+    OutcomeUnknownError,
+    WriteRefusedError,
+)
 from kraft.server.apply_driver import ApplyDriver
 from kraft.server.client_protocol import ClientServer
 from kraft.server.config import NodeConfig
@@ -53,13 +61,18 @@ from kraft.server.transport import unsupported_version_frame
 from kraft.server.writes import Completion, WriteBook
 from kraft.statemachine.base import StateMachine
 from kraft.statemachine.kv import (
+    MAX_KEY_BYTES,
     KVResult,
     KVStore,
+    command_limit_error,
     encode_barrier,
     encode_cas,
     encode_delete,
     encode_put,
+    key_limit_error,
+    value_limit_error,
 )
+from kraft.storage.log_segments import MAX_BATCH_BYTES
 
 log = logging.getLogger("kraft.server.node")
 
@@ -68,6 +81,36 @@ MAX_APPEND_BYTES = 1024 * 1024
 MAX_APPEND_VALUES = 16384
 """...and at this many values (tiny values: a batch's cut then looks at no more pending writes
 than this, however many wait)."""
+MAX_RECORD_BYTES = MAX_BATCH_BYTES - 64 * 1024
+"""The largest record value `submit` takes: a batch holds at most MAX_APPEND_BYTES of values
+or one value alone, so with its headers (and up to MAX_APPEND_VALUES records' overhead) no
+batch is ever built above MAX_BATCH_BYTES, the most the log takes."""
+_FIRST = itemgetter(0)
+
+
+def _record_limit_error(value: bytes, kv: bool) -> str | None:
+    """Why `value` may not be proposed (None: it may): a record above MAX_RECORD_BYTES, or
+    (`kv`: the state machine is the KV store) a KV command whose key or value is above its
+    limit (`kraft.statemachine.kv`)."""
+    n = len(value)
+    if n <= MAX_KEY_BYTES:
+        return None
+    if n > MAX_RECORD_BYTES:
+        return (f"record is {n} bytes, above the {MAX_RECORD_BYTES}-byte limit of one record "
+                f"(a batch is at most {MAX_BATCH_BYTES} bytes)")
+    return command_limit_error(value) if kv else None
+
+
+def call_limit_error(call: KvCall) -> WriteRefusedError | None:
+    """The error refusing `call` when its key or a value is above its limit, else None."""
+    why = key_limit_error(len(call.key.encode()))
+    if why is not None:
+        return WriteRefusedError(why, too_large=False)
+    for data in (call.value, call.expected):
+        why = value_limit_error(len(data)) if data is not None else None
+        if why is not None:
+            return WriteRefusedError(why)
+    return None
 CLIENT_TIMEOUT_S = 15.0
 
 
@@ -210,8 +253,14 @@ class KvFront:
     def submit(self, value: bytes) -> asyncio.Future[object]:
         """Start replicating one record value; the future resolves to (offset, the state
         machine's result) once applied, or fails (NotLeaderError, OutcomeUnknownError) when
-        leadership is lost. Raises NotLeaderError at once on a non-leader."""
+        leadership is lost. Raises NotLeaderError at once on a non-leader, and
+        WriteRefusedError when the value breaks a limit (see `_record_limit_error`): nothing
+        is proposed then."""
         self._require_leader()
+        if len(value) > MAX_KEY_BYTES:
+            why = _record_limit_error(value, isinstance(self._node.sm, KVStore))
+            if why is not None:
+                raise WriteRefusedError(why)
         fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         self._writes.pending.append((value, fut))
         if self._linger_handle is None:
@@ -221,11 +270,29 @@ class KvFront:
     def submit_many(self, writes: list[tuple[bytes, Completion]]) -> None:
         """`submit` for several values at once, in order, each with the caller's own
         completion object instead of a new future (one leadership check for all of them).
-        Raises NotLeaderError at once on a non-leader, taking none of them."""
+        Raises NotLeaderError at once on a non-leader, taking none of them. A value that
+        breaks a limit fails its own completion with WriteRefusedError, and is not proposed;
+        the others are."""
         self._require_leader()
+        if writes and max(map(len, map(_FIRST, writes))) > MAX_KEY_BYTES:
+            writes = self._refuse_over_limits(writes)
         self._writes.pending.extend(writes)
         if self._linger_handle is None:
             self._schedule_linger()
+
+    def _refuse_over_limits(self, writes: list[tuple[bytes, Completion]]
+                            ) -> list[tuple[bytes, Completion]]:
+        """The writes that break no limit; the others' completions fail at once."""
+        kv = isinstance(self._node.sm, KVStore)
+        taken: list[tuple[bytes, Completion]] = []
+        for value, done in writes:
+            why = _record_limit_error(value, kv)
+            if why is None:
+                taken.append((value, done))
+            else:
+                self._metrics.requests_refused.inc()
+                done.set_exception(WriteRefusedError(why))
+        return taken
 
     async def propose(self, value: bytes, timeout_s: float = CLIENT_TIMEOUT_S) -> tuple[int, object]:
         """Replicate one record value; returns (offset, the state machine's result) once applied."""
@@ -357,7 +424,13 @@ class KvFront:
         return await self._forwarder.call(call, CLIENT_TIMEOUT_S)
 
     async def kv_local(self, call: KvCall) -> KvAnswer:
-        """Run `call` on this node as the leader (NotLeaderError at once when it is not)."""
+        """Run `call` on this node as the leader (NotLeaderError at once when it is not;
+        WriteRefusedError, before anything is proposed, when a key or value is above its
+        limit)."""
+        refused = call_limit_error(call)
+        if refused is not None:
+            self._metrics.requests_refused.inc()
+            raise refused
         if call.op == KvOp.GET:
             value = await self.kv_get(call.key)
             return KvAnswer(ok=value is not None, value=value)
@@ -409,7 +482,7 @@ class KvFront:
                         str(exc))
             if corr is None:
                 return None
-            return encode_answer(corr, ErrorCode.INVALID_REQUEST, message=str(exc))
+            return encode_answer(corr, exc.error, message=str(exc))
         if got.call is None:
             return unsupported_version_frame(got.correlation_id)
         if got.cluster_id != self._node.cluster_id:
@@ -435,6 +508,9 @@ class KvFront:
             body = encode_answer(corr, ErrorCode.NONE, self._node.config.node_id, answer=answer)
         except NotLeaderError as exc:
             body = encode_answer(corr, ErrorCode.NOT_LEADER_OR_FOLLOWER, exc.leader_id)
+        except WriteRefusedError as exc:  # nothing proposed
+            body = encode_answer(corr, ErrorCode.MESSAGE_TOO_LARGE if exc.too_large
+                                 else ErrorCode.INVALID_REQUEST, message=str(exc))
         except (OutcomeUnknownError, TimeoutError) as exc:
             body = encode_answer(corr, ErrorCode.REQUEST_TIMED_OUT, self.redirect_leader(),
                                  outcome_unknown=write, message=str(exc) or "timed out")

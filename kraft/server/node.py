@@ -564,6 +564,10 @@ class KraftNode:
         """`KvFront.submit_many`: several values at once, each with its own completion."""
         self.kv.submit_many(writes)
 
+    def request_refused(self) -> None:
+        """A client write was refused before it was proposed (a limit): counted."""
+        self.metrics.requests_refused.inc()
+
     async def propose(self, value: bytes, timeout_s: float = CLIENT_TIMEOUT_S) -> tuple[int, object]:
         """`KvFront.propose`: replicate one record value; (offset, result) once applied."""
         return await self.kv.propose(value, timeout_s)

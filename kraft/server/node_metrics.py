@@ -18,9 +18,21 @@ from kraft.server.metrics import DISK_LATENCY_BUCKETS, Counter, Gauge, Histogram
 class NodeMetrics:
     """The node's instruments (see the module docstring), in the order they are rendered."""
 
-    __slots__ = ("_log_flush_lock", "applied_offset", "commit_latency", "elections",
-                 "elections_won", "high_watermark", "log_end_offset", "log_flush",
-                 "snapshot_generation", "snapshot_load", "snapshot_size")
+    __slots__ = (
+        "_log_flush_lock",
+        "applied_offset",
+        "commit_latency",
+        "elections",
+        "elections_won",
+        "fetch_errors",
+        "high_watermark",
+        "log_end_offset",
+        "log_flush",
+        "requests_refused",
+        "snapshot_generation",
+        "snapshot_load",
+        "snapshot_size",
+    )
 
     def __init__(self, r: Registry) -> None:
         self.high_watermark: Gauge = r.gauge("kraft_high_watermark", "High watermark")
@@ -33,6 +45,14 @@ class NodeMetrics:
                                             "Elections this node started")
         self.elections_won: Counter = r.counter("kraft_elections_won_total",
                                                 "Times this node became leader")
+        self.requests_refused: Counter = r.counter(
+            "kraft_requests_refused_total",
+            "Client requests refused for a key, value or record above its limit (nothing of "
+            "them proposed)")
+        self.fetch_errors: Counter = r.counter(
+            "kraft_fetch_errors_total",
+            "Fetch answers whose records this follower refused (a batch that fails its CRC, "
+            "is malformed or is above the batch limit); the fetch is retried")
         self.snapshot_size: Gauge = r.gauge("kraft_snapshot_size_bytes",
                                             "Size of the latest snapshot")
         self.snapshot_generation: Histogram = r.histogram("kraft_snapshot_generation_seconds",

@@ -62,6 +62,7 @@ from kraft.server.frames import (
     PeerInfo,
 )
 from kraft.server.kv_front import KvFront
+from kraft.server.node_metrics import NodeMetrics
 from kraft.server.translate import (
     TopLevelError,
     request_to_core,
@@ -78,6 +79,10 @@ from kraft.storage.errors import OffsetOutOfRangeError
 from kraft.storage.loader import MetadataDir
 
 log = logging.getLogger("kraft.server.node")
+
+FETCH_ERROR_LOG_INTERVAL_S = 10.0
+"""A follower logs at most one warning about refused fetch answers this often (each is
+counted in kraft_fetch_errors_total)."""
 
 _API_OF_REQUEST: dict[type, ApiKey] = {
     m.VoteRequest: ApiKey.VOTE,
@@ -127,6 +132,7 @@ class PeerHost(Protocol):
     kv: KvFront
     metadata_version: int | None
     queue: EventQueue
+    metrics: NodeMetrics
 
     def spawn(self, coro: Any) -> None: ...
     def note_leader_high_watermark(self, high_watermark: int, epoch: int) -> None: ...
@@ -160,6 +166,8 @@ class Peers:
         """The last fetch sent on an open connection: (the core's correlation id, the
         connection, the correlation id it was sent with, the version): the lane arms with
         it in flight."""
+        self._fetch_error_logged = -FETCH_ERROR_LOG_INTERVAL_S
+        self._fetch_errors_unlogged = 0
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Run on `loop` (the node's)."""
@@ -276,12 +284,30 @@ class Peers:
                 else:
                     self._response_received(e, resp)
                     return
-            log.debug("event=request_failed replica=%d destination=%d api=%s error=%r",
-                      self._node.config.node_id, e.destination, api.name, str(error))
+            if api == ApiKey.FETCH and isinstance(error, ProtocolError):
+                self.fetch_refused(e.destination, error)
+            else:
+                log.debug("event=request_failed replica=%d destination=%d api=%s error=%r",
+                          self._node.config.node_id, e.destination, api.name, str(error))
             self._queue.push(ev.RequestFailed(e.destination, e.correlation_id, False,
                                            isinstance(error, PeerClosedError)))
 
         return answered
+
+    def fetch_refused(self, leader: int, error: BaseException) -> None:
+        """A fetch answer from `leader` whose records this follower does not append (a batch
+        that fails its CRC, is malformed, or is above the batch limit): counted, logged (at
+        most one warning every FETCH_ERROR_LOG_INTERVAL_S), and the fetch is failed, to be
+        tried again after the backoff; nothing of it reaches the log."""
+        self._node.metrics.fetch_errors.inc()
+        now = (self._loop or asyncio.get_running_loop()).time()
+        if now - self._fetch_error_logged < FETCH_ERROR_LOG_INTERVAL_S:
+            self._fetch_errors_unlogged += 1
+            return
+        log.warning("event=fetch_refused replica=%d leader=%d error=%r not_logged_since=%d",
+                    self._node.config.node_id, leader, str(error), self._fetch_errors_unlogged)
+        self._fetch_error_logged = now
+        self._fetch_errors_unlogged = 0
 
     def fetch_callback(self, leader: int, correlation_id: int,
                        request: m.FetchRequest) -> Callable[[int, Any, BaseException | None], None]:
@@ -295,6 +321,15 @@ class Peers:
 
     def _response_received(self, e: fx.SendRequest, resp: m.Response) -> None:
         if isinstance(resp, m.FetchResponse) and resp.error_code == ErrorCode.NONE:
+            batches = resp.batches
+            # epochs never go back within an answer (parse_fetched_batches): the last is the
+            # highest, and no leader writes a batch of an epoch above its own
+            if batches and 0 <= resp.leader_epoch < batches[-1].epoch:
+                self.fetch_refused(e.destination, ProtocolError(
+                    f"fetched batch at offset {batches[-1].base_offset} has epoch "
+                    f"{batches[-1].epoch}, above the leader's epoch {resp.leader_epoch}"))
+                self._queue.push(ev.RequestFailed(e.destination, e.correlation_id))
+                return
             self._node.note_leader_high_watermark(resp.high_watermark, resp.leader_epoch)
         self._queue.push(ev.ResponseReceived(e.destination, e.correlation_id, resp))
 
@@ -316,6 +351,8 @@ class Peers:
             _, data = await self.network.request(e.destination, address, api, body, timeout)
             resp = response_to_core(data, self._listener_name)
         except (RequestError, ProtocolError, UnsupportedVersionError) as exc:
+            if api == ApiKey.FETCH and isinstance(exc, ProtocolError):
+                self.fetch_refused(e.destination, exc)
             log.debug("event=request_failed replica=%d destination=%d api=%s error=%r",
                       self._node.config.node_id, e.destination, api.name, str(exc))
             unreachable = isinstance(exc, RequestError) and exc.unreachable

@@ -15,6 +15,7 @@ Directory ids: the core uses `None` for "no directory id", the wire all-zero uui
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from kraft.protocol import messages as w
@@ -25,6 +26,7 @@ from kraft.raft import messages as m
 from kraft.records.batch import RecordBatch
 from kraft.records.control import decode_control_batch
 from kraft.server.features import core_answer, update_features_response
+from kraft.storage.log_segments import MAX_BATCH_BYTES
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION = 0
@@ -430,8 +432,12 @@ def request_to_wire(req: m.Request, cluster_id: str, version: int) -> object:
 def parse_fetched_batches(records: bytes | memoryview | None) -> tuple[m.FetchedBatch, ...]:
     """Batches of a Fetch response, with control records decoded; a cut-off tail is dropped.
 
-    Raises ProtocolError for a corrupt batch (bad header or CRC): the fetch is then failed and
-    retried rather than appended.
+    Raises ProtocolError naming what is wrong for a batch this follower must not append: a
+    bad header or CRC, one above MAX_BATCH_BYTES (the most any log of ours takes), one that
+    does not follow the batch before it, one whose epoch is below the batch before it, or a
+    control batch that does not decode. The fetch is then failed and retried rather than
+    appended. (An epoch above the answer's leader epoch is refused when the answer arrives:
+    `kraft.server.peers`.)
     """
     if not records:
         return ()
@@ -445,12 +451,29 @@ def parse_fetched_batches(records: bytes | memoryview | None) -> tuple[m.Fetched
             if out or pos > 0:
                 break  # a partial batch at the end of a size-limited read
             raise
+        if batch.size_in_bytes > MAX_BATCH_BYTES:
+            raise ProtocolError(
+                f"fetched batch at offset {batch.base_offset} is {batch.size_in_bytes} bytes, "
+                f"above the {MAX_BATCH_BYTES}-byte batch limit")
         if not batch.is_valid():
             raise ProtocolError(f"fetched batch at offset {batch.base_offset} fails its CRC")
-        control = tuple(decode_control_batch(batch)) if batch.is_control else ()
+        epoch = batch.partition_leader_epoch
+        if out:
+            before = out[-1]
+            if batch.base_offset != before.last_offset + 1:
+                raise ProtocolError(f"fetched batch at offset {batch.base_offset} does not "
+                                    f"follow the batch ending at {before.last_offset}")
+            if epoch < before.epoch:
+                raise ProtocolError(f"fetched batch at offset {batch.base_offset} has epoch "
+                                    f"{epoch}, below the {before.epoch} of the batch before")
+        try:
+            control = tuple(decode_control_batch(batch)) if batch.is_control else ()
+        except (ValueError, IndexError, struct.error) as exc:
+            raise ProtocolError(f"fetched control batch at offset {batch.base_offset} does "
+                                f"not decode: {exc}") from None
         out.append(m.FetchedBatch(
             base_offset=batch.base_offset, last_offset=batch.last_offset,
-            epoch=batch.partition_leader_epoch, is_control=batch.is_control,
+            epoch=epoch, is_control=batch.is_control,
             control_records=control, payload=bytes(batch.raw),
         ))
         pos += batch.size_in_bytes

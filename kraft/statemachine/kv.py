@@ -30,7 +30,9 @@ OP_CAS = 3
 OP_BARRIER = 4
 _ABSENT = 0xFFFFFFFF
 MAX_KEY_BYTES = 4096
+"""The longest key, in bytes of UTF-8, that any write path takes."""
 MAX_VALUE_BYTES = 1024 * 1024
+"""The longest value (PUT's value, CAS's expected and new values) that any write path takes."""
 
 
 class CommandError(ValueError):
@@ -82,6 +84,49 @@ def encode_cas(key: str, expected: bytes | None, new: bytes | None) -> bytes:
 def encode_barrier(token: bytes = b"") -> bytes:
     """A record that changes nothing; committing it proves leadership for a linearizable read."""
     return bytes([FORMAT_VERSION, OP_BARRIER]) + _field(token)
+
+
+def key_limit_error(key_bytes: int) -> str | None:
+    """Why a key of `key_bytes` bytes is refused (None: it is not)."""
+    if key_bytes > MAX_KEY_BYTES:
+        return f"key is {key_bytes} bytes, above the {MAX_KEY_BYTES}-byte limit"
+    return None
+
+
+def value_limit_error(value_bytes: int) -> str | None:
+    """Why a value of `value_bytes` bytes is refused (None: it is not)."""
+    if value_bytes > MAX_VALUE_BYTES:
+        return f"value is {value_bytes} bytes, above the {MAX_VALUE_BYTES}-byte limit"
+    return None
+
+
+_SMALL_COMMAND = MAX_KEY_BYTES
+"""A command no longer than this holds no key and no value above the limits."""
+
+
+def command_limit_error(value: bytes | bytearray | memoryview) -> str | None:
+    """Why the KV command `value` breaks the key or value limits (None: it does not, or it is
+    not a well-formed command at all, which the state machine answers with its own error).
+
+    A command of at most MAX_KEY_BYTES bytes cannot break them: one length check is all that
+    most writes cost."""
+    n = len(value)
+    if n <= _SMALL_COMMAND or value[0] != FORMAT_VERSION or value[1] not in _LIMITED_OPS:
+        return None
+    pos = 2
+    index = 0
+    while pos + 4 <= n:
+        (length,) = _U32.unpack_from(value, pos)
+        pos += 4
+        if length == _ABSENT:
+            index += 1
+            continue
+        why = key_limit_error(length) if index == 0 else value_limit_error(length)
+        if why is not None:
+            return why
+        pos += length
+        index += 1
+    return None
 
 
 def decode_command(value: bytes) -> KVCommand:
@@ -159,6 +204,7 @@ _PUT_FIXED = struct.Struct(">2sI")  # format version and op, key length
 _U32 = struct.Struct(">I")
 _PUT_MIN = _PUT_FIXED.size + _U32.size  # an empty key and an empty value
 _ALREADY_APPLIED = KVResult(ok=False, error="already applied")
+_LIMITED_OPS = frozenset({OP_PUT, OP_DELETE, OP_CAS})
 
 
 class KVStore:

@@ -18,11 +18,19 @@ from kraft.raft import events as ev
 from kraft.raft import messages as m
 from kraft.raft.state import Role
 from kraft.records.batch import iter_batches
+from kraft.server.admin import KvCall, KvOp, WriteRefusedError
 from kraft.server.config import build_config
 from kraft.server.local import free_port
 from kraft.server.node import KraftNode
-from kraft.statemachine.kv import KVStore, encode_put
+from kraft.statemachine.kv import (
+    MAX_KEY_BYTES,
+    MAX_VALUE_BYTES,
+    KVStore,
+    encode_cas,
+    encode_put,
+)
 from kraft.storage.format import format_storage
+from kraft.storage.log import MAX_BATCH_BYTES
 from tests.node.conftest import own_host
 
 
@@ -66,9 +74,9 @@ async def test_writes_arriving_together_are_cut_into_batches_of_at_most_the_byte
     node = await _leader(tmp_path)
     try:
         limit = kv_module.MAX_APPEND_BYTES
-        # sizes of the encoded values: seven of ~0.3 limit, one larger than the limit, then
-        # small ones
-        sizes = [limit * 3 // 10] * 7 + [limit + 1000] + [100] * 50
+        # sizes of the encoded values: seven of ~0.3 limit, one larger than the limit (a
+        # value of MAX_VALUE_BYTES, the most a PUT takes, with its key), then small ones
+        sizes = [limit * 3 // 10] * 7 + [MAX_VALUE_BYTES + 16] + [100] * 50
         values = [encode_put(f"k{i}", b"x" * (size - 16)) for i, size in enumerate(sizes)]
         per_batch = [[len(v) for v in b] for b in await _batches_of(node, values)]
         for sizes_in_batch in per_batch:
@@ -137,3 +145,55 @@ async def test_a_lone_write_is_handled_before_the_fetches_queued_with_it(tmp_pat
     finally:
         await node.stop()
 
+
+
+class _Done:
+    """A completion of `submit_many` (the node's `Completion`)."""
+
+    def __init__(self) -> None:
+        self.fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+
+    def done(self) -> bool:
+        return self.fut.done()
+
+    def set_result(self, result: object, /) -> None:
+        self.fut.set_result(result)
+
+    def set_exception(self, exc: BaseException, /) -> None:
+        self.fut.set_exception(exc)
+
+
+async def test_a_write_above_a_limit_is_refused_before_anything_is_proposed(
+        tmp_path: Path) -> None:
+    """Every Python write passes `KvFront.submit` or `submit_many`: a key or value above its
+    limit, or a record above MAX_RECORD_BYTES, is refused with WriteRefusedError naming it,
+    nothing of it reaches the log, the writes around it commit, and no batch is built above
+    MAX_BATCH_BYTES."""
+    node = await _leader(tmp_path)
+    try:
+        assert node.md is not None
+        end = node.md.log.log_end_offset
+        refused = [encode_put("k" * (MAX_KEY_BYTES + 1), b"v"),
+                   encode_put("k", b"v" * (MAX_VALUE_BYTES + 1)),
+                   encode_put("k", b"v" * (12 * 1024 * 1024)),
+                   encode_cas("k", b"e" * (MAX_VALUE_BYTES + 1), b"v"),
+                   b"\x07" * (kv_module.MAX_RECORD_BYTES + 1)]
+        for value in refused:
+            with pytest.raises(WriteRefusedError, match="limit"):
+                await node.propose(value)
+        with pytest.raises(WriteRefusedError, match="4096-byte limit"):
+            await node.kv.kv_call(KvCall(KvOp.GET, "k" * (MAX_KEY_BYTES + 1)))
+        assert node.md.log.log_end_offset == end  # nothing proposed
+        good = [encode_put(f"g{i}", b"x" * MAX_VALUE_BYTES) for i in range(10)]
+        mixed = [good[0], refused[1], *good[1:5], refused[2], *good[5:]]
+        dones = [_Done() for _ in mixed]
+        node.kv.submit_many(list(zip(mixed, dones, strict=True)))
+        outcomes = await asyncio.gather(*(d.fut for d in dones), return_exceptions=True)
+        assert [isinstance(o, WriteRefusedError) for o in outcomes] == \
+            [v in refused for v in mixed]
+        assert isinstance(node.sm, KVStore) and node.sm.get("g9") == b"x" * MAX_VALUE_BYTES
+        batches = list(node.md.log.batches(end))
+        assert max(b.size_in_bytes for b in batches) <= MAX_BATCH_BYTES
+        assert sum(len(b.values()) for b in batches if not b.is_control) == len(good)
+    finally:
+        await node.stop()

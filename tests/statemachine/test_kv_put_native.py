@@ -22,7 +22,15 @@ from kraft.server.client_protocol import (
     encode_request,
     encode_response,
 )
-from kraft.statemachine.kv import KVCommand, decode_command, encode_put
+from kraft.server.kv_front import MAX_APPEND_BYTES
+from kraft.statemachine.kv import (
+    MAX_KEY_BYTES,
+    MAX_VALUE_BYTES,
+    KVCommand,
+    decode_command,
+    encode_put,
+)
+from kraft.storage.log_segments import MAX_BATCH_BYTES
 
 C = native()
 pytestmark = pytest.mark.skipif(C is None, reason="kraft.lane._native was not built (no C compiler)")
@@ -82,3 +90,43 @@ def test_the_c_record_of_a_put_is_the_state_machines_byte_for_byte(key: str, val
     assert used == len(frame) and got == [(3, encode_put(key, value))]
     record = got[0][1]
     assert decode_command(record) == KVCommand(OP_PUT, key, value)
+
+
+def test_the_c_limits_are_the_python_ones() -> None:
+    assert C is not None
+    assert (C.KV_MAX_KEY_BYTES, C.KV_MAX_VALUE_BYTES, C.MAX_APPEND_BYTES, C.MAX_BATCH_BYTES) == (
+        MAX_KEY_BYTES, MAX_VALUE_BYTES, MAX_APPEND_BYTES, MAX_BATCH_BYTES)
+
+
+@pytest.mark.parametrize(("why", "key", "value"), [
+    ("a key above the limit", "k" * (MAX_KEY_BYTES + 1), b"v"),
+    ("a value above the limit", "k", b"v" * (MAX_VALUE_BYTES + 1)),
+    ("a 12 MiB value", "k", b"v" * (12 * 1024 * 1024)),
+])
+def test_a_put_above_a_limit_is_left_to_the_python_protocol(why: str, key: str,
+                                                             value: bytes) -> None:
+    assert C is not None
+    good = encode_request(9, OP_PUT, "k", b"v")
+    used, got = C.read_puts(good + encode_request(10, OP_PUT, key, value) + good)
+    assert (used, got) == (len(good), [(9, encode_put("k", b"v"))]), why
+    at_limit = encode_request(11, OP_PUT, "k" * MAX_KEY_BYTES, b"v" * MAX_VALUE_BYTES)
+    used, got = C.read_puts(at_limit)
+    assert used == len(at_limit) and len(got) == 1  # at the limits: the lane's
+
+
+def test_the_puts_of_one_read_stay_within_one_batchs_budget() -> None:
+    """At most MAX_APPEND_BYTES of records, or one PUT alone: a batch of them never reaches
+    MAX_BATCH_BYTES (512 PUTs of 1 MiB made a 512 MiB batch)."""
+    assert C is not None
+    frames = [encode_request(i, OP_PUT, "k", b"v" * (MAX_VALUE_BYTES // 2)) for i in range(6)]
+    buffer = b"".join(frames)
+    taken = []
+    while buffer:
+        used, got = C.read_puts(buffer)
+        assert got and sum(len(record) for _, record in got) <= MAX_APPEND_BYTES
+        taken += got
+        buffer = buffer[used:]
+    assert [rid for rid, _ in taken] == list(range(6))
+    whole = encode_request(1, OP_PUT, "k", b"v" * MAX_VALUE_BYTES)
+    used, got = C.read_puts(whole + whole)
+    assert used == len(whole) and len(got) == 1  # one alone, above the budget

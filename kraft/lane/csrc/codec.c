@@ -157,12 +157,14 @@ static int whole_batch(const uint8_t *f, size_t pos, size_t end, frame_batch *b,
     return 1;
 }
 
-/* One batch of a leader's answer at `pos` of `f` (which ends at `end`): 1 when whole and
- * valid and not a control batch (those are the core's), 0 otherwise. */
+/* One batch of a leader's answer at `pos` of `f` (which ends at `end`): 1 when whole, valid,
+ * within the batch limit and not a control batch (those are the core's), 0 otherwise (the
+ * general path then refuses the answer, naming what is wrong). */
 static int read_batch(const uint8_t *f, size_t pos, size_t end, frame_batch *b)
 {
     uint16_t attributes;
-    return whole_batch(f, pos, end, b, &attributes, NULL) && !(attributes & 0x20);
+    return whole_batch(f, pos, end, b, &attributes, NULL) && !(attributes & 0x20)
+           && b->size <= LANE_MAX_BATCH_BYTES;
 }
 
 /* The plain answer in `f`: 1 with its fields and batches (at most `max` of them; *n set), 0 to
@@ -234,6 +236,13 @@ int read_fetch_answer(const uint8_t *f, size_t len, int32_t correlation_id,
     /* no topic tags, and no top-level tags (NodeEndpoints is the general path's) */
     if (len - pos != 2 || f[pos] != 0 || f[pos + 1] != 0)
         return 0;
+    /* batches that follow one another, in epochs that do not go back (as
+     * translate.parse_fetched_batches takes them) */
+    for (size_t k = 1; k < *n; k++) {
+        if (batches[k].base_offset != batches[k - 1].last_offset + 1
+            || batches[k].epoch < batches[k - 1].epoch)
+            return 0;
+    }
     return 1;
 }
 

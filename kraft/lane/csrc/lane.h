@@ -217,9 +217,18 @@ typedef struct {
     size_t key_at, key_len, value_at, value_len;
 } client_put;
 #define KV_PUT_OVERHEAD 10 /* format version, op, key length, value length */
+/* The limits every write path holds (kraft.statemachine.kv, kraft.server.kv_front): a PUT above
+ * the key or value limit is left to the Python protocol, which refuses it; the lane's batch
+ * takes at most LANE_MAX_APPEND_BYTES of records (or one alone), so it never reaches
+ * LANE_MAX_BATCH_BYTES (kraft.storage.log_segments.MAX_BATCH_BYTES). */
+#define KV_MAX_KEY_BYTES 4096
+#define KV_MAX_VALUE_BYTES (1024 * 1024)
+#define LANE_MAX_APPEND_BYTES (1024 * 1024)
+#define LANE_MAX_BATCH_BYTES (8 * 1024 * 1024)
 #define PUT_ANSWER_SIZE 21
 
-size_t read_puts(const uint8_t *buf, size_t len, client_put *puts, size_t max, size_t *used);
+size_t read_puts(const uint8_t *buf, size_t len, client_put *puts, size_t max,
+                 size_t max_bytes, size_t *used);
 void write_kv_put(uint8_t *r, const uint8_t *key, size_t klen, const uint8_t *value, size_t vlen);
 PyObject *lane_read_puts(PyObject *module, PyObject *args);
 void write_put_answer(uint8_t out[PUT_ANSWER_SIZE], uint32_t request_id, int64_t offset);

@@ -281,7 +281,7 @@ static int leader_take_puts(LeaderShellObject *sh)
     int64_t base = sh->lane.log_end, now;
     int had_hw;
     int64_t hw_before;
-    n = read_puts(sh->cin, sh->cin_len, puts, 512, &used);
+    n = read_puts(sh->cin, sh->cin_len, puts, 512, LANE_MAX_APPEND_BYTES, &used);
     for (k = 0; k < n; k++) { /* a frame above socket.request.max.bytes: Python's to refuse */
         size_t start = puts[k].key_at - 4 - CLIENT_REQUEST_HEAD;
         if (puts[k].value_at + puts[k].value_len - start - 4 > sh->client_max_frame) {
@@ -294,8 +294,11 @@ static int leader_take_puts(LeaderShellObject *sh)
         if (sh->cin_len >= 4 + CLIENT_REQUEST_HEAD && used == 0) {
             /* a whole frame, or a bad one, that the lane does not take */
             uint32_t length = be32(sh->cin);
+            size_t klen = be16(sh->cin + 9);
             if (length < CLIENT_REQUEST_HEAD || length > sh->client_max_frame
-                || sh->cin_len >= 4 + (size_t)length) {
+                || sh->cin_len >= 4 + (size_t)length || klen > KV_MAX_KEY_BYTES
+                || (size_t)length > CLIENT_REQUEST_HEAD + klen + KV_MAX_VALUE_BYTES) {
+                /* (a PUT above a limit goes to Python as soon as its head is read) */
                 sh->t.state = SHELL_HANDOVER;
                 return 0;
             }

@@ -135,7 +135,8 @@ static PyMethodDef lane_functions[] = {
     {"read_puts", lane_read_puts, METH_VARARGS,
      "read_puts(buffer) -> (bytes used, [(request_id, kv_record), ...]): the whole PUT frames "
      "of the binary client protocol at the head of the buffer, up to the first frame the "
-     "leader's lane does not take"},
+     "leader's lane does not take (a key or value above its limit among them) or the first "
+     "whose record would take the records past MAX_APPEND_BYTES (one at least)"},
     {"put_answer", lane_put_answer, METH_VARARGS,
      "put_answer(request_id, offset) -> bytes: a PUT's OK answer frame"},
     {"value_batch", lane_value_batch, METH_VARARGS,
@@ -194,6 +195,10 @@ PyMODINIT_FUNC PyInit__native(void)
     if (m == NULL)
         return NULL;
     if (PyModule_AddIntConstant(m, "MAX_VOTERS", LANE_MAX_VOTERS) < 0
+        || PyModule_AddIntConstant(m, "KV_MAX_KEY_BYTES", KV_MAX_KEY_BYTES) < 0
+        || PyModule_AddIntConstant(m, "KV_MAX_VALUE_BYTES", KV_MAX_VALUE_BYTES) < 0
+        || PyModule_AddIntConstant(m, "MAX_APPEND_BYTES", LANE_MAX_APPEND_BYTES) < 0
+        || PyModule_AddIntConstant(m, "MAX_BATCH_BYTES", LANE_MAX_BATCH_BYTES) < 0
         || PyModule_AddObjectRef(m, "LeaderLane", (PyObject *)&LeaderLaneType) < 0
         || PyModule_AddObjectRef(m, "FollowerLane", (PyObject *)&FollowerLaneType) < 0
         || PyModule_AddObjectRef(m, "FollowerShell", (PyObject *)&FollowerShellType) < 0

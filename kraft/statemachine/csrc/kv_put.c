@@ -17,15 +17,17 @@
  * and gives each one's id and the KV record its value becomes in the log
  * (kraft.statemachine.kv.encode_put: format version 1, op PUT, u32 key length, key, u32 value
  * length, value). It stops at the first frame that is not whole, not a PUT, or not one the lane
- * takes (a key that is not ASCII, a key that overruns its frame, a bad length): those are the
- * Python protocol's, which answers or refuses them. */
+ * takes (a key that is not ASCII, a key that overruns its frame, a bad length, a key above
+ * KV_MAX_KEY_BYTES or a value above KV_MAX_VALUE_BYTES): those are the Python protocol's, which
+ * answers or refuses them. It also stops before the PUT whose record would take the records
+ * past max_bytes, unless it is the first: a batch of them stays below the batch limit. */
 
-/* The PUTs at the head of buf[0..len): how many (at most max) into puts, and the bytes they
- * take in *used. */
+/* The PUTs at the head of buf[0..len): how many (at most max, their records at most max_bytes
+ * unless one alone) into puts, and the bytes they take in *used. */
 size_t read_puts(const uint8_t *buf, size_t len, client_put *puts, size_t max,
-                 size_t *used)
+                 size_t max_bytes, size_t *used)
 {
-    size_t pos = 0, n = 0;
+    size_t pos = 0, n = 0, total = 0;
     while (n < max && len - pos >= 4 + CLIENT_REQUEST_HEAD) {
         uint32_t length = be32(buf + pos);
         size_t end, kstart, klen;
@@ -36,8 +38,11 @@ size_t read_puts(const uint8_t *buf, size_t len, client_put *puts, size_t max,
             break;
         kstart = pos + 4 + CLIENT_REQUEST_HEAD;
         klen = be16(buf + pos + 9);
-        if (kstart + klen > end)
+        if (kstart + klen > end || klen > KV_MAX_KEY_BYTES
+            || end - (kstart + klen) > KV_MAX_VALUE_BYTES)
             break;
+        if (n > 0 && total + KV_PUT_OVERHEAD + (end - kstart) > max_bytes)
+            break; /* the next batch's */
         for (size_t i = 0; i < klen; i++)
             if (buf[kstart + i] >= 0x80)
                 goto stop; /* a key the lane takes as ASCII only */
@@ -46,6 +51,7 @@ size_t read_puts(const uint8_t *buf, size_t len, client_put *puts, size_t max,
         puts[n].key_len = klen;
         puts[n].value_at = kstart + klen;
         puts[n].value_len = end - (kstart + klen);
+        total += KV_PUT_OVERHEAD + (end - kstart);
         n++;
         pos = end;
     }
@@ -82,7 +88,7 @@ PyObject *lane_read_puts(PyObject *module, PyObject *args)
         PyBuffer_Release(&view);
         return PyErr_NoMemory();
     }
-    n = read_puts(view.buf, (size_t)view.len, puts, max, &used);
+    n = read_puts(view.buf, (size_t)view.len, puts, max, LANE_MAX_APPEND_BYTES, &used);
     list = PyList_New((Py_ssize_t)n);
     for (size_t i = 0; list != NULL && i < n; i++) {
         const uint8_t *b = view.buf;
