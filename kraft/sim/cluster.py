@@ -66,7 +66,9 @@ from kraft.raft.events import (
 from kraft.raft.messages import (
     AddRaftVoterRequest,
     ApiVersionsResult,
+    BeginQuorumEpochResponse,
     Endpoint,
+    EndQuorumEpochResponse,
     FetchedBatch,
     FetchRequest,
     FetchResponse,
@@ -455,10 +457,14 @@ class Simulation:
                 self._trace(ADMIN, "admin <-", payload)
                 resp = getattr(payload, "response", None)
                 code = getattr(resp, "error_code", None)
-                self.admin_log.append(
-                    f"admin <- n{getattr(payload, 'source', '?')} {type(resp).__name__} "
-                    f"{code.name if isinstance(code, ErrorCode) else code}"
-                )
+                line = (f"admin <- n{getattr(payload, 'source', '?')} {type(resp).__name__} "
+                        f"{code.name if isinstance(code, ErrorCode) else code}")
+                if isinstance(resp, VoteResponse):
+                    line += f" granted={resp.vote_granted}"
+                if isinstance(resp, VoteResponse | BeginQuorumEpochResponse
+                              | EndQuorumEpochResponse):
+                    line += f" leader={resp.leader_id} epoch={resp.leader_epoch}"
+                self.admin_log.append(line)
                 if code == ErrorCode.NONE:
                     self._count(f"admin_ok_{type(resp).__name__}")
                 return
