@@ -9,6 +9,8 @@ Functions over one `RaftCore`'s state, called by its dispatcher (`kraft.raft.cor
   candidate's randomized backoff, and the vote requests asked again after a failure;
 - the answers to Vote, BeginQuorumEpoch and EndQuorumEpoch, and the epoch (and leader)
   learnt from any peer's answer;
+- leader stickiness: a replica that hears a live leader takes no higher epoch from those
+  requests (`live_leader`, Raft thesis 4.2.3);
 - the leader's BeginQuorumEpoch resend, check-quorum, and resignation;
 - a follower's reaction to a dead leader (the survivors' staggered pre-votes).
 """

@@ -192,3 +192,17 @@ def test_prevote_at_the_same_epoch_is_refused_as_before() -> None:
     a = answer(h)
     assert a.error_code == ErrorCode.NONE and not a.vote_granted and a.leader_epoch == 3
     assert h.role is Role.FOLLOWER
+
+
+def test_a_voter_left_in_a_higher_epoch_is_heard_through_the_begin_quorum_resend() -> None:
+    # Voter 3 lost an election in epoch 5 while 1 and 2 kept their leader: its requests are
+    # ignored, but the leader's BeginQuorumEpoch resend reaches it, and its fenced answer
+    # moves the leader to that epoch, from which the quorum elects again (as in Kafka).
+    h = live_leader()
+    h.request(3, VoteRequest(5, 3, dir_id(3), 1, dir_id(1), 1, 1 << 40, pre_vote=True))
+    assert h.role is Role.LEADER and h.epoch == 1
+    h.fetch_from(2, h.log_end, h.epoch, max_wait_ms=0)
+    begins = [r for r in h.sent(BeginQuorumEpochRequest) if r.destination == 3]
+    assert begins
+    h.respond(begins[-1], BeginQuorumEpochResponse(ErrorCode.FENCED_LEADER_EPOCH, -1, 5))
+    assert (h.role, h.epoch) == (Role.UNATTACHED, 5)
