@@ -9,6 +9,8 @@ Functions over one `RaftCore`'s state, called by its dispatcher (`kraft.raft.cor
   candidate's randomized backoff, and the vote requests asked again after a failure;
 - the answers to Vote, BeginQuorumEpoch and EndQuorumEpoch, and the epoch (and leader)
   learnt from any peer's answer;
+- leader stickiness: a replica that hears a live leader takes no higher epoch from those
+  requests (`live_leader`, Raft thesis 4.2.3);
 - the leader's BeginQuorumEpoch resend, check-quorum, and resignation;
 - a follower's reaction to a dead leader (the survivors' staggered pre-votes).
 """
@@ -460,6 +462,50 @@ def refusal_decides(core: RaftCore, asker: int) -> bool:
     return asker in ids and len(ids) - 2 < len(ids) // 2 + 1
 
 
+def live_leader(core: RaftCore) -> bool:
+    """Whether this replica hears from a live leader (Raft thesis 4.2.3's leader stickiness,
+    etcd's CheckQuorum lease): a follower whose leader answered a Fetch or FetchSnapshot of
+    this epoch less than the fetch timeout ago and that still protects it from pre-votes
+    (the leader did not resign, refuse a connection or cut a fetch off), or a leader that a
+    majority of the voters, itself counted, fetched from within the last fetch timeout.
+
+    Such a replica does not move to a higher epoch on a Vote, pre-vote, BeginQuorumEpoch or
+    EndQuorumEpoch request (`stays_with_leader`): one forged packet cannot depose a leader
+    that its quorum hears. Ignoring a request is as safe as losing it; a real successor's
+    epoch still arrives through the answers to this replica's own requests."""
+    s = core.state
+    window = core.config.fetch_timeout_ms
+    if isinstance(s, FollowerState):
+        return (s.has_fetched and not s.disconnected and s.leader_gone_at is None
+                and s.heard_at is not None and core._now - s.heard_at < window)
+    if isinstance(s, LeaderState) and not core._shutting_down:
+        voters = core._voters()
+        since = core._now - window
+        count = 1 if core._is_voter() else 0
+        for v in voters.voters:
+            if v.id == core.key.id:
+                continue
+            p = s.voter_progress(v)
+            if p is not None and p.last_fetch_ms > since:
+                count += 1
+        return count >= majority_size(len(voters))
+    return False
+
+
+def stays_with_leader(core: RaftCore, src: int, kind: str, epoch: int) -> bool:
+    """True (logged) when a `kind` request from `src` names an `epoch` above this replica's
+    while it hears from a live leader (`live_leader`): the request is answered without any
+    change of state."""
+    s = core.state
+    if epoch <= s.epoch or not live_leader(core):
+        return False
+    logger.info(
+        "raft request ignored node=%s source=%s request=%s epoch=%s: leader %s of epoch %s "
+        "is live", core.key.id, src, kind, epoch, s.leader_id, s.epoch,
+    )
+    return True
+
+
 def vote_response(core: RaftCore, error: ErrorCode, granted: bool) -> VoteResponse:
     """This replica's answer to a Vote, with what it knows of the epoch and leader."""
     return VoteResponse(
@@ -493,6 +539,9 @@ def on_vote(core: RaftCore, src: int, corr: int, req: VoteRequest) -> None:
         return
     if req.replica_epoch < core.state.epoch:
         core._respond(src, corr, vote_response(core, ErrorCode.FENCED_LEADER_EPOCH, False))
+        return
+    if stays_with_leader(core, src, "PreVote" if req.pre_vote else "Vote", req.replica_epoch):
+        core._respond(src, corr, vote_response(core, ErrorCode.NONE, False))
         return
     if req.replica_epoch > core.state.epoch:
         to_unattached(core, req.replica_epoch, None)
@@ -603,6 +652,10 @@ def on_begin_quorum(core: RaftCore, src: int, corr: int, req: BeginQuorumEpochRe
         err = ErrorCode.INVALID_VOTER_KEY
     elif req.leader_epoch < core.state.epoch:
         err = ErrorCode.FENCED_LEADER_EPOCH
+    elif stays_with_leader(core, src, "BeginQuorumEpoch", req.leader_epoch):
+        # the answer names the live leader and its epoch; a real successor's followers
+        # learn the new epoch from the old leader once it is fenced, or once it falls silent
+        err = ErrorCode.UNKNOWN_LEADER_EPOCH
     else:
         err = ErrorCode.NONE
         s = core.state
@@ -622,6 +675,10 @@ def on_end_quorum(core: RaftCore, src: int, corr: int, req: EndQuorumEpochReques
         core._respond(
             src, corr, EndQuorumEpochResponse(ErrorCode.FENCED_LEADER_EPOCH, s.leader_id, s.epoch)
         )
+        return
+    if stays_with_leader(core, src, "EndQuorumEpoch", req.leader_epoch):
+        core._respond(src, corr, EndQuorumEpochResponse(
+            ErrorCode.UNKNOWN_LEADER_EPOCH, s.leader_id, s.epoch))
         return
     if req.leader_epoch > s.epoch:
         to_follower(core, req.leader_epoch, req.leader_id, req.leader_endpoints)

@@ -315,6 +315,7 @@ def leader_answered(core: RaftCore, s: FollowerState, at_ms: int) -> None:
     timeout runs from then, and the leader counts as alive."""
     s.fetch_deadline = at_ms + core.config.fetch_timeout_ms
     s.has_fetched = True
+    s.heard_at = at_ms if s.heard_at is None else max(s.heard_at, at_ms)
     s.disconnected = False
     s.leader_gone_at = None
     s.waiting_turn = s.refused_shorter_log = False

@@ -111,6 +111,7 @@ def on_fetch_snapshot_response(core: RaftCore, resp: FetchSnapshotResponse) -> N
         return
     s.fetch_deadline = core._now + core.config.fetch_timeout_ms
     s.has_fetched = True
+    s.heard_at = core._now
     s.disconnected = False
     s.waiting_turn = s.refused_shorter_log = False
     s.refused_prevote_at = None

@@ -114,6 +114,10 @@ class FollowerState:
     voted: ReplicaKey | None
     fetch_deadline: int
     has_fetched: bool = False
+    heard_at: int | None = None
+    """When the leader last answered a Fetch or FetchSnapshot of this epoch without an error
+    (ms): while that is less than the fetch timeout ago, and the leader is still protected
+    (`has_fetched`, not `disconnected`), it is live (`kraft.raft.elections.live_leader`)."""
     disconnected: bool = False
     """The connection to the leader broke with a fetch in flight: pre-votes are granted (the
     leader is not protected) until a fetch succeeds again."""

@@ -79,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
                          "(kraft.sim.faults)")
     ap.add_argument("--fault-share", type=float, default=0.01,
                     help="share of the frames, flushes and crashes each fault hits")
+    ap.add_argument("--forged-every", type=int, default=None, metavar="MS",
+                    help="a forged higher-epoch Vote, pre-vote, BeginQuorumEpoch or "
+                         "EndQuorumEpoch reaches a random replica every MS to 2*MS during the "
+                         "fault phase (SimParams.forged_every_ms)")
     args = ap.parse_args(argv)
     faults = None
     if args.faults:
@@ -95,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
                  "install the project again with a C compiler on the machine")
     params = SimParams(nodes=args.nodes, lane_shadow=not args.no_lane_shadow,
                        lane_native=args.native_lane, lane_drive=args.lane_drive,
-                       leader_drive=args.leader_drive, faults=faults)
+                       leader_drive=args.leader_drive, faults=faults,
+                       forged_every_ms=args.forged_every)
 
     if args.seed is not None:
         trace = print if args.trace else None
@@ -122,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"FAIL seed={seed}: {r.violation}", file=sys.stderr)
                 replay = replay_command(seed, args.nodes, args.native_lane, args.lane_drive,
                                         args.leader_drive, args.faults, args.fault_share)
+                if args.forged_every:
+                    replay += f" --forged-every {args.forged_every}"
                 print(f"replay: {replay}", file=sys.stderr)
             if len(results) % PROGRESS_EVERY == 0:
                 if args.soak:

@@ -47,6 +47,8 @@ from kraft.raft.effects import (
     TruncateTo,
     WriteSnapshotChunk,
 )
+from kraft.raft.elections import live_leader
+from kraft.raft.epochs import MAX_EPOCH
 from kraft.raft.events import (
     ApiVersionsReceived,
     Append,
@@ -66,7 +68,11 @@ from kraft.raft.events import (
 from kraft.raft.messages import (
     AddRaftVoterRequest,
     ApiVersionsResult,
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
     Endpoint,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
     FetchedBatch,
     FetchRequest,
     FetchResponse,
@@ -97,6 +103,7 @@ LISTENER = "CONTROLLER"
 
 # event-queue item kinds
 _DELIVER, _TICK, _FLUSH, _LOCAL, _FAULT, _CLIENT, _HEAL, _ADMIN, _LANE_SYNC, _LEADER_LANE = range(10)
+_FORGE = PIECE + 1  # after `kraft.sim.faults`' own kind
 FAILURE_JITTER_MS = 5
 """A refused connection or a closed one reaches the sender 1..5 ms later (its timers and the
 other replicas' do not line up to the millisecond, as they do not in real processes)."""
@@ -156,6 +163,12 @@ class SimParams:
     report to their cores."""
     faults: SimFaults | None = None
     """Partial reads, short writes and fsync errors (`kraft.sim.faults`); None: none."""
+    forged_every_ms: int | None = None
+    """During the fault phase, a request from outside the quorum (a Vote, pre-vote,
+    BeginQuorumEpoch or EndQuorumEpoch naming 1 to 1000 epochs above the highest epoch of
+    the replicas) reaches a random running replica every 1 to 2x this many ms, drawn from
+    a random stream of its own (None: none, and nothing is drawn). A replica that hears a
+    live leader must not take its epoch (`sticky`, `kraft.raft.elections.live_leader`)."""
 
 
 @dataclass(slots=True)
@@ -217,6 +230,7 @@ class Simulation:
         self.seed = seed
         self.params = params or SimParams()
         self.rng = random.Random(seed)
+        self._forge_rng = random.Random(f"forge-{seed}")
         self.trace = trace
         self.now = 0
         self._seq = 0
@@ -397,6 +411,9 @@ class Simulation:
         self._push(self.rng.randint(50, 300), _CLIENT, 0, None)
         self._push(self.rng.randint(300, 1500), _FAULT, 0, None)
         self._push(p.fault_ms, _HEAL, 0, None)
+        if p.forged_every_ms:
+            self._push(self._forge_rng.randint(p.forged_every_ms, 2 * p.forged_every_ms),
+                       _FORGE, 0, None)
         violation: str | None = None
         try:
             while self._queue:
@@ -455,10 +472,14 @@ class Simulation:
                 self._trace(ADMIN, "admin <-", payload)
                 resp = getattr(payload, "response", None)
                 code = getattr(resp, "error_code", None)
-                self.admin_log.append(
-                    f"admin <- n{getattr(payload, 'source', '?')} {type(resp).__name__} "
-                    f"{code.name if isinstance(code, ErrorCode) else code}"
-                )
+                line = (f"admin <- n{getattr(payload, 'source', '?')} {type(resp).__name__} "
+                        f"{code.name if isinstance(code, ErrorCode) else code}")
+                if isinstance(resp, VoteResponse):
+                    line += f" granted={resp.vote_granted}"
+                if isinstance(resp, VoteResponse | BeginQuorumEpochResponse
+                              | EndQuorumEpochResponse):
+                    line += f" leader={resp.leader_id} epoch={resp.leader_epoch}"
+                self.admin_log.append(line)
                 if code == ErrorCode.NONE:
                     self._count(f"admin_ok_{type(resp).__name__}")
                 return
@@ -538,6 +559,11 @@ class Simulation:
                 self._push(self.now + self.rng.randint(150, 1200), _FAULT, 0, None)
         elif kind == _HEAL:
             self._heal()
+        elif kind == _FORGE:
+            every = self.params.forged_every_ms
+            if every and self.now < self.params.fault_ms:
+                self._forge()
+                self._push(self.now + self._forge_rng.randint(every, 2 * every), _FORGE, 0, None)
 
     def _deliver_or_lane(self, n: SimNode, event: Event) -> None:
         """`event` to the leader's lane, if armed and it takes it; else to the core."""
@@ -903,6 +929,46 @@ class Simulation:
         elif not self.dynamic:
             for n in self._leaders():
                 self._admin(n, UpdateKRaftVersionRequest(1))
+
+    def _forge(self) -> None:
+        """Deliver one forged request (`SimParams.forged_every_ms`) and check that a replica
+        that heard a live leader kept its epoch."""
+        rng = self._forge_rng
+        alive = [n for n in self._alive() if n.core is not None]
+        if not alive:
+            return
+        n = alive[rng.randrange(len(alive))]
+        epoch = min(max(a.core.epoch for a in alive if a.core is not None)
+                    + rng.randint(1, 1000), MAX_EPOCH - 1)
+        kind = rng.choice(("vote", "pre-vote", "begin", "end"))
+        forger = 99
+        request: object
+        if kind in ("vote", "pre-vote"):
+            request = VoteRequest(epoch, forger, None, -1, None, epoch - 1, 1 << 62,
+                                  pre_vote=kind == "pre-vote")
+        elif kind == "begin":
+            request = BeginQuorumEpochRequest(forger, epoch, -1, None, (_endpoint(forger),))
+        else:
+            request = EndQuorumEpochRequest(forger, epoch, (), (_endpoint(forger),))
+        # the lanes report first (as `_deliver` has them do), so the lease is the core's own
+        if self.drive is not None:
+            self.drive.disarm(n, "event")
+        if self.leader_drive is not None and n.core is not None:
+            self.leader_drive.disarm(n, "event")
+        core = n.core
+        if core is None:
+            return
+        core._now = max(core._now, self.now)  # as `handle` does first: the lease at this time
+        live, before = live_leader(core), core.epoch
+        self._count("forged")
+        self._admin_corr += 1
+        self._trace(n.node_id, "forged ->", request)
+        self._deliver(n, RequestReceived(ADMIN, self._admin_corr, request))
+        if n.core is core and live:
+            self._count("forged_ignored")
+            if core.epoch != before:
+                self.inv.fail("sticky", f"node {n.node_id} heard a live leader in epoch "
+                              f"{before} and took epoch {core.epoch} from a forged {kind}")
 
     def _admin(self, n: SimNode, request: object) -> None:
         self._admin_corr += 1

@@ -24,6 +24,11 @@ Commands:
     snapshot T              the state machine of T asks for a snapshot
     add-voter T | remove-voter T      AddRaftVoter / RemoveRaftVoter sent to the leader
     upgrade-kraft-version   UpdateFeatures(kraft.version=1) sent to the leader
+    forge KIND EPOCH [T]    a forged request from outside the quorum to T (default: every
+                            running replica): KIND is vote, pre-vote, begin or end; EPOCH
+                            a number, or +N for N above the highest epoch of the replicas.
+                            Its sender is replica 99, with a log longer than any.
+                            The answers are printed by the next `run`
     invariants              the number of violations found so far (always 0 when healthy)
 """
 
@@ -32,12 +37,18 @@ from __future__ import annotations
 from kraft.raft.events import Append, Shutdown, SnapshotRequested
 from kraft.raft.messages import (
     AddRaftVoterRequest,
+    BeginQuorumEpochRequest,
+    EndQuorumEpochRequest,
     RemoveRaftVoterRequest,
     UpdateKRaftVersionRequest,
+    VoteRequest,
 )
 from kraft.raft.state import Role
 from kraft.sim.cluster import SimNode, SimParams, Simulation, _endpoint
 from kraft.sim.invariants import InvariantViolation
+
+FORGER = 99
+"""The replica id a forged request names as its sender (no replica of a script has it)."""
 
 
 class ScriptError(ValueError):
@@ -163,9 +174,34 @@ class ScriptRunner:
                 request = UpdateKRaftVersionRequest(1)
             sim._admin(leader, request)
             return [f"sent to leader n{leader.node_id}"]
+        if cmd == "forge":
+            return self._forge(args)
         if cmd == "invariants":
             return [f"checks>0={sim.inv.checks > 0} violations={len(sim.inv.violations)}"]
         raise ScriptError(f"unknown command {cmd!r}")
+
+    def _forge(self, args: list[str]) -> list[str]:
+        """`forge KIND EPOCH [T]`: send the forged request (see the module docstring)."""
+        sim = self._need()
+        kind, at = args[0], args[1]
+        live = [n for n in sim.nodes.values() if n.core is not None]
+        epoch = (max(n.core.epoch for n in live if n.core is not None) + int(at[1:])
+                 if at.startswith("+") else int(at))
+        targets = [self._target(args[2])] if len(args) > 2 else live
+        request: object
+        if kind in ("vote", "pre-vote"):
+            request = VoteRequest(epoch, FORGER, None, -1, None, epoch - 1, 1 << 62,
+                                  pre_vote=kind == "pre-vote")
+        elif kind == "begin":
+            request = BeginQuorumEpochRequest(FORGER, epoch, -1, None, (_endpoint(FORGER),))
+        elif kind == "end":
+            request = EndQuorumEpochRequest(FORGER, epoch, (), (_endpoint(FORGER),))
+        else:
+            raise ScriptError(f"unknown request kind {kind!r}")
+        for n in sorted(targets, key=lambda n: n.node_id):
+            sim._admin(n, request)
+        return [f"forged {kind} epoch={epoch} to "
+                + ",".join(f"n{n.node_id}" for n in sorted(targets, key=lambda n: n.node_id))]
 
     def _status(self, n: SimNode) -> str:
         core = n.core

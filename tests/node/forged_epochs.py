@@ -1,10 +1,12 @@
 """A hostile client with no credential: sends KRaft requests naming forged epochs to a node
 and prints what each answer says, as one JSON object on stdout.
 
-Run as its own process (`python forged_epochs.py HOST:PORT LEADER_ID VOTER_ID`). It imports
-nothing of `kraft`: Vote, BeginQuorumEpoch, EndQuorumEpoch and FetchSnapshot frames are
-written here byte by byte from Kafka's message schemas, Fetch and DescribeQuorum by
-kafka-python (an independent implementation of the protocol).
+Run as its own process: `python forged_epochs.py attack HOST:PORT LEADER_ID VOTER_ID`
+(epochs no replica may be in), `usurp HOST:PORT EPOCH USURPER_ID` (a usable but higher
+epoch) or `describe HOST:PORT`. It imports nothing of `kraft`: Vote, BeginQuorumEpoch,
+EndQuorumEpoch and FetchSnapshot frames are written here byte by byte from Kafka's message
+schemas, Fetch and DescribeQuorum by kafka-python (an independent implementation of the
+protocol).
 """
 
 from __future__ import annotations
@@ -115,6 +117,19 @@ def vote(corr: int, replica_epoch: int, replica_id: int, last_offset_epoch: int,
     return header(VOTE, 0, corr, True) + compact_string(None) + uvarint(2) + topic + b"\x00"
 
 
+def vote_v2(corr: int, replica_epoch: int, replica_id: int, last_offset_epoch: int,
+            last_offset: int, pre_vote: bool) -> bytes:
+    """Vote v2 (KIP-996): ClusterId, VoterId, Topics[TopicName, Partitions[PartitionIndex,
+    ReplicaEpoch, ReplicaId, ReplicaDirectoryId, VoterDirectoryId, LastOffsetEpoch,
+    LastOffset, PreVote]]; no voter key (VoterId -1), a random candidate directory."""
+    part = i32(0) + i32(replica_epoch) + i32(replica_id) + uuid.uuid4().bytes \
+        + bytes(16) + i32(last_offset_epoch) + i64(last_offset) \
+        + (b"\x01" if pre_vote else b"\x00") + b"\x00"
+    topic = compact_string(TOPIC) + uvarint(2) + part + b"\x00"
+    return header(VOTE, 2, corr, True) + compact_string(None) + i32(-1) + uvarint(2) + topic \
+        + b"\x00"
+
+
 def begin_quorum(corr: int, leader_id: int, leader_epoch: int) -> bytes:
     """BeginQuorumEpoch v0: ClusterId, Topics[TopicName, Partitions[PartitionIndex,
     LeaderId, LeaderEpoch]]."""
@@ -176,9 +191,9 @@ def recv(s: socket.socket, n: int) -> bytes:
     return buf
 
 
-def quorum_answer(data: bytes, flexible: bool) -> dict[str, int]:
+def quorum_answer(data: bytes, flexible: bool, vote: bool = False) -> dict[str, int]:
     """Vote / BeginQuorumEpoch / EndQuorumEpoch answers: the top-level error, then the one
-    partition's ErrorCode, LeaderId, LeaderEpoch."""
+    partition's ErrorCode, LeaderId, LeaderEpoch (and a Vote's VoteGranted)."""
     r = Reader(data)
     r.take(">i")  # correlation id
     if flexible:
@@ -197,8 +212,11 @@ def quorum_answer(data: bytes, flexible: bool) -> dict[str, int]:
         r.skip_string()
         r.take(">i")
     r.take(">i")  # partition index
-    return {"top_error": top, "error": r.take(">h"), "leader_id": r.take(">i"),
-            "leader_epoch": r.take(">i")}
+    out = {"top_error": top, "error": r.take(">h"), "leader_id": r.take(">i"),
+           "leader_epoch": r.take(">i")}
+    if vote:
+        out["vote_granted"] = r.take(">?")
+    return out
 
 
 def fetch_snapshot_answer(data: bytes) -> dict[str, int]:
@@ -263,12 +281,28 @@ def attack(address: tuple[str, int], leader: int, voter: int) -> dict[str, dict[
     return out
 
 
+def usurp(address: tuple[str, int], epoch: int, usurper: int) -> dict[str, dict[str, int]]:
+    """Requests that are well formed but name a higher `epoch` than the quorum's, each on
+    its own connection: a Vote and a pre-vote from `usurper` with a log longer than any,
+    and a BeginQuorumEpoch and an EndQuorumEpoch in its name."""
+    out: dict[str, dict[str, int]] = {}
+    for name, frame, vote_kind in (
+            ("vote", vote_v2(21, epoch, usurper, epoch - 1, 2**62, False), True),
+            ("pre_vote", vote_v2(22, epoch, usurper, epoch - 1, 2**62, True), True),
+            ("begin_quorum_epoch", begin_quorum(23, usurper, epoch), False),
+            ("end_quorum_epoch", end_quorum(24, usurper, epoch), False)):
+        out[name] = quorum_answer(call(address, frame), vote_kind, vote_kind)
+    return out
+
+
 def main(argv: list[str]) -> int:
     what = argv[1]
     host, port = argv[2].rsplit(":", 1)
     address = (host, int(port))
     if what == "describe":
         result: Any = describe(address)
+    elif what == "usurp":
+        result = usurp(address, int(argv[3]), int(argv[4]))
     else:
         result = attack(address, int(argv[3]), int(argv[4]))
     print(json.dumps(result))

@@ -14,6 +14,7 @@ from kraft.raft.effects import (
 )
 from kraft.raft.events import (
     Append,
+    RequestFailed,
     SnapshotInstalled,
     SnapshotInstallFailed,
     SnapshotRequested,
@@ -180,6 +181,12 @@ def test_kip630_replica_with_incomplete_snapshot_votes_with_its_log_only() -> No
     h.advance(1)
     req = h.sent(FetchSnapshotRequest)[-1]
     h.respond(req, FetchSnapshotResponse(ErrorCode.NONE, 3, 4, SNAP, 100, 0, b"x" * 60))
+    # the leader's end cuts the next chunk's fetch off: no live leader keeps this replica
+    # from a higher epoch (`elections.live_leader`)
+    h.advance(1)
+    nxt = h.sent(FetchSnapshotRequest)[-1]
+    assert nxt.request.position == 60
+    h.handle(RequestFailed(nxt.destination, nxt.correlation_id, disconnected=True))
     # a candidate whose log ends where ours does (5 @ epoch 1) is as up to date as we are:
     # the partial snapshot (20 @ epoch 2) does not count
     h.request(5, VoteRequest(6, 5, dir_id(5), 1, dir_id(1), 1, 5))

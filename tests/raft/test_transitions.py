@@ -133,6 +133,10 @@ def test_pending_voter_change_fails_when_leadership_is_lost() -> None:
     h.persist()
     h.fetch_from(2, h.log_end, h.epoch, max_wait_ms=0)
     h.request(-1, RemoveRaftVoterRequest(3, dir_id(3)))
+    # voter 2 stops fetching (it runs an election): a fetch timeout later the leader no
+    # longer hears a majority, and a higher epoch ends its leadership
+    h.advance(h.config.fetch_timeout_ms)
+    assert h.role is Role.LEADER
     h.begin_quorum(2, h.epoch + 1)
     assert h.responses(VoterChangeResponse)[-1].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
