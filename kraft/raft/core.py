@@ -106,6 +106,7 @@ from kraft.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
+from kraft.raft.refusals import Refusals
 from kraft.raft.state import (
     CandidateState,
     FollowerState,
@@ -138,6 +139,9 @@ class RaftCore:
         self.key = ReplicaKey(config.node_id, config.directory_id)
         self._rng = rng
         self._now = now_ms
+        self.refusals = Refusals()
+        """What this core refused or ignored from its peers: counted, and logged at a bounded
+        rate (`kraft.raft.refusals`)."""
         self._out: list[Effect] = []
         self.log = LogMeta(
             log_state.log_start_offset,
@@ -516,7 +520,8 @@ class RaftCore:
 
     def _refuse_epoch(self, src: int, corr: int, req: Request, why: str) -> None:
         """Answer INVALID_REQUEST to a request naming an unusable epoch; nothing changes."""
-        logger.warning(
+        self.refusals.note(
+            self._now, "request_epoch", type(req).__name__, logging.WARNING,
             "raft request refused node=%s source=%s request=%s error=INVALID_REQUEST reason=%r",
             self.key.id, src, type(req).__name__, why,
         )
@@ -549,7 +554,8 @@ class RaftCore:
         if corr in self._inflight:
             bad_epoch = response_epoch_error(resp)
             if bad_epoch is not None:
-                logger.warning(
+                self.refusals.note(
+                    self._now, "answer_epoch", type(resp).__name__, logging.WARNING,
                     "raft answer ignored node=%s source=%s answer=%s reason=%r",
                     self.key.id, src, type(resp).__name__, bad_epoch,
                 )

@@ -499,7 +499,8 @@ def stays_with_leader(core: RaftCore, src: int, kind: str, epoch: int) -> bool:
     s = core.state
     if epoch <= s.epoch or not live_leader(core):
         return False
-    logger.info(
+    core.refusals.note(
+        core._now, "live_leader", kind, logging.INFO,
         "raft request ignored node=%s source=%s request=%s epoch=%s: leader %s of epoch %s "
         "is live", core.key.id, src, kind, epoch, s.leader_id, s.epoch,
     )

@@ -370,8 +370,9 @@ def append_fetched(core: RaftCore, s: FollowerState, batches: tuple[FetchedBatch
         return False
     why = unfit_batches(core, s, batches)
     if why is not None:
-        logger.warning("raft fetched batches refused node=%s leader=%s: %s", core.key.id,
-                       s.leader_id, why)
+        core.refusals.note(core._now, "fetched_batches", "unfit", logging.WARNING,
+                           "raft fetched batches refused node=%s leader=%s: %s", core.key.id,
+                           s.leader_id, why)
         core._fetch_backoff_until = core._now + core.config.retry_backoff_ms
         return False
     for b in batches:

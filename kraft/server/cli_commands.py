@@ -40,7 +40,29 @@ class BadHttpRequestFilter(logging.Filter):
     closing its connection, and so a request whose client went away before sending all of
     its body: nothing in the node failed either time. Such a record becomes one warning line
     naming the peer and what was wrong (`event=bad_http_request`, `event=http_client_gone`);
-    other records pass as they are."""
+    other records pass as they are. Of each event, the first `burst` of every `interval_s`
+    are logged; the next one after the interval first says how many were left out, so a
+    flood of bad requests writes a bounded number of lines."""
+
+    def __init__(self, burst: int = 10, interval_s: float = 60.0) -> None:
+        super().__init__()
+        self.burst = burst
+        self.interval_s = interval_s
+        self._windows: dict[str, list[float]] = {}  # event -> [start, logged, left out]
+
+    def _let_through(self, event: str) -> tuple[bool, int]:
+        """Whether this record of `event` is logged, and how many were left out before it."""
+        now = time.monotonic()
+        w = self._windows.get(event)
+        left_out = 0
+        if w is None or now - w[0] >= self.interval_s:
+            left_out = int(w[2]) if w is not None else 0
+            w = self._windows[event] = [now, 0, 0]
+        if w[1] < self.burst:
+            w[1] += 1
+            return True, left_out
+        w[2] += 1
+        return False, 0
 
     def filter(self, record: logging.LogRecord) -> bool:
         from aiohttp.http_exceptions import HttpProcessingError
@@ -54,8 +76,12 @@ class BadHttpRequestFilter(logging.Filter):
             event = "http_client_gone"
         else:
             return True
+        logged, left_out = self._let_through(event)
+        if not logged:
+            return False
         peer = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
-        record.msg = f"event={event} peer=%s error=%r"
+        record.msg = f"event={event} peer=%s error=%r" + (
+            f" not_logged_before={left_out}" if left_out else "")
         record.args = (peer, " ".join(str(exc).split())[:300])
         record.exc_info = None
         record.exc_text = None

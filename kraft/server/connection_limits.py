@@ -99,10 +99,16 @@ class BadInputLog:
     `burst` of each (listener, reason) per `interval_s`; the rest of that interval are
     counted and summed up in one line at its end."""
 
-    def __init__(self, counters: CounterFamily, burst: int = 10, interval_s: float = 60.0) -> None:
+    def __init__(self, counters: CounterFamily, burst: int = 10, interval_s: float = 60.0,
+                 event: str = "connection_closed",
+                 summary_event: str = "connections_closed_not_logged") -> None:
         self.counters = counters
         self.burst = burst
         self.interval_s = interval_s
+        self.event = event
+        """The `event=` of each line (`summary_event`: of the line that counts those left
+        out): a guard logs closed connections, and refused requests on open ones, apart."""
+        self.summary_event = summary_event
         self._windows: dict[tuple[str, str], _Window] = {}
 
     def report(self, listener: str, reason: str, peer: str, detail: str,
@@ -121,8 +127,8 @@ class BadInputLog:
             w = self._windows[key] = _Window(now, level=level)
         if w.logged < self.burst:
             w.logged += 1
-            log.log(level, "event=connection_closed listener=%s reason=%s peer=%s detail=%s",
-                    listener, reason, peer, detail)
+            log.log(level, "event=%s listener=%s reason=%s peer=%s detail=%s",
+                    self.event, listener, reason, peer, detail)
             return
         w.suppressed += 1
         if w.timer is None:
@@ -144,9 +150,8 @@ class BadInputLog:
             w.timer.cancel()
             w.timer = None
         if w.suppressed:
-            log.log(w.level, "event=connections_closed_not_logged listener=%s reason=%s "
-                    "suppressed=%d interval_s=%g", key[0], key[1], w.suppressed,
-                    self.interval_s)
+            log.log(w.level, "event=%s listener=%s reason=%s suppressed=%d interval_s=%g",
+                    self.summary_event, key[0], key[1], w.suppressed, self.interval_s)
             w.suppressed = 0
 
     def close(self) -> None:
@@ -299,6 +304,13 @@ class ConnectionGuard:
                 "Bytes held in request frames not complete yet, all connections "
                 "(kraft.socket.buffered.max.bytes bounds it)", lambda: self.buffered_total)
         self.bad_input = BadInputLog(self.closed)
+        self.bad_requests = BadInputLog(
+            r.counter_family("kraft_bad_requests_total",
+                             "Requests refused on a connection that stays open, by listener "
+                             "and reason (e.g. a forwarded call that breaks a limit)",
+                             ("listener", "reason")),
+            event="bad_request", summary_event="bad_requests_not_logged")
+        """Requests refused on an open connection (the connection's own close is `bad_input`'s)."""
         self.buffered_total = 0
         self._holders: set[Tracked] = set()
         self.listeners: dict[str, ListenerGuard] = {}
@@ -336,3 +348,4 @@ class ConnectionGuard:
         for g in self.listeners.values():
             g.stop()
         self.bad_input.close()
+        self.bad_requests.close()

@@ -51,6 +51,12 @@ log = logging.getLogger("kraft.server.frames")
 _SIZE = struct.Struct(">i")
 
 
+class BadRequest(Exception):
+    """Raised by a handler for a frame it cannot take (an undecodable request): the
+    connection closes as for a handler that returns None, and the message goes to the
+    rate-limited bad-input log (reason `undecodable`) instead of a line of the handler's."""
+
+
 class ConnectionClosedError(ConnectionError):
     """The connection closed (or was closed) before a response arrived."""
 
@@ -170,7 +176,7 @@ class _FrameServerProtocol(asyncio.Protocol):
         self._write_blocked = False  # the peer does not read its answers (transport buffer full)
         self._reading = True
         self._closing = False
-        self._reason: str | None = None
+        self._reason: tuple[str, str] | None = None  # (reason, detail) of a failed handler
         self._track: Tracked | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -328,7 +334,11 @@ class _FrameServerProtocol(asyncio.Protocol):
         if self._closing:
             return
         slot.done, slot.body = True, None
-        self._reason = f"request handler failed: {type(exc).__name__}: {exc}"
+        if isinstance(exc, BadRequest):
+            self._reason = ("undecodable", str(exc))
+        else:
+            self._reason = ("handler_failed",
+                            f"request handler failed: {type(exc).__name__}: {exc}")
         self._flush()
 
     def _settle(self, slot: _Pending, body: ReplyBody | None) -> None:
@@ -348,7 +358,7 @@ class _FrameServerProtocol(asyncio.Protocol):
             if body is None:
                 self._write(out, parts)
                 if self._reason is not None:
-                    self.listener._bad_input(self.peer, "handler_failed", self._reason)
+                    self.listener._bad_input(self.peer, *self._reason)
                 else:
                     self.listener._bad_input(self.peer, "undecodable",
                                              "request could not be decoded")

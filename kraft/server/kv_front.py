@@ -47,6 +47,7 @@ from kraft.server.admin import (
 from kraft.server.apply_driver import ApplyDriver
 from kraft.server.client_protocol import ClientServer
 from kraft.server.config import NodeConfig
+from kraft.server.connection_limits import ConnectionGuard
 from kraft.server.event_queue import EventQueue
 from kraft.server.forward import (
     BadForwardedCall,
@@ -55,7 +56,7 @@ from kraft.server.forward import (
     decode_call,
     encode_answer,
 )
-from kraft.server.frames import DeferredReply, PeerInfo
+from kraft.server.frames import BadRequest, DeferredReply, PeerInfo
 from kraft.server.node_metrics import NodeMetrics
 from kraft.server.transport import unsupported_version_frame
 from kraft.server.writes import Completion, WriteBook
@@ -130,6 +131,7 @@ class KvHost(Protocol):
     writes: WriteBook
     queue: EventQueue
     metrics: NodeMetrics
+    connection_guard: ConnectionGuard
 
     def spawn(self, coro: Any) -> None: ...
     def address_of(self, dest: int, endpoints: tuple[m.Endpoint, ...]
@@ -478,10 +480,10 @@ class KvFront:
             got = decode_call(frame)
         except BadForwardedCall as exc:
             corr = exc.correlation_id
-            log.warning("event=bad_forwarded_call peer=%s:%d error=%r", peer.host, peer.port,
-                        str(exc))
-            if corr is None:
-                return None
+            if corr is None:  # logged, rate-limited, as the connection closes
+                raise BadRequest(f"bad forwarded call: {exc}") from None
+            self._node.connection_guard.bad_requests.report(
+                "controller", "bad_forwarded_call", f"{peer.host}:{peer.port}", str(exc))
             return encode_answer(corr, exc.error, message=str(exc))
         if got.call is None:
             return unsupported_version_frame(got.correlation_id)

@@ -830,6 +830,8 @@ class KraftNode:
         if self.core is not None:
             metrics.high_watermark.set(self.core.high_watermark
                                        if self.core.high_watermark is not None else -1)
+            for (kind, reason), count in self.core.refusals.counts.items():
+                metrics.raft_refused.labels(kind, reason).value = float(count)
         if self.md is not None:
             metrics.log_end_offset.set(self.md.log.log_end_offset)
         metrics.applied_offset.set(self.sm.applied_offset)

@@ -12,7 +12,14 @@ from __future__ import annotations
 
 import threading
 
-from kraft.server.metrics import DISK_LATENCY_BUCKETS, Counter, Gauge, Histogram, Registry
+from kraft.server.metrics import (
+    DISK_LATENCY_BUCKETS,
+    Counter,
+    CounterFamily,
+    Gauge,
+    Histogram,
+    Registry,
+)
 
 
 class NodeMetrics:
@@ -28,6 +35,7 @@ class NodeMetrics:
         "high_watermark",
         "log_end_offset",
         "log_flush",
+        "raft_refused",
         "requests_refused",
         "snapshot_generation",
         "snapshot_load",
@@ -49,6 +57,12 @@ class NodeMetrics:
             "kraft_requests_refused_total",
             "Client requests refused for a key, value or record above its limit (nothing of "
             "them proposed)")
+        self.raft_refused: CounterFamily = r.counter_family(
+            "kraft_raft_refused_total",
+            "Requests and answers of peers the consensus core refused or ignored, by kind "
+            "(request_epoch, answer_epoch, live_leader, fetched_batches) and reason (the "
+            "request or answer type); logged at a bounded rate",
+            ("kind", "reason"))
         self.fetch_errors: Counter = r.counter(
             "kraft_fetch_errors_total",
             "Fetch answers whose records this follower refused (a batch that fails its CRC, "

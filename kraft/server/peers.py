@@ -56,6 +56,7 @@ from kraft.server.fetch_fast import (
 from kraft.server.forward import is_forward_frame
 from kraft.server.frame_answer import FrameAnswer, audit_line
 from kraft.server.frames import (
+    BadRequest,
     DeferredReply,
     EarliestDeadline,
     PeerClosedError,
@@ -440,9 +441,8 @@ class Peers:
             log.info("event=unsupported_request peer=%s api_key=%s api_version=%s",
                      peer.host, exc.api_key, exc.api_version)
             return unsupported_version_frame(exc.correlation_id)
-        except ProtocolError as exc:
-            log.warning("event=bad_request peer=%s:%d error=%r", peer.host, peer.port, str(exc))
-            return None
+        except ProtocolError as exc:  # logged, rate-limited, as the connection closes
+            raise BadRequest(f"bad request: {exc}") from None
         api, version, corr = header.api_key, header.api_version, header.correlation_id
         if api == ApiKey.API_VERSIONS:
             finalized = {"kraft.version": self._node.core.kraft_version} if self._node.core else {}

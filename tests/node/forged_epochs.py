@@ -3,7 +3,8 @@ and prints what each answer says, as one JSON object on stdout.
 
 Run as its own process: `python forged_epochs.py attack HOST:PORT LEADER_ID VOTER_ID`
 (epochs no replica may be in), `usurp HOST:PORT EPOCH USURPER_ID` (a usable but higher
-epoch) or `describe HOST:PORT`. It imports nothing of `kraft`: Vote, BeginQuorumEpoch,
+epoch), `flood HOST:PORT COUNT LEADER_ID` (COUNT Votes at the epoch limit on one
+connection) or `describe HOST:PORT`. It imports nothing of `kraft`: Vote, BeginQuorumEpoch,
 EndQuorumEpoch and FetchSnapshot frames are written here byte by byte from Kafka's message
 schemas, Fetch and DescribeQuorum by kafka-python (an independent implementation of the
 protocol).
@@ -295,6 +296,21 @@ def usurp(address: tuple[str, int], epoch: int, usurper: int) -> dict[str, dict[
     return out
 
 
+def flood(address: tuple[str, int], count: int, leader: int) -> dict[str, int]:
+    """`count` Votes at the epoch limit on one connection, pipelined, then every answer read:
+    how many answered INVALID_REQUEST (42)."""
+    codes: dict[str, int] = {}
+    with socket.create_connection(address, timeout=60) as s:
+        frames = b"".join(i32(len(f)) + f for f in (
+            vote(corr, BIG, leader, BIG - 1, 2**62) for corr in range(count)))
+        s.sendall(frames)
+        for _ in range(count):
+            size = struct.unpack(">i", recv(s, 4))[0]
+            code = str(quorum_answer(recv(s, size), True, vote=True)["error"])
+            codes[code] = codes.get(code, 0) + 1
+    return codes
+
+
 def main(argv: list[str]) -> int:
     what = argv[1]
     host, port = argv[2].rsplit(":", 1)
@@ -303,6 +319,8 @@ def main(argv: list[str]) -> int:
         result: Any = describe(address)
     elif what == "usurp":
         result = usurp(address, int(argv[3]), int(argv[4]))
+    elif what == "flood":
+        result = flood(address, int(argv[3]), int(argv[4]))
     else:
         result = attack(address, int(argv[3]), int(argv[4]))
     print(json.dumps(result))

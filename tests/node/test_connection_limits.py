@@ -429,6 +429,24 @@ def test_bad_prefixes_are_counted_and_their_log_lines_bounded(
     assert c.put("after", b"1").status == 200
 
 
+def test_undecodable_requests_are_counted_and_their_log_lines_bounded(
+        clusters: Callable[..., LocalCluster]) -> None:
+    """2,000 whole frames whose Vote request breaks off after its header: each closes its
+    connection, counted as undecodable, and the log holds the first ten (it held a warning
+    for each, from the request handler)."""
+    c, node = _one_node(clusters)
+    seen = _attack(BAD_PREFIXES, node.host, node.port, 2000, "0000000800340000")
+    assert seen == {"closed": 2000, "answer": ""}
+    assert _closed(node, "CONTROLLER", "undecodable") == 2000
+    text = node.log_path.read_text(errors="replace")
+    lines = [line for line in text.splitlines() if "reason=undecodable" in line
+             and "event=connection_closed" in line]
+    assert 1 <= len(lines) <= 10, len(lines)
+    assert "bad request" in lines[0]  # what was wrong, from the decoder
+    assert "event=bad_request" not in text
+    assert c.put("after", b"1").status == 200
+
+
 def test_socket_request_max_bytes_holds_on_both_listeners(
         clusters: Callable[..., LocalCluster]) -> None:
     c, node = _one_node(clusters, **{"socket.request.max.bytes": "4096"})

@@ -161,3 +161,30 @@ def test_higher_epochs_from_another_process_leave_a_live_leader_in_place(
 def quorum_state_bytes(c: LocalCluster) -> dict[int, bytes]:
     return {nid: (n.dir / "__cluster_metadata-0" / "quorum-state").read_bytes()
             for nid, n in c.nodes.items()}
+
+
+def test_a_flood_of_forged_epochs_is_counted_and_its_log_lines_bounded(
+        clusters: Callable[..., LocalCluster]) -> None:
+    """2,000 forged Votes from another process: every one refused and counted in
+    kraft_raft_refused_total, the log holds a bounded number of lines for them (it held one
+    each), and the quorum serves."""
+    from kraft.raft.refusals import BURST
+
+    c = clusters(1)
+    c.start_all()
+    leader = c.wait_for_leader(60)
+    node = c.nodes[leader]
+    codes = hostile("flood", f"{node.host}:{node.port}", "2000", str(leader))
+    assert codes == {str(INVALID_REQUEST): 2000}, codes
+    text = node.log_path.read_text(errors="replace")
+    assert text.count("raft request refused") == BURST
+    metrics = http_get(node, "/metrics")
+    assert 'kraft_raft_refused_total{kind="request_epoch",reason="VoteRequest"} 2000' in metrics
+    assert c.put("after", b"flood").status == 200
+
+
+def http_get(node: LocalNode, path: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{node.http}{path}", timeout=10) as resp:
+        return str(resp.read().decode())

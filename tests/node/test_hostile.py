@@ -16,6 +16,7 @@ cannot parse (one warning line each in the node's log, not a traceback).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -268,3 +269,29 @@ async def test_bad_frames_on_a_connection_the_leader_lane_holds(
 def test_targets_are_loopback_only() -> None:
     with pytest.raises(ValueError, match="loopback"):
         HostileClient([Target(1, "10.0.0.1", 1, 2, 3)], seed=1, seconds=1)
+
+
+def test_a_flood_of_bad_http_requests_writes_a_bounded_number_of_lines() -> None:
+    """The filter lets the first ten of each event through per minute; the next one after the
+    minute says how many were left out."""
+    from aiohttp.http_exceptions import BadHttpMessage
+
+    from kraft.server.cli_commands import BadHttpRequestFilter
+
+    f = BadHttpRequestFilter(burst=10, interval_s=60.0)
+
+    def record() -> logging.LogRecord:
+        try:
+            raise BadHttpMessage("Chunk size overflow")
+        except BadHttpMessage:
+            return logging.LogRecord("aiohttp.server", logging.ERROR, __file__, 1,
+                                     "Error handling request from %s", ("127.0.0.9",),
+                                     sys.exc_info())
+
+    passed = [r for r in (record() for _ in range(2000)) if f.filter(r)]
+    assert len(passed) == 10
+    assert all(r.levelname == "WARNING" and "event=bad_http_request" in r.getMessage()
+               for r in passed)
+    f._windows["bad_http_request"][0] -= 61  # the minute is over
+    late = record()
+    assert f.filter(late) and "not_logged_before=1990" in late.getMessage()
