@@ -8,9 +8,6 @@ import pytest
 
 # Spark binds to the loopback address; the tests never use anything else.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-# KRAFT_* variables are node configuration overrides: the address offset goes by another name
-if "KRAFT_TEST_NET_OFFSET" in os.environ:
-    os.environ["TEST_NET_OFFSET"] = os.environ.pop("KRAFT_TEST_NET_OFFSET")
 
 
 @pytest.hookimpl(trylast=True)
