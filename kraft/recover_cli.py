@@ -240,16 +240,9 @@ def _reset_epoch(args: argparse.Namespace) -> int:
     print(f"replica {cfg.node_id}: quorum-state {now} -> epoch {target}, no leader, no vote.\n"
           "Every voter must be stopped and reset to this same epoch before any starts.",
           file=sys.stderr)
-    if not args.yes:
-        if not sys.stdin.isatty():
-            print("refusing: give --yes to rewrite quorum-state (no terminal to confirm on)",
-                  file=sys.stderr)
-            return EXIT_NOT_CONFIRMED
-        print(f"Type 'yes' to reset replica {cfg.node_id} to epoch {target}: ", end="",
-              file=sys.stderr, flush=True)
-        if sys.stdin.readline().strip() != "yes":
-            print("not confirmed: nothing changed", file=sys.stderr)
-            return EXIT_NOT_CONFIRMED
+    if not args.yes and not _confirmed("rewrite quorum-state",
+                                       f"reset replica {cfg.node_id} to epoch {target}"):
+        return EXIT_NOT_CONFIRMED
     result = reset_epoch(cfg.metadata_dir, node_id=cfg.node_id, epoch=target)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
@@ -287,6 +280,19 @@ def _warning(r: ReplicaReport) -> str:
         "(a new directory id) before it starts; it then joins as a new voter (auto-join or "
         "`kraft quorum add-controller`). Never start one on its old log.\n"
     )
+
+
+def _confirmed(change: str, question: str) -> bool:
+    """Whether a person typed `yes` to `question`; without a terminal, refused, with the way
+    to go on (`--yes`). The question goes to stderr: stdout carries only the result (--json)."""
+    if not sys.stdin.isatty():
+        print(f"refusing: give --yes to {change} (no terminal to confirm on)", file=sys.stderr)
+        return False
+    print(f"Type 'yes' to {question}: ", end="", file=sys.stderr, flush=True)
+    if sys.stdin.readline().strip() != "yes":
+        print("not confirmed: nothing changed", file=sys.stderr)
+        return False
+    return True
 
 
 def _log_change(message: str, *args: object) -> None:
@@ -356,18 +362,9 @@ def _force(args: argparse.Namespace) -> int:
     already = report.voters is not None and same_voter(report.voters.record, voter)
     if not already:
         print(_warning(report), file=sys.stderr, end="")
-        if not args.yes:
-            if not sys.stdin.isatty():
-                print("refusing: give --yes to force the voters set (no terminal to confirm on)",
-                      file=sys.stderr)
-                return EXIT_NOT_CONFIRMED
-            # the question goes to stderr: stdout carries only the result (--json)
-            print(f"Type 'yes' to make replica {cfg.node_id} the only voter: ", end="",
-                  file=sys.stderr, flush=True)
-            answer = sys.stdin.readline()
-            if answer.strip() != "yes":
-                print("not confirmed: nothing changed", file=sys.stderr)
-                return EXIT_NOT_CONFIRMED
+        if not args.yes and not _confirmed("force the voters set",
+                                           f"make replica {cfg.node_id} the only voter"):
+            return EXIT_NOT_CONFIRMED
     result = force_single_voter(cfg.metadata_dir, node_id=cfg.node_id, endpoints=endpoints,
                                 kraft_version=feature, timestamp_ms=int(time.time() * 1000),
                                 directory_id=wanted, segment_bytes=cfg.segment_bytes)
