@@ -63,7 +63,7 @@ from kraft.server.admin import (
     WriteRefusedError,
 )
 from kraft.server.frames import FrameConnection
-from kraft.statemachine.kv import key_limit_error, value_limit_error
+from kraft.statemachine.kv import call_refusal
 
 log = logging.getLogger("kraft.server.forward")
 
@@ -210,14 +210,12 @@ def decode_call(frame: bytes | memoryview) -> DecodedCall:
             raise ValueError(f"{len(r.data) - r.pos} bytes after the body")
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadForwardedCall(f"bad ForwardKv request: {exc}", corr) from None
-    why = key_limit_error(len(key.encode()))
-    if why is not None:
-        raise BadForwardedCall(f"ForwardKv {op.name} refused: {why}", corr)
-    for data in (value, expected):
-        why = value_limit_error(len(data)) if data is not None else None
-        if why is not None:
-            raise BadForwardedCall(f"ForwardKv {op.name} refused: {why}", corr,
-                                   ErrorCode.MESSAGE_TOO_LARGE)
+    refused = call_refusal(key, value, expected)
+    if refused is not None:
+        why, value_too_large = refused
+        raise BadForwardedCall(f"ForwardKv {op.name} refused: {why}", corr,
+                               ErrorCode.MESSAGE_TOO_LARGE if value_too_large
+                               else ErrorCode.INVALID_REQUEST)
     return DecodedCall(corr, version, cluster_id, KvCall(op, key, value, expected),
                        max(0, timeout_ms))
 

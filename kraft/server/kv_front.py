@@ -65,13 +65,12 @@ from kraft.statemachine.kv import (
     MAX_KEY_BYTES,
     KVResult,
     KVStore,
+    call_refusal,
     command_limit_error,
     encode_barrier,
     encode_cas,
     encode_delete,
     encode_put,
-    key_limit_error,
-    value_limit_error,
 )
 from kraft.storage.log_segments import MAX_BATCH_BYTES
 
@@ -104,14 +103,11 @@ def _record_limit_error(value: bytes, kv: bool) -> str | None:
 
 def call_limit_error(call: KvCall) -> WriteRefusedError | None:
     """The error refusing `call` when its key or a value is above its limit, else None."""
-    why = key_limit_error(len(call.key.encode()))
-    if why is not None:
-        return WriteRefusedError(why, too_large=False)
-    for data in (call.value, call.expected):
-        why = value_limit_error(len(data)) if data is not None else None
-        if why is not None:
-            return WriteRefusedError(why)
-    return None
+    refused = call_refusal(call.key, call.value, call.expected)
+    if refused is None:
+        return None
+    why, value_too_large = refused
+    return WriteRefusedError(why, too_large=value_too_large)
 CLIENT_TIMEOUT_S = 15.0
 
 

@@ -100,6 +100,20 @@ def value_limit_error(value_bytes: int) -> str | None:
     return None
 
 
+def call_refusal(key: str, *values: bytes | None) -> tuple[str, bool] | None:
+    """Why a call on `key` with `values` (a PUT's value, a CAS's expected and new ones; None
+    for one not given) is refused, and whether a value (not the key) is what is too large;
+    None when none breaks a limit. One check for every path that takes a KV call."""
+    why = key_limit_error(len(key.encode()))
+    if why is not None:
+        return why, False
+    for data in values:
+        why = value_limit_error(len(data)) if data is not None else None
+        if why is not None:
+            return why, True
+    return None
+
+
 _SMALL_COMMAND = MAX_KEY_BYTES
 """A command no longer than this holds no key and no value above the limits."""
 
