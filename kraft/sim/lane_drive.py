@@ -1,9 +1,9 @@
 """The followers' native lanes drive their replicas in the simulator (docs/native-lane.md,
-step 2's proof).
+"How it is checked").
 
 `kraft.sim.lane_shadow` runs a lane beside each core and checks that the two decide alike;
-the core still does all the work. Here a follower's lane does the work, as it will in the
-node:
+the core still does all the work. Here a follower's lane does the work, as it does in the
+node (`kraft.lane.follower`):
 - the core arms it (`RaftCore.follower_lease()`), with the fetch in flight to its leader;
 - the lane takes the leader's answers to its fetch, appends their records to the disk, syncs
   it, and sends the next fetch itself, with a correlation id of its own;

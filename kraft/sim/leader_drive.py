@@ -1,8 +1,8 @@
 """The leaders' native lanes drive their replicas in the simulator (docs/native-lane.md,
-step 3's proof).
+"How it is checked").
 
 As `kraft.sim.lane_drive` does for followers, a leader's lane does the steady state's work
-here, as it will in the node:
+here, as it does in the node (`kraft.lane.leader`):
 - the core arms it (`RaftCore.leader_lease()`) and lends it the fetches it holds parked
   (`RaftCore.lend_parked()`);
 - the lane takes the voters' plain fetches (each one an acknowledgement), the clients'
