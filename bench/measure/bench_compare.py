@@ -1,7 +1,8 @@
 """kraft-quorum against PySyncObj 0.3.17 and etcd 3.4, side by side, in one invocation.
 
 `python -m bench compare` (full, about 20 minutes) or `python -m bench compare --quick`
-(`BENCH_QUICK=1`; a few minutes). Peers must be installed first: `bash bench/setup_peers.sh`.
+(`BENCH_QUICK=1`; a few minutes). Peers must be installed first:
+`bash bench/systems/setup_peers.sh`.
 
 `run()` returns one dict per scenario (throughput, latency, failover, kip1166, snapshot,
 restart) plus `machine`, `versions` and `targets`; `render_markdown(result)` renders the
@@ -18,10 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import charts, scenarios
-from bench.kraft_cluster import BENCH_PROPERTIES
-from bench.peers import PEERS_VENV, ROOT, export_head, interpreter_path, machine_busy
-from bench.scenarios import (
+from bench.measure import scenarios
+from bench.measure.scenarios import (
     WORK,
     Params,
     evaluate_targets,
@@ -30,6 +29,9 @@ from bench.scenarios import (
     snapshot_and_restart,
     throughput_and_latency,
 )
+from bench.report import charts
+from bench.systems.kraft_cluster import BENCH_PROPERTIES
+from bench.systems.peers import PEERS_VENV, ROOT, export_head, interpreter_path, machine_busy
 
 BEGIN = "<!-- BEGIN COMPARISON: python -m bench compare -->"
 END = "<!-- END COMPARISON -->"
@@ -119,7 +121,7 @@ def run() -> dict[str, Any]:
     p = Params.quick_params() if quick else Params()
     scenarios.QUIET_MAX_S[0] = p.quiet_max_s
     if not (PEERS_VENV / "bin" / "python").exists() or not shutil.which("etcd"):
-        raise SystemExit("peers missing: run `bash bench/setup_peers.sh` first")
+        raise SystemExit("peers missing: run `bash bench/systems/setup_peers.sh` first")
     WORK.mkdir(parents=True, exist_ok=True)
     saved = {k: os.environ.get(k) for k in ("BENCH_KRAFT_SRC", "BENCH_KRAFT_COMMIT")}
     frozen = freeze_kraft_source(WORK / "kraft-src")
@@ -280,7 +282,7 @@ def render_markdown(res: dict[str, Any]) -> str:
                  f"{name} p50 {_f(d.get('p50_ms'), 3)} / p99 {_f(d.get('p99_ms'), 3)} ms"
                  for name, d in floors.items()]
         n = next(iter(floors.values())).get("n")
-        L.append("\n- The latency floor just before each system's window (`bench.latency_floor`: a "
+        L.append("\n- The latency floor just before each system's window (`bench.measure.latency_floor`: a "
                  "write's hops and fsyncs through four processes on loopback with no work between "
                  f"them, {f'{n:,}' if isinstance(n, int) else '?'} writes after warm-up): "
                  f"{'; '.join(parts)}. What a system's p50 adds to it is its own work.")

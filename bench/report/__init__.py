@@ -1,0 +1,1 @@
+"""The report writers: the comparison's charts in docs/img/ (`charts`)."""
