@@ -1,1 +1,2 @@
-"""The report writers: the comparison's charts in docs/img/ (`charts`)."""
+"""The report writers: the comparison's section of docs/benchmarks.md (`compare`) and its
+charts in docs/img/ (`charts`)."""

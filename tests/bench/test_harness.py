@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.measure import bench_compare
 from bench.measure.scenarios import Target, disk_probe, evaluate_targets, floor_probe, flush_window
+from bench.report import compare
 from bench.systems.kraft_cluster import cap_api_versions, flush_metric, log_event_time
 from bench.systems.peers import (
     cpu_delta,
@@ -122,7 +122,7 @@ def test_targets_not_met_and_missing() -> None:
 
 
 def test_markdown_and_json_render(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bench_compare, "IMG", tmp_path / "img")
+    monkeypatch.setattr(compare, "IMG", tmp_path / "img")
     res = _result()
     res["targets"] = evaluate_targets(res)
     res["throughput"]["systems"]["kraft-quorum"].update(
@@ -138,8 +138,8 @@ def test_markdown_and_json_render(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
                                                                 "p99_ms": 0.7719}
     res["latency"]["systems"].setdefault("etcd", {})["floor_probe"] = {
         "error": "bench.measure.latency_floor exited 1: x"}
-    md = bench_compare.render_markdown(res)
-    assert md.startswith(bench_compare.BEGIN) and md.endswith(bench_compare.END)
+    md = compare.render_markdown(res)
+    assert md.startswith(compare.BEGIN) and md.endswith(compare.END)
     assert ("no work between them, 2,800 writes after warm-up): kraft-quorum p50 0.431 / p99 0.772 "
             "ms; etcd bench.measure.latency_floor exited 1: x. What a system's p50 adds" in md)
     assert "node1 (follower) 0.291 ms over 5,200; node2 (leader) 0.412 ms over 5,200" in md
@@ -152,11 +152,11 @@ def test_markdown_and_json_render(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     page = tmp_path / "benchmarks.md"
     page.write_text("# Benchmarks\n\nintro\n\n<!-- BEGIN GENERATED: make bench -->\nx\n"
                     "<!-- END GENERATED: make bench -->\n")
-    bench_compare.write_markdown(res, page)
-    bench_compare.write_markdown(res, page)  # replaces, never duplicates
+    compare.write_markdown(res, page)
+    compare.write_markdown(res, page)  # replaces, never duplicates
     text = page.read_text()
-    assert text.count(bench_compare.BEGIN) == 1
-    assert text.index(bench_compare.BEGIN) < text.index("<!-- BEGIN GENERATED")
+    assert text.count(compare.BEGIN) == 1
+    assert text.index(compare.BEGIN) < text.index("<!-- BEGIN GENERATED")
 
 
 def test_cap_api_versions_lowers_fetch_only() -> None:
