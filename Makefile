@@ -87,11 +87,11 @@ lint: $(STAMP)
 PEERS_PYTHON = $$($(BIN)/python -c 'import sys; print(sys._base_executable)')
 
 bench: $(STAMP)
-	PYTHON="$(PEERS_PYTHON)" bash bench/setup_peers.sh
+	PYTHON="$(PEERS_PYTHON)" bash bench/systems/setup_peers.sh
 	$(BIN)/python -m bench
 
 bench-quick: $(STAMP)
-	PYTHON="$(PEERS_PYTHON)" bash bench/setup_peers.sh
+	PYTHON="$(PEERS_PYTHON)" bash bench/systems/setup_peers.sh
 	$(BIN)/python -m bench compare --quick
 
 # First the native lane's C loops under their deterministic harness (tests/support/lane_harness.py:

@@ -2,7 +2,7 @@
 docs/native-lane.md). Everything else is in pyproject.toml. The extension is optional: where it
 does not build (no C compiler), the install goes on without it, and `kraft.lane.native()`
 says so. `LANE` is also what the benchmark builds into its export of a commit
-(`bench.peers.export_head`)."""
+(`bench.systems.peers.export_head`)."""
 
 import os
 from pathlib import Path

@@ -1,6 +1,6 @@
 """`python -m bench`: run every benchmark module and record the figures.
 
-Each `bench/bench_*.py` module exposes `run() -> dict`: a flat mapping of metric name to a
+Each `bench/measure/bench_*.py` module exposes `run() -> dict`: a flat mapping of metric name to a
 number (or a nested mapping of such). The results of one invocation are written, together with
 the machine they ran on, to `docs/benchmarks.json` and rendered as tables in the generated part
 of `docs/benchmarks.md`. `python -m bench protocol records` runs a subset by name.
@@ -24,9 +24,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.peers import interpreter_path
+from bench.systems.peers import interpreter_path
 
 ROOT = Path(__file__).resolve().parents[1]
+MEASURE = "bench.measure"
+"""The package of the benchmark modules (`bench_<name>.py`)."""
 DOCS = ROOT / "docs"
 BEGIN = "<!-- BEGIN GENERATED: make bench -->"
 END = "<!-- END GENERATED: make bench -->"
@@ -56,8 +58,9 @@ def machine() -> dict[str, Any]:
 
 
 def discover() -> list[str]:
-    """Names of the benchmark modules present (bench_<name>.py)."""
-    return sorted(p.stem[len("bench_") :] for p in (ROOT / "bench").glob("bench_*.py"))
+    """Names of the benchmark modules present (bench/measure/bench_<name>.py)."""
+    folder = ROOT.joinpath(*MEASURE.split("."))
+    return sorted(p.stem[len("bench_") :] for p in folder.glob("bench_*.py"))
 
 
 def flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
@@ -72,7 +75,7 @@ def flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
 def _own_markdown(name: str) -> bool:
     """True when bench_<name> renders its own section (has `write_markdown`)."""
     try:
-        return hasattr(importlib.import_module(f"bench.bench_{name}"), "write_markdown")
+        return hasattr(importlib.import_module(f"{MEASURE}.bench_{name}"), "write_markdown")
     except ImportError:
         return False
 
@@ -128,7 +131,7 @@ def main(argv: list[str]) -> int:
     for name in names:
         print(f"== bench {name}", flush=True)
         started = time.perf_counter()
-        mod = importlib.import_module(f"bench.bench_{name}")
+        mod = importlib.import_module(f"{MEASURE}.bench_{name}")
         try:
             results[name] = mod.run()
         except Exception as exc:  # the others still run and are written
@@ -154,7 +157,7 @@ def main(argv: list[str]) -> int:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
     md_path.write_text(text)
     for name in names:
-        mod = importlib.import_module(f"bench.bench_{name}")
+        mod = importlib.import_module(f"{MEASURE}.bench_{name}")
         if hasattr(mod, "write_markdown") and name not in failed:
             mod.write_markdown(results[name], md_path)
     print(f"wrote {json_path.relative_to(ROOT)} and {md_path.relative_to(ROOT)}")

@@ -9,7 +9,8 @@ members only, and no part touches a private attribute of the node: what they sha
 owners (`kraft.server.event_queue`, `kraft.server.writes`, `kraft.server.node_metrics`). What it cannot see (an import
 of the lane's C extension, `kraft.lane._native`) is checked here from the source: the
 consensus core and storage name nothing of the lane, and storage nothing of the consensus
-core (the node hands the log the lane's C scan: `SegmentedLog.use_native_scan`).
+core (the node hands the log the lane's C scan: `SegmentedLog.use_native_scan`). The
+benchmarks' kinds import downwards too: bench/measure, bench/report, bench/systems.
 """
 
 from __future__ import annotations
@@ -91,6 +92,24 @@ def test_outside_the_lane_only_its_interface_is_imported() -> None:
         for name in _lane_imports(path) - public
     }
     assert found == set(), found
+
+
+BENCH_KINDS = ("measure", "report", "systems")
+"""bench/'s subpackages, each importing only those after it: the measurements write their
+report, and both run the systems (kraft-quorum's own quorum, PySyncObj, etcd)."""
+
+
+def test_the_benchmarks_import_downwards_by_kind() -> None:
+    found: set[tuple[str, str]] = set()
+    for i, kind in enumerate(BENCH_KINDS):
+        above = {f"bench.{k}" for k in BENCH_KINDS[: i + 1] if k != kind}
+        for path in sorted((ROOT / "bench" / kind).rglob("*.py")):
+            found |= {(str(path.relative_to(ROOT)), name) for name in _imports(path)
+                      if any(name == a or name.startswith(a + ".") for a in above)}
+    assert found == set(), found
+    loose = sorted(p.name for p in (ROOT / "bench").iterdir()
+                   if p.is_file() and p.name not in ("__init__.py", "__main__.py"))
+    assert loose == [], f"bench/ keeps only its runner; sort these by kind: {loose}"
 
 
 NODE_PARTS = ("executor", "flusher", "apply_driver", "kv_front", "peers")

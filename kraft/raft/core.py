@@ -288,6 +288,13 @@ class RaftCore:
         out, self._out = self._out, []
         return out
 
+    def advance_clock(self, now_ms: int) -> None:
+        """Move the core's clock to `now_ms` (never back), as `handle` does first, with no
+        event: a question about the present (`elections.live_leader`) is then asked at
+        `now_ms`."""
+        if now_ms > self._now:
+            self._now = now_ms
+
     def next_deadline(self) -> int | None:
         """The earliest time at which a `Tick` has work to do (None: no timer armed)."""
         times: list[int] = [f.deadline for f in self._inflight.values()]

@@ -6,7 +6,7 @@ the simulator alike.
 (`LogPort`), the network (`NetworkPort`), the state machine (`ApplyPort`), the snapshot files
 (`SnapshotPort`), the writers waiting on the node (`ClientPort`) and the node's own
 bookkeeping of leadership and lanes (`NodePort`). The node (`kraft.server.node`) passes ports over its files, sockets and thread;
-the simulator (`kraft.sim.cluster`) passes ports over its simulated disk, network and clock.
+the simulator (`kraft.sim.ports`) passes ports over its simulated disk, network and clock.
 Both therefore run the ordering rules below, and a change to them shows in the simulator's
 invariants.
 

@@ -20,8 +20,8 @@ import sys
 import time
 
 from kraft.lane import native
-from kraft.sim.cluster import SimParams, SimResult, run_seed
-from kraft.sim.faults import FAULT_KINDS, SimFaults
+from kraft.sim.cluster import SimResult, run_seed
+from kraft.sim.params import FAULT_KINDS, SimFaults, SimParams
 
 PROGRESS_EVERY = 100
 """Seeds between two progress lines (a soak's summary on stdout, a run's on stderr)."""

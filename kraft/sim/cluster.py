@@ -6,10 +6,13 @@ one way), disks with fsync latency that lose unflushed writes on a crash and can
 entirely (the replica comes back with a new directory id), client appends, snapshots, restarts
 and membership changes through the real AddRaftVoter / RemoveRaftVoter requests. Effects are
 executed by the node's own executor (`kraft.server.executor.EffectExecutor`, over the
-simulated ports of `SimPorts`), in the order the core's contract prescribes, and the invariants
-of `kraft.sim.invariants` are checked as the effects are executed. After the fault phase every
-fault is healed and a leader must be elected and commit a new client append within a bounded
-simulated time.
+simulated ports of `kraft.sim.ports.SimPorts`), in the order the core's contract prescribes,
+and the invariants of `kraft.sim.invariants` are checked as the effects are executed. After the
+fault phase every fault is healed and a leader must be elected and commit a new client append
+within a bounded simulated time.
+
+The simulation's parts (the lanes' drives, the byte and disk faults, the ports) take it through
+its public host protocol, `kraft.sim.host.SimHost`; `Simulation` implements it.
 """
 
 from __future__ import annotations
@@ -17,35 +20,16 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from kraft.lane import native
 from kraft.protocol.errors import ErrorCode
 from kraft.protocol.uuid import Uuid
-from kraft.raft.config import QuorumStateData, RaftConfig
+from kraft.raft.config import RaftConfig
 from kraft.raft.core import RaftCore
 from kraft.raft.effects import (
-    AbortSnapshotDownload,
-    AppendAccepted,
-    AppendCommitted,
-    AppendControl,
-    AppendFetched,
-    AppendRecords,
-    AppendRejected,
-    CreateSnapshot,
-    DeleteSnapshot,
     Effect,
-    FetchAdopted,
-    InstallSnapshot,
-    PersistQuorumState,
-    SendApiVersions,
-    SendFetchResponse,
-    SendFetchSnapshotResponse,
     SendRequest,
-    SendResponse,
-    StateChanged,
-    TruncateTo,
-    WriteSnapshotChunk,
 )
 from kraft.raft.elections import live_leader
 from kraft.raft.epochs import MAX_EPOCH
@@ -57,11 +41,7 @@ from kraft.raft.events import (
     RequestFailed,
     RequestReceived,
     ResponseReceived,
-    RetentionMeasured,
     Shutdown,
-    SnapshotCreated,
-    SnapshotInstalled,
-    SnapshotInstallFailed,
     SnapshotRequested,
     Tick,
 )
@@ -73,12 +53,7 @@ from kraft.raft.messages import (
     Endpoint,
     EndQuorumEpochRequest,
     EndQuorumEpochResponse,
-    FetchedBatch,
-    FetchRequest,
-    FetchResponse,
-    FetchSnapshotResponse,
     KRaftVersionRange,
-    OffsetAndEpoch,
     RemoveRaftVoterRequest,
     ReplicaKey,
     UpdateKRaftVersionRequest,
@@ -89,86 +64,28 @@ from kraft.raft.quorum import majority_size
 from kraft.raft.state import Role
 from kraft.raft.voters import VoterNode, VoterSet
 from kraft.server.executor import EffectExecutor, run_now
-from kraft.sim.disk import SimDisk, SimSnapshot
-from kraft.sim.faults import PIECE, FaultModel, SimFaults
+from kraft.sim.brief import brief
+from kraft.sim.disk import SimDisk
+from kraft.sim.faults import FaultModel
 from kraft.sim.invariants import Invariants, InvariantViolation
 from kraft.sim.lane_drive import FollowerDrive
 from kraft.sim.lane_shadow import LaneShadow
 from kraft.sim.leader_drive import LeaderDrive
+from kraft.sim.node import SimNode, endpoint
+from kraft.sim.params import SimParams
+from kraft.sim.ports import SimPorts
 
 ADMIN = -100
 """Node id the simulated admin client uses as its source."""
 
-LISTENER = "CONTROLLER"
-
-# event-queue item kinds
-_DELIVER, _TICK, _FLUSH, _LOCAL, _FAULT, _CLIENT, _HEAL, _ADMIN, _LANE_SYNC, _LEADER_LANE = range(10)
-_FORGE = PIECE + 1  # after `kraft.sim.faults`' own kind
+# event-queue item kinds (PIECE: a piece of a byte stream, `kraft.sim.faults`)
+(_DELIVER, _TICK, _FLUSH, _LOCAL, _FAULT, _CLIENT, _HEAL, _ADMIN, _LANE_SYNC, _LEADER_LANE,
+ PIECE, _FORGE) = range(12)
 FAILURE_JITTER_MS = 5
 """A refused connection or a closed one reaches the sender 1..5 ms later (its timers and the
 other replicas' do not line up to the millisecond, as they do not in real processes)."""
 # How many immediate re-ticks at one instant are work, not a busy loop.
 BUSY_TIMER_RETICKS = 3
-
-
-@dataclass(frozen=True, slots=True)
-class SimParams:
-    """Shape of one simulated run."""
-
-    nodes: int = 3
-    spares: int = 1
-    fault_ms: int = 40_000
-    liveness_ms: int = 15_000
-    max_delay_ms: int = 15
-    fetch_batch_entries: int = 16
-    dynamic: bool | None = None
-    """Force a dynamic (True) or static (False) quorum; None picks by seed."""
-    snapshot_every: int | None = None
-    """Records between automatic snapshots; None picks by seed."""
-    auto_join: bool | None = None
-    """controller.quorum.auto.join.enable; None = on for dynamic quorums."""
-    retention_bytes: int | None = None
-    """metadata.max.retention.bytes of every replica (`kraft.raft.retention`); None picks by
-    seed: 0 for three seeds in four (each retention check deletes every snapshot but the
-    latest, with the log below it, unless a FetchSnapshot is reading it), else -1 (no limit)."""
-    retention_check_ms: int = 1000
-    """How often a leader runs its retention check (Kafka: every 60 s)."""
-    snapshot_pad_bytes: int = 0
-    """Bytes added to every snapshot file, for a snapshot that takes many FetchSnapshot
-    round trips to download (`fetch_snapshot_bytes` at a time)."""
-    fetch_snapshot_bytes: int = 96
-    """FetchSnapshot's MaxBytes (`fetch_snapshot_max_bytes`), also given as Fetch's MaxBytes
-    (which the simulator's reads do not use: `fetch_batch_entries` bounds them)."""
-    connections: bool | None = None
-    """Model what TCP tells a real runtime: a request to a crashed replica is refused
-    (`RequestFailed(unreachable=True)`), and a crash fails the requests in flight to it
-    (`RequestFailed(disconnected=True)`, the kernel closing the dead process's sockets), each
-    unless a partition cuts the path. Off, a crashed replica is as silent as a partitioned one.
-    None picks by seed (on for four seeds in five)."""
-    hw_linger_ms: int | None = None
-    """The leaders' `hw_linger_ms` (a new high watermark waits for the next records while
-    writes stream in); None picks by seed: 0, 20 or 50 ms."""
-    lane_shadow: bool = True
-    """Run the native lane's rules beside every core and check them against it
-    (`kraft.sim.lane_shadow`); they draw no randomness, so a seed runs the same either way."""
-    lane_native: bool = False
-    """The lanes are the rules' C implementation (`kraft.lane.native()`), not the Python
-    one; a RuntimeError when it was not built."""
-    lane_drive: bool = False
-    """The followers' lanes do the work of the steady state (`kraft.sim.lane_drive`): they
-    take the leader's answers, append, sync and fetch, and report to their cores."""
-    leader_drive: bool = False
-    """The leaders' lanes do the work of the steady state (`kraft.sim.leader_drive`): they
-    take the voters' fetches, the clients' appends and their own syncs, answer them, and
-    report to their cores."""
-    faults: SimFaults | None = None
-    """Partial reads, short writes and fsync errors (`kraft.sim.faults`); None: none."""
-    forged_every_ms: int | None = None
-    """During the fault phase, a request from outside the quorum (a Vote, pre-vote,
-    BeginQuorumEpoch or EndQuorumEpoch naming 1 to 1000 epochs above the highest epoch of
-    the replicas) reaches a random running replica every 1 to 2x this many ms, drawn from
-    a random stream of its own (None: none, and nothing is drawn). A replica that hears a
-    live leader must not take its epoch (`sticky`, `kraft.raft.elections.live_leader`)."""
 
 
 @dataclass(slots=True)
@@ -189,33 +106,6 @@ class SimResult:
     def ok(self) -> bool:
         """True when no invariant was violated."""
         return self.violation is None
-
-
-@dataclass(slots=True)
-class SimNode:
-    """One simulated replica: its disk survives restarts, everything else does not."""
-
-    node_id: int
-    disk: SimDisk
-    config: RaftConfig
-    core: RaftCore | None = None
-    incarnation: int = 0
-    timer_at: int | None = None
-    flush_pending: bool = False
-    applied_to: int = 0
-    last_hw: int = -1
-    partials: dict[object, bytearray] = field(default_factory=dict)
-    immediate: list[Event] = field(default_factory=list)
-    acked_end: int = 0
-    """Largest FetchOffset this disk sent (an acknowledgement that the log below is durable)."""
-    outstanding: dict[int, int] = field(default_factory=dict)
-    """Requests sent and not answered yet (correlation id -> node), with `connections`."""
-    executor: EffectExecutor | None = None
-    """The node's effect executor over this replica's `SimPorts` (made at the first use)."""
-
-
-def _endpoint(node_id: int) -> Endpoint:
-    return Endpoint(LISTENER, f"node{node_id}", 9093)
 
 
 class Simulation:
@@ -289,21 +179,21 @@ class Simulation:
         p = self.params
         total = p.nodes + (p.spares if self.dynamic else 0)
         ids = list(range(1, total + 1))
-        bootstrap = tuple(_endpoint(i) for i in ids[: p.nodes])
+        bootstrap = tuple(endpoint(i) for i in ids[: p.nodes])
         disks = {i: SimDisk(self._uuid()) for i in ids}
         static: VoterSet | None = None
         boot_voters: VoterSet | None = None
         if self.dynamic:
             boot_voters = VoterSet.of(
                 [
-                    VoterNode(ReplicaKey(i, disks[i].directory_id), (_endpoint(i),),
+                    VoterNode(ReplicaKey(i, disks[i].directory_id), (endpoint(i),),
                               KRaftVersionRange(0, 1))
                     for i in ids[: p.nodes]
                 ]
             )
         else:
             static = VoterSet.of(
-                [VoterNode(ReplicaKey(i, None), (_endpoint(i),), KRaftVersionRange(0, 0))
+                [VoterNode(ReplicaKey(i, None), (endpoint(i),), KRaftVersionRange(0, 0))
                  for i in ids[: p.nodes]]
             )
         snap_every = self.rng.choice([15, 40, 1 << 40])
@@ -321,7 +211,7 @@ class Simulation:
             cfg = self._config(i, d.directory_id, static, bootstrap, snap_every)
             self.nodes[i] = SimNode(i, d, cfg)
         for i in ids:
-            self._start_node(self.nodes[i])
+            self.start_node(self.nodes[i])
 
     def _config(
         self,
@@ -334,7 +224,7 @@ class Simulation:
         return RaftConfig(
             node_id=node_id,
             directory_id=directory_id,
-            listeners=(_endpoint(node_id),),
+            listeners=(endpoint(node_id),),
             static_voters=static,
             bootstrap_servers=bootstrap,
             election_timeout_ms=500,
@@ -355,7 +245,8 @@ class Simulation:
             hw_linger_ms=self.hw_linger_ms,
         )
 
-    def _start_node(self, n: SimNode) -> None:
+    def start_node(self, n: SimNode) -> None:
+        """Start `n` (again) from its disk: a new incarnation, a new core."""
         n.incarnation += 1
         if self.faults is not None:
             self.faults.recover(n)
@@ -371,8 +262,8 @@ class Simulation:
         n.partials.clear()
         n.immediate.clear()
         n.outstanding.clear()
-        self._trace(n.node_id, "start", f"incarnation={n.incarnation} log_end={state.log_end_offset}")
-        self._execute(n, n.core.start())
+        self.note(n.node_id, "start", f"incarnation={n.incarnation} log_end={state.log_end_offset}")
+        self.execute(n, n.core.start())
         self._arm(n)
 
     # ------------------------------------------------------------------ queue
@@ -392,10 +283,12 @@ class Simulation:
             n.timer_at = d
             self._push(d, _TICK, n.node_id, None, n.incarnation)
 
-    def _count(self, name: str) -> None:
+    def count(self, name: str) -> None:
+        """Count one more of `name` in the run's stats."""
         self.stats[name] = self.stats.get(name, 0) + 1
 
-    def _trace(self, node: int, what: str, detail: object) -> None:
+    def note(self, node: int, what: str, detail: object) -> None:
+        """One line of the trace, when tracing."""
         if self.trace is not None:
             text = str(detail)
             if len(text) > 220:
@@ -469,7 +362,7 @@ class Simulation:
     def _step(self, kind: int, node_id: int, payload: object, inc: int) -> None:
         if kind in (_DELIVER, _LOCAL):
             if node_id == ADMIN:
-                self._trace(ADMIN, "admin <-", payload)
+                self.note(ADMIN, "admin <-", payload)
                 resp = getattr(payload, "response", None)
                 code = getattr(resp, "error_code", None)
                 line = (f"admin <- n{getattr(payload, 'source', '?')} {type(resp).__name__} "
@@ -481,7 +374,7 @@ class Simulation:
                     line += f" leader={resp.leader_id} epoch={resp.leader_epoch}"
                 self.admin_log.append(line)
                 if code == ErrorCode.NONE:
-                    self._count(f"admin_ok_{type(resp).__name__}")
+                    self.count(f"admin_ok_{type(resp).__name__}")
                 return
             n = self.nodes[node_id]
             if n.core is None or (kind == _LOCAL and inc != n.incarnation):
@@ -503,7 +396,7 @@ class Simulation:
             if n.core is None or inc != n.incarnation or n.timer_at != self.now:
                 return
             n.timer_at = None
-            self._deliver(n, Tick())
+            self.deliver(n, Tick())
             # Like the runtime, tick again at once while a deadline has already passed (work
             # that became due in the same instant, e.g. a zero election backoff); a deadline
             # that keeps asking for "now" is a busy loop in a real process.
@@ -511,7 +404,7 @@ class Simulation:
                 due = n.core.next_deadline() if n.core is not None else None
                 if due is None or due > self.now:
                     break
-                self._deliver(n, Tick())
+                self.deliver(n, Tick())
             else:
                 assert n.core is not None
                 self.inv.fail("busy-timer", f"node {node_id} ({n.core.role.name}) still wants a "
@@ -571,13 +464,15 @@ class Simulation:
         if lead is not None and lead.take(n, event):
             self._arm(n)
             return
-        self._deliver(n, event)
+        self.deliver(n, event)
 
-    def _deliver(self, n: SimNode, event: Event) -> None:
+    def deliver(self, n: SimNode, event: Event) -> None:
+        """`event` to `n`'s core now; its lanes report to it first, and are armed again
+        afterwards."""
         drive = self.drive
         lead = self.leader_drive
         if drive is None and lead is None:
-            self._deliver_core(n, event)
+            self.deliver_core(n, event)
             return
         # a lane reports before the core sees anything else
         if drive is not None:
@@ -586,43 +481,58 @@ class Simulation:
             lead.disarm(n, "event")
         if n.core is None:
             return
-        self._deliver_core(n, event)
+        self.deliver_core(n, event)
         if n.core is not None:
             if drive is not None:
                 drive.arm(n)
             if lead is not None:
                 lead.arm(n)
 
-    def _leader_lane_later(self, n: SimNode, what: str, token: int, at: int) -> None:
+    def leader_lane_later(self, n: SimNode, what: str, token: int, at: int) -> None:
         """The leader lane's sync completes, or its parked fetches' timer fires, at `at`."""
         self._push(at, _LEADER_LANE, n.node_id, (what, token), n.incarnation)
 
-    def _append_committed(self, append_id: int) -> None:
+    def append_committed(self, append_id: int) -> None:
         """A client's append was answered as committed."""
         self.committed_appends += 1
         if append_id in self._after_heal_appends:
             self.live_after_heal = True
 
-    def _lane_sync_later(self, n: SimNode, token: int) -> None:
+    def fetch_adopted(self, n: SimNode, correlation_id: int) -> None:
+        """`n`'s core took its follower lane's fetch in flight as request `correlation_id`."""
+        assert self.drive is not None
+        self.drive.adopted(n, correlation_id)
+
+    def deliver_later(self, n: SimNode, at: int, event: Event) -> None:
+        """`event` reaches `n`'s core at `at`, unless `n` restarted meanwhile."""
+        self._push(at, _LOCAL, n.node_id, event, n.incarnation)
+
+    def piece_later(self, at: int, dst: int, payload: object, incarnation: int) -> None:
+        """A piece of a byte stream reaches replica `dst` at `at`, if it is still
+        `incarnation` (`kraft.sim.faults`)."""
+        self._push(at, PIECE, dst, payload, incarnation)
+
+    def lane_sync_later(self, n: SimNode, token: int) -> None:
         """The sync a follower's lane started completes 1-8 ms from now (as a flush does)."""
         self._push(self.now + self.rng.randint(1, 8), _LANE_SYNC, n.node_id, token,
                    n.incarnation)
 
-    def _deliver_core(self, n: SimNode, event: Event) -> None:
+    def deliver_core(self, n: SimNode, event: Event) -> None:
+        """Hand `event` to `n`'s core now, and carry out its effects."""
         core = n.core
         assert core is not None
         if self.trace is not None and type(event) is not Tick:
             if isinstance(event, RequestReceived | ResponseReceived):
                 msg = event.request if isinstance(event, RequestReceived) else event.response
-                self._trace(n.node_id, f"<- n{event.source} {type(msg).__name__}",
-                            f"#{event.correlation_id} {_brief(msg, named=False)}")
+                self.note(n.node_id, f"<- n{event.source} {type(msg).__name__}",
+                          f"#{event.correlation_id} {brief(msg, named=False)}")
             else:
-                self._trace(n.node_id, "<- " + type(event).__name__, _brief(event))
-        self._execute(n, self._handle(n, core, event))
+                self.note(n.node_id, "<- " + type(event).__name__, brief(event))
+        self.execute(n, self._handle(n, core, event))
         while n.immediate and n.core is not None:
             nxt = n.immediate.pop(0)
-            self._trace(n.node_id, "<- " + type(nxt).__name__, _brief(nxt))
-            self._execute(n, self._handle(n, n.core, nxt))
+            self.note(n.node_id, "<- " + type(nxt).__name__, brief(nxt))
+            self.execute(n, self._handle(n, n.core, nxt))
         self._arm(n)
 
     def _handle(self, n: SimNode, core: RaftCore, event: Event) -> list[Effect]:
@@ -646,7 +556,8 @@ class Simulation:
                 self.inv.fail("request_answered", f"node {node} never answered request #{corr} "
                               f"of node {source}, which arrived at {at}")
 
-    def _send(self, src: int, dst: int, event: Event) -> None:
+    def send(self, src: int, dst: int, event: Event) -> None:
+        """Put a message on the simulated network (cut, lost, delayed or doubled there)."""
         if self._unanswered and type(event) is ResponseReceived:
             assert isinstance(event, ResponseReceived)
             self._unanswered.pop((src, dst, event.correlation_id), None)
@@ -661,7 +572,7 @@ class Simulation:
             delay = self.rng.randint(1, self.params.max_delay_ms)
             self._push(self.now + delay, _DELIVER, dst, event)
 
-    def _connect(self, n: SimNode, dst: int, e: SendRequest) -> bool:
+    def connect(self, n: SimNode, dst: int, e: SendRequest) -> bool:
         """With `connections`: False when `dst` has crashed and refuses (the failure is on its
         way back to `n`); else True, and the request counts as outstanding."""
         target = self.nodes.get(dst)
@@ -669,7 +580,7 @@ class Simulation:
             return True
         cut = (n.node_id, dst) in self.blocked or (dst, n.node_id) in self.blocked
         if target.core is None and not cut:
-            self._count("refused")
+            self.count("refused")
             self._push(self.now + self.rng.randint(1, FAILURE_JITTER_MS), _LOCAL, n.node_id,
                        RequestFailed(e.destination, e.correlation_id, unreachable=True),
                        n.incarnation)
@@ -687,11 +598,12 @@ class Simulation:
             lost = [c for c, d in n.outstanding.items() if d == dead.node_id]
             for corr in lost:
                 del n.outstanding[corr]
-                self._count("disconnects")
+                self.count("disconnects")
                 self._push(self.now + self.rng.randint(1, FAILURE_JITTER_MS), _LOCAL, n.node_id,
                            RequestFailed(dead.node_id, corr, disconnected=True), n.incarnation)
 
-    def _bootstrap_target(self, dest: int, endpoints: tuple[Endpoint, ...]) -> int:
+    def route(self, dest: int, endpoints: tuple[Endpoint, ...]) -> int:
+        """The replica a request goes to (a bootstrap request names only endpoints)."""
         if dest >= 0:
             return dest
         for e in endpoints:
@@ -701,7 +613,7 @@ class Simulation:
 
     # ------------------------------------------------------------------ effects
 
-    def _execute(self, n: SimNode, effects: list[Effect]) -> None:
+    def execute(self, n: SimNode, effects: list[Effect]) -> None:
         """Carry out `effects` with the node's executor (`kraft.server.executor`) over this
         replica's simulated ports (`SimPorts`)."""
         executor = n.executor
@@ -710,23 +622,8 @@ class Simulation:
             executor = n.executor = EffectExecutor(ports, ports, ports, ports, ports, ports)
         run_now(executor.execute(effects))
 
-    def _with_batches(self, n: SimNode, resp: FetchResponse, read_offset: int) -> FetchResponse:
-        disk = n.disk
-        start = read_offset - disk.start_offset
-        if start < 0:
-            return resp
-        chunk = disk.entries[start : start + self.params.fetch_batch_entries]
-        batches = tuple(
-            FetchedBatch(read_offset + i, read_offset + i, ep, ctl, (v,) if ctl else (), v)
-            for i, (ep, v, _h, ctl) in enumerate(chunk)
-        )
-        return FetchResponse(
-            resp.error_code, resp.leader_id, resp.leader_epoch, resp.high_watermark,
-            resp.log_start_offset, resp.diverging_epoch, resp.snapshot_id,
-            resp.leader_endpoints, batches,
-        )
-
-    def _schedule_flush(self, n: SimNode) -> None:
+    def schedule_flush(self, n: SimNode) -> None:
+        """Flush `n`'s log soon (1-8 ms), unless a flush is already due."""
         if not n.flush_pending:
             n.flush_pending = True
             self._push(self.now + self.rng.randint(1, 8), _FLUSH, n.node_id, None, n.incarnation)
@@ -760,50 +657,8 @@ class Simulation:
                           f"{hw}, but only {held} of its {len(voters)} voters hold that prefix "
                           "durably")
 
-    def _commit(self, n: SimNode, hw: int) -> None:
-        inv = self.inv
-        inv.check_hw_monotonic(n.node_id, n.last_hw, hw)
-        if hw > n.last_hw and n.core is not None and n.core.role is Role.LEADER:
-            self.check_durable_majority(n, hw)
-        n.last_hw = hw
-        disk = n.disk
-        for o in range(max(n.applied_to, disk.start_offset), hw):
-            h = disk.chain_at(o + 1)
-            if h is None:
-                inv.fail("runtime", f"node {n.node_id} commits {hw} beyond its log {disk.end_offset}")
-            assert h is not None
-            inv.on_applied(n.node_id, o, h)
-        n.applied_to = max(n.applied_to, hw)
-        core = n.core
-        inv.on_commit(n.node_id, hw, disk.chain_at(hw), core.epoch if core is not None else -1)
-        if core is not None and core.role is Role.LEADER:
-            for off, vs in core.voters_history.entries():
-                if 0 <= off < hw:
-                    inv.on_committed_voters(off, vs)
-
-    def _install(self, n: SimNode, sid: object) -> None:
-        data = n.partials.pop(sid, None)
-        if data is None:
-            self.inv.fail("runtime", f"node {n.node_id} installs {sid} without data")
-        assert data is not None
-        snap = SimSnapshot.from_bytes(bytes(data))
-        if snap.snapshot_id != sid:
-            n.immediate.append(SnapshotInstallFailed(snap.snapshot_id, "id"))
-            return
-        want = self.inv.committed_chain.get(snap.snapshot_id.offset - 1)
-        if want is not None and want != snap.chain:
-            self.inv.fail("snapshot", f"node {n.node_id} installs a snapshot of another history")
-        self._trace(n.node_id, "install", sid)
-        self._count("snapshot_installs")
-        n.disk.install(snap)
-        n.applied_to = snap.snapshot_id.offset
-        n.acked_end = snap.snapshot_id.offset
-        # The runtime contract: the answer to InstallSnapshot is the core's very next event.
-        n.immediate.append(
-            SnapshotInstalled(snap.snapshot_id, len(data), snap.voters, snap.kraft_version)
-        )
-
-    def _api_versions(self, n: SimNode, target: int) -> None:
+    def api_versions(self, n: SimNode, target: int) -> None:
+        """`n` asks replica `target` for its kraft.version range; the answer comes later."""
         t = self.nodes.get(target)
         ok = (
             t is not None
@@ -823,22 +678,28 @@ class Simulation:
 
     # ------------------------------------------------------------------ workload and faults
 
-    def _leaders(self) -> list[SimNode]:
+    def leaders(self) -> list[SimNode]:
+        """The running replicas that lead (more than one while a deposed leader has not
+        heard of its successor yet)."""
         return [n for n in self.nodes.values() if n.core is not None and n.core.role is Role.LEADER]
 
+    def new_append(self, count: int) -> Append:
+        """A client's next append: `count` new values, one record each."""
+        self._append_seq += 1
+        values = []
+        for _ in range(count):
+            self._value_seq += 1
+            values.append(self._value_seq)
+        return Append(self._append_seq, tuple(values), count)
+
     def _client(self) -> None:
-        leaders = self._leaders()
+        leaders = self.leaders()
         if leaders:
             n = self.rng.choice(leaders)
-            self._append_seq += 1
-            count = self.rng.randint(1, 3)
-            values = []
-            for _ in range(count):
-                self._value_seq += 1
-                values.append(self._value_seq)
+            append = self.new_append(self.rng.randint(1, 3))
             if self.healed_at is not None:
-                self._after_heal_appends.add(self._append_seq)
-            self._deliver_or_lane(n, Append(self._append_seq, tuple(values), count))
+                self._after_heal_appends.add(append.append_id)
+            self._deliver_or_lane(n, append)
         self._push(self.now + self.rng.randint(20, 150), _CLIENT, 0, None)
 
     def _alive(self) -> list[SimNode]:
@@ -847,9 +708,10 @@ class Simulation:
     def _dead(self) -> list[SimNode]:
         return [n for n in self.nodes.values() if n.core is None]
 
-    def _crash(self, n: SimNode) -> None:
-        self._trace(n.node_id, "CRASH", "")
-        self._count("crashes")
+    def crash(self, n: SimNode) -> None:
+        """`n`'s process dies: what it did not flush is lost."""
+        self.note(n.node_id, "CRASH", "")
+        self.count("crashes")
         n.core = None
         if self.drive is not None:
             self.drive.crashed(n)
@@ -872,21 +734,21 @@ class Simulation:
     def _fault(self) -> None:
         r = self.rng.random()
         ids = sorted(self.nodes)
-        leaders = [n.node_id for n in self._leaders()]
+        leaders = [n.node_id for n in self.leaders()]
         if r < 0.14:
             alive = self._alive()
             if alive:
                 victims = [n for n in alive if n.node_id in leaders]
                 if not victims or self.rng.random() < 0.5:
                     victims = alive
-                self._crash(self.rng.choice(victims))
+                self.crash(self.rng.choice(victims))
         elif r < 0.32:
             dead = self._dead()
             if dead:
-                self._start_node(self.rng.choice(dead))
+                self.start_node(self.rng.choice(dead))
         elif r < 0.40:
             victim = self.rng.choice(leaders if leaders and self.rng.random() < 0.6 else ids)
-            self._trace(victim, "ISOLATE", "")
+            self.note(victim, "ISOLATE", "")
             for other in ids:
                 if other != victim:
                     self.blocked.add((victim, other))
@@ -895,17 +757,17 @@ class Simulation:
             pass
         elif r < 0.44:
             a, b = self.rng.sample(ids, 2)
-            self._trace(a, "BLOCK", f"-> n{b}")
+            self.note(a, "BLOCK", f"-> n{b}")
             self.blocked.add((a, b))
         elif r < 0.48:
             group = set(self.rng.sample(ids, self.rng.randint(1, len(ids) - 1)))
-            self._trace(0, "SPLIT", sorted(group))
+            self.note(0, "SPLIT", sorted(group))
             for a in ids:
                 for b in ids:
                     if (a in group) != (b in group):
                         self.blocked.add((a, b))
         elif r < 0.60:
-            self._trace(0, "HEAL-NET", "")
+            self.note(0, "HEAL-NET", "")
             self.blocked.clear()
         elif r < 0.65:
             self.loss = self.rng.choice([0.0, 0.0, 0.02, 0.1])
@@ -914,21 +776,21 @@ class Simulation:
             alive = self._alive()
             if alive:
                 n = self.rng.choice(alive)
-                self._deliver(n, SnapshotRequested())
+                self.deliver(n, SnapshotRequested())
         elif r < 0.80:
-            for n in self._leaders():
-                self._trace(n.node_id, "SHUTDOWN", "resign and restart")
-                self._deliver(n, Shutdown())
-                self._crash(n)
-                self._start_node(n)
+            for n in self.leaders():
+                self.note(n.node_id, "SHUTDOWN", "resign and restart")
+                self.deliver(n, Shutdown())
+                self.crash(n)
+                self.start_node(n)
                 break
         elif r < 0.90:
             self._membership()
         elif r < 0.95:
             self._disk_loss()
         elif not self.dynamic:
-            for n in self._leaders():
-                self._admin(n, UpdateKRaftVersionRequest(1))
+            for n in self.leaders():
+                self.admin(n, UpdateKRaftVersionRequest(1))
 
     def _forge(self) -> None:
         """Deliver one forged request (`SimParams.forged_every_ms`) and check that a replica
@@ -947,10 +809,10 @@ class Simulation:
             request = VoteRequest(epoch, forger, None, -1, None, epoch - 1, 1 << 62,
                                   pre_vote=kind == "pre-vote")
         elif kind == "begin":
-            request = BeginQuorumEpochRequest(forger, epoch, -1, None, (_endpoint(forger),))
+            request = BeginQuorumEpochRequest(forger, epoch, -1, None, (endpoint(forger),))
         else:
-            request = EndQuorumEpochRequest(forger, epoch, (), (_endpoint(forger),))
-        # the lanes report first (as `_deliver` has them do), so the lease is the core's own
+            request = EndQuorumEpochRequest(forger, epoch, (), (endpoint(forger),))
+        # the lanes report first (as `deliver` has them do), so the lease is the core's own
         if self.drive is not None:
             self.drive.disarm(n, "event")
         if self.leader_drive is not None and n.core is not None:
@@ -958,25 +820,26 @@ class Simulation:
         core = n.core
         if core is None:
             return
-        core._now = max(core._now, self.now)  # as `handle` does first: the lease at this time
+        core.advance_clock(self.now)  # as `handle` does first: the lease at this time
         live, before = live_leader(core), core.epoch
-        self._count("forged")
+        self.count("forged")
         self._admin_corr += 1
-        self._trace(n.node_id, "forged ->", request)
-        self._deliver(n, RequestReceived(ADMIN, self._admin_corr, request))
+        self.note(n.node_id, "forged ->", request)
+        self.deliver(n, RequestReceived(ADMIN, self._admin_corr, request))
         if n.core is core and live:
-            self._count("forged_ignored")
+            self.count("forged_ignored")
             if core.epoch != before:
                 self.inv.fail("sticky", f"node {n.node_id} heard a live leader in epoch "
                               f"{before} and took epoch {core.epoch} from a forged {kind}")
 
-    def _admin(self, n: SimNode, request: object) -> None:
+    def admin(self, n: SimNode, request: object) -> None:
+        """The admin client sends `request` to `n`; the answers go to `admin_log`."""
         self._admin_corr += 1
-        self._trace(n.node_id, "admin ->", request)
-        self._send(ADMIN, n.node_id, RequestReceived(ADMIN, self._admin_corr, request))  # type: ignore[arg-type]
+        self.note(n.node_id, "admin ->", request)
+        self.send(ADMIN, n.node_id, RequestReceived(ADMIN, self._admin_corr, request))  # type: ignore[arg-type]
 
     def _membership(self) -> None:
-        leaders = self._leaders()
+        leaders = self.leaders()
         if not leaders:
             return
         leader = self.rng.choice(leaders)
@@ -990,10 +853,10 @@ class Simulation:
         observers = [n for n in self.nodes.values() if not voters.is_voter_id(n.node_id)]
         if observers and (len(voters) <= 2 or self.rng.random() < 0.5):
             o = self.rng.choice(observers)
-            self._admin(leader, AddRaftVoterRequest(o.node_id, o.disk.directory_id, (_endpoint(o.node_id),)))
+            self.admin(leader, AddRaftVoterRequest(o.node_id, o.disk.directory_id, (endpoint(o.node_id),)))
         elif len(voters) > 2:
             v = self.rng.choice(voters.voters)
-            self._admin(leader, RemoveRaftVoterRequest(v.id, v.key.directory_id))
+            self.admin(leader, RemoveRaftVoterRequest(v.id, v.key.directory_id))
 
     def _stale_voters(self, voters: VoterSet) -> bool:
         """True when some voter key no longer matches its node's disk (a lost disk)."""
@@ -1006,7 +869,7 @@ class Simulation:
     def _disk_loss(self) -> None:
         if not self.dynamic:
             return
-        leaders = self._leaders()
+        leaders = self.leaders()
         if not leaders:
             return
         core = leaders[0].core
@@ -1028,14 +891,14 @@ class Simulation:
             if n.core is None or n.core.voters() != voters:
                 return
         victim = self.nodes[self.rng.choice(sorted(voters.ids()))]
-        self._lose_disk(victim, restart=None)
+        self.lose_disk(victim, restart=None)
 
-    def _lose_disk(self, victim: SimNode, restart: bool | None) -> None:
+    def lose_disk(self, victim: SimNode, restart: bool | None) -> None:
         """Whole-disk loss: a fresh disk with a new directory id (restart: None = random)."""
-        self._trace(victim.node_id, "DISK-LOSS", "")
-        self._count("disk_losses")
+        self.note(victim.node_id, "DISK-LOSS", "")
+        self.count("disk_losses")
         if victim.core is not None:
-            self._crash(victim)
+            self.crash(victim)
         fresh = SimDisk(self._uuid())
         victim.disk = fresh
         victim.acked_end = 0
@@ -1044,280 +907,16 @@ class Simulation:
         if restart is None:
             restart = self.rng.random() < 0.7
         if restart:
-            self._start_node(victim)
+            self.start_node(victim)
 
     def _heal(self) -> None:
-        self._trace(0, "HEAL-ALL", "")
+        self.note(0, "HEAL-ALL", "")
         self.healed_at = self.now
         self.blocked.clear()
         self.loss = 0.0
         self.dup = 0.0
         for n in self._dead():
-            self._start_node(n)
-
-
-class SimPorts:
-    """The ports of `kraft.server.executor.EffectExecutor` over one simulated replica: its
-    disk (`kraft.sim.disk`), the simulated network and clock of `Simulation`, and the
-    invariants checked as each effect is carried out. None of them suspends."""
-
-    __slots__ = ("n", "sim")
-
-    def __init__(self, sim: Simulation, n: SimNode) -> None:
-        self.sim = sim
-        self.n = n
-
-    # ---------------------------------------------------------------- LogPort
-
-    def append_records(self, e: AppendRecords) -> bool:
-        """Append a leader's values, one record each; the flush is scheduled at once."""
-        n, inv, disk = self.n, self.sim.inv, self.n.disk
-        if disk.end_offset != e.base_offset:
-            inv.fail("runtime", f"node {n.node_id} append at {e.base_offset} != {disk.end_offset}")
-        for v in e.values:
-            off, h = disk.append(e.epoch, v, False)
-            inv.on_record(n.node_id, off, e.epoch, h)
-        self.sim._schedule_flush(n)
-        return False
-
-    def append_control(self, e: AppendControl) -> None:
-        """Append a leader's control records."""
-        n, inv, disk = self.n, self.sim.inv, self.n.disk
-        if disk.end_offset != e.base_offset:
-            inv.fail("runtime", f"node {n.node_id} control at {e.base_offset} != {disk.end_offset}")
-        for r in e.control_records:
-            off, h = disk.append(e.epoch, r, True)
-            inv.on_record(n.node_id, off, e.epoch, h)
-        self.sim._schedule_flush(n)
-
-    def append_fetched(self, e: AppendFetched) -> None:
-        """Append a follower's fetched batches."""
-        n, inv, disk = self.n, self.sim.inv, self.n.disk
-        for b in e.batches:
-            if disk.end_offset != b.base_offset:
-                inv.fail("runtime", f"node {n.node_id} fetched {b.base_offset} != {disk.end_offset}")
-            value = b.control_records[0] if b.is_control else b.payload
-            off, h = disk.append(b.epoch, value, b.is_control)
-            inv.on_record(n.node_id, off, b.epoch, h)
-        self.sim._schedule_flush(n)
-
-    def truncate_to(self, e: TruncateTo) -> None:
-        """Truncate, checking no committed record of the current history goes."""
-        n, sim, disk = self.n, self.sim, self.n.disk
-        sim._trace(n.node_id, "truncate", e.end_offset)
-        sim._count("truncations")
-        sim.inv.check_truncation(n.node_id, e.end_offset, disk.chain_at,
-                                 n.core.epoch if n.core is not None else None)
-        disk.truncate(e.end_offset)
-        n.acked_end = min(n.acked_end, e.end_offset)
-
-    def advance_log_start(self, offset: int) -> None:
-        """Drop the records below `offset`."""
-        self.n.disk.advance_start(offset)
-
-    async def persist_quorum_state(self, e: PersistQuorumState) -> None:
-        """The simulated quorum-state file is durable as soon as written."""
-        self.n.disk.quorum_state = QuorumStateData(
-            e.leader_epoch, e.leader_id, e.voted_id, e.voted_directory_id
-        )
-
-    def effects_done(self, appended: bool, flush_later: bool) -> None:
-        """Nothing: every append scheduled its flush when it was made."""
-
-    # ---------------------------------------------------------------- NetworkPort
-
-    def send_request(self, e: SendRequest) -> None:
-        """Send a request over the simulated network (refused when the target is down)."""
-        n, sim = self.n, self.sim
-        nid = n.node_id
-        dst = sim._bootstrap_target(e.destination, e.endpoints)
-        request = e.request
-        if type(request) is FetchRequest:
-            n.acked_end = max(n.acked_end, request.fetch_offset)
-        elif type(request) is VoteRequest and not request.pre_vote:
-            qs = n.disk.quorum_state
-            sim.inv.check_quorum_state_durable(
-                nid, "vote request", request.replica_epoch, nid, qs.leader_epoch, qs.voted_id)
-        if sim.trace is not None:
-            sim._trace(nid, f"-> n{dst} {type(request).__name__}",
-                       f"#{e.correlation_id} {_brief(request, named=False)}")
-        if not sim.connections or sim._connect(n, dst, e):
-            sim._send(nid, dst, RequestReceived(nid, e.correlation_id, request))
-
-    def send_response(self, e: SendResponse) -> None:
-        """Answer a request; a vote granted must already be in the durable quorum state."""
-        n, sim = self.n, self.sim
-        nid = n.node_id
-        resp = e.response
-        if type(resp) is VoteResponse and resp.vote_granted and n.core is not None:
-            state = n.core.state
-            voted = getattr(state, "voted", None)
-            if state.epoch == resp.leader_epoch and voted is not None \
-                    and voted.id == e.destination:
-                qs = n.disk.quorum_state
-                sim.inv.check_quorum_state_durable(
-                    nid, "vote granted", resp.leader_epoch, e.destination, qs.leader_epoch,
-                    qs.voted_id)
-        if sim.trace is not None:
-            sim._trace(nid, f"-> n{e.destination} {type(resp).__name__}",
-                       f"#{e.correlation_id} {_brief(resp, named=False)}")
-        sim._send(nid, e.destination, ResponseReceived(nid, e.correlation_id, resp))
-
-    def send_fetch_response(self, e: SendFetchResponse) -> None:
-        """Answer a Fetch with up to `fetch_batch_entries` records of the disk."""
-        n, sim = self.n, self.sim
-        resp = e.response
-        if e.read_offset is not None:
-            resp = sim._with_batches(n, resp, e.read_offset)
-        if sim.trace is not None:
-            sim._trace(n.node_id, f"-> n{e.destination} FetchResponse",
-                       f"#{e.correlation_id} {_brief(resp, named=False)}")
-        sim._send(n.node_id, e.destination, ResponseReceived(n.node_id, e.correlation_id, resp))
-
-    def send_fetch_snapshot_response(self, e: SendFetchSnapshotResponse) -> None:
-        """Answer a FetchSnapshot with the bytes of the simulated snapshot file."""
-        n, sim = self.n, self.sim
-        nid = n.node_id
-        r = e.response
-        if r.error_code == ErrorCode.NONE:
-            snap = n.disk.snapshots.get(r.snapshot_id)
-            if snap is None:
-                sim.inv.fail("runtime", f"node {nid} has no snapshot {r.snapshot_id}")
-            assert snap is not None
-            data = snap.to_bytes()[r.position : r.position + e.max_bytes]
-            r = FetchSnapshotResponse(
-                r.error_code, r.leader_id, r.leader_epoch, r.snapshot_id,
-                len(snap.to_bytes()), r.position, data, r.leader_endpoints,
-            )
-        sim._send(nid, e.destination, ResponseReceived(nid, e.correlation_id, r))
-
-    def send_api_versions(self, e: SendApiVersions) -> None:
-        """Ask a replica for its kraft.version range."""
-        self.sim._api_versions(self.n, e.node_id)
-
-    # ---------------------------------------------------------------- ApplyPort
-
-    def behind(self) -> bool:
-        """Never: the simulated state machine applies at each `Committed`."""
-        return False
-
-    def apply_committed(self) -> None:
-        """Nothing waits to be applied (`committed` applies at once)."""
-
-    def apply_to(self, offset: int) -> None:
-        """Nothing waits to be applied (`committed` applies at once)."""
-
-    def committed(self, high_watermark: int) -> None:
-        """Apply up to the high watermark, checking the commit invariants."""
-        self.sim._commit(self.n, high_watermark)
-
-    # ---------------------------------------------------------------- SnapshotPort
-
-    def create_snapshot(self, e: CreateSnapshot) -> None:
-        """Write a simulated snapshot of the applied prefix; `SnapshotCreated` comes later."""
-        n, sim = self.n, self.sim
-        nid, disk = n.node_id, n.disk
-        sid = e.snapshot_id
-        chain = disk.chain_at(sid.offset)
-        if n.applied_to != sid.offset or chain is None:
-            sim.inv.fail("runtime", f"node {nid} snapshot {sid} but applied {n.applied_to}")
-        assert chain is not None
-        snap = SimSnapshot(sid, chain, e.voters, e.kraft_version,
-                           pad=sim.params.snapshot_pad_bytes)
-        disk.snapshots[sid] = snap
-        sim._trace(nid, "snapshot", sid)
-        sim._count("snapshots")
-        sim._push(sim.now + sim.rng.randint(1, 20), _LOCAL, nid,
-                  SnapshotCreated(sid, len(snap.to_bytes())), n.incarnation)
-
-    def delete_snapshot(self, e: DeleteSnapshot) -> None:
-        """Delete a simulated snapshot."""
-        self.sim._trace(self.n.node_id, "delete-snapshot", e.snapshot_id)
-        self.n.disk.snapshots.pop(e.snapshot_id, None)
-
-    def measure_retention(self) -> None:
-        """The log's bytes counted as one per record (the clients' records are one value
-        each); no timestamps: metadata.max.retention.ms is off here."""
-        disk = self.n.disk
-        self.n.immediate.append(RetentionMeasured(((disk.start_offset, len(disk.entries)),)))
-
-    def write_snapshot_chunk(self, e: WriteSnapshotChunk) -> None:
-        """Append a chunk to the partial snapshot (in order, or a violation)."""
-        n = self.n
-        part = n.partials.setdefault(e.snapshot_id, bytearray())
-        if len(part) != e.position:
-            self.sim.inv.fail("runtime", f"node {n.node_id} chunk at {e.position} != {len(part)}")
-        assert isinstance(e.data, bytes)
-        part += e.data
-
-    async def install_snapshot(self, e: InstallSnapshot) -> None:
-        """Install the downloaded snapshot; its answer is the core's next event."""
-        self.sim._install(self.n, e.snapshot_id)
-
-    def abort_snapshot_download(self, e: AbortSnapshotDownload) -> None:
-        """Drop the partial snapshot."""
-        self.n.partials.pop(e.snapshot_id, None)
-
-    # ---------------------------------------------------------------- ClientPort and NodePort
-
-    def append_accepted(self, e: AppendAccepted) -> None:
-        """Nothing: the simulated client waits for the commit only."""
-
-    def append_rejected(self, e: AppendRejected) -> None:
-        """Nothing: the simulated client sends its next append elsewhere."""
-
-    def append_committed(self, e: AppendCommitted) -> None:
-        """Count a committed client append (liveness after healing)."""
-        if e.error_code == ErrorCode.NONE:
-            self.sim._append_committed(e.append_id)
-
-    def state_changed(self, e: StateChanged) -> None:
-        """Trace it; a new leader must hold every committed record."""
-        n, sim = self.n, self.sim
-        nid = n.node_id
-        sim._trace(nid, "state", f"{e.state} epoch={e.epoch} leader={e.leader_id}")
-        if e.state == Role.LEADER.value:
-            sim.elections += 1
-            sim.inv.on_leader(nid, e.epoch)
-            sim.inv.check_leader_complete(nid, e.epoch, n.disk.end_offset, n.disk.chain_at)
-
-    def fetch_adopted(self, e: FetchAdopted) -> None:
-        """The follower lane's fetch is now the core's (`kraft.sim.lane_drive`)."""
-        assert self.sim.drive is not None
-        self.sim.drive.adopted(self.n, e.correlation_id)
-
-    def answers_out(self) -> None:
-        """Nothing: every answer was sent as it was made."""
-
-
-def _brief(obj: object, named: bool = True) -> str:
-    """A compact, readable rendering of an event or message for traces."""
-    if isinstance(obj, ErrorCode):
-        return obj.name
-    if isinstance(obj, Uuid):
-        return str(obj)[:4]
-    if isinstance(obj, OffsetAndEpoch):
-        return f"{obj.offset}@{obj.epoch}"
-    if isinstance(obj, Endpoint):
-        return f"{obj.host}:{obj.port}"
-    if isinstance(obj, tuple):
-        if obj and all(isinstance(b, FetchedBatch) for b in obj):
-            first, last = obj[0], obj[-1]
-            assert isinstance(first, FetchedBatch) and isinstance(last, FetchedBatch)
-            return f"[{first.base_offset}..{last.last_offset}]"
-        return "(" + ",".join(_brief(x) for x in obj) + ")"
-    if is_dataclass(obj) and not isinstance(obj, type):
-        parts = []
-        for f in fields(obj):
-            if f.name in ("unknown_tags", "cluster_id", "max_bytes"):
-                continue
-            v = getattr(obj, f.name)
-            if v is None or v == () or v == b"":
-                continue
-            parts.append(f"{f.name}={_brief(v)}")
-        inner = " ".join(parts)
-        return f"{type(obj).__name__}({inner})" if named else inner
-    return repr(obj)
+            self.start_node(n)
 
 
 def run_seed(

@@ -2,9 +2,9 @@
 
 These are the faults the node's I/O paths (the Python one and the native lane) meet below the
 level of whole messages and whole records. They are off unless `SimParams.faults` asks for
-them: a seed run without them draws nothing here, so its trace is what it always was. With
-them, they draw from a random stream of their own (seeded from the seed), so a seed still
-reproduces its run exactly.
+them (`kraft.sim.params.SimFaults`): a seed run without them draws nothing here, so its trace
+is what it always was. With them, they draw from a random stream of their own (seeded from the
+seed), so a seed still reproduces its run exactly.
 
 - **Partial reads** (`partial_reads`): every message between two replicas travels as a
   size-prefixed frame on a byte stream per connection (a connection lasts as long as both
@@ -40,67 +40,15 @@ import random
 import struct
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
 
 from kraft.protocol.framing import FrameDecoder
 from kraft.raft.events import Event
 from kraft.sim.disk import SimDisk, chain_hash
-
-if TYPE_CHECKING:
-    from kraft.sim.cluster import SimNode, Simulation
-
-FAULT_KINDS = ("partial-reads", "short-writes", "fsync-errors")
-"""The names of the faults (the command line's `--faults`)."""
+from kraft.sim.host import SimHost
+from kraft.sim.node import SimNode
+from kraft.sim.params import SimFaults
 
 _SIZE = struct.Struct(">i")
-
-PIECE = 10
-"""The simulator's event-queue kind of a piece of a stream (after `kraft.sim.cluster`'s own)."""
-
-
-@dataclass(frozen=True, slots=True)
-class SimFaults:
-    """Which byte and disk faults a run injects, and how often (each 0 = off)."""
-
-    partial_reads: float = 0.0
-    """Share of the frames between replicas that arrive in pieces (2 to 4)."""
-    short_writes: float = 0.0
-    """Share of the crashes that leave part of the unsynced tail on disk, the last record torn."""
-    fsync_errors: float = 0.0
-    """Share of the log flushes that fail."""
-    fsync_policy: Literal["stop", "retry"] = "stop"
-    """What a replica does on a failed flush: `stop` (the node's behaviour) or `retry` (unsafe:
-    ignore the error, as a runtime must not; for the test that shows the checker sees it)."""
-
-    def __post_init__(self) -> None:
-        for name in ("partial_reads", "short_writes", "fsync_errors"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"SimFaults.{name}={value}: a share between 0 and 1")
-        if self.fsync_policy not in ("stop", "retry"):
-            raise ValueError(f"SimFaults.fsync_policy={self.fsync_policy!r}: 'stop' or 'retry'")
-
-    @property
-    def any(self) -> bool:
-        """True when some fault is on."""
-        return bool(self.partial_reads or self.short_writes or self.fsync_errors)
-
-    @staticmethod
-    def parse(text: str, share: float = 0.05) -> SimFaults:
-        """`partial-reads,short-writes,fsync-errors` (any of them) at `share` each; `all` for
-        the three. An unknown name raises ValueError naming it."""
-        names = [t.strip() for t in text.split(",") if t.strip()]
-        if names == ["all"]:
-            names = list(FAULT_KINDS)
-        unknown = [n for n in names if n not in FAULT_KINDS]
-        if unknown:
-            raise ValueError(f"unknown fault {unknown[0]!r} (known: {', '.join(FAULT_KINDS)}, all)")
-        return SimFaults(
-            partial_reads=share if "partial-reads" in names else 0.0,
-            short_writes=share if "short-writes" in names else 0.0,
-            fsync_errors=share if "fsync-errors" in names else 0.0,
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class TornRecord:
@@ -134,9 +82,10 @@ class _LostPages:
 
 
 class FaultModel:
-    """The faults of one `Simulation` (made only when some fault is on)."""
+    """The faults of one simulation, taken through its host protocol (made only when some
+    fault is on)."""
 
-    def __init__(self, sim: Simulation, faults: SimFaults) -> None:
+    def __init__(self, sim: SimHost, faults: SimFaults) -> None:
         self.sim = sim
         self.faults = faults
         self.rng = random.Random(sim.seed * 1_000_003 + 0xFA17)
@@ -175,7 +124,7 @@ class FaultModel:
         at = max(stream.last_at, sim.now + self.rng.randint(1, sim.params.max_delay_ms))
         start = 0
         for end in [*cuts, len(frame)]:
-            sim._push(at, PIECE, dst, (src, stream.ident, frame[start:end]), b.incarnation)
+            sim.piece_later(at, dst, (src, stream.ident, frame[start:end]), b.incarnation)
             start = end
             at += self.rng.randint(0, 3)
         stream.last_at = at
@@ -235,9 +184,8 @@ class FaultModel:
         epoch, _value, _h, is_control = unsynced[keep]
         disk.entries.append((epoch, TornRecord(self.rng.randint(1, 60)), 0, is_control))
         self.sim.stats["torn_tails"] = self.sim.stats.get("torn_tails", 0) + 1
-        self.sim._trace(n.node_id, "SHORT-WRITE",
-                             f"{keep} unsynced records kept, record at "
-                             f"{disk.end_offset - 1} torn")
+        self.sim.note(n.node_id, "SHORT-WRITE",
+                      f"{keep} unsynced records kept, record at {disk.end_offset - 1} torn")
 
     def recover(self, n: SimNode) -> None:
         """The start-up scan of `n`'s log: truncate at the first record whose checksum fails."""
@@ -246,7 +194,7 @@ class FaultModel:
         if end is not None:
             self.sim.stats["torn_tails_truncated"] = \
                 self.sim.stats.get("torn_tails_truncated", 0) + 1
-            self.sim._trace(n.node_id, "RECOVER", f"torn tail truncated at {end}")
+            self.sim.note(n.node_id, "RECOVER", f"torn tail truncated at {end}")
         if any(isinstance(e[1], TornRecord) for e in disk.entries):
             self.sim.inv.fail("torn_tail_truncated", f"node {n.node_id} starts with a torn record")
 
@@ -263,16 +211,16 @@ class FaultModel:
         faults = self.faults
         if faults.short_writes and disk.durable_len < len(disk.entries) \
                 and self.rng.random() < faults.short_writes:
-            sim._trace(n.node_id, "CRASH-MID-WRITE", "")
+            sim.note(n.node_id, "CRASH-MID-WRITE", "")
             self._torn_next = True
-            sim._crash(n)
+            sim.crash(n)
             return True
         if not faults.fsync_errors or self.rng.random() >= faults.fsync_errors:
             return False
         sim.stats["fsync_errors"] = sim.stats.get("fsync_errors", 0) + 1
         if self.faults.fsync_policy == "stop":
-            sim._trace(n.node_id, "FSYNC-ERROR", "the log failed: the node stops")
-            sim._crash(n)
+            sim.note(n.node_id, "FSYNC-ERROR", "the log failed: the node stops")
+            sim.crash(n)
             return True
         # "retry": the failed pages are dropped from the page cache's writeback for good
         if disk.durable_len < len(disk.entries) and n.node_id not in self._lost:
@@ -280,8 +228,8 @@ class FaultModel:
             chain = disk.chain_at(offset + 1)
             assert chain is not None
             self._lost[n.node_id] = _LostPages(disk.directory_id, offset, chain)
-        sim._trace(n.node_id, "FSYNC-ERROR", "ignored: flushing again")
-        sim._schedule_flush(n)
+        sim.note(n.node_id, "FSYNC-ERROR", "ignored: flushing again")
+        sim.schedule_flush(n)
         return True
 
     def lane_sync_failed(self, n: SimNode) -> bool:

@@ -1,9 +1,9 @@
 """The followers' native lanes drive their replicas in the simulator (docs/native-lane.md,
-step 2's proof).
+"How it is checked").
 
 `kraft.sim.lane_shadow` runs a lane beside each core and checks that the two decide alike;
-the core still does all the work. Here a follower's lane does the work, as it will in the
-node:
+the core still does all the work. Here a follower's lane does the work, as it does in the
+node (`kraft.lane.follower`):
 - the core arms it (`RaftCore.follower_lease()`), with the fetch in flight to its leader;
 - the lane takes the leader's answers to its fetch, appends their records to the disk, syncs
   it, and sends the next fetch itself, with a correlation id of its own;
@@ -28,15 +28,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import ModuleType
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from kraft.lane import FollowerLane, LaneAnswer, to_native
 from kraft.raft.effects import SendRequest
 from kraft.raft.events import Event, FollowerLaneReport, RequestFailed, ResponseReceived
 from kraft.raft.messages import Endpoint, FetchedBatch, FetchRequest, FetchResponse
-
-if TYPE_CHECKING:
-    from kraft.sim.cluster import SimNode, Simulation
+from kraft.sim.host import SimHost
+from kraft.sim.node import SimNode
 
 WIRE_CORRELATION_BASE = 1_000_000_000
 """The lanes' correlation ids start here, far above any a simulated core reaches: an answer
@@ -75,7 +74,7 @@ class FollowerDrive:
     """The followers' lanes of one simulated cluster. `native` (`kraft.lane.native()`)
     runs the rules' C implementation; `fail(rule, message)` reports a violation."""
 
-    def __init__(self, sim: Simulation, fail: Callable[[str, str], None],
+    def __init__(self, sim: SimHost, fail: Callable[[str, str], None],
                  native: ModuleType | None = None, tick_answers: int = TICK_ANSWERS) -> None:
         self._sim = sim
         self._fail = fail
@@ -156,8 +155,8 @@ class FollowerDrive:
     def _took(self, n: SimNode, a: _Armed, decision: LaneAnswer,
               batches: tuple[FetchedBatch, ...]) -> None:
         sim = self._sim
-        sim._trace(n.node_id, "lane took answer", f"#{a.wire} appended={decision.appended} "
-                   f"hw={decision.high_watermark}")
+        sim.note(n.node_id, "lane took answer", f"#{a.wire} appended={decision.appended} "
+                 f"hw={decision.high_watermark}")
         self._count("lane_drive_taken")
         a.answered_ms = sim.now
         a.taken += 1
@@ -173,7 +172,7 @@ class FollowerDrive:
                 a.appended_bytes += _size(b)
             a.last_epoch = a.epoch
             a.sync_pending = True
-            sim._lane_sync_later(n, a.token)
+            sim.lane_sync_later(n, a.token)
         else:
             self._next_fetch(n, a)
 
@@ -201,7 +200,7 @@ class FollowerDrive:
         a.wire = self._next_wire
         a.sent_ms = self._sim.now
         lane.fetch_correlation = a.wire
-        self._sim._execute(n, [SendRequest(a.leader, a.endpoints, a.wire, a.fetch)])
+        self._sim.execute(n, [SendRequest(a.leader, a.endpoints, a.wire, a.fetch)])
 
     # ------------------------------------------------------------------ reports
 
@@ -230,7 +229,7 @@ class FollowerDrive:
         a.taken = 0
         self._reporting[n.node_id] = a.wire
         try:
-            self._sim._deliver_core(n, report)
+            self._sim.deliver_core(n, report)
         finally:
             del self._reporting[n.node_id]
         core = n.core

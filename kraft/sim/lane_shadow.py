@@ -1,8 +1,8 @@
 """The native lane's rules (`kraft.lane.rules`) run beside every simulated core.
 
-This is step 1 of docs/native-lane.md. Before each event, a replica's lane (armed from the
-lease its core gives, `RaftCore.leader_lease` / `follower_lease`) decides whether the event is
-its own and what it makes of it:
+The rules against the core (docs/native-lane.md, "How it is checked"). Before each event, a
+replica's lane (armed from the lease its core gives, `RaftCore.leader_lease` /
+`follower_lease`) decides whether the event is its own and what it makes of it:
 - on a leader: a voter's fetch, a client's append, the leader's own sync;
 - on a follower: the leader's answer to the fetch in flight.
 

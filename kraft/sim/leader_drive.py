@@ -1,8 +1,8 @@
 """The leaders' native lanes drive their replicas in the simulator (docs/native-lane.md,
-step 3's proof).
+"How it is checked").
 
 As `kraft.sim.lane_drive` does for followers, a leader's lane does the steady state's work
-here, as it will in the node:
+here, as it does in the node (`kraft.lane.leader`):
 - the core arms it (`RaftCore.leader_lease()`) and lends it the fetches it holds parked
   (`RaftCore.lend_parked()`);
 - the lane takes the voters' plain fetches (each one an acknowledgement), the clients'
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from kraft.lane import LeaderLane, to_native
 from kraft.protocol.errors import ErrorCode
@@ -41,9 +41,8 @@ from kraft.raft.events import (
 )
 from kraft.raft.leader import LeaderState, ParkedFetch, ReplicaProgress
 from kraft.raft.messages import FetchRequest, FetchResponse, ReplicaKey
-
-if TYPE_CHECKING:
-    from kraft.sim.cluster import SimNode, Simulation
+from kraft.sim.host import SimHost
+from kraft.sim.node import SimNode
 
 TICK_ACTIONS = 8
 """Fetches and appends a lane takes between two progress reports."""
@@ -80,7 +79,7 @@ class LeaderDrive:
     """The leaders' lanes of one simulated cluster. `native` (`kraft.lane.native()`)
     runs the rules' C implementation; `fail(rule, message)` reports a violation."""
 
-    def __init__(self, sim: Simulation, fail: Callable[[str, str], None],
+    def __init__(self, sim: SimHost, fail: Callable[[str, str], None],
                  native: ModuleType | None = None, tick_actions: int = TICK_ACTIONS) -> None:
         self._sim = sim
         self._fail = fail
@@ -211,7 +210,7 @@ class LeaderDrive:
         for v in ev.values:
             off, h = disk.append(a.epoch, v, False)
             sim.inv.on_record(n.node_id, off, a.epoch, h)
-        sim._trace(n.node_id, "lane took append", f"#{ev.append_id} {base}-{last}")
+        sim.note(n.node_id, "lane took append", f"#{ev.append_id} {base}-{last}")
         self._count("leader_drive_appends")
         a.appended.append((base, last))
         a.appended_bytes += ev.size_bytes or len(ev.values)
@@ -225,7 +224,7 @@ class LeaderDrive:
             # a sync takes 1-8 ms, and one in four stalls for up to 40: a voter's
             # acknowledgement then often comes before the leader's own sync is done
             took = sim.rng.randint(1, 8) if sim.rng.random() < 0.75 else sim.rng.randint(9, 40)
-            sim._leader_lane_later(n, "sync", a.token, sim.now + took)
+            sim.leader_lane_later(n, "sync", a.token, sim.now + took)
         return True
 
     def synced(self, n: SimNode, token: int) -> None:
@@ -262,7 +261,7 @@ class LeaderDrive:
         sim.inv.on_commit(n.node_id, hw, n.disk.chain_at(hw), a.epoch)
         for append_id in sorted(i for i, last in a.pending.items() if last < hw):
             del a.pending[append_id]
-            sim._append_committed(append_id)
+            sim.append_committed(append_id)
             self._count("leader_drive_committed")
         if a.writes_streaming:
             due = sim.now + a.linger_ms
@@ -297,7 +296,7 @@ class LeaderDrive:
         first = min(p.deadline for p in a.parked)
         if a.timer_at is None or first < a.timer_at or a.timer_at < self._sim.now:
             a.timer_at = max(first, self._sim.now)
-            self._sim._leader_lane_later(n, "timer", a.token, a.timer_at)
+            self._sim.leader_lane_later(n, "timer", a.token, a.timer_at)
 
     def _answer(self, n: SimNode, a: _Armed, source: int, corr: int, req: FetchRequest) -> None:
         """Answer a voter's fetch: the records from its offset, if any, and the high
@@ -307,7 +306,7 @@ class LeaderDrive:
         resp = FetchResponse(ErrorCode.NONE, a.leader_id, a.epoch, hw if hw is not None else -1,
                              lane.log_start)
         read = req.fetch_offset if req.fetch_offset < lane.log_end else None
-        self._sim._execute(n, [SendFetchResponse(source, corr, resp, read, req.max_bytes)])
+        self._sim.execute(n, [SendFetchResponse(source, corr, resp, read, req.max_bytes)])
 
     # ------------------------------------------------------------------ reports
 
@@ -341,7 +340,7 @@ class LeaderDrive:
         a.appended_bytes = 0
         a.fetched.clear()
         a.taken = 0
-        self._sim._deliver_core(n, report)
+        self._sim.deliver_core(n, report)
         core = n.core
         if core is None:
             return

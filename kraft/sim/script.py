@@ -34,7 +34,7 @@ Commands:
 
 from __future__ import annotations
 
-from kraft.raft.events import Append, Shutdown, SnapshotRequested
+from kraft.raft.events import Shutdown, SnapshotRequested
 from kraft.raft.messages import (
     AddRaftVoterRequest,
     BeginQuorumEpochRequest,
@@ -44,8 +44,10 @@ from kraft.raft.messages import (
     VoteRequest,
 )
 from kraft.raft.state import Role
-from kraft.sim.cluster import SimNode, SimParams, Simulation, _endpoint
+from kraft.sim.cluster import Simulation
 from kraft.sim.invariants import InvariantViolation
+from kraft.sim.node import SimNode, endpoint
+from kraft.sim.params import SimParams
 
 FORGER = 99
 """The replica id a forged request names as its sender (no replica of a script has it)."""
@@ -70,12 +72,12 @@ class ScriptRunner:
     def _target(self, word: str) -> SimNode:
         sim = self._need()
         if word == "leader":
-            leaders = sim._leaders()
+            leaders = sim.leaders()
             if not leaders:
                 raise ScriptError("no leader right now")
             return leaders[0]
         if word == "follower":
-            leader_ids = {n.node_id for n in sim._leaders()}
+            leader_ids = {n.node_id for n in sim.leaders()}
             for i in sorted(sim.nodes):
                 n = sim.nodes[i]
                 if n.core is not None and i not in leader_ids:
@@ -122,9 +124,7 @@ class ScriptRunner:
         if cmd == "append":
             leader = self._target("leader")
             for _ in range(int(args[0])):
-                sim._append_seq += 1
-                sim._value_seq += 1
-                sim._deliver(leader, Append(sim._append_seq, (sim._value_seq,), 1))
+                sim.deliver(leader, sim.new_append(1))
             return []
         if cmd == "status":
             return [self._status(sim.nodes[i]) for i in sorted(sim.nodes)]
@@ -139,40 +139,40 @@ class ScriptRunner:
             return []
         if cmd == "crash":
             n = self._target(args[0])
-            sim._crash(n)
+            sim.crash(n)
             return [f"crashed n{n.node_id}"]
         if cmd == "shutdown":
             n = self._target(args[0])
-            sim._deliver(n, Shutdown())
-            sim._crash(n)
+            sim.deliver(n, Shutdown())
+            sim.crash(n)
             return [f"n{n.node_id} shut down"]
         if cmd == "restart":
             n = self._target(args[0])
             if n.core is not None:
                 raise ScriptError(f"n{n.node_id} is running; crash it first")
-            sim._start_node(n)
+            sim.start_node(n)
             return []
         if cmd == "lose-disk":
             n = self._target(args[0])
-            sim._lose_disk(n, restart=True)
+            sim.lose_disk(n, restart=True)
             return [f"n{n.node_id} lost its disk: directory {self._dir(n.disk.directory_id)}"]
         if cmd == "snapshot":
             n = self._target(args[0])
-            sim._deliver(n, SnapshotRequested())
+            sim.deliver(n, SnapshotRequested())
             return []
         if cmd in ("add-voter", "remove-voter", "upgrade-kraft-version"):
             leader = self._target("leader")
             if cmd == "add-voter":
                 n = self._target(args[0])
                 request: object = AddRaftVoterRequest(
-                    n.node_id, n.disk.directory_id, (_endpoint(n.node_id),)
+                    n.node_id, n.disk.directory_id, (endpoint(n.node_id),)
                 )
             elif cmd == "remove-voter":
                 n = self._target(args[0])
                 request = RemoveRaftVoterRequest(n.node_id, n.disk.directory_id)
             else:
                 request = UpdateKRaftVersionRequest(1)
-            sim._admin(leader, request)
+            sim.admin(leader, request)
             return [f"sent to leader n{leader.node_id}"]
         if cmd == "forge":
             return self._forge(args)
@@ -193,13 +193,13 @@ class ScriptRunner:
             request = VoteRequest(epoch, FORGER, None, -1, None, epoch - 1, 1 << 62,
                                   pre_vote=kind == "pre-vote")
         elif kind == "begin":
-            request = BeginQuorumEpochRequest(FORGER, epoch, -1, None, (_endpoint(FORGER),))
+            request = BeginQuorumEpochRequest(FORGER, epoch, -1, None, (endpoint(FORGER),))
         elif kind == "end":
-            request = EndQuorumEpochRequest(FORGER, epoch, (), (_endpoint(FORGER),))
+            request = EndQuorumEpochRequest(FORGER, epoch, (), (endpoint(FORGER),))
         else:
             raise ScriptError(f"unknown request kind {kind!r}")
         for n in sorted(targets, key=lambda n: n.node_id):
-            sim._admin(n, request)
+            sim.admin(n, request)
         return [f"forged {kind} epoch={epoch} to "
                 + ",".join(f"n{n.node_id}" for n in sorted(targets, key=lambda n: n.node_id))]
 

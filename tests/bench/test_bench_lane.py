@@ -1,10 +1,10 @@
-"""`bench.bench_lane`: the follower's decision on one answer, Python against the lane's C."""
+"""`bench.measure.bench_lane`: the follower's decision on one answer, Python against the lane's C."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench import bench_lane
+from bench.measure import bench_lane
 from kraft.lane import native
 
 

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import bench_compare
-from bench.kraft_cluster import cap_api_versions, flush_metric, log_event_time
-from bench.peers import (
+from bench.measure.scenarios import Target, disk_probe, evaluate_targets, floor_probe, flush_window
+from bench.report import compare
+from bench.systems.kraft_cluster import cap_api_versions, flush_metric, log_event_time
+from bench.systems.peers import (
     cpu_delta,
     free_port,
     parse_machine_stat,
@@ -20,7 +21,6 @@ from bench.peers import (
     summarize_ns,
     summarize_s,
 )
-from bench.scenarios import Target, disk_probe, evaluate_targets, floor_probe, flush_window
 from kraft.server.local import PortLocks
 
 
@@ -122,7 +122,7 @@ def test_targets_not_met_and_missing() -> None:
 
 
 def test_markdown_and_json_render(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bench_compare, "IMG", tmp_path / "img")
+    monkeypatch.setattr(compare, "IMG", tmp_path / "img")
     res = _result()
     res["targets"] = evaluate_targets(res)
     res["throughput"]["systems"]["kraft-quorum"].update(
@@ -137,11 +137,11 @@ def test_markdown_and_json_render(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     res["latency"]["systems"]["kraft-quorum"]["floor_probe"] = {"n": 2800, "p50_ms": 0.4312,
                                                                 "p99_ms": 0.7719}
     res["latency"]["systems"].setdefault("etcd", {})["floor_probe"] = {
-        "error": "bench.latency_floor exited 1: x"}
-    md = bench_compare.render_markdown(res)
-    assert md.startswith(bench_compare.BEGIN) and md.endswith(bench_compare.END)
+        "error": "bench.measure.latency_floor exited 1: x"}
+    md = compare.render_markdown(res)
+    assert md.startswith(compare.BEGIN) and md.endswith(compare.END)
     assert ("no work between them, 2,800 writes after warm-up): kraft-quorum p50 0.431 / p99 0.772 "
-            "ms; etcd bench.latency_floor exited 1: x. What a system's p50 adds" in md)
+            "ms; etcd bench.measure.latency_floor exited 1: x. What a system's p50 adds" in md)
     assert "node1 (follower) 0.291 ms over 5,200; node2 (leader) 0.412 ms over 5,200" in md
     assert ("(500 appends of 187 bytes, each followed by `fdatasync`, in a scratch file on the same "
             "filesystem): kraft-quorum p50 0.095 / p99 0.131 ms." in md)
@@ -152,11 +152,11 @@ def test_markdown_and_json_render(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     page = tmp_path / "benchmarks.md"
     page.write_text("# Benchmarks\n\nintro\n\n<!-- BEGIN GENERATED: make bench -->\nx\n"
                     "<!-- END GENERATED: make bench -->\n")
-    bench_compare.write_markdown(res, page)
-    bench_compare.write_markdown(res, page)  # replaces, never duplicates
+    compare.write_markdown(res, page)
+    compare.write_markdown(res, page)  # replaces, never duplicates
     text = page.read_text()
-    assert text.count(bench_compare.BEGIN) == 1
-    assert text.index(bench_compare.BEGIN) < text.index("<!-- BEGIN GENERATED")
+    assert text.count(compare.BEGIN) == 1
+    assert text.index(compare.BEGIN) < text.index("<!-- BEGIN GENERATED")
 
 
 def test_cap_api_versions_lowers_fetch_only() -> None:
@@ -188,7 +188,7 @@ def test_log_event_time(tmp_path: Path) -> None:
 
 
 def test_slow_trial_keeps_only_what_the_nodes_logged_during_it(tmp_path: Path) -> None:
-    from bench.kraft_cluster import KraftCluster
+    from bench.systems.kraft_cluster import KraftCluster
 
     c = KraftCluster(tmp_path / "kraft-proxied", proxied=True)
     assert c.slow_trial_limit_s("kill") == pytest.approx(0.3)
@@ -217,7 +217,7 @@ def test_slow_trial_keeps_only_what_the_nodes_logged_during_it(tmp_path: Path) -
 
 
 def test_the_workload_cycles_over_its_keys() -> None:
-    from bench.peers import NKEYS, key_of
+    from bench.systems.peers import NKEYS, key_of
 
     keys = [key_of(i) for i in range(2 * NKEYS)]
     assert keys[0] == "k000000" and keys[NKEYS - 1] == f"k{NKEYS - 1:06d}"
@@ -250,13 +250,13 @@ def test_flush_window_per_node() -> None:
 
 
 def test_floor_probe_runs_the_floor_and_reads_its_json() -> None:
-    """A real short run of `bench.latency_floor`: the figures come back as numbers in order;
+    """A real short run of `bench.measure.latency_floor`: the figures come back as numbers in order;
     a run that cannot succeed comes back as an error naming why, not as an exception."""
     r = floor_probe(writes=300)
     assert r["n"] == 100 and r["leader_sync"] == "thread" and r["work_us"] == [0] * 7
     assert 0 < r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"]
     bad = floor_probe(writes=10)  # below the floor's minimum of 300
-    assert bad["error"].startswith("bench.latency_floor exited 2:")
+    assert bad["error"].startswith("bench.measure.latency_floor exited 2:")
     assert "--writes must be at least 300" in bad["error"]
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import bench_instructions
+from bench.measure import bench_instructions
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # a quorum on 127.0.0.1-3, in the group tests/node/test_local_and_demo.py explains
 @pytest.mark.xdist_group("default-loopback")
 def test_the_counted_quorum_commits_every_write(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "bench.bench_instructions", "quorum", "7",
+    out = subprocess.run([sys.executable, "-m", "bench.measure.bench_instructions", "quorum", "7",
                           str(tmp_path / "q")], cwd=ROOT, capture_output=True, text=True,
                          timeout=120, check=False)
     assert out.returncode == 0, out.stderr[-2000:]

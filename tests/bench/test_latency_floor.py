@@ -1,4 +1,4 @@
-"""`bench.latency_floor`: the floor of a sequential write (hops and fsyncs, no work) and its
+"""`bench.measure.latency_floor`: the floor of a sequential write (hops and fsyncs, no work) and its
 what-if mode, CPU work put on the path's steps (`--work`)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.latency_floor import _spend, _spend_unlocked, off_path, parse_work
+from bench.measure.latency_floor import _spend, _spend_unlocked, off_path, parse_work
 from kraft.storage.uring import UringSync
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,7 +92,7 @@ def test_unlocked_work_lets_another_thread_run_meanwhile() -> None:
 
 
 def _floor(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bench.latency_floor", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "bench.measure.latency_floor", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -139,7 +139,7 @@ def test_the_model_runs_with_work_and_a_syncing_thread() -> None:
 def test_two_runs_side_by_side_do_not_collide_on_ports() -> None:
     # each run listens on ports the kernel picks for it, so a second run (or any program that
     # took a port first) cannot make the roles fail to bind or reach the other run's roles
-    me = [sys.executable, "-m", "bench.latency_floor", "--writes", "300"]
+    me = [sys.executable, "-m", "bench.measure.latency_floor", "--writes", "300"]
     runs = [subprocess.Popen(me, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True) for _ in range(2)]
     for run in runs:

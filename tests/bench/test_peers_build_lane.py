@@ -1,4 +1,4 @@
-"""`bench.peers.build_lane` builds the native lane in an export of a commit (what the peer
+"""`bench.systems.peers.build_lane` builds the native lane in an export of a commit (what the peer
 comparison runs the nodes from): the extension is there afterwards, and loads."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.peers import build_lane
+from bench.systems.peers import build_lane
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ import bench.__main__ as runner
 
 
 def _module(name: str, result: dict[str, object] | None) -> types.ModuleType:
-    mod = types.ModuleType(f"bench.bench_{name}")
+    mod = types.ModuleType(f"bench.measure.bench_{name}")
 
     def run() -> dict[str, object]:
         if result is None:
@@ -28,8 +28,8 @@ def _module(name: str, result: dict[str, object] | None) -> types.ModuleType:
 
 def test_a_failing_benchmark_keeps_its_previous_figures_and_the_rest_are_written(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "bench.bench_zzok", _module("zzok", {"rate": 2.0}))
-    monkeypatch.setitem(sys.modules, "bench.bench_zzbad", _module("zzbad", None))
+    monkeypatch.setitem(sys.modules, "bench.measure.bench_zzok", _module("zzok", {"rate": 2.0}))
+    monkeypatch.setitem(sys.modules, "bench.measure.bench_zzbad", _module("zzbad", None))
     monkeypatch.setattr(runner, "discover", lambda: ["zzbad", "zzok"])
     monkeypatch.setattr(runner, "DOCS", tmp_path)
     monkeypatch.setattr(runner, "ROOT", tmp_path)
@@ -53,7 +53,7 @@ def test_help_a_bad_flag_or_an_unknown_name_run_nothing_and_write_nothing(
     ran: list[str] = []
     mod = _module("zzok", {"rate": 2.0})
     mod.run = lambda: ran.append("zzok") or {"rate": 2.0}  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "bench.bench_zzok", mod)
+    monkeypatch.setitem(sys.modules, "bench.measure.bench_zzok", mod)
     monkeypatch.setattr(runner, "discover", lambda: ["zzok"])
     monkeypatch.setattr(runner, "DOCS", tmp_path)
     monkeypatch.setattr(runner, "ROOT", tmp_path)
@@ -69,8 +69,8 @@ def test_names_and_quick_are_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     seen: list[str | None] = []
     mod = _module("zzok", {"rate": 2.0})
     mod.run = lambda: seen.append(os.environ.get("BENCH_QUICK")) or {"rate": 3.0}  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "bench.bench_zzok", mod)
-    monkeypatch.setitem(sys.modules, "bench.bench_zzother", _module("zzother", None))
+    monkeypatch.setitem(sys.modules, "bench.measure.bench_zzok", mod)
+    monkeypatch.setitem(sys.modules, "bench.measure.bench_zzother", _module("zzother", None))
     monkeypatch.setattr(runner, "discover", lambda: ["zzok", "zzother"])
     monkeypatch.setattr(runner, "DOCS", tmp_path)
     monkeypatch.setattr(runner, "ROOT", tmp_path)

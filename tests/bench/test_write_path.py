@@ -1,4 +1,4 @@
-"""`bench.write_path`: the steps of a write lined up across the leader and the followers (a
+"""`bench.measure.write_path`: the steps of a write lined up across the leader and the followers (a
 chain built from synthetic steps, and one short traced run of a real quorum)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import write_path
-from bench.write_path import CHAIN, chains, load, names, summarize
+from bench.measure import write_path
+from bench.measure.write_path import CHAIN, chains, load, names, summarize
 
 US = 1000
 

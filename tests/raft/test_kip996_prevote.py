@@ -7,8 +7,9 @@ from kraft.raft.effects import PersistQuorumState
 from kraft.raft.events import Shutdown
 from kraft.raft.messages import FetchRequest, VoteRequest, VoteResponse
 from kraft.raft.state import Role
-from kraft.sim.cluster import SimParams, Simulation
+from kraft.sim.cluster import Simulation
 from kraft.sim.harness import CoreHarness, dir_id
+from kraft.sim.params import SimParams
 
 
 def prevote(candidate: int, epoch: int, last_epoch: int = 0, last_offset: int = 0,
@@ -102,7 +103,7 @@ def test_kip996_partitioned_voter_does_not_disrupt_a_healthy_quorum() -> None:
     # the leader's epoch never moved.
     while sim._queue and sim.now < 3000:
         _drive(sim)
-    leaders = sim._leaders()
+    leaders = sim.leaders()
     assert leaders
     leader = leaders[0]
     epoch = leader.core.epoch  # type: ignore[union-attr]

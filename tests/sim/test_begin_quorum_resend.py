@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from kraft.raft.events import RequestFailed
 from kraft.raft.state import Role
-from kraft.sim.cluster import SimParams, Simulation
+from kraft.sim.cluster import Simulation
+from kraft.sim.params import SimParams
 
 
 def _steady(seed: int) -> tuple[Simulation, int, int]:
@@ -14,7 +15,7 @@ def _steady(seed: int) -> tuple[Simulation, int, int]:
                                      connections=False,
                                      hw_linger_ms=0))
     sim.run_until(3000)
-    leaders = sim._leaders()
+    leaders = sim.leaders()
     assert len(leaders) == 1
     leader = leaders[0].node_id
     voter = min(i for i in sim.nodes if i != leader)
@@ -36,14 +37,14 @@ def test_kip595_begin_quorum_resent_to_a_voter_restarted_into_unattached() -> No
     assert core is not None and core._fetch_corr is not None
     # Its runtime finds the leader's port refusing it: it stops following, its pre-vote goes
     # unanswered, and it ends Unattached in the same epoch (the quorum-state names no leader).
-    sim._deliver(n, RequestFailed(leader, core._fetch_corr, unreachable=True))
+    sim.deliver(n, RequestFailed(leader, core._fetch_corr, unreachable=True))
     start = sim.now
     while core.role is not Role.UNATTACHED and sim.now < start + 3000:
         sim.run_until(sim.now + 1)
     assert core.role is Role.UNATTACHED and core.leader_id == -1, core.role
-    sim._crash(n)
+    sim.crash(n)
     sim.run_until(sim.now + 100)
-    sim._start_node(n)
+    sim.start_node(n)
     restarted = n.core
     assert restarted is not None
     assert restarted.role is Role.UNATTACHED and restarted.epoch == epoch

@@ -23,7 +23,8 @@ from kraft.protocol.errors import ErrorCode
 from kraft.raft import effects as fx
 from kraft.raft.messages import OffsetAndEpoch, VoteResponse
 from kraft.server.executor import EffectExecutor, run_now
-from kraft.sim.cluster import SimParams, run_seed
+from kraft.sim.cluster import run_seed
+from kraft.sim.params import SimParams
 
 
 class Recording:

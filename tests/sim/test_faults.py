@@ -10,10 +10,11 @@ import pytest
 
 from kraft.raft.events import RequestReceived
 from kraft.raft.messages import VoteRequest
-from kraft.sim.cluster import _FLUSH, SimParams, SimResult, Simulation, run_seed
+from kraft.sim.cluster import _FLUSH, PIECE, SimResult, Simulation, run_seed
 from kraft.sim.disk import SimDisk
-from kraft.sim.faults import PIECE, FaultModel, SimFaults, TornRecord, recover_log
+from kraft.sim.faults import FaultModel, TornRecord, recover_log
 from kraft.sim.harness import dir_id
+from kraft.sim.params import SimFaults, SimParams
 
 
 def _run(seeds: range, faults: SimFaults, **kw: object) -> tuple[list[SimResult], dict[str, int]]:
@@ -91,7 +92,7 @@ def test_a_partial_frame_is_dropped_with_its_connection() -> None:
     model.send(1, 2, event)
     pieces = sorted(item for item in sim._queue if item[2] == PIECE)
     assert model.piece(2, pieces[0][4]) == []
-    sim._crash(sim.nodes[1])  # the sender dies with its frame half sent
+    sim.crash(sim.nodes[1])  # the sender dies with its frame half sent
     assert [model.piece(2, p[4]) for p in pieces[1:]] == [[]] * (len(pieces) - 1)
     assert sim.stats["partial_frames_dropped"] == 1
 
@@ -118,12 +119,12 @@ def test_a_torn_tail_is_truncated_on_restart() -> None:
     for v in range(5, 10):
         disk.append(1, 1000 + v, False)  # never synced
     model._torn_next = True  # the crash comes in the middle of a write
-    sim._crash(node)
+    sim.crash(node)
     torn = [e for e in disk.entries if isinstance(e[1], TornRecord)]
     assert len(torn) == 1 and disk.entries[-1] is torn[0]
     kept = disk.end_offset - 1
     assert base + 5 <= kept < base + 10
-    sim._start_node(node)
+    sim.start_node(node)
     assert not any(isinstance(e[1], TornRecord) for e in disk.entries)
     assert disk.end_offset == kept  # the whole records before it stay
     assert node.core is not None and node.core.log.end_offset == kept

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from kraft.sim.cluster import SimParams, SimResult, run_seed
+from kraft.sim.cluster import SimResult, run_seed
+from kraft.sim.params import SimParams
 
 
 def _check(results: list[SimResult]) -> None:

@@ -16,8 +16,9 @@ from kraft.raft.events import Append
 from kraft.raft.leader import LeaderState
 from kraft.raft.lease import FollowerLease, LeaderLease, LeaseVoter
 from kraft.raft.messages import FetchedBatch, FetchRequest, ReplicaKey
-from kraft.sim.cluster import SimParams, run_seed
+from kraft.sim.cluster import run_seed
 from kraft.sim.harness import CoreHarness, dir_id
+from kraft.sim.params import SimParams
 
 
 def leader_lane(**kw: Any) -> LeaderLane:

@@ -17,8 +17,9 @@ from kraft.raft.events import FollowerLaneReport, ResponseReceived
 from kraft.raft.messages import FetchedBatch, FetchRequest, FetchResponse
 from kraft.raft.state import Role
 from kraft.sim.cli import replay_command
-from kraft.sim.cluster import SimParams, run_seed
+from kraft.sim.cluster import run_seed
 from kraft.sim.harness import CoreHarness
+from kraft.sim.params import SimParams
 
 
 def following(**config: object) -> tuple[CoreHarness, SendRequest]:

@@ -14,7 +14,8 @@ from kraft.protocol.uuid import Uuid
 from kraft.raft.lease import LeaseVoter
 from kraft.raft.messages import FetchedBatch, ReplicaKey
 from kraft.sim.cli import main
-from kraft.sim.cluster import SimParams, run_seed
+from kraft.sim.cluster import run_seed
+from kraft.sim.params import SimParams
 
 C = native()
 pytestmark = pytest.mark.skipif(C is None, reason="kraft.lane._native was not built (no C compiler)")

@@ -20,8 +20,9 @@ from kraft.raft.leader import LeaderState, ParkedFetch
 from kraft.raft.messages import FetchRequest, ReplicaKey
 from kraft.raft.state import Role
 from kraft.sim.cli import replay_command
-from kraft.sim.cluster import SimParams, run_seed
+from kraft.sim.cluster import run_seed
 from kraft.sim.harness import CoreHarness, dir_id
+from kraft.sim.params import SimParams
 
 
 def leading() -> CoreHarness:
@@ -205,7 +206,7 @@ def _answer_at_append() -> Callable[..., bool]:
             disk = n.disk  # type: ignore[attr-defined]
             self._sim.inv.on_commit(n.node_id, last + 1, disk.chain_at(last + 1),  # type: ignore[attr-defined]
                                     a.epoch)  # type: ignore[attr-defined]
-            self._sim._append_committed(ev.append_id)
+            self._sim.append_committed(ev.append_id)
         return ok
     return append
 

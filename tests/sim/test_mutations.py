@@ -20,7 +20,8 @@ from kraft.raft.log import LogMeta
 from kraft.raft.messages import OffsetAndEpoch, VoteRequest
 from kraft.raft.state import UnattachedState
 from kraft.sim.cli import main
-from kraft.sim.cluster import SimParams, run_seed
+from kraft.sim.cluster import run_seed
+from kraft.sim.params import SimParams
 
 
 def first_violation(seeds: range) -> str | None:

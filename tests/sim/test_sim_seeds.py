@@ -14,7 +14,8 @@ import pytest
 
 from kraft.sim import cli as sim_cli
 from kraft.sim.cli import main, replay_command
-from kraft.sim.cluster import SimParams, SimResult, run_seed
+from kraft.sim.cluster import SimResult, run_seed
+from kraft.sim.params import SimParams
 
 CHUNKS = 10
 SEEDS_PER_CHUNK = 55

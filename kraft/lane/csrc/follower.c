@@ -452,10 +452,10 @@ PyTypeObject FollowerShellType = {
     .tp_getset = FollowerShell_getset,
 };
 
-/* The follower lane's whole decision on one answer, timed in C (bench/bench_lane.py): read the
- * frame, apply the follower's rules to what it holds, and write the next fetch, `iterations`
- * times over, each from the same lease. Returns the mean nanoseconds per step, or -1 when the
- * frame is not a plain answer the lease takes. */
+/* The follower lane's whole decision on one answer, timed in C (bench/measure/bench_lane.py):
+ * read the frame, apply the follower's rules to what it holds, and write the next fetch,
+ * `iterations` times over, each from the same lease. Returns the mean nanoseconds per step, or
+ * -1 when the frame is not a plain answer the lease takes. */
 PyObject *lane_time_follower_step(PyObject *module, PyObject *args)
 {
     Py_buffer view;

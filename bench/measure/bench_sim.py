@@ -14,7 +14,8 @@ import time
 from typing import Any
 
 from kraft.raft.core import RaftCore
-from kraft.sim.cluster import SimParams, run_seed
+from kraft.sim.cluster import run_seed
+from kraft.sim.params import SimParams
 
 
 def _measure(seeds: range, params: SimParams) -> dict[str, float]:

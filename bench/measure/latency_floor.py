@@ -7,7 +7,7 @@ appends, fdatasyncs and acknowledges; the leader answers the client at the first
 acknowledgement. That is a write's path through `kraft run` (client -> leader -> follower ->
 leader -> client, three fsyncs on one disk) without any protocol, raft or state machine work.
 
-    .venv/bin/python -m bench.latency_floor [--writes N] [--no-leader-fsync] [--json]
+    .venv/bin/python -m bench.measure.latency_floor [--writes N] [--no-leader-fsync] [--json]
         [--work A,B,C,D[,E,F[,G]]] [--leader-sync loop|thread|uring]
         [--off-path loop|thread] [--tick K]
 
@@ -338,7 +338,7 @@ def main() -> None:
                        off_path(args.off_path, args.tick)))
         return
     with tempfile.TemporaryDirectory(prefix="latency-floor-", dir=os.environ.get("TMPDIR")) as d:
-        me = [sys.executable, "-m", "bench.latency_floor", "--dir", d, "--work", args.work,
+        me = [sys.executable, "-m", "bench.measure.latency_floor", "--dir", d, "--work", args.work,
               "--leader-sync", args.leader_sync, "--off-path", args.off_path,
               "--tick", str(args.tick)]
         leader, *followers = (_listener() for _ in range(3))

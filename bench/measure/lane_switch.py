@@ -1,6 +1,6 @@
-"""The native lanes on and off, back to back: `python -m bench.lane_switch [--rounds N]`.
+"""The native lanes on and off, back to back: `python -m bench.measure.lane_switch [--rounds N]`.
 
-Each round starts the benchmark's 3-voter quorum (`bench.kraft_cluster.KraftCluster`, fsync
+Each round starts the benchmark's 3-voter quorum (`bench.systems.kraft_cluster.KraftCluster`, fsync
 on, the binary client protocol, the benchmark's properties) once with `kraft.lane.leader` and
 `kraft.lane.follower` on and once with both off, alternating which goes first, and measures on
 each: sequential writes (one at a time: p50 / p99 latency), pipelined throughput (16 writes
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.kraft_cluster import KraftCluster
+from bench.systems.kraft_cluster import KraftCluster
 
 SETTINGS = {
     "on": {"kraft.lane.leader": "true", "kraft.lane.follower": "true"},
@@ -55,7 +55,7 @@ def measure(setting: str, workdir: Path, duration: float, failovers: int) -> dic
 
 def main() -> None:
     """Run the rounds and print the figures."""
-    ap = argparse.ArgumentParser(prog="python -m bench.lane_switch", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m bench.measure.lane_switch", description=__doc__)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--duration", type=float, default=8.0, help="seconds per write window")
     ap.add_argument("--failovers", type=int, default=3, help="kill -9 trials per quorum")

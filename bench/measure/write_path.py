@@ -2,11 +2,11 @@
 
 docs/journal/perf-18-sequential-p50-bound.md traced one write by hand; this does it for every write of a
 window. It starts a `KraftCluster` (three `kraft run` processes, fsync on, the benchmark's
-properties) whose nodes load `bench/write_path_hook` (a `sitecustomize` that timestamps the
+properties) whose nodes load `bench/measure/write_path_hook` (a `sitecustomize` that timestamps the
 functions a write runs through), writes one value at a time for `--seconds`, and lines the
 steps of the leader and the followers up on the machine's monotonic clock:
 
-    .venv/bin/python -m bench.write_path [--seconds 4] [--json FILE] [--property K=V ...]
+    .venv/bin/python -m bench.measure.write_path [--seconds 4] [--json FILE] [--property K=V ...]
 
 For each write the leader read from its client, the chain is: the leader's core and append,
 its fsync submitted, the records written to the followers' parked fetches; the follower that
@@ -44,7 +44,7 @@ from array import array
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HOOK = Path(__file__).resolve().parent / "write_path_hook"
 MAX_WRITE_NS = 20_000_000
 """A chain longer than this (an election, a stall) is not a write's steps: left out."""
@@ -222,7 +222,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def run(seconds: float, properties: dict[str, str]) -> dict[str, Any]:
     """Run the traced quorum and return the summary (also what `--json` writes)."""
-    from bench.kraft_cluster import KraftCluster
+    from bench.systems.kraft_cluster import KraftCluster
 
     step_names = names()
     with tempfile.TemporaryDirectory(prefix="kraft-write-path-") as tmp:
@@ -284,7 +284,7 @@ def render(summary: dict[str, Any]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.write_path", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.measure.write_path", description=__doc__.split("\n")[0])
     p.add_argument("--seconds", type=float, default=4.0, help="measured window (default 4)")
     p.add_argument("--json", type=Path, help="also write the summary to this file")
     p.add_argument("--property", action="append", default=[], metavar="K=V",

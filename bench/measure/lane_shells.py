@@ -1,20 +1,21 @@
-"""The native lane's path end to end, as a prototype: the sequential commit latency of a
-three-voter quorum whose steady state runs in C (`kraft.lane._native.LeaderShell` and
-`FollowerShell`), with the node's wire and on-disk formats, against the Python floor.
+"""The lanes' C shells alone, end to end: the sequential commit latency of a three-voter quorum
+whose steady state runs only in C (`kraft.lane._native.LeaderShell` and `FollowerShell`), with
+the node's wire and on-disk formats, against the Python floor.
 
-    .venv/bin/python -m bench.lane_prototype [--writes N] [--rounds R] [--json]
+    .venv/bin/python -m bench.measure.lane_shells [--writes N] [--rounds R] [--json]
 
-Four processes on 127.0.0.1, as in `bench.latency_floor` and the benchmark's quorums: a leader,
-two followers and a client. The leader's lane takes the client's PUT frames, builds their batch,
-writes it, answers the followers' parked fetches with it and syncs it; each follower's lane
-reads the answer, writes and syncs its batches and sends its next fetch; the leader counts the
-fetches and answers each PUT once a majority holds it. Every sync is an `fdatasync` on the
+Four processes on 127.0.0.1, as in `bench.measure.latency_floor` and the benchmark's quorums: a
+leader, two followers and a client. The leader's lane takes the client's PUT frames, builds
+their batch, writes it, answers the followers' parked fetches with it and syncs it; each
+follower's lane reads the answer, writes and syncs its batches and sends its next fetch; the
+leader counts the fetches and answers each PUT once a majority holds it. Every sync is an `fdatasync` on the
 machine's temporary directory. Only the steady state runs: the lanes are armed by hand (epoch
 1, the LeaderChange at offset 0), not by cores, and nothing hands over. So this measures what
-docs/native-lane.md's design could reach on this machine, not the node.
+docs/native-lane.md's design can reach on this machine, not the node.
 
-Each round runs the prototype and then the floor (`bench.latency_floor`, Python, the same hops
-and syncs with no work); p50/p90/p99 in ms over N writes after 200 of warm-up.
+Each round runs the shells (`prototype` in the output) and then the floor
+(`bench.measure.latency_floor`, Python, the same hops and syncs with no work); p50/p90/p99 in
+ms over N writes after 200 of warm-up.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def _leader(voter_fd: int, client_fd: int, directory: str) -> None:
     for _ in DIRS:
         conn, _ = voter_server.accept()
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        rid = struct.unpack(">i", conn.recv(4, socket.MSG_WAITALL))[0]  # the prototype's hello
+        rid = struct.unpack(">i", conn.recv(4, socket.MSG_WAITALL))[0]  # the follower's hello
         voters.append((conn, rid))
     client, _ = client_server.accept()
     client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -67,7 +68,7 @@ def _leader(voter_fd: int, client_fd: int, directory: str) -> None:
     os.read(shell.done_fd, 1)
     report = shell.stop()
     if report["reason"] not in ("closed", "stopped"):
-        sys.exit(f"lane prototype: the leader's loop ended: {report}")
+        sys.exit(f"lane shells: the leader's loop ended: {report}")
 
 
 def _follower(rid: int, port: int, directory: str) -> None:
@@ -85,17 +86,17 @@ def _follower(rid: int, port: int, directory: str) -> None:
     os.read(shell.done_fd, 1)
     report = shell.stop()
     if report["reason"] not in ("closed", "stopped"):
-        sys.exit(f"lane prototype: follower {rid}'s loop ended: {report}")
+        sys.exit(f"lane shells: follower {rid}'s loop ended: {report}")
 
 
-def prototype(writes: int) -> dict[str, Any]:
+def sequential(writes: int) -> dict[str, Any]:
     """One run: p50/p90/p99 of `writes` sequential PUTs after 200 of warm-up."""
-    with tempfile.TemporaryDirectory(prefix="lane-prototype-", dir=os.environ.get("TMPDIR")) as d:
+    with tempfile.TemporaryDirectory(prefix="lane-shells-", dir=os.environ.get("TMPDIR")) as d:
         voter_srv = socket.create_server(("127.0.0.1", 0))
         client_srv = socket.create_server(("127.0.0.1", 0))
         for s in (voter_srv, client_srv):
             s.set_inheritable(True)
-        me = [sys.executable, "-m", "bench.lane_prototype", "--dir", d]
+        me = [sys.executable, "-m", "bench.measure.lane_shells", "--dir", d]
         procs = [subprocess.Popen([*me, "--role", "leader", "--fds",
                                    f"{voter_srv.fileno()},{client_srv.fileno()}"],
                                   pass_fds=(voter_srv.fileno(), client_srv.fileno()))]
@@ -159,7 +160,7 @@ def check_logs(directory: str, writes: int) -> None:
 
 
 def floor(writes: int) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "bench.latency_floor", "--writes",
+    done = subprocess.run([sys.executable, "-m", "bench.measure.latency_floor", "--writes",
                            str(writes + 200), "--json"], capture_output=True, text=True,
                           timeout=300, check=True)
     r = json.loads(done.stdout.strip().splitlines()[-1])
@@ -184,10 +185,10 @@ def main() -> None:
         _follower(int(args.role), args.port, args.dir)
         return
     if native() is None:
-        sys.exit("lane prototype: kraft.lane._native was not built (no C compiler at install)")
+        sys.exit("lane shells: kraft.lane._native was not built (no C compiler at install)")
     if args.writes < 100:
         ap.error("--writes must be at least 100")
-    runs = [{"prototype": prototype(args.writes), "floor": floor(args.writes)}
+    runs = [{"prototype": sequential(args.writes), "floor": floor(args.writes)}
             for _ in range(args.rounds)]
     if args.json:
         print(json.dumps(runs))

@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from bench.kraft_cluster import KraftCluster, log_event_time
-from bench.peers import (
+from bench.systems.kraft_cluster import KraftCluster, log_event_time
+from bench.systems.peers import (
     FAILOVER_REQ_TIMEOUT_S,
     HOST,
     CpuMeter,
@@ -147,29 +147,29 @@ def disk_probe(directory: Path, rounds: int = 500, size: int = 187) -> dict[str,
 
 
 def floor_probe(writes: int = 3000, timeout_s: float = 120.0) -> dict[str, Any]:
-    """The latency floor, just before a sequential window: `bench.latency_floor` (a write's
+    """The latency floor, just before a sequential window: `bench.measure.latency_floor` (a write's
     hops and fsyncs through four processes on loopback, no work between them; the leader's
     sync on a thread, started without waiting, as the node starts its own) over `writes`
     sequential writes. With the disk probe it says which phase of the host a window ran in, and
     how far above the machine's floor each system's p50 is. A run that fails gives
     {"error": ...} naming why; it never stops the benchmark."""
-    cmd = [sys.executable, "-m", "bench.latency_floor", "--writes", str(writes),
+    cmd = [sys.executable, "-m", "bench.measure.latency_floor", "--writes", str(writes),
            "--leader-sync", "thread", "--json"]
     try:
-        done = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[1], capture_output=True,
+        done = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[2], capture_output=True,
                               text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
-        return {"error": f"bench.latency_floor did not finish within {timeout_s:.0f} s"}
+        return {"error": f"bench.measure.latency_floor did not finish within {timeout_s:.0f} s"}
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"bench.latency_floor exited {done.returncode}: {tail}"}
+        return {"error": f"bench.measure.latency_floor exited {done.returncode}: {tail}"}
     try:
         out = json.loads(lines[-1])
     except json.JSONDecodeError:
-        return {"error": f"bench.latency_floor printed no JSON: {lines[-1][:200]!r}"}
+        return {"error": f"bench.measure.latency_floor printed no JSON: {lines[-1][:200]!r}"}
     if not isinstance(out, dict) or not isinstance(out.get("p50_ms"), (int, float)):
-        return {"error": f"bench.latency_floor printed no p50: {lines[-1][:200]!r}"}
+        return {"error": f"bench.measure.latency_floor printed no p50: {lines[-1][:200]!r}"}
     return out
 
 
@@ -217,7 +217,7 @@ def throughput_and_latency(p: Params) -> tuple[dict[str, Any], dict[str, Any]]:
                                      "disk_probe": "ms per append + fdatasync of the disk alone, "
                                                    "just before the window (`disk_probe`)",
                                      "floor_probe": "ms per sequential write of "
-                                                    "`bench.latency_floor` (hops and fsyncs, no "
+                                                    "`bench.measure.latency_floor` (hops and fsyncs, no "
                                                     "work), just before the window"},
                            "params": {"duration_s": p.duration, "warmup_s": p.warmup},
                            "systems": {}}

@@ -199,7 +199,7 @@ def write_markdown(result: dict[str, Any], md_path: Path) -> None:
 if __name__ == "__main__":
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m bench.bench_pipeline",
+    ap = argparse.ArgumentParser(prog="python -m bench.measure.bench_pipeline",
                                  description="The audit of 3 x 1 GiB and the plain scan.")
     ap.add_argument("size_bytes", nargs="?", type=int, default=None,
                     help="bytes of log per replica (default 1 GiB)")

@@ -5,10 +5,10 @@ client driver process, and a fault proxy process.
   free ports), started here as `python -m kraft.server.cli_commands run --config FILE` (the
   command `LocalCluster` uses) with PR_SET_PDEATHSIG, so no node outlives the benchmark.
   Defaults: dynamic quorum (kraft.version 1), fsync on, the node's own timeouts.
-* **Driver** (`python -m bench.kraft_cluster driver`): the client. HTTP/1.1 `PUT /v1/kv/{key}`
-  through aiohttp with keep-alive, one connection per outstanding request, closed loop. (The
-  node has no pipelined or binary client API yet; see docs/benchmarks.md.)
-* **Proxy** (`python -m bench.kraft_cluster proxy`): one listening port per ordered pair of
+* **Driver** (`python -m bench.systems.kraft_cluster driver`): the client. HTTP/1.1
+  `PUT /v1/kv/{key}` through aiohttp with keep-alive, one connection per outstanding request,
+  closed loop. (The node has no pipelined or binary client API yet; see docs/benchmarks.md.)
+* **Proxy** (`python -m bench.systems.kraft_cluster proxy`): one listening port per ordered pair of
   nodes (i -> j). Used with a static quorum whose per-node `controller.quorum.voters` point at
   the proxy ports, so every byte between nodes crosses it. It can blackhole every route of one
   node (a silent partition: TCP stays up, nothing arrives) and can cap the Fetch version a
@@ -34,7 +34,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.peers import (
+from bench.systems.peers import (
     FAILOVER_REQ_TIMEOUT_S,
     HOST,
     NKEYS,
@@ -199,7 +199,7 @@ def driver_main() -> None:
         return [await KraftClient(addr[0], addr[1]).connect() for _ in range(n)]
 
     async def bin_tput(addr: list[Any], inflight: int, duration: float, warmup: float) -> dict[str, Any]:
-        """The closed loop of `bench.peers.closed_loop` (same window, counting and latency
+        """The closed loop of `bench.systems.peers.closed_loop` (same window, counting and latency
         rules) driven through `KraftClient.send` callbacks: `inflight` writes outstanding,
         each answer issues the next one (as a Kafka producer's callbacks would)."""
         from kraft.server.client_protocol import NOT_FOUND, OK, OP_PUT
@@ -612,7 +612,7 @@ class KraftCluster:
         logf.close()
 
     def _setup_proxy(self) -> None:
-        self.proxy = DriverProcess([self._python(), "-m", "bench.kraft_cluster", "proxy"],
+        self.proxy = DriverProcess([self._python(), "-m", "bench.systems.kraft_cluster", "proxy"],
                                    self.workdir / "proxy.log")
         self.proxy.recv(30)
         ids = sorted(self.lc.nodes)
@@ -627,7 +627,7 @@ class KraftCluster:
 
     def start(self) -> None:
         """Format and start the nodes and the driver; wait for a ready leader."""
-        self.driver = DriverProcess([self._python(), "-m", "bench.kraft_cluster", "driver"],
+        self.driver = DriverProcess([self._python(), "-m", "bench.systems.kraft_cluster", "driver"],
                                     self.workdir / "driver.log")
         self.driver.recv(30)
         if self.proxied:
@@ -855,5 +855,5 @@ if __name__ == "__main__":
     elif what == "proxy":
         proxy_main()
     else:
-        print("usage: python -m bench.kraft_cluster driver|proxy", file=sys.stderr)
+        print("usage: python -m bench.systems.kraft_cluster driver|proxy", file=sys.stderr)
         sys.exit(2)

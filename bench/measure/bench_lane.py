@@ -20,11 +20,11 @@ sends an answer over loopback TCP and times until the follower's next fetch arri
 follower is another process: `c`, the lane's loop (`FollowerShell`: read, rules, `pwrite`,
 `fdatasync`, the next fetch); `python`, the same steps in Python on uvloop (the fast decoder,
 the lane's rules, `os.pwrite`, `os.fdatasync`, the fast encoder); `floor`, Python reading the
-answer and syncing it with no decoding or encoding (as `bench.latency_floor`'s followers do).
-p50 and p90 in ms over the answers after a warm-up.
+answer and syncing it with no decoding or encoding (as `bench.measure.latency_floor`'s
+followers do). p50 and p90 in ms over the answers after a warm-up.
 
-`prototype_sequential`: the whole path in C, end to end (`bench.lane_prototype`: a leader, two
-followers and a client in four processes), p50/p90/p99 of sequential PUTs.
+`prototype_sequential`: the whole path in C, end to end (`bench.measure.lane_shells`: a
+leader, two followers and a client in four processes), p50/p90/p99 of sequential PUTs.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import lane_prototype
-from bench.bench_protocol import _best_seconds
+from bench.measure import lane_shells
+from bench.measure.bench_protocol import _best_seconds
 from kraft.lane import FollowerLane, native
 from kraft.protocol.errors import ErrorCode
 from kraft.protocol.uuid import Uuid
@@ -170,7 +170,7 @@ def follower_rtt(kind: str, rounds: int, warmup: int = 200) -> dict[str, Any]:
     frames = _frames(rounds + warmup)
     with tempfile.TemporaryDirectory(prefix="bench-lane-", dir=os.environ.get("TMPDIR")) as d, \
             socket.create_server(("127.0.0.1", 0)) as server:
-        child = subprocess.Popen([sys.executable, "-m", "bench.bench_lane", "--follower", kind,
+        child = subprocess.Popen([sys.executable, "-m", "bench.measure.bench_lane", "--follower", kind,
                                   "--port", str(server.getsockname()[1]), "--dir", d])
         try:
             server.settimeout(30)
@@ -231,8 +231,8 @@ def run() -> dict[str, Any]:
     out["python_over_native"] = round(out["python_path_us"] / out["native_step_us"], 1)
     rounds = 300 if quick else 3000
     out["follower_rtt"] = {kind: follower_rtt(kind, rounds) for kind in ("floor", "python", "c")}
-    # the whole path in C, end to end in four processes (bench.lane_prototype)
-    out["prototype_sequential"] = lane_prototype.prototype(rounds)
+    # the whole path in C, end to end in four processes (bench.measure.lane_shells)
+    out["prototype_sequential"] = lane_shells.sequential(rounds)
     return out
 
 

@@ -269,7 +269,7 @@ def run() -> dict[str, Any]:
         }
 
 
-BEGIN = "<!-- BEGIN SECTION: node (bench/bench_node.py) -->"
+BEGIN = "<!-- BEGIN SECTION: node (bench/measure/bench_node.py) -->"
 END = "<!-- END SECTION: node -->"
 
 
@@ -284,7 +284,7 @@ def render_section(result: dict[str, Any]) -> str:
         "## Node: election after kill -9, commits of 3 voters (kraft run processes)",
         "",
         "Real `kraft run` processes on loopback (127.0.0.1-3), fsync on, measured by "
-        "`bench/bench_node.py` (`python -m bench node`).",
+        "`bench/measure/bench_node.py` (`python -m bench node`).",
         "",
         "**Election time after `kill -9` of the leader** (from the kill until a survivor "
         "reports leader with a high watermark in a higher epoch, polled every 10 ms; the test "

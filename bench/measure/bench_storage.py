@@ -121,7 +121,7 @@ def run(log_bytes: int = 1 << 30, fsync_batches: int = 500, group_batches: int =
 if __name__ == "__main__":
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m bench.bench_storage",
+    ap = argparse.ArgumentParser(prog="python -m bench.measure.bench_storage",
                                  description="Append, group-commit and recovery figures of the log.")
     ap.add_argument("log_bytes", nargs="?", type=int, default=1 << 30,
                     help="bytes of log for the recovery case (default 1 GiB)")

@@ -1,4 +1,4 @@
-"""Timestamps of a write's steps inside a running `kraft` node, for `bench.write_path`.
+"""Timestamps of a write's steps inside a running `kraft` node, for `bench.measure.write_path`.
 
 Python imports `sitecustomize` at start-up from the first `sys.path` entry that has one, so a
 node started with this directory first on `PYTHONPATH` and `BENCH_WRITE_TRACE=DIR` set wraps

@@ -17,8 +17,8 @@ can relate a driver's acknowledgement to the moment it killed a node.
   (the generated stubs shipped in the `etcd3` package) from the `.venv-peers` interpreter.
 
 This file is imported by the orchestrator (project venv) and also executed as a script by the
-peers' interpreter (`.venv-peers/bin/python bench/peers.py <role> ...`), so it imports only the
-standard library at the top level.
+peers' interpreter (`.venv-peers/bin/python bench/systems/peers.py <role> ...`), so it imports
+only the standard library at the top level.
 
 Safety: everything binds to 127.0.0.1; ports are chosen free at start; every wait has a
 timeout; every child gets PR_SET_PDEATHSIG and is killed by PID in `stop()`.
@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 HOST = "127.0.0.1"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PEERS_VENV = Path(os.environ.get("PEERS_VENV", str(ROOT / ".venv-peers")))
 VALUE_SIZE = 100
 NKEYS = 1000

@@ -11,10 +11,11 @@
 #                                         speaks etcd's native gRPC API, as a Python user would.
 #     (etcd3 0.12.0 ships protoc-3.x generated code, so protobuf must stay below 4.)
 #
-# Usage: bash bench/setup_peers.sh        (from the repository root; PEERS_VENV overrides the path,
-#                                          PYTHON the interpreter, `make bench` passes .venv's)
+# Usage: bash bench/systems/setup_peers.sh
+#   from the repository root; PEERS_VENV overrides the path, PYTHON the interpreter (`make bench`
+#   passes .venv's)
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 VENV=${PEERS_VENV:-$ROOT/.venv-peers}
 PYTHON=${PYTHON:-python3}
 

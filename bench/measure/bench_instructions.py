@@ -14,9 +14,9 @@ and the cost of four processes switching on two cores. It is a measure of the Py
 write (the codecs, the core, the runtime, the event loop), for comparing two versions of the
 code; repeated runs of the same code agree within about 0.5 %.
 
-`python -m bench.bench_instructions quorum WRITES WORKDIR` is the measured program itself; `run()`
-(what `python -m bench instructions` calls) needs `valgrind` on the PATH. `BENCH_QUICK=1`
-measures 50 writes instead of 500. It counts an export of HEAD's `kraft/`, or with
+`python -m bench.measure.bench_instructions quorum WRITES WORKDIR` is the measured program
+itself; `run()` (what `python -m bench instructions` calls) needs `valgrind` on the PATH.
+`BENCH_QUICK=1` measures 50 writes instead of 500. It counts an export of HEAD's `kraft/`, or with
 `BENCH_KRAFT_SRC=DIR` the `kraft/` package in DIR (an export of another commit).
 """
 
@@ -32,16 +32,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.peers import export_head
+from bench.systems.peers import export_head
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WARM_UP = 50
 VALUE = b"v" * 100
 
 
 async def _quorum(workdir: Path, writes: int) -> int:
     """Three nodes and a sequential client in this process; returns the high watermark."""
-    from bench.kraft_cluster import BENCH_PROPERTIES
+    from bench.systems.kraft_cluster import BENCH_PROPERTIES
     from kraft.server.config import load_config
     from kraft.server.kv_client import KraftClient
     from kraft.server.local import LocalCluster
@@ -94,7 +94,7 @@ def _count(writes: int, src: str) -> int:
     with tempfile.TemporaryDirectory(prefix="kraft-instr-") as tmp:
         out = subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/callgrind.out",
-             sys.executable, "-m", "bench.bench_instructions", "quorum", str(writes),
+             sys.executable, "-m", "bench.measure.bench_instructions", "quorum", str(writes),
              f"{tmp}/quorum"],
             cwd=src, env=env, capture_output=True, text=True, timeout=1800, check=False)
         found = re.search(r"Collected : (\d+)", out.stderr)
@@ -140,7 +140,7 @@ def run() -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 3 or argv[0] != "quorum":
-        print("usage: python -m bench.bench_instructions quorum WRITES WORKDIR", file=sys.stderr)
+        print("usage: python -m bench.measure.bench_instructions quorum WRITES WORKDIR", file=sys.stderr)
         return 2
     try:
         import uvloop
