@@ -21,7 +21,7 @@ from bench.peers import (
     summarize_s,
 )
 from bench.scenarios import Target, disk_probe, evaluate_targets, floor_probe, flush_window
-from kraft.server.local import PortLocks
+from kraft.cli.local import PortLocks
 
 
 def test_peer_ports_are_outside_the_ephemeral_range_never_handed_out_twice_and_held() -> None:
