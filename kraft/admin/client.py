@@ -195,8 +195,12 @@ class QuorumClient:
         try:
             conn, resp = await self._request(address, api_key, body, timeout_s)
         except WireError as exc:
-            raise AdminConnectionError(f"{what} to the leader {info.leader_id} at "
-                                       f"{address[0]}:{address[1]}: {exc}",
+            # names the leader, the address it advertises and who said so: a cluster DNS
+            # name is reachable from inside the cluster only (`connect_problem` says so)
+            told = ", ".join(f"{h}:{p}" for h, p in self.bootstrap)
+            raise AdminConnectionError(f"{what} to the leader, controller {info.leader_id} "
+                                       f"at {address[0]}:{address[1]} (the address it "
+                                       f"advertises, from DescribeCluster of {told}): {exc}",
                                        timed_out=exc.timed_out,
                                        addresses=(f"{address[0]}:{address[1]}",)) from None
         return info, conn, resp

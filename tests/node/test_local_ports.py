@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from kraft.cli import local
 from kraft.cli.local import LocalCluster, PortLocks, free_port
-from kraft.server import local
 from tests.node.conftest import address_prefix
 
 PREFIX = address_prefix()
