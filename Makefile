@@ -53,9 +53,9 @@ checkov: $(CHECKOV_STAMP)
 run: $(STAMP) $(K8S_STAMP)
 	$(BIN)/python -m kraft_operator.sandbox.demo
 
-# The node-level demo: three `kraft run` processes, no Kubernetes (kraft/demo.py).
+# The node-level demo: three `kraft run` processes, no Kubernetes (kraft/cli/demo.py).
 demo-nodes: $(STAMP)
-	$(BIN)/python -m kraft.demo
+	$(BIN)/python -m kraft.cli.demo
 
 # Every end-to-end scenario in the sandbox (or on the cluster of $$KUBECONFIG with
 # E2E_BACKEND=cluster), their figures written to docs/e2e.json and docs/e2e.md.

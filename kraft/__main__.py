@@ -2,6 +2,6 @@
 
 import sys
 
-from kraft.cli import main
+from kraft.cli.main import main
 
 sys.exit(main())

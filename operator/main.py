@@ -95,6 +95,8 @@ async def _serve_http(address: str, metrics: Any, healthy: Any) -> Any:
     from aiohttp import web
     from kraft_operator.metrics import CONTENT_TYPE_LATEST
 
+    from kraft.config.address import parse_host_port
+
     async def healthz(request: web.Request) -> web.Response:
         ok, why = healthy()
         return web.Response(status=200 if ok else 503, text=why + "\n")
@@ -108,8 +110,8 @@ async def _serve_http(address: str, metrics: Any, healthy: Any) -> Any:
     app.router.add_get("/metrics", metrics_page)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    host, _, port = address.rpartition(":")
-    site = web.TCPSite(runner, host or "0.0.0.0", int(port))
+    host, port = parse_host_port(address, "--http")
+    site = web.TCPSite(runner, host or "0.0.0.0", port)
     await site.start()
     log.info("event=http_listening address=%s", address)
     return runner

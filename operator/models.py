@@ -462,7 +462,7 @@ class ConfigChecker:
     """Checks spec.config; the reconcile handler calls `check_config` before rendering pods.
 
     Today it refuses the keys the operator renders itself and malformed keys. When
-    kraft.admin's ServerProperties model is available, `property_check` is set to a function
+    kraft.config's ServerProperties model is available, `property_check` is set to a function
     that parses one key/value pair against it and returns an error text (or None).
     """
 
@@ -504,9 +504,9 @@ class ConfigChecker:
 
 
 def server_properties_check(key: str, value: str) -> str | None:
-    """One spec.config entry checked against kraft.admin's ServerProperties model: an unknown
+    """One spec.config entry checked against kraft.config's ServerProperties model: an unknown
     key (with the nearest known one as a hint) or a bad value; None when it is acceptable."""
-    from kraft.admin import ServerProperties
+    from kraft.config.server_properties import ServerProperties
 
     problems = ServerProperties.validate_overrides({key: value})
     return "; ".join(p.message for p in problems) or None

@@ -2,7 +2,7 @@
 
 Per quorum: a headless Service (stable per-pod DNS names, published before the pods are
 ready so they can find each other), a client Service (ready pods only), one ConfigMap with a
-`server-N.properties` per node id (written with kraft.admin's ServerProperties), and a
+`server-N.properties` per node id (written with kraft.config's ServerProperties), and a
 PodDisruptionBudget. Per node: one PersistentVolumeClaim and one Pod. Every object carries
 the `app.kubernetes.io/*` labels and an owner reference to the KRaftQuorum (a claim only
 when `storage.onDelete` is Delete); the resource's own labels are never copied (a GitOps
@@ -26,7 +26,7 @@ from typing import Any
 from kraft_operator import models
 from kraft_operator.planner import CreatePod, FormatMode, majority, pod_spec_hash
 
-from kraft.admin import ServerProperties
+from kraft.config.server_properties import ServerProperties
 
 CONTROLLER_PORT = 9093
 HTTP_PORT = 8080

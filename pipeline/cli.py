@@ -1,7 +1,7 @@
 """The pipeline's subcommands for the `kraft` CLI's command table (`kraft audit`, `kraft export`).
 
-`kraft.cli` imports this module as a plugin when it builds its parser; importing it
-registers both subcommands in `kraft.cli.COMMANDS`. The import is cheap (argparse only):
+`kraft.cli.main` imports this module as a plugin when it builds its parser; importing it
+registers both subcommands in `kraft.cli.table.COMMANDS`. The import is cheap (argparse only):
 Spark is imported when `kraft audit` runs, so `kraft` keeps working where the `pipeline`
 extra (pyspark) is not installed.
 """
@@ -41,7 +41,7 @@ def _run_export(args: argparse.Namespace) -> int:
 
 
 def commands() -> list[CommandSpec]:
-    """(name, help, configure, handler) of each pipeline subcommand, for `kraft.cli.Command`."""
+    """(name, help, configure, handler) of each pipeline subcommand, for `kraft.cli.table.Command`."""
     return [
         ("audit", "check that every replica's log and snapshots agree (PySpark)",
          _configure_audit, _run_audit),
@@ -52,7 +52,7 @@ def commands() -> list[CommandSpec]:
 
 def register_commands() -> None:
     """Add `audit` and `export` to the `kraft` CLI's command table."""
-    from kraft.cli import Command, register
+    from kraft.cli.table import Command, register
 
     for name, help_text, configure, handler in commands():
         register(Command(name, help_text, configure, handler))

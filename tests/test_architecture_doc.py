@@ -101,7 +101,7 @@ def _classes() -> dict[str, set[str]]:
 @cache
 def _settings() -> frozenset[str]:
     """The keys of server.properties that `ServerProperties` knows (its field aliases)."""
-    source = (ROOT / "kraft" / "admin" / "server_properties.py").read_text()
+    source = (ROOT / "kraft" / "config" / "server_properties.py").read_text()
     return frozenset(re.findall(r'alias="([^"]+)"', source))
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kraft.cli import EXIT_FORMATTED_FOR_ANOTHER, main
+from kraft.cli.main import main
+from kraft.cli.table import EXIT_FORMATTED_FOR_ANOTHER
 from kraft.protocol.uuid import Uuid
 from kraft.storage.meta_properties import read_meta_properties
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kraft.cli import main
+from kraft.cli.main import main
 from kraft.protocol.uuid import Uuid
 from kraft.storage.format import format_storage
 from kraft.storage.loader import open_metadata_dir

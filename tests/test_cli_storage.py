@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kraft.cli import COMMANDS, EXIT_BROKEN_PIPE, main
+from kraft.cli.main import main
+from kraft.cli.table import COMMANDS, EXIT_BROKEN_PIPE
 from kraft.protocol.uuid import Uuid
 from kraft.records.batch import Record, build_batch
 from kraft.records.control import LeaderChangeMessage, build_control_batch

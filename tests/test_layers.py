@@ -1,9 +1,10 @@
 """The import layers of `kraft`: the contracts in pyproject.toml ([tool.importlinter]) hold.
 
-`lint-imports` checks that kraft's packages import only downwards (sim, server, admin,
-statemachine, lane, raft, storage, records, protocol: the simulator runs the node's effect
-executor, `kraft.server.executor`) and that the modules of `kraft.storage`, `kraft.lane`,
-`kraft.sim` and `kraft.server` import each other without cycles (the node's parts take the
+`lint-imports` checks that kraft's packages import only downwards (cli; sim and admin;
+server, statemachine, lane, raft, storage, config, records, protocol: the simulator runs the
+node's effect executor, `kraft.server.executor`) and that the modules of `kraft.storage`,
+`kraft.lane`, `kraft.sim`, `kraft.server`, `kraft.cli`, `kraft.config` and `kraft.admin`
+import each other without cycles (the node's parts take the
 node through protocols, not by importing `kraft.server.node`). Those protocols name public
 members only, and no part touches a private attribute of the node: what they share has public
 owners (`kraft.server.event_queue`, `kraft.server.writes`, `kraft.server.node_metrics`). What it cannot see (an import

@@ -87,7 +87,7 @@ def _table(rows: list[str]) -> list[str]:
 def _server_properties() -> list[str]:
     from kraft_operator import render
 
-    from kraft.admin.server_properties import ServerProperties
+    from kraft.config.server_properties import ServerProperties
 
     reserved = set(getattr(render, "RESERVED_KEYS", ()))
     rows = ["| Property | Type | Default | In spec.config |", "|---|---|---|---|"]

@@ -42,9 +42,9 @@ VALUE = b"v" * 100
 async def _quorum(workdir: Path, writes: int) -> int:
     """Three nodes and a sequential client in this process; returns the high watermark."""
     from bench.systems.kraft_cluster import BENCH_PROPERTIES
-    from kraft.server.config import load_config
-    from kraft.server.kv_client import KraftClient
-    from kraft.server.local import LocalCluster
+    from kraft.admin.kv_client import KvClient
+    from kraft.cli.local import LocalCluster
+    from kraft.config.node import load_config
     from kraft.server.node import KraftNode
 
     # Generous timeouts: under callgrind everything runs some 50 times slower, and an
@@ -72,7 +72,7 @@ async def _quorum(workdir: Path, writes: int) -> int:
         else:
             raise RuntimeError("no leader elected")
         n, k = leaders[0]
-        async with KraftClient(n.host, n.client_port) as client:
+        async with KvClient(n.host, n.client_port) as client:
             for i in range(WARM_UP + writes):
                 await client.put(f"k{i % 1000}", VALUE)
             # the leader's lane answers a write at its commit and tells the core at its next

@@ -6,7 +6,7 @@
 * commit throughput and latency of 3 voters: `CLIENTS` concurrent HTTP clients PUT 100-byte
   values to the leader for `WRITE_SECONDS`; latency is measured by the client from request to
   the 200 answer (committed on a majority, fsynced, applied);
-* the same through the binary pipelined client protocol (`kraft.server.kv_client`): one write
+* the same through the binary pipelined client protocol (`kraft.admin.kv_client`): one write
   at a time (sequential latency), and `BINARY_WORKERS` x `BINARY_BATCH` writes outstanding on
   one connection (throughput);
 * failover after `kill -9` of the leader: from the kill until a write commits again (a client
@@ -29,8 +29,8 @@ from typing import Any
 
 import aiohttp
 
-from kraft.server.kv_client import ClientError, KraftClient
-from kraft.server.local import LocalCluster
+from kraft.admin.kv_client import ClientError, KvClient
+from kraft.cli.local import LocalCluster
 
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 ELECTION_TRIALS = 5 if QUICK else 24
@@ -173,7 +173,7 @@ async def _binary_writers(address: tuple[str, int], seconds: float, workers: int
     done = 0
     stop_at = time.monotonic() + seconds
     value = b"v" * 100
-    async with KraftClient(*address) as client:
+    async with KvClient(*address) as client:
         async def worker(w: int) -> None:
             nonlocal done
             i = 0
@@ -220,13 +220,13 @@ def bench_binary(base: Path, seconds: float = WRITE_SECONDS, workers: int = BINA
 
 async def _write_again(cluster: LocalCluster, survivors: list[int], timeout: float) -> float:
     started = time.monotonic()
-    clients: dict[int, KraftClient] = {}
+    clients: dict[int, KvClient] = {}
     try:
         while time.monotonic() - started < timeout:
             for nid in survivors:
                 try:
                     if nid not in clients:
-                        clients[nid] = await KraftClient(*cluster.nodes[nid].client).connect(0.5)
+                        clients[nid] = await KvClient(*cluster.nodes[nid].client).connect(0.5)
                     await asyncio.wait_for(clients[nid].put("failover", b"x"), 0.5)
                     return time.monotonic() - started
                 except (ClientError, OSError, TimeoutError):
@@ -340,7 +340,7 @@ def render_section(result: dict[str, Any]) -> str:
     if bs or bp:
         lines += [
             "",
-            "**Binary pipelined client protocol** (`kraft.server.kv_client`, one TCP connection to "
+            "**Binary pipelined client protocol** (`kraft.admin.kv_client`, one TCP connection to "
             "the leader, 100-byte PUTs, committed on a majority after fsync and applied; latency "
             "per call, per `put_many` batch when batched):",
             "",

@@ -586,7 +586,7 @@ def _quorum_cli(s: KraftCluster, *args: str) -> dict[str, Any]:
     t0 = time.monotonic()
     env, cwd = KraftCluster.node_env_cwd()
     try:
-        r = subprocess.run([sys.executable, "-m", "kraft.server.cli_commands", "quorum",
+        r = subprocess.run([sys.executable, "-m", "kraft", "quorum",
                             "--bootstrap-controller", f"{leader.host}:{leader.port}", *args],
                            capture_output=True, text=True, timeout=60, cwd=cwd, env=env)
     except subprocess.TimeoutExpired:

@@ -70,7 +70,7 @@ def render_markdown(res: dict[str, Any]) -> str:
          "first). 3 voters on 127.0.0.1, fsync on (PySyncObj has no fsync at all: it runs with its "
          "mmap journal), 1000 keys, 100-byte values, closed loop with N outstanding writes, 1 s "
          "warm-up then the measured window; throughput counts acknowledgements inside the window.",
-         "- Clients: `kraft-quorum` through its binary client protocol (`KraftClient.send` with a "
+         "- Clients: `kraft-quorum` through its binary client protocol (`KvClient.send` with a "
          "callback per write, up to 8 pipelined connections to the leader, uvloop) from a separate "
          "process; `kraft-quorum-http` through its HTTP API (`PUT /v1/kv/{key}`, aiohttp, "
          "keep-alive, one connection per outstanding write) from a separate process; etcd through "

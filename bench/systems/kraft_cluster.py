@@ -1,8 +1,8 @@
 """kraft-quorum as a benchmarked system: a loopback quorum of real `kraft run` processes, a
 client driver process, and a fault proxy process.
 
-* **Nodes**: laid out and formatted by `kraft.server.local.LocalCluster` (node i on 127.0.0.i,
-  free ports), started here as `python -m kraft.server.cli_commands run --config FILE` (the
+* **Nodes**: laid out and formatted by `kraft.cli.local.LocalCluster` (node i on 127.0.0.i,
+  free ports), started here as `python -m kraft run --config FILE` (the
   command `LocalCluster` uses) with PR_SET_PDEATHSIG, so no node outlives the benchmark.
   Defaults: dynamic quorum (kraft.version 1), fsync on, the node's own timeouts.
 * **Driver** (`python -m bench.systems.kraft_cluster driver`): the client. HTTP/1.1
@@ -147,11 +147,11 @@ def driver_main() -> None:
         """`visibility` through the binary client: PUT on the leader, then GET_STALE on the
         follower back to back until the value shows (one poll costs one loopback round trip,
         about 0.1-0.2 ms, instead of an HTTP request)."""
-        from kraft.server.kv_client import KraftClient
+        from kraft.admin.kv_client import KvClient
 
         gaps: list[float] = []
         polls: list[int] = []
-        async with KraftClient(*leader) as lc, KraftClient(*follower) as fc:
+        async with KvClient(*leader) as lc, KvClient(*follower) as fc:
             for n in range(samples):
                 val = b"vis%06d" % n + b"v" * 80
                 try:
@@ -194,13 +194,13 @@ def driver_main() -> None:
 
     # ---------------------------------------------------------------- binary client
     async def bin_clients(addr: list[Any], n: int) -> list[Any]:
-        from kraft.server.kv_client import KraftClient
+        from kraft.admin.kv_client import KvClient
 
-        return [await KraftClient(addr[0], addr[1]).connect() for _ in range(n)]
+        return [await KvClient(addr[0], addr[1]).connect() for _ in range(n)]
 
     async def bin_tput(addr: list[Any], inflight: int, duration: float, warmup: float) -> dict[str, Any]:
         """The closed loop of `bench.systems.peers.closed_loop` (same window, counting and latency
-        rules) driven through `KraftClient.send` callbacks: `inflight` writes outstanding,
+        rules) driven through `KvClient.send` callbacks: `inflight` writes outstanding,
         each answer issues the next one (as a Kafka producer's callbacks would)."""
         from kraft.server.client_protocol import NOT_FOUND, OK, OP_PUT
 
@@ -259,7 +259,7 @@ def driver_main() -> None:
 
     async def bin_failover(addrs: dict[str, list[Any]], inflight: int, kill_at: float,
                            max_s: float, req_timeout: float) -> dict[str, Any]:
-        from kraft.server.kv_client import KraftClient, NotLeader
+        from kraft.admin.kv_client import KvClient, NotLeader
 
         ids = list(addrs)
         cur = [ids[0]]
@@ -269,7 +269,7 @@ def driver_main() -> None:
 
         async def open_conn(nid: str) -> Any:
             host, port = addrs[nid]
-            return await KraftClient(host, port).connect(timeout_s=req_timeout)
+            return await KvClient(host, port).connect(timeout_s=req_timeout)
 
         async def conn(nid: str) -> Any:
             f = conns.get(nid)
@@ -541,7 +541,7 @@ class KraftCluster:
     def __init__(self, workdir: Path, proxied: bool = False,
                  properties: dict[str, str] | None = None, voters: int = 3,
                  client: str = "auto") -> None:
-        from kraft.server.local import LocalCluster
+        from kraft.cli.local import LocalCluster
 
         self.workdir = Path(workdir)
         with contextlib.suppress(FileNotFoundError):
@@ -577,7 +577,7 @@ class KraftCluster:
                            "dynamic (kraft.version 1)", **self.lc.properties,
                            "client": "aiohttp HTTP/1.1 PUT /v1/kv/{key}, keep-alive, separate process"
                            if self.client == "http" else "binary pipelined KV protocol "
-                           "(kraft.server.kv_client.KraftClient), up to 8 connections, separate process"}}
+                           "(kraft.admin.kv_client.KvClient), up to 8 connections, separate process"}}
 
     # ------------------------------------------------------------------ processes
 
@@ -605,7 +605,7 @@ class KraftCluster:
         logf = open(node.log_path, "ab")  # noqa: SIM115 - handed to the child
         env, cwd = self.node_env_cwd()
         node.process = subprocess.Popen(
-            [self._python(), "-m", "kraft.server.cli_commands", "run", "--config",
+            [self._python(), "-m", "kraft", "run", "--config",
              str(node.config_path)],
             stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
             cwd=cwd, preexec_fn=die_with_parent)
@@ -697,7 +697,7 @@ class KraftCluster:
     def flush_times(self) -> dict[str, tuple[int, float]]:
         """`node<id>` -> (log fsyncs so far, their seconds) of each live node, from the
         `kraft_log_flush_seconds` histogram of its /metrics (a node without it is left out)."""
-        from kraft.server.local import http_call
+        from kraft.cli.local import http_call
 
         out: dict[str, tuple[int, float]] = {}
         for nid, n in self.lc.nodes.items():

@@ -231,7 +231,7 @@ def die_with_parent() -> None:
 
 
 _HELD: Any = None
-"""The run's peer ports (a `kraft.server.local.PortLocks`, made on first use), held until the
+"""The run's peer ports (a `kraft.cli.local.PortLocks`, made on first use), held until the
 run ends, against other runs and local quorums on the machine."""
 
 
@@ -241,8 +241,8 @@ def free_port(host: str = HOST) -> int:
     held for the rest of the run, so it is never handed out twice (a peer's ports are all
     chosen before it starts) nor chosen by another run or local quorum on the machine."""
     global _HELD
-    from kraft.server.local import PortLocks
-    from kraft.server.local import free_port as _outside_ephemeral
+    from kraft.cli.local import PortLocks
+    from kraft.cli.local import free_port as _outside_ephemeral
 
     if _HELD is None:
         _HELD = PortLocks()

@@ -7,9 +7,10 @@
   `ControllerInfo`, `NodeHealth`.
 - Errors: `AdminError` (Kafka code and name, `retriable`, `already_done`) and
   `AdminConnectionError` (no answer; retriable).
-- `ServerProperties`: read, validate and write `server.properties`.
+- `KvClient` / `KvClusterClient` (`kraft.admin.kv_client`): the binary KV protocol's client.
 
-See docs/admin.md.
+`server.properties` (read, validate, write) is `kraft.config.server_properties`'s
+`ServerProperties`. See docs/admin.md.
 """
 
 from kraft.admin.client import QuorumClient
@@ -22,11 +23,6 @@ from kraft.admin.models import (
     QuorumInfo,
     ReplicaInfo,
 )
-from kraft.admin.server_properties import (
-    PropertyProblem,
-    ServerProperties,
-    ServerPropertiesError,
-)
 
 __all__ = [
     "RETRIABLE_CODES",
@@ -36,10 +32,7 @@ __all__ = [
     "ControllerInfo",
     "Endpoint",
     "NodeHealth",
-    "PropertyProblem",
     "QuorumClient",
     "QuorumInfo",
     "ReplicaInfo",
-    "ServerProperties",
-    "ServerPropertiesError",
 ]

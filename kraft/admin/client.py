@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from kraft.admin.connection import AdminConnection, WireError, split_address
+from kraft.admin.connection import AdminConnection, WireError
 from kraft.admin.errors import AdminConnectionError, AdminError
 from kraft.admin.models import (
     ClusterInfo,
@@ -30,6 +30,7 @@ from kraft.admin.models import (
     QuorumInfo,
     ReplicaInfo,
 )
+from kraft.config.address import parse_host_port
 from kraft.protocol import messages as w
 from kraft.protocol.api import ApiKey
 from kraft.protocol.errors import ErrorCode
@@ -59,9 +60,10 @@ def _directory_id(value: str | Uuid, what: str = "directory_id") -> Uuid:
     return uuid
 
 
-def _bootstrap(bootstrap: Sequence[str] | str) -> list[tuple[str, int]]:
+def _bootstrap(bootstrap: Sequence[str | tuple[str, int]] | str) -> list[tuple[str, int]]:
     items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
-    out = [split_address(item) for item in items if item.strip()]
+    out = [item if isinstance(item, tuple) else parse_host_port(item, "address", need_host=True)
+           for item in items if isinstance(item, tuple) or item.strip()]
     if not out:
         raise ValueError("bootstrap: at least one HOST:PORT is required")
     return out
@@ -74,13 +76,14 @@ def _ms(value: int) -> int | None:
 class QuorumClient:
     """An async client of a quorum's controller listeners (use as `async with`).
 
-    `bootstrap`: HOST:PORT of one or more controllers (a list, or comma-separated text).
+    `bootstrap`: HOST:PORT of one or more controllers (a list of HOST:PORT texts or
+    (host, port) pairs, or comma-separated text).
     `timeout_s`: the bound of each network step (connect, one request). `cluster_id`: when
     given, a quorum that reports another cluster id is refused (INCONSISTENT_CLUSTER_ID),
     and membership calls carry it so the leader checks it too.
     """
 
-    def __init__(self, bootstrap: Sequence[str] | str, *, timeout_s: float = 5.0,
+    def __init__(self, bootstrap: Sequence[str | tuple[str, int]] | str, *, timeout_s: float = 5.0,
                  cluster_id: str | None = None, client_id: str = "kraft-admin") -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
@@ -192,8 +195,12 @@ class QuorumClient:
         try:
             conn, resp = await self._request(address, api_key, body, timeout_s)
         except WireError as exc:
-            raise AdminConnectionError(f"{what} to the leader {info.leader_id} at "
-                                       f"{address[0]}:{address[1]}: {exc}",
+            # names the leader, the address it advertises and who said so: a cluster DNS
+            # name is reachable from inside the cluster only (`connect_problem` says so)
+            told = ", ".join(f"{h}:{p}" for h, p in self.bootstrap)
+            raise AdminConnectionError(f"{what} to the leader, controller {info.leader_id} "
+                                       f"at {address[0]}:{address[1]} (the address it "
+                                       f"advertises, from DescribeCluster of {told}): {exc}",
                                        timed_out=exc.timed_out,
                                        addresses=(f"{address[0]}:{address[1]}",)) from None
         return info, conn, resp

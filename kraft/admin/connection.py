@@ -52,15 +52,6 @@ def connect_problem(host: str, port: int, exc: BaseException) -> str:
     return f"connect to {host}:{port} failed: {reason}"
 
 
-def split_address(text: str) -> tuple[str, int]:
-    """Parse HOST:PORT (or [IPv6]:PORT); raises ValueError naming the text."""
-    text = text.strip()
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"address {text!r} is not HOST:PORT")
-    return host.strip("[]"), int(port)
-
-
 class AdminConnection:
     """A connection to one controller listener (open with `connect`)."""
 

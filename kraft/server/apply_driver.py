@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from kraft.config.node import NodeConfig
 from kraft.protocol.errors import ErrorCode, ProtocolError
 from kraft.raft import effects as fx
 from kraft.raft import events as ev
@@ -37,10 +38,9 @@ from kraft.raft.core import RaftCore
 from kraft.raft.records import voters_from_record, voters_record
 from kraft.records.control import VotersRecord
 from kraft.records.snapshot_format import iter_snapshot_batches
-from kraft.server.admin import OutcomeUnknownError
-from kraft.server.config import NodeConfig
 from kraft.server.event_queue import EventQueue
 from kraft.server.flusher import LogService
+from kraft.server.kv_api import OutcomeUnknownError
 from kraft.server.node_metrics import NodeMetrics
 from kraft.server.writes import WriteBook
 from kraft.statemachine.base import CommittedBatch, StateMachine, chunk_values

@@ -30,8 +30,8 @@ import logging
 import struct
 from typing import Protocol, cast
 
-from kraft.server.admin import NotLeaderError, OutcomeUnknownError
 from kraft.server.connection_limits import ConnectionGuard, ListenerGuard, Tracked
+from kraft.server.kv_api import NotLeaderError, OutcomeUnknownError
 from kraft.server.writes import Completion
 from kraft.statemachine.kv import (
     FORMAT_VERSION,
@@ -48,7 +48,8 @@ log = logging.getLogger("kraft.server.client_protocol")
 
 
 class ClientHost(Protocol):
-    """What the binary client protocol uses of the node: its writes, reads and stale reads."""
+    """What the binary client protocol uses of the KV front end (`kraft.server.kv_front`
+    `KvFront`): its writes, reads and stale reads."""
 
     def submit_many(self, writes: list[tuple[bytes, Completion]]) -> None:
         """Start replicating each value; its completion gets the result once applied (raises
@@ -59,6 +60,11 @@ class ClientHost(Protocol):
 
     def kv_get_stale(self, key: str) -> bytes | None:
         """`key` as this node's state machine has it now."""
+
+
+class ClientNode(Protocol):
+    """What the binary client protocol uses of the node itself: the follower lane's catch-up
+    before a local read, and the count of refused requests."""
 
     def lane_catch_up(self) -> asyncio.Future[None] | None:
         """A future done once the follower lane's progress is applied, None when none waits."""
@@ -130,9 +136,11 @@ class _WriteReply:
 class ClientProtocol(asyncio.Protocol):
     """One client connection (see the module docstring)."""
 
-    def __init__(self, node: ClientHost, connections: set[ClientProtocol] | None = None,
+    def __init__(self, kv: ClientHost, node: ClientNode,
+                 connections: set[ClientProtocol] | None = None,
                  dirty: list[ClientProtocol] | None = None,
                  guard: ListenerGuard | None = None) -> None:
+        self.kv = kv
         self.node = node
         self._guard = guard or ConnectionGuard().listener("client")
         self._max_frame = min(MAX_FRAME, self._guard.max_frame_bytes)
@@ -293,7 +301,7 @@ class ClientProtocol(asyncio.Protocol):
         if not writes:
             return
         try:
-            self.node.submit_many(writes)
+            self.kv.submit_many(writes)
         except NotLeaderError as exc:
             for _, reply in writes:
                 reply.set_exception(exc)
@@ -379,10 +387,10 @@ class ClientProtocol(asyncio.Protocol):
 
     def _handle(self, request_id: int, op: int, key: bytes) -> None:
         """A read or an unknown op (`_parse` takes the writes)."""
-        node = self.node
+        kv, node = self.kv, self.node
         try:
             if op == OP_GET:
-                fut = asyncio.ensure_future(node.kv_get(key.decode()))
+                fut = asyncio.ensure_future(kv.kv_get(key.decode()))
                 fut.add_done_callback(lambda f: self._done_get(request_id, f))
                 return
             if op == OP_GET_STALE:
@@ -397,7 +405,7 @@ class ClientProtocol(asyncio.Protocol):
             self._reply(self._error_frame(request_id, exc))
 
     def _stale(self, request_id: int, key: bytes) -> None:
-        got = self.node.kv_get_stale(key.decode())
+        got = self.kv.kv_get_stale(key.decode())
         self._reply(encode_response(request_id, OK if got is not None else NOT_FOUND,
                                     payload=got or b""))
 
@@ -446,8 +454,9 @@ class ClientProtocol(asyncio.Protocol):
 class ClientServer:
     """The listener of the binary client protocol."""
 
-    def __init__(self, node: ClientHost, host: str, port: int,
+    def __init__(self, kv: ClientHost, node: ClientNode, host: str, port: int,
                  guard: ListenerGuard | None = None) -> None:
+        self.kv = kv
         self.node = node
         self.host = host
         self.port = port
@@ -472,7 +481,8 @@ class ClientServer:
         """Start listening."""
         loop = asyncio.get_running_loop()
         def protocol() -> ClientProtocol:
-            return ClientProtocol(self.node, self._connections, self._dirty, self._guard)
+            return ClientProtocol(self.kv, self.node, self._connections, self._dirty,
+                                  self._guard)
 
         self._server = await loop.create_server(protocol, self.host, self.port, reuse_address=True)
         log.info("event=client_listener_started host=%s port=%d", self.host, self.port)

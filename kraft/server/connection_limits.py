@@ -71,7 +71,7 @@ class ConnectionLimits:
 
     @classmethod
     def from_config(cls, cfg: Any) -> ConnectionLimits:
-        """The limits a node's configuration (`kraft.server.config.NodeConfig`) sets."""
+        """The limits a node's configuration (`kraft.config.node.NodeConfig`) sets."""
         return cls(
             max_frame_bytes=cfg.socket_request_max_bytes,
             max_connections=cfg.max_connections,

@@ -29,10 +29,10 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
+from kraft.config.node import NodeConfig
 from kraft.raft import effects as fx
 from kraft.records.batch import build_batch
 from kraft.records.control import build_control_batch
-from kraft.server.config import NodeConfig
 from kraft.server.event_queue import EventQueue
 from kraft.server.node_metrics import NodeMetrics
 from kraft.server.writes import WriteBook

@@ -53,7 +53,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from kraft.protocol.errors import ErrorCode
-from kraft.server.admin import (
+from kraft.server.frames import FrameConnection
+from kraft.server.kv_api import (
     ForwardRefusedError,
     KvAnswer,
     KvCall,
@@ -62,7 +63,6 @@ from kraft.server.admin import (
     OutcomeUnknownError,
     WriteRefusedError,
 )
-from kraft.server.frames import FrameConnection
 from kraft.statemachine.kv import call_refusal
 
 log = logging.getLogger("kraft.server.forward")

@@ -30,23 +30,15 @@ from itertools import accumulate, repeat
 from operator import itemgetter
 from typing import Any, Protocol
 
+from kraft.config.node import NodeConfig
 from kraft.protocol.errors import ErrorCode
 from kraft.raft import effects as fx
 from kraft.raft import events as ev
 from kraft.raft import messages as m
 from kraft.raft.core import RaftCore
 from kraft.raft.state import FollowerState, Role
-from kraft.server.admin import (
-    KvAnswer,
-    KvCall,
-    KvOp,
-    NotLeaderError,
-    OutcomeUnknownError,
-    WriteRefusedError,
-)
 from kraft.server.apply_driver import ApplyDriver
 from kraft.server.client_protocol import ClientServer
-from kraft.server.config import NodeConfig
 from kraft.server.connection_limits import ConnectionGuard
 from kraft.server.event_queue import EventQueue
 from kraft.server.forward import (
@@ -57,6 +49,14 @@ from kraft.server.forward import (
     encode_answer,
 )
 from kraft.server.frames import BadRequest, DeferredReply, PeerInfo
+from kraft.server.kv_api import (
+    KvAnswer,
+    KvCall,
+    KvOp,
+    NotLeaderError,
+    OutcomeUnknownError,
+    WriteRefusedError,
+)
 from kraft.server.node_metrics import NodeMetrics
 from kraft.server.transport import unsupported_version_frame
 from kraft.server.writes import Completion, WriteBook

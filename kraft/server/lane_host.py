@@ -15,12 +15,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
+from kraft.config.node import NodeConfig
 from kraft.lane import ClientConnection, FetchConnection, VoterConnection
 from kraft.protocol.api import ApiKey
 from kraft.raft import messages as m
 from kraft.raft.core import RaftCore
 from kraft.server.client_protocol import ClientServer
-from kraft.server.config import NodeConfig
 from kraft.server.event_queue import EventQueue
 from kraft.server.fetch_fast import decode_fetch_request, encode_fetch_request
 from kraft.server.flusher import LogService

@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kraft.config.node import NodeConfig
 from kraft.lane import FollowerLaneRunner, LeaderLaneRunner, append_scan, native
 from kraft.protocol.api import ApiKey
 from kraft.protocol.errors import ErrorCode
@@ -57,15 +58,8 @@ from kraft.raft.records import voters_from_record
 from kraft.raft.state import FollowerState, Role
 from kraft.raft.voters import VoterSet, static_voter_set
 from kraft.records.control import KRaftVersionRecord, VotersRecord
-from kraft.server.admin import (
-    AdminServer,
-    KvAnswer,
-    KvCall,
-    NotLeaderError,
-)
 from kraft.server.apply_driver import ApplyDriver, now_ms
 from kraft.server.client_protocol import ClientServer
-from kraft.server.config import NodeConfig
 from kraft.server.connection_limits import ConnectionGuard, ConnectionLimits
 from kraft.server.event_queue import EventQueue
 from kraft.server.executor import EffectExecutor
@@ -73,7 +67,9 @@ from kraft.server.flusher import LogService
 from kraft.server.frames import (
     FrameListener,
 )
-from kraft.server.kv_front import CLIENT_TIMEOUT_S, KvFront
+from kraft.server.http_api import HttpApiServer
+from kraft.server.kv_api import NotLeaderError
+from kraft.server.kv_front import KvFront
 from kraft.server.lane_host import NodeLaneHost
 from kraft.server.metrics import Registry
 from kraft.server.node_metrics import NodeMetrics
@@ -82,7 +78,7 @@ from kraft.server.translate import (
     request_to_wire,
     response_to_core,
 )
-from kraft.server.writes import Completion, WriteBook
+from kraft.server.writes import WriteBook
 from kraft.statemachine.base import StateMachine
 from kraft.statemachine.kv import (
     KVStore,
@@ -141,7 +137,7 @@ class KraftNode:
         """The metadata.version level of bootstrap.checkpoint (None: the file has none)."""
         self.cluster_id = ""
         self.listener: FrameListener | None = None
-        self.admin: AdminServer | None = None
+        self.http_api: HttpApiServer | None = None
         self.client_server: ClientServer | None = None
         self.peers = Peers(self)
         """The routes to the peers and the Kafka requests in and out (`kraft.server.peers`)."""
@@ -245,13 +241,14 @@ class KraftNode:
                                       guard=guard.listener(bound.name))
         await self.listener.start()
         if cfg.http_listener is not None:
-            self.admin = AdminServer(self, cfg.http_listener.host, cfg.http_listener.port,
-                                     metadata_dir=Path(cfg.metadata_dir),
-                                     guard=guard.listener("http", min(
-                                         cfg.max_connections, cfg.http_max_connections)))
-            await self.admin.start()
+            self.http_api = HttpApiServer(self.kv, self, cfg.http_listener.host,
+                                          cfg.http_listener.port,
+                                          metadata_dir=Path(cfg.metadata_dir),
+                                          guard=guard.listener("http", min(
+                                              cfg.max_connections, cfg.http_max_connections)))
+            await self.http_api.start()
         if cfg.client_listener is not None:
-            self.client_server = ClientServer(self, cfg.client_listener.host,
+            self.client_server = ClientServer(self.kv, self, cfg.client_listener.host,
                                               cfg.client_listener.port,
                                               guard=guard.listener("client"))
             await self.client_server.start()
@@ -329,8 +326,8 @@ class KraftNode:
         self.connection_guard.stop()
         if self.listener is not None:
             await self.listener.stop()
-        if self.admin is not None:
-            await self.admin.stop()
+        if self.http_api is not None:
+            await self.http_api.stop()
         if self.client_server is not None:
             await self.client_server.stop()
         if self._lane is not None:
@@ -554,48 +551,12 @@ class KraftNode:
         if self.client_server is not None:
             self.client_server.flush()
 
-    # ================================================================== client API (KV)
-
-    def submit(self, value: bytes) -> asyncio.Future[object]:
-        """`KvFront.submit`: start replicating one record value."""
-        return self.kv.submit(value)
-
-    def submit_many(self, writes: list[tuple[bytes, Completion]]) -> None:
-        """`KvFront.submit_many`: several values at once, each with its own completion."""
-        self.kv.submit_many(writes)
+    # ================================================================== the listeners' reads
+    # (the listeners call the KV front end, `self.kv`, for the KV API itself)
 
     def request_refused(self) -> None:
         """A client write was refused before it was proposed (a limit): counted."""
         self.metrics.requests_refused.inc()
-
-    async def propose(self, value: bytes, timeout_s: float = CLIENT_TIMEOUT_S) -> tuple[int, object]:
-        """`KvFront.propose`: replicate one record value; (offset, result) once applied."""
-        return await self.kv.propose(value, timeout_s)
-
-    async def kv_put(self, key: str, value: bytes) -> int:
-        """Replicate PUT key=value."""
-        return await self.kv.kv_put(key, value)
-
-    async def kv_delete(self, key: str) -> bool:
-        """Replicate DELETE key; returns whether it existed."""
-        return await self.kv.kv_delete(key)
-
-    async def kv_cas(self, key: str, expected: bytes | None, new: bytes | None) -> tuple[bool, bytes | None]:
-        """Replicate CAS; returns (swapped, previous value)."""
-        return await self.kv.kv_cas(key, expected, new)
-
-    async def read_barrier(self) -> None:
-        """Wait until a no-op record appended after this call is committed and applied."""
-        await self.kv.read_barrier()
-
-    async def kv_get(self, key: str) -> bytes | None:
-        """Linearizable read (read barrier, then the local state)."""
-        return await self.kv.kv_get(key)
-
-    def kv_get_stale(self, key: str) -> bytes | None:
-        """Local read with no leadership check (NOT linearizable). On a follower whose lane
-        runs, await `lane_catch_up()` first."""
-        return self.kv.kv_get_stale(key)
 
     def lane_catch_up(self) -> asyncio.Future[None] | None:
         """What a local read waits for first on a follower whose native lane runs and has
@@ -632,12 +593,6 @@ class KraftNode:
             elif not fut.done():
                 fut.set_result(None)
         self._lane_readers = waiting
-
-    # ------------------------------------------------------------------ any node takes KV calls
-
-    async def kv_call(self, call: KvCall) -> KvAnswer:
-        """`KvFront.kv_call`: run a KV call at the leader (here, or forwarded to it)."""
-        return await self.kv.kv_call(call)
 
     # ================================================================== status / metrics
 

@@ -24,6 +24,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from kraft.config.node import NodeConfig
 from kraft.protocol import messages as w
 from kraft.protocol.api import SUPPORTED_FEATURES, ApiKey, api_spec, api_versions_response
 from kraft.protocol.errors import ErrorCode, ProtocolError, UnsupportedVersionError
@@ -35,7 +36,6 @@ from kraft.raft.core import RaftCore
 from kraft.raft.state import Role
 from kraft.server import frame_answer
 from kraft.server.apply_driver import ApplyDriver
-from kraft.server.config import NodeConfig
 from kraft.server.event_queue import EventQueue
 from kraft.server.features import (
     FAILED_PREFIX,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from kraft.server.admin import OutcomeUnknownError
+from kraft.server.kv_api import OutcomeUnknownError
 
 
 class Completion(Protocol):

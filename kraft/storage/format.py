@@ -135,7 +135,7 @@ class ServerConfig:
 def server_config(props: dict[str, str], source: str = "config") -> ServerConfig:
     """Validate the properties (every known key, with `ServerProperties`; unknown keys are
     tolerated, as Kafka does) and take the keys format needs; errors name the key and value."""
-    from kraft.admin.server_properties import ServerProperties, ServerPropertiesError
+    from kraft.config.server_properties import ServerProperties, ServerPropertiesError
 
     try:
         sp = ServerProperties.from_mapping(props, source)

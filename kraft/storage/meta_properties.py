@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from kraft.config.properties import PropertiesSyntaxError, read_properties
 from kraft.protocol.uuid import Uuid
-from kraft.storage.errors import NotFormattedError, StorageConfigError
+from kraft.storage.errors import NotFormattedError
 from kraft.storage.layout import META_PROPERTIES
-from kraft.storage.properties import read_properties, write_properties
+from kraft.storage.properties import write_properties
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +73,7 @@ def read_meta_properties(log_dir: Path | str) -> MetaProperties | None:
         return None
     try:
         props = read_properties(path)
-    except StorageConfigError as exc:
+    except PropertiesSyntaxError as exc:
         raise NotFormattedError(str(exc)) from None
     return MetaProperties.from_properties(props, str(path))
 

@@ -19,7 +19,7 @@ from kraft_operator.actions.base import Env, Outcome
 from kraft_operator.kube import Conflict, NotFound
 from kraft_operator.planner import ForceSingleVoter
 
-# `kraft recover force-single-voter`'s exit codes (kraft/recover_cli.py)
+# `kraft recover force-single-voter`'s exit codes (kraft/cli/recover.py)
 EXIT_MEANINGS = {
     1: "failure (not formatted, corruption or I/O)",
     2: "usage or configuration error",

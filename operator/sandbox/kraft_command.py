@@ -1,6 +1,6 @@
 """`kraft sandbox ...`: the sandbox's command as a subcommand of `kraft`.
 
-`kraft.cli` imports the modules named in its `PLUGIN_MODULES` when it builds its parser;
+`kraft.cli.main` imports the modules named in its `PLUGIN_MODULES` when it builds its parser;
 with this module among them, `kraft sandbox up` is `kraft-sandbox up`.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from kraft.cli import Command, register
+from kraft.cli.table import Command, register
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:

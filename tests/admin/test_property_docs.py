@@ -1,5 +1,5 @@
 """The property docs say the defaults the model has: wherever a property's docstring in
-`kraft.admin.server_properties` calls a value "the default", that value is its default."""
+`kraft.config.server_properties` calls a value "the default", that value is its default."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import inspect
 import itertools
 import re
 
-from kraft.admin import server_properties
-from kraft.admin.server_properties import ServerProperties
+from kraft.config import server_properties
+from kraft.config.server_properties import ServerProperties
 
 _CALLED_DEFAULT = re.compile(r"(?:^|[\s`(])`?([\w.+-]+)`?:? \(the default\)")
 

@@ -10,15 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kraft.admin.server_properties import (
+from kraft.config.node import ConfigError, NodeConfig, build_config
+from kraft.config.properties import parse_properties
+from kraft.config.server_properties import (
     PropertyProblem,
     ServerProperties,
     ServerPropertiesError,
 )
-from kraft.server.config import ConfigError, NodeConfig, build_config
 from kraft.storage.errors import StorageConfigError
 from kraft.storage.format import format_storage
-from kraft.storage.properties import parse_properties
+from kraft.storage.properties import write_server_properties
 
 CLUSTER = "QF8mVzcRaw30atEJTDbDUQ"
 
@@ -71,7 +72,7 @@ def test_write_then_read_gives_the_same_properties(tmp_path: Path) -> None:
     assert again == sp
     assert again.to_properties() == sp.to_properties()
     path = tmp_path / "server.properties"
-    sp.write(path, comment="x")
+    write_server_properties(path, sp, comment="x")
     assert ServerProperties.read(path) == sp
     # every known key, defaults included, reads back to the same values
     full = sp.to_properties(include_defaults=True)

@@ -21,7 +21,7 @@ from bench.systems.peers import (
     summarize_ns,
     summarize_s,
 )
-from kraft.server.local import PortLocks
+from kraft.cli.local import PortLocks
 
 
 def test_peer_ports_are_outside_the_ephemeral_range_never_handed_out_twice_and_held() -> None:

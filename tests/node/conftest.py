@@ -17,7 +17,7 @@ from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
 
-from kraft.server.local import LocalCluster  # noqa: E402
+from kraft.cli.local import LocalCluster  # noqa: E402
 from tests.support.lane_mode import lane_off, skip_reason, switch_lanes_off  # noqa: E402
 
 if lane_off():  # TEST_LANE=off: every node the tests start runs the pure-Python path

@@ -13,8 +13,8 @@ from typing import TypeVar
 import pytest
 
 from kraft.admin import AdminConnectionError, AdminError, Endpoint, QuorumClient, QuorumInfo
+from kraft.cli.local import LocalCluster
 from kraft.protocol.uuid import Uuid
-from kraft.server.local import LocalCluster
 
 T = TypeVar("T")
 

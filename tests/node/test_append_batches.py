@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 
 import kraft.server.kv_front as kv_module
+from kraft.cli.local import free_port
+from kraft.config.node import build_config
 from kraft.protocol.uuid import Uuid
 from kraft.raft import events as ev
 from kraft.raft import messages as m
 from kraft.raft.state import Role
 from kraft.records.batch import iter_batches
-from kraft.server.admin import KvCall, KvOp, WriteRefusedError
-from kraft.server.config import build_config
-from kraft.server.local import free_port
+from kraft.server.kv_api import KvCall, KvOp, WriteRefusedError
 from kraft.server.node import KraftNode
 from kraft.statemachine.kv import (
     MAX_KEY_BYTES,
@@ -59,7 +59,7 @@ async def _leader(tmp_path: Path, **extra: str) -> KraftNode:
 async def _batches_of(node: KraftNode, values: list[bytes]) -> list[list[bytes]]:
     """Propose `values` in one loop turn (so they are pending together); the values of each
     data batch they landed in, after checking every one landed once, in order."""
-    results = await asyncio.gather(*(node.propose(v) for v in values))
+    results = await asyncio.gather(*(node.kv.propose(v) for v in values))
     offsets = [offset for offset, _ in results]
     assert offsets == sorted(offsets) and len(set(offsets)) == len(values)
     assert node.md is not None
@@ -135,7 +135,7 @@ async def test_a_lone_write_is_handled_before_the_fetches_queued_with_it(tmp_pat
         handled = _spy_on_core(node)
         fetch = asyncio.ensure_future(node.core_request(7, _observer_fetch(node)))
         await asyncio.sleep(0)  # the fetch is queued, and the core loop is due to run
-        write = node.submit(encode_put("k", b"v"))  # before it does
+        write = node.kv.submit(encode_put("k", b"v"))  # before it does
         response, records = await asyncio.wait_for(fetch, 10)
         offset, _ = await asyncio.wait_for(write, 10)
         assert [h for h in handled if h in ("Append", "FetchRequest")][:2] == \
@@ -180,7 +180,7 @@ async def test_a_write_above_a_limit_is_refused_before_anything_is_proposed(
                    b"\x07" * (kv_module.MAX_RECORD_BYTES + 1)]
         for value in refused:
             with pytest.raises(WriteRefusedError, match="limit"):
-                await node.propose(value)
+                await node.kv.propose(value)
         with pytest.raises(WriteRefusedError, match="4096-byte limit"):
             await node.kv.kv_call(KvCall(KvOp.GET, "k" * (MAX_KEY_BYTES + 1)))
         assert node.md.log.log_end_offset == end  # nothing proposed

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 import kraft.server.apply_driver as apply_module
+from kraft.cli.local import free_port
+from kraft.config.node import build_config
 from kraft.protocol.uuid import Uuid
 from kraft.raft.state import Role
 from kraft.server.apply_driver import ApplyDriver
-from kraft.server.config import build_config
-from kraft.server.local import free_port
 from kraft.server.node import KraftNode
 from kraft.statemachine.base import CommittedBatch
 from kraft.storage.format import format_storage
@@ -144,7 +144,7 @@ async def test_committed_batches_are_applied_in_steps_each_record_once(
         for r in range(3):
             # 200 writes proposed together: batches of many more records than a step
             rounds.append(await asyncio.gather(
-                *(leader.propose(struct.pack(">q", r * 1000 + i)) for i in range(1, 201))))
+                *(leader.kv.propose(struct.pack(">q", r * 1000 + i)) for i in range(1, 201))))
         increments = dict(_increments(rounds))
         # every writer got the running total just after its own record
         for offset, result in (pair for rnd in rounds for pair in rnd):
@@ -181,7 +181,7 @@ async def test_committed_batches_are_applied_in_steps_each_record_once(
     nodes = await _started(configs, again)
     try:
         leader = await _leader(nodes)
-        offset, total = await leader.propose(struct.pack(">q", 0))
+        offset, total = await leader.kv.propose(struct.pack(">q", 0))
         await _applied_everywhere(nodes, again, offset + 1)
         assert total == expected
         assert [sm.total for sm in again] == [expected] * 3

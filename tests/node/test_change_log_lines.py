@@ -15,7 +15,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from kraft.server.local import LocalCluster
+from kraft.cli.local import LocalCluster
 from tests.node.conftest import FAST_TIMEOUTS, address_prefix
 
 # A client of its own: raw Kafka frames (request header v2, flexible bodies), written by hand.

@@ -1,5 +1,5 @@
 """The binary pipelined KV client protocol (`kraft.server.client_protocol`) and its asyncio
-client (`kraft.server.kv_client`) against real `kraft run` processes."""
+client (`kraft.admin.kv_client`) against real `kraft run` processes."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 import pytest
 
+from kraft.admin.kv_client import KvClient, KvClusterClient, NotLeader, OutcomeUnknown
+from kraft.cli.local import LocalCluster
 from kraft.server.client_protocol import (
     ERROR,
     MAX_FRAME,
@@ -25,8 +27,6 @@ from kraft.server.client_protocol import (
     encode_request,
     encode_response,
 )
-from kraft.server.kv_client import KraftClient, NotLeader, OutcomeUnknown, QuorumClient
-from kraft.server.local import LocalCluster
 
 
 def test_frames_have_the_documented_layout() -> None:
@@ -38,7 +38,7 @@ def test_frames_have_the_documented_layout() -> None:
 
 
 def test_the_client_writes_exactly_the_documented_frames() -> None:
-    """`KraftClient.send` packs its frames inline (per write, no call to `encode_request`):
+    """`KvClient.send` packs its frames inline (per write, no call to `encode_request`):
     the bytes it writes are `encode_request`'s, ids counting from 1."""
 
     class Transport:
@@ -49,7 +49,7 @@ def test_the_client_writes_exactly_the_documented_frames() -> None:
             self.written.append(data)
 
     async def scenario() -> None:
-        client = KraftClient("127.0.0.1", 1)
+        client = KvClient("127.0.0.1", 1)
         transport = Transport()
         client._loop = asyncio.get_running_loop()
         client._transport = transport  # type: ignore[assignment]
@@ -85,11 +85,11 @@ def test_sequential_writes_reach_every_follower_with_the_high_watermark_held(
     followers = [n for n in cluster.nodes if n != leader]
 
     async def scenario() -> None:
-        async with KraftClient(*cluster.nodes[leader].client) as c:
+        async with KvClient(*cluster.nodes[leader].client) as c:
             for i in range(300):
                 await c.put(f"s{i}", b"%d" % i)
         for nid in followers:
-            async with KraftClient(*cluster.nodes[nid].client) as f:
+            async with KvClient(*cluster.nodes[nid].client) as f:
                 deadline = time.monotonic() + 30
                 while await f.get("s299", stale=True) is None and time.monotonic() < deadline:
                     await asyncio.sleep(0.01)
@@ -103,7 +103,7 @@ def test_pipelined_writes_reads_and_redirects(clusters: Callable[..., LocalClust
     cluster, leader, follower = _ready_quorum(clusters)
 
     async def scenario() -> None:
-        async with KraftClient(*cluster.nodes[leader].client) as c:
+        async with KvClient(*cluster.nodes[leader].client) as c:
             first = await c.put("a", b"1")
             offsets = await c.put_many([(f"k{i}", str(i).encode()) for i in range(500)])
             assert offsets == sorted(offsets) and len(set(offsets)) == 500
@@ -115,7 +115,7 @@ def test_pipelined_writes_reads_and_redirects(clusters: Callable[..., LocalClust
             assert await c.delete("a") is True
             assert await c.delete("a") is False
             assert await c.get("a") is None
-        async with KraftClient(*cluster.nodes[follower].client) as f:
+        async with KvClient(*cluster.nodes[follower].client) as f:
             with pytest.raises(NotLeader) as info:
                 await f.put("x", b"y")
             assert info.value.leader_id == leader
@@ -123,14 +123,14 @@ def test_pipelined_writes_reads_and_redirects(clusters: Callable[..., LocalClust
             while await f.get("k499", stale=True) != b"499" and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             assert await f.get("k499", stale=True) == b"499"
-        q = QuorumClient({n: cluster.nodes[n].client for n in sorted(cluster.nodes)})
+        q = KvClusterClient({n: cluster.nodes[n].client for n in sorted(cluster.nodes)})
         q.leader_id = follower
         try:
             await q.put("via-redirect", b"ok")
             assert q.leader_id == leader
         finally:
             await q.close()
-        async with KraftClient(*cluster.nodes[leader].client) as c:
+        async with KvClient(*cluster.nodes[leader].client) as c:
             assert await c.get("via-redirect") == b"ok"
 
     asyncio.run(scenario())
@@ -198,7 +198,7 @@ def test_callback_api_answers_every_write_and_names_the_leader(
             if len(answers) == 300 and not done.done():
                 done.set_result(None)
 
-        async with KraftClient(*cluster.nodes[leader].client) as c:
+        async with KvClient(*cluster.nodes[leader].client) as c:
             for i in range(300):
                 c.send(OP_PUT, f"cb{i}", str(i).encode(), on_answer)
             await asyncio.wait_for(done, 30)
@@ -206,7 +206,7 @@ def test_callback_api_answers_every_write_and_names_the_leader(
             assert len({offset for _, offset, _ in answers}) == 300
             assert await c.get("cb299") == b"299"
         got: asyncio.Future[tuple[int, int, bytes]] = asyncio.get_running_loop().create_future()
-        async with KraftClient(*cluster.nodes[follower].client) as f:
+        async with KvClient(*cluster.nodes[follower].client) as f:
             f.send(OP_PUT, "x", b"y", lambda *a: got.set_result(a))
             status, leader_id, _ = await asyncio.wait_for(got, 30)
             assert (status, leader_id) == (NOT_LEADER, leader)
@@ -228,7 +228,7 @@ def test_a_leader_cut_off_from_its_followers_does_not_send_clients_back_to_itsel
     pids = [cluster.nodes[n].process.pid for n in followers]  # type: ignore[union-attr]
 
     async def scenario() -> int:
-        async with KraftClient(*cluster.nodes[leader].client) as c:
+        async with KvClient(*cluster.nodes[leader].client) as c:
             await c.put("before", b"1")
             for pid in pids:
                 os.kill(pid, signal.SIGSTOP)
@@ -310,7 +310,7 @@ def test_the_writes_of_one_chunk_are_taken_together_in_order(
                 + struct.pack(">I", MAX_FRAME + 1) + b"\x00" * 16)
         assert await asyncio.wait_for(r.read(), 30) is not None  # the node closes it
         w.close()
-        async with KraftClient(host, port) as c:
+        async with KvClient(host, port) as c:
             deadline = time.monotonic() + 30
             while await c.get("b2") != b"k" and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)

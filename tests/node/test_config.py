@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kraft.server.config import ConfigError, build_config, known_keys, load_config
-from kraft.storage.properties import parse_properties
+from kraft.config.node import ConfigError, build_config, known_keys, load_config
+from kraft.config.properties import parse_properties
 
 BASE = {
     "node.id": "1",

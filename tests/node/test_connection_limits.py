@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from kraft.server.local import LocalCluster, LocalNode, http_call
+from kraft.cli.local import LocalCluster, LocalNode, http_call
 
 MiB = 1 << 20
 

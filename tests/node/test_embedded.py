@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from kraft.cli.local import free_port
+from kraft.config.node import build_config
 from kraft.protocol.uuid import Uuid
 from kraft.raft.state import Role
-from kraft.server.config import build_config
-from kraft.server.local import free_port
 from kraft.server.node import KraftNode
 from kraft.statemachine.base import CommittedBatch, StateMachine
 from kraft.storage import aio, uring
@@ -74,7 +74,7 @@ async def _total_after_restart(props: dict[str, str]) -> object:
     await node.start()
     try:
         await _leader(node)
-        _, total = await node.propose(struct.pack(">q", 0))
+        _, total = await node.kv.propose(struct.pack(">q", 0))
         return total
     finally:
         await node.stop()
@@ -97,7 +97,7 @@ async def test_custom_state_machine_commits_snapshots_and_recovers(tmp_path: Pat
     await node.start()
     try:
         await _leader(node)
-        results = await asyncio.gather(*(node.propose(struct.pack(">q", i)) for i in range(1, 101)))
+        results = await asyncio.gather(*(node.kv.propose(struct.pack(">q", i)) for i in range(1, 101)))
         assert sm.total == 5050
         assert max(r for _, r in results) == 5050  # type: ignore[type-var]
         await asyncio.sleep(0.3)  # let a snapshot land
@@ -112,7 +112,7 @@ async def test_custom_state_machine_commits_snapshots_and_recovers(tmp_path: Pat
     try:
         await _leader(node)
         assert again.loaded_from is not None and again.loaded_from > 0
-        _, total = await node.propose(struct.pack(">q", -50))
+        _, total = await node.kv.propose(struct.pack(">q", -50))
         assert total == 5000 and again.total == 5000
     finally:
         await node.stop()
@@ -143,11 +143,11 @@ async def test_every_flush_mode_commits_only_what_it_fsynced(tmp_path: Path, mod
         await _leader(node)
         assert node.md is not None and node.log_service is not None
         for i in range(1, 21):  # one at a time: batches of one record
-            offset, total = await node.propose(struct.pack(">q", i))
+            offset, total = await node.kv.propose(struct.pack(">q", i))
             assert total == i * (i + 1) // 2
             assert node.md.log.durable_end_offset > offset  # committed => fsynced
             assert node.metrics.log_end_offset.read() == node.md.log.log_end_offset  # the metric follows
-        await asyncio.gather(*(node.propose(struct.pack(">q", 1)) for _ in range(300)))
+        await asyncio.gather(*(node.kv.propose(struct.pack(">q", 1)) for _ in range(300)))
         assert sm.total == 210 + 300
         flushes, inline = node.log_service.flusher.flushes, node.log_service.flusher.inline
         by_kernel = node.log_service.flusher.kernel
@@ -183,11 +183,11 @@ async def test_fsync_off_still_commits(tmp_path: Path) -> None:
     await node.start()
     try:
         await _leader(node)
-        offset = await node.kv_put("k", b"v")
-        assert offset > 0 and await node.kv_get("k") == b"v"
-        assert await node.kv_cas("k", b"v", b"w") == (True, b"v")
-        assert await node.kv_delete("k") is True
-        assert await node.kv_get("k") is None
+        offset = await node.kv.kv_put("k", b"v")
+        assert offset > 0 and await node.kv.kv_get("k") == b"v"
+        assert await node.kv.kv_cas("k", b"v", b"w") == (True, b"v")
+        assert await node.kv.kv_delete("k") is True
+        assert await node.kv.kv_get("k") is None
     finally:
         await node.stop()
 
@@ -210,15 +210,15 @@ async def test_binary_client_that_does_not_read_stops_being_served(tmp_path: Pat
     try:
         await _leader(node)
         big = b"v" * 65536
-        await node.kv_put("big", big)
+        await node.kv.kv_put("big", big)
         served = [0]
-        plain = node.kv_get_stale
+        plain = node.kv.kv_get_stale
 
         def counting(key: str) -> bytes | None:
             served[0] += 1
             return plain(key)
 
-        node.kv_get_stale = counting  # type: ignore[method-assign]
+        node.kv.kv_get_stale = counting  # type: ignore[method-assign]
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.setblocking(False)
@@ -271,8 +271,8 @@ async def test_kernel_flushes_across_segment_rolls(tmp_path: Path, engine: str,
         await _leader(node)
         assert node.md is not None and node.log_service is not None and node.log_service.kernel is not None
         for round_ in range(40):
-            await asyncio.gather(*(node.propose(struct.pack(">q", 1)) for _ in range(10)))
-            _, total = await node.propose(struct.pack(">q", 1))
+            await asyncio.gather(*(node.kv.propose(struct.pack(">q", 1)) for _ in range(10)))
+            _, total = await node.kv.propose(struct.pack(">q", 1))
             assert total == 11 * (round_ + 1)
             assert node.md.log.durable_end_offset == node.md.log.log_end_offset
         rolls = sum("event=segment_rolled" in r.getMessage() for r in caplog.records)
@@ -301,7 +301,7 @@ async def test_a_kernel_completion_that_leaves_the_next_flush_to_the_loop_wakes_
     await node.start()
     try:
         await _leader(node)
-        await node.propose(struct.pack(">q", 1))
+        await node.kv.propose(struct.pack(">q", 1))
         assert node.md is not None and node.log_service is not None and node.log_service.kernel is not None
         for _ in range(500):  # until the core loop sleeps with nothing queued
             await asyncio.sleep(0.01)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from kraft.server.local import LocalCluster, http_call
+from kraft.cli.local import LocalCluster, http_call
 from tests.support.kvclient import KVWorkload, http_op, new_session
 from tests.support.linearizability import GET, Op, check_history, dump_history
 

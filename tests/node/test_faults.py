@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from kraft.server.local import LocalCluster, http_call
+from kraft.cli.local import LocalCluster, http_call
 from tests.node.test_failover import _final_reads
 from tests.support.kvclient import KVWorkload, http_op, new_session
 from tests.support.linearizability import GET, PUT, Op, check_history

@@ -13,12 +13,12 @@ from collections.abc import Callable
 
 import pytest
 
+from kraft.admin.kv_client import KvClient
+from kraft.cli.local import LocalCluster, http_call
 from kraft.lane import native
 from kraft.lane.follower import next_fetch
 from kraft.protocol.uuid import Uuid
 from kraft.raft import messages as m
-from kraft.server.kv_client import KraftClient
-from kraft.server.local import LocalCluster, http_call
 from kraft.storage.layout import partition_dir
 from tests.support.lanes import (
     applied_everywhere,
@@ -152,8 +152,8 @@ def test_a_local_read_on_a_follower_takes_the_lanes_progress_first(
 
     async def run() -> list[int]:
         polls = []
-        async with KraftClient(*c.nodes[leader].client) as lc, \
-                KraftClient(*c.nodes[follower].client) as fc:
+        async with KvClient(*c.nodes[leader].client) as lc, \
+                KvClient(*c.nodes[follower].client) as fc:
             for i in range(20):
                 value = b"r%d" % i
                 await lc.put("r", value)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from kraft.server.local import LocalCluster, LocalNode
+from kraft.cli.local import LocalCluster, LocalNode
 
 pytest.importorskip("kafka.protocol.consumer.fetch")
 

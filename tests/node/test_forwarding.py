@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import pytest
 
+from kraft.cli.local import LocalCluster, http_call
 from kraft.protocol.errors import ErrorCode
-from kraft.server.admin import KvAnswer, KvCall, KvOp
 from kraft.server.forward import (
     FORWARD_KV_API_KEY,
     BadForwardedCall,
@@ -26,7 +26,7 @@ from kraft.server.forward import (
     is_forward_frame,
 )
 from kraft.server.frames import FrameConnection
-from kraft.server.local import LocalCluster, http_call
+from kraft.server.kv_api import KvAnswer, KvCall, KvOp
 from kraft.server.transport import unsupported_version_frame
 from tests.support.kvclient import KVWorkload, http_op, new_session
 from tests.support.linearizability import GET, Op, check_history, dump_history

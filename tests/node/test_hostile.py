@@ -26,9 +26,9 @@ from collections.abc import Callable
 
 import pytest
 
+from kraft.cli.local import LocalCluster, http_call
 from kraft.protocol.framing import decode_request
 from kraft.server.forward import decode_call
-from kraft.server.local import LocalCluster, http_call
 from tests.node.test_failover import _final_reads
 from tests.node.test_nemesis import _converged
 from tests.support import hostile
@@ -276,7 +276,7 @@ def test_a_flood_of_bad_http_requests_writes_a_bounded_number_of_lines() -> None
     minute says how many were left out."""
     from aiohttp.http_exceptions import BadHttpMessage
 
-    from kraft.server.cli_commands import BadHttpRequestFilter
+    from kraft.cli.node import BadHttpRequestFilter
 
     f = BadHttpRequestFilter(burst=10, interval_s=60.0)
 

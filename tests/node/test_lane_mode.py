@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from kraft.server.config import build_config
-from kraft.server.local import LocalCluster
+from kraft.cli.local import LocalCluster
+from kraft.config.node import build_config
 from kraft.server.node import KraftNode
 from tests.support import lane_mode
 from tests.support.lane_mode import lane_off

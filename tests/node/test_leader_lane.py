@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 import pytest
 
+from kraft.admin.kv_client import KvClient, NotLeader, OutcomeUnknown
+from kraft.cli.local import LocalCluster
 from kraft.lane import native
-from kraft.server.kv_client import KraftClient, NotLeader, OutcomeUnknown
-from kraft.server.local import LocalCluster
 from tests.support.lanes import applied_everywhere, lane_stats, local_value, log_bytes
 
 pytestmark = pytest.mark.skipif(native() is None,
@@ -44,7 +44,7 @@ def test_the_leaders_lane_carries_the_writes_and_every_log_is_the_leaders(
     c, leader = _ready(clusters, **{"kraft.log.preallocate.bytes": str(preallocate)})
 
     async def writes() -> list[int]:
-        async with KraftClient(*c.nodes[leader].client) as client:
+        async with KvClient(*c.nodes[leader].client) as client:
             offsets = [await client.put(f"k{i}", b"v%d" % i) for i in range(200)]
             # pipelined: many PUTs in one loop turn, one batch, and more than one turn takes
             # (512) with nothing more to come until they are answered
@@ -78,7 +78,7 @@ def test_reads_and_other_writers_see_every_answered_write(
     c, leader = _ready(clusters)
 
     async def scenario() -> None:
-        async with KraftClient(*c.nodes[leader].client) as client:
+        async with KvClient(*c.nodes[leader].client) as client:
             for i in range(60):
                 await client.put(f"r{i}", b"x%d" % i)
                 if i % 3 == 0:  # a linearizable read: the lane hands over to the core
@@ -102,7 +102,7 @@ def test_every_write_the_lane_answered_survives_the_leaders_kill(
     answered: list[str] = []
 
     async def writes() -> None:
-        async with KraftClient(*c.nodes[leader].client) as client:
+        async with KvClient(*c.nodes[leader].client) as client:
             for i in range(100_000):
                 try:
                     await client.put(f"s{i}", b"z%d" % i)

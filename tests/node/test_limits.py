@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from kraft.cli.local import LocalCluster, http_call
 from kraft.records.batch import build_batch
-from kraft.server.local import LocalCluster, http_call
 from kraft.statemachine.kv import MAX_KEY_BYTES, MAX_VALUE_BYTES, encode_put
 from kraft.storage.layout import partition_dir
 from kraft.storage.log import MAX_BATCH_BYTES, SegmentedLog

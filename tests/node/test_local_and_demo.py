@@ -103,7 +103,7 @@ def test_kraft_local_shows_a_leader_and_stops_every_node_on_a_signal(
 def test_make_run_demo_finishes_and_keeps_every_acknowledged_key(tmp_path: Path) -> None:
     base = tmp_path / "demo"
     try:
-        out = subprocess.run([sys.executable, "-m", "kraft.demo", "--dir", str(base)],
+        out = subprocess.run([sys.executable, "-m", "kraft.cli.demo", "--dir", str(base)],
                              capture_output=True, text=True, timeout=240)
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
         assert "every acknowledged key readable: 40/40" in out.stdout

@@ -1,5 +1,5 @@
 """The ports a local quorum chooses are held against every other local quorum on the machine
-(`kraft.server.local.PortLocks`), from the choice until the quorum is closed."""
+(`kraft.cli.local.PortLocks`), from the choice until the quorum is closed."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kraft.server import local
-from kraft.server.local import LocalCluster, PortLocks, free_port
+from kraft.cli import local
+from kraft.cli.local import LocalCluster, PortLocks, free_port
 from tests.node.conftest import address_prefix
 
 PREFIX = address_prefix()
@@ -125,7 +125,7 @@ def test_a_killed_holder_leaves_no_lock_behind(private_lock_file: Path) -> None:
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys
             from pathlib import Path
-            from kraft.server.local import PortLocks
+            from kraft.cli.local import PortLocks
             locks = PortLocks(Path({str(private_lock_file)!r}))
             print(locks.take({port}), flush=True)
             sys.stdin.read()

@@ -12,8 +12,10 @@ from collections.abc import Callable
 
 import pytest
 
-from kraft.server.local import LocalCluster, http_call
-from kraft.server.quorum_admin import QuorumAdminError, add_voter, describe_quorum, remove_voter
+from kraft.admin.errors import AdminError
+from kraft.admin.models import ZERO_DIRECTORY_ID
+from kraft.cli.local import LocalCluster, http_call
+from kraft.cli.quorum import add_voter, describe_quorum, remove_voter
 from tests.node.test_failover import _final_reads
 from tests.support.kvclient import KVWorkload
 from tests.support.linearizability import check_history
@@ -35,7 +37,7 @@ async def _retry(what: str, fn: Callable[[], object], timeout: float = 60) -> No
         try:
             await fn()  # type: ignore[misc]
             return
-        except (QuorumAdminError, OSError, TimeoutError) as exc:
+        except (AdminError, OSError, TimeoutError) as exc:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{what} did not succeed: {exc}") from exc
             await asyncio.sleep(0.3)
@@ -60,14 +62,14 @@ async def _voters(cluster: LocalCluster, ids: list[int], timeout: float = 30) ->
     deadline = time.monotonic() + timeout
     while True:
         try:
-            _, resp = await describe_quorum(_bootstrap(cluster, ids))
+            resp = await describe_quorum(_bootstrap(cluster, ids))
             break
-        except QuorumAdminError:
+        except AdminError:
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.3)
-    return {r.replica_id: str(r.replica_directory_id) if r.replica_directory_id else None
-            for r in resp.current_voters}
+    return {r.replica_id: None if r.directory_id == ZERO_DIRECTORY_ID else r.directory_id
+            for r in resp.voters}
 
 
 @pytest.mark.slow
@@ -151,7 +153,7 @@ async def test_wiped_voter_rejoins_by_auto_join_and_its_stale_key_is_removed(
     while time.monotonic() < deadline:
         try:
             voters = await _voters(cluster, others)
-        except (QuorumAdminError, OSError, TimeoutError):
+        except (AdminError, OSError, TimeoutError):
             voters = {}
         if voters.get(victim) == new_dir:
             break

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kraft.server.local import LocalCluster
+from kraft.cli.local import LocalCluster
 from kraft.storage.meta_properties import read_meta_properties
 
 

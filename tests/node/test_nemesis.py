@@ -37,8 +37,10 @@ from pathlib import Path
 
 import pytest
 
-from kraft.server.local import LocalCluster, http_call
-from kraft.server.quorum_admin import QuorumAdminError, describe_quorum
+from kraft.admin.errors import AdminError
+from kraft.cli.local import LocalCluster, http_call
+from kraft.cli.quorum import describe_quorum
+from kraft.protocol.uuid import Uuid
 from tests.node.test_failover import _final_reads
 from tests.support.hostile import HostileClient, targets_of
 from tests.support.kvclient import KVWorkload
@@ -80,11 +82,11 @@ async def _voters_whole(cluster: LocalCluster, patience: float = 2.0) -> tuple[b
     deadline = time.monotonic() + patience
     while True:
         try:
-            _, resp = await describe_quorum(bootstrap, timeout_s=3.0)
-        except (QuorumAdminError, OSError, TimeoutError) as exc:
+            resp = await describe_quorum(bootstrap, timeout_s=3.0)
+        except (AdminError, OSError, TimeoutError) as exc:
             return False, f"describe-quorum failed: {exc}"
-        voters = {r.replica_id: r for r in resp.current_voters}
-        got = {nid: r.replica_directory_id for nid, r in voters.items()}
+        voters = {r.replica_id: r for r in resp.voters}
+        got = {nid: Uuid.parse(r.directory_id) for nid, r in voters.items()}
         if got != want:
             return False, f"voters {got} != nodes {want}"
         if target is None:

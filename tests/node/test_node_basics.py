@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from kraft.cli.local import LocalCluster, http_call
 from kraft.protocol import messages as w
 from kraft.protocol.api import ApiKey
 from kraft.protocol.errors import ErrorCode
 from kraft.protocol.framing import RequestHeader, decode_response, encode_request
-from kraft.server.local import LocalCluster, http_call
 from kraft.server.translate import METADATA_TOPIC
 from kraft.storage import open_metadata_dir
 from tests.support.bundles import extract

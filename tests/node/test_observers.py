@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from kraft.server.local import LocalCluster, http_call
+from kraft.cli.local import LocalCluster, http_call
 
 
 @pytest.mark.slow

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from kraft.cli.local import LocalCluster, http_call
 from kraft.protocol.errors import ProtocolError
 from kraft.records.batch import RecordBatch
-from kraft.server.local import LocalCluster, http_call
 from kraft.storage.layout import partition_dir
 from tests.support.direct_io import o_direct_supported
 

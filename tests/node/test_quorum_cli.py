@@ -8,27 +8,34 @@ from pathlib import Path
 
 import pytest
 
-from kraft.cli import EXIT_USAGE, main
-from kraft.protocol.errors import ErrorCode
-from kraft.protocol.uuid import Uuid
-from kraft.raft import messages as m
-from kraft.server.quorum_admin import QuorumAdminError, format_replication
+from kraft.admin.models import ZERO_DIRECTORY_ID, Endpoint, QuorumInfo, ReplicaInfo
+from kraft.cli.main import main
+from kraft.cli.quorum import QuorumOutputError, format_replication
+from kraft.cli.table import EXIT_USAGE
 from kraft.storage.format import format_storage
 from kraft.storage.meta_properties import read_meta_properties
 
-D1 = Uuid.parse("AAAAAAAAAAAAAAAAAAAAAQ")
-D2 = Uuid.parse("AAAAAAAAAAAAAAAAAAAAAg")
+D1 = "AAAAAAAAAAAAAAAAAAAAAQ"
+D2 = "AAAAAAAAAAAAAAAAAAAAAg"
 NOW = 1_700_000_010_000
 
 
-def _response() -> m.DescribeQuorumResponse:
-    return m.DescribeQuorumResponse(
-        ErrorCode.NONE, leader_id=2, leader_epoch=5, high_watermark=40,
-        current_voters=(m.ReplicaDescription(1, D1, 38, NOW - 70, NOW - 900),
-                        m.ReplicaDescription(2, D2, 41, NOW, NOW)),
-        observers=(m.ReplicaDescription(7, None, 45, -1, -1),),
-        nodes=((1, (m.Endpoint("CONTROLLER", "h1", 9093),)),
-               (2, (m.Endpoint("CONTROLLER", "h2", 9093),))),
+def _replica(replica_id: int, directory_id: str, leo: int, fetch: int | None,
+             caught_up: int | None, host: str | None = None) -> ReplicaInfo:
+    return ReplicaInfo(
+        replica_id=replica_id, directory_id=directory_id, log_end_offset=leo,
+        last_fetch_timestamp_ms=fetch, last_caught_up_timestamp_ms=caught_up,
+        endpoints=[Endpoint(listener="CONTROLLER", host=host, port=9093)] if host else [],
+        lag=0, caught_up=True)
+
+
+def _response(voters: list[ReplicaInfo] | None = None) -> QuorumInfo:
+    return QuorumInfo(
+        cluster_id="c", leader_id=2, leader_epoch=5, high_watermark=40, kraft_version=1,
+        voters=voters if voters is not None else [
+            _replica(1, D1, 38, NOW - 70, NOW - 900, "h1"),
+            _replica(2, D2, 41, NOW, NOW, "h2")],
+        observers=[_replica(7, ZERO_DIRECTORY_ID, 45, None, None)],
     )
 
 
@@ -54,9 +61,8 @@ def test_replication_human_readable_and_our_endpoints_column() -> None:
     with_eps = format_replication(_response(), now_ms=NOW, endpoints=True).splitlines()
     assert with_eps[0].split("\t")[7].strip() == "Endpoints"
     assert with_eps[1].split("\t")[7].strip() == "CONTROLLER://h2:9093"
-    future = m.DescribeQuorumResponse(
-        ErrorCode.NONE, 2, 5, 40, (m.ReplicaDescription(2, D2, 41, NOW + 5, NOW),))
-    with pytest.raises(QuorumAdminError, match="possible drift in system clock"):
+    future = _response([_replica(2, D2, 41, NOW + 5, NOW)])
+    with pytest.raises(QuorumOutputError, match="possible drift in system clock"):
         format_replication(future, human_readable=True, now_ms=NOW)
 
 
@@ -150,7 +156,7 @@ def test_an_advertised_name_that_does_not_resolve_is_named_with_where_it_came_fr
     """From outside a cluster, the leader's advertised cluster DNS name cannot be reached: the
     error names that host and port, that DescribeCluster of the bootstrap controller gave it,
     and where such a name resolves (it said only `[Errno -2] Name or service not known`)."""
-    from kraft.server.local import LocalCluster
+    from kraft.cli.local import LocalCluster
     from tests.node.conftest import FAST_TIMEOUTS, address_prefix
 
     cluster = LocalCluster(tmp_path, voters=1, properties=FAST_TIMEOUTS,

@@ -8,10 +8,10 @@ import io
 import json
 from pathlib import Path
 
+from kraft.cli.local import free_port
+from kraft.config.node import build_config
 from kraft.protocol.uuid import Uuid
 from kraft.raft.state import Role
-from kraft.server.config import build_config
-from kraft.server.local import free_port
 from kraft.server.node import KraftNode
 from kraft.storage.format import format_storage
 from tests.node.conftest import own_host

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kraft.server.local import LocalCluster, http_call
+from kraft.cli.local import LocalCluster, http_call
 
 
 def _probe(cluster: LocalCluster, node_id: int) -> tuple[int, int, dict[str, Any]]:

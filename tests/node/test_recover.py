@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from kraft.cli import main
-from kraft.server.local import LocalCluster, http_call
-from kraft.server.quorum_admin import QuorumAdminError, describe_quorum
+from kraft.admin.errors import AdminError
+from kraft.admin.models import ZERO_DIRECTORY_ID
+from kraft.cli.local import LocalCluster, http_call
+from kraft.cli.main import main
+from kraft.cli.quorum import describe_quorum
 from kraft.storage.format import format_storage
 from kraft.storage.properties import write_properties
 
@@ -49,12 +51,12 @@ def recover(*args: str) -> subprocess.CompletedProcess[str]:
 async def voters_of(cluster: LocalCluster, ids: list[int]) -> dict[int, str | None]:
     """The leader's voters set (id -> directory id); {} while no leader answers."""
     try:
-        _, resp = await describe_quorum([(cluster.nodes[i].host, cluster.nodes[i].port)
-                                         for i in ids])
-    except (QuorumAdminError, OSError, TimeoutError):
+        resp = await describe_quorum([(cluster.nodes[i].host, cluster.nodes[i].port)
+                                      for i in ids])
+    except (AdminError, OSError, TimeoutError):
         return {}
-    return {r.replica_id: str(r.replica_directory_id) if r.replica_directory_id else None
-            for r in resp.current_voters}
+    return {r.replica_id: None if r.directory_id == ZERO_DIRECTORY_ID else r.directory_id
+            for r in resp.voters}
 
 
 @pytest.mark.slow

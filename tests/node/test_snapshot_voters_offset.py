@@ -9,6 +9,8 @@ import asyncio
 import io
 from pathlib import Path
 
+from kraft.cli.local import free_port
+from kraft.config.node import build_config
 from kraft.raft.state import Role
 from kraft.records.control import (
     Endpoint,
@@ -20,8 +22,6 @@ from kraft.records.control import (
     decode_control_batch,
 )
 from kraft.records.snapshot_format import build_snapshot
-from kraft.server.config import build_config
-from kraft.server.local import free_port
 from kraft.server.node import KraftNode
 from kraft.storage.format import format_storage
 from kraft.storage.layout import SnapshotId

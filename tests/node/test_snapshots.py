@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from kraft.server.local import LocalCluster, http_call
+from kraft.cli.local import LocalCluster, http_call
 
 RETAIN_LITTLE = {
     # every retention check (each 100 ms) keeps only the latest snapshot, unless one is

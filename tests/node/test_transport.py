@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from kraft.cli.local import free_port
 from kraft.protocol import messages as w
 from kraft.protocol.api import ApiKey, api_versions_response
 from kraft.protocol.errors import UnsupportedVersionError
 from kraft.protocol.framing import decode_request, encode_response
 from kraft.server.frames import ConnectionClosedError, FrameListener, PeerClosedError, PeerInfo
-from kraft.server.local import free_port
 from kraft.server.translate import METADATA_TOPIC
 from kraft.server.transport import (
     KafkaConnection,

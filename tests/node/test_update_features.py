@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
+from kraft.cli.local import LocalCluster, LocalNode
 from kraft.protocol import messages as w
 from kraft.protocol.api import ApiKey
 from kraft.protocol.errors import ErrorCode
 from kraft.protocol.framing import RequestHeader, decode_response, encode_request
 from kraft.protocol.uuid import Uuid
-from kraft.server.local import LocalCluster, LocalNode
 
 kp = pytest.importorskip("kafka.protocol.admin.cluster")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

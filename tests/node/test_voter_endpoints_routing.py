@@ -10,12 +10,12 @@ import io
 from collections.abc import Callable
 from pathlib import Path
 
+from kraft.cli.local import free_port
+from kraft.config.node import build_config
 from kraft.protocol import messages as w
 from kraft.protocol.api import ApiKey
 from kraft.protocol.errors import ErrorCode
 from kraft.raft.state import Role
-from kraft.server.config import build_config
-from kraft.server.local import free_port
 from kraft.server.node import KraftNode
 from kraft.server.transport import one_shot
 from kraft.storage.format import format_storage

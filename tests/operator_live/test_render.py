@@ -8,7 +8,7 @@ import pytest
 from kraft_operator import models, render
 from kraft_operator.planner import CreatePod, FormatMode
 
-from kraft.admin import ServerProperties
+from kraft.config.server_properties import ServerProperties
 
 BODY = {
     "apiVersion": models.API_VERSION, "kind": models.KIND,

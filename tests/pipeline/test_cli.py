@@ -58,7 +58,7 @@ def test_command_table_needs_no_spark() -> None:
 
     code = (
         "import sys\n"
-        "from kraft.cli import build_parser\n"
+        "from kraft.cli.main import build_parser\n"
         "a = build_parser().parse_args(['audit', '-i', 'x', '-o', 'y', '--voters', '1,2'])\n"
         "assert a.voters == '1,2' and a.output == 'y'\n"
         "build_parser().parse_args(['export', '--dir', 'd', '--output', 'o'])\n"
@@ -87,7 +87,7 @@ def test_kraft_cli_runs_audit_and_export(tmp_path: Path, capsys: pytest.CaptureF
 
     from kraft_pipeline.synthetic import History, write_replica
 
-    from kraft.cli import main as kraft_main
+    from kraft.cli.main import main as kraft_main
 
     assert kraft_main(["audit", "--input", str(tmp_path / "nope"), "--output", "x"]) == 2
     assert "no such file or directory" in capsys.readouterr().err

@@ -182,7 +182,8 @@ def test_up_with_operator_serves_the_crd_and_runs_the_operator_pod(tmp_path: Pat
 
 def test_kraft_sandbox_is_a_subcommand_of_kraft() -> None:
     """`kraft sandbox ...` is `kraft-sandbox ...`: the plugin is in kraft's command table."""
-    from kraft.cli import COMMANDS, load_plugins
+    from kraft.cli.main import load_plugins
+    from kraft.cli.table import COMMANDS
 
     load_plugins()
     assert "sandbox" in COMMANDS

@@ -6,6 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from kraft.config.properties import (
+    PropertiesSyntaxError,
+    format_properties,
+    parse_properties,
+)
 from kraft.protocol.uuid import Uuid
 from kraft.storage.errors import NotFormattedError
 from kraft.storage.meta_properties import (
@@ -14,11 +19,6 @@ from kraft.storage.meta_properties import (
     write_meta_properties,
 )
 from kraft.storage.partition_metadata import read_partition_metadata, write_partition_metadata
-from kraft.storage.properties import (
-    PropertiesSyntaxError,
-    format_properties,
-    parse_properties,
-)
 
 
 def test_separators_comments_and_whitespace() -> None:

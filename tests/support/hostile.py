@@ -3,7 +3,7 @@ quorum with bad input, for the process tests and the node soak.
 
 It holds no credential and uses none of the node's code: Kafka frames are built here by hand
 or, for Fetch and ApiVersions, with kafka-python's codecs (an independent encoder); the binary KV client protocol (`kraft.server.client_protocol`) and HTTP
-(`kraft.server.admin`) are written as raw bytes. `HostileClient` (the test's side) starts
+(`kraft.server.http_api`) are written as raw bytes. `HostileClient` (the test's side) starts
 `python -m tests.support.hostile` with a JSON config, stops it, and reads back what it sent.
 
 The attacks, each a `kind` counted in the report (per port):

@@ -102,7 +102,7 @@ class KVWorkload:
         self.addresses = addresses
         self.binary = binary or {}
         """Node id -> the binary client protocol's address: one more client writes and reads
-        through it (`kraft.server.kv_client.KraftClient`), on one connection to the leader, as
+        through it (`kraft.admin.kv_client.KvClient`), on one connection to the leader, as
         a producer would (the leader's native lane serves such a connection)."""
         self.keys = [f"key{i}" for i in range(keys)]
         self.clients = clients
@@ -147,16 +147,16 @@ class KVWorkload:
     async def _binary_client(self, client: int) -> None:
         """PUTs and linearizable GETs over the binary protocol, one at a time, on one
         connection that follows the leader (NOT_LEADER names it)."""
-        from kraft.server.kv_client import ClientError, KraftClient, NotLeader
+        from kraft.admin.kv_client import ClientError, KvClient, NotLeader
 
         rng = random.Random(self.rng.random())
         ids = sorted(self.binary)
         target = rng.choice(ids)
-        conn: KraftClient | None = None
+        conn: KvClient | None = None
         while not self._stop.is_set():
             if conn is None or not conn.connected:
                 try:
-                    conn = await KraftClient(*self.binary[target]).connect(self.timeout)
+                    conn = await KvClient(*self.binary[target]).connect(self.timeout)
                 except (OSError, TimeoutError):
                     conn = None
                     target = ids[(ids.index(target) + 1) % len(ids)]

@@ -63,8 +63,8 @@ def skip_reason(module_name: str) -> str | None:
 def switch_lanes_off() -> None:
     """Make every node a test starts (in this process, through a LocalCluster of this process,
     or as a `kraft run` child inheriting the environment) run with both lanes off."""
-    from kraft.server.config import NodeConfig
-    from kraft.server.local import LocalCluster
+    from kraft.cli.local import LocalCluster
+    from kraft.config.node import NodeConfig
     from kraft.server.node import KraftNode
 
     # the node's environment overrides: `KRAFT_` + the property name (`kraft.lane.leader`)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kraft.server.local import LocalCluster, http_call
+from kraft.cli.local import LocalCluster, http_call
 from kraft.storage.layout import partition_dir
 from kraft.storage.log import SegmentedLog
 

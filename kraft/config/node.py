@@ -1,7 +1,8 @@
 """Node configuration: Kafka-style properties plus `KRAFT_*` environment overrides.
 
-The keys and their values are those of `kraft.admin.ServerProperties` (the one model of
-`server.properties`, shared with `kraft format` and the operator); `NodeConfig` adds what a
+The keys and their values are those of `kraft.config.server_properties.ServerProperties`
+(the one model of `server.properties`, shared with `kraft format` and the operator);
+`NodeConfig` adds what a
 node needs to run: no unknown key (a typo would otherwise be silently ignored), the
 `controller` role only, a controller listener that exists, and a quorum to join.
 
@@ -21,7 +22,8 @@ from pathlib import Path
 
 from pydantic import ConfigDict, ValidationError, field_validator, model_validator
 
-from kraft.admin.server_properties import (
+from kraft.config.properties import PropertiesSyntaxError, read_properties
+from kraft.config.server_properties import (
     NO_TLS,
     SERVED_PROTOCOLS,
     HostPort,
@@ -31,7 +33,6 @@ from kraft.admin.server_properties import (
     problems_of,
     security_key_problem,
 )
-from kraft.storage.properties import PropertiesSyntaxError, read_properties
 
 __all__ = [
     "ENV_PREFIX",

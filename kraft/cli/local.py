@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kraft.config.address import parse_host_port
 from kraft.protocol.uuid import Uuid
 from kraft.storage.format import format_storage
 from kraft.storage.properties import write_properties
@@ -158,7 +159,7 @@ class LocalNode:
 
     @property
     def client(self) -> tuple[str, int]:
-        """(host, port) of the binary client protocol (`kraft.server.kv_client`)."""
+        """(host, port) of the binary client protocol (`kraft.admin.kv_client`)."""
         return (self.host, self.client_port)
 
     @property
@@ -183,8 +184,8 @@ class HttpResult:
 def http_call(address: str, method: str, path: str, body: bytes | None = None,
               timeout: float = 10.0, follow: int = 3) -> HttpResult:
     """One HTTP request; follows up to `follow` 307 redirects (to the leader)."""
-    host, _, port = address.rpartition(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    host, port = parse_host_port(address, "HTTP address")
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         conn.request(method, path, body=body)
         resp = conn.getresponse()

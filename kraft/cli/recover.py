@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from kraft.cli import EXIT_OK, EXIT_USAGE, ErrorExits, report_error
+from kraft.cli.table import EXIT_OK, EXIT_USAGE, ErrorExits, report_error
 from kraft.storage.errors import DirectoryLockedError, StorageConfigError
 
 if TYPE_CHECKING:
-    from kraft.server.config import NodeConfig
+    from kraft.config.node import NodeConfig
     from kraft.storage.quorum_state import QuorumStateData
     from kraft.storage.recover import ReplicaReport
 
@@ -104,7 +104,7 @@ no two leaders can share an epoch. N below this replica's log or snapshots is re
 
 def run(args: argparse.Namespace) -> int:
     """Run a `recover` subcommand; returns the exit code."""
-    from kraft.server.config import ConfigError
+    from kraft.config.node import ConfigError
     from kraft.storage.quorum_state import UnusableEpochError
     from kraft.storage.recover import ReplicaMismatchError, StaticQuorumError
 
@@ -155,7 +155,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _load(config: Path) -> NodeConfig:
-    from kraft.server.config import load_config
+    from kraft.config.node import load_config
 
     if not config.is_file():
         raise StorageConfigError(f"--config {config}: no such file")
@@ -297,7 +297,7 @@ def _confirmed(change: str, question: str) -> bool:
 
 def _log_change(message: str, *args: object) -> None:
     """One INFO line on stderr, as a node logs (key=value), for a change made to a replica."""
-    from kraft.server.cli_commands import LOG_FORMAT
+    from kraft.cli.node import LOG_FORMAT
 
     logger = logging.getLogger("kraft.recover")
     handler = logging.StreamHandler(sys.stderr)

@@ -1,4 +1,4 @@
-"""The admin HTTP server (aiohttp) of a node: health, readiness, metrics, quorum, KV API.
+"""The HTTP API (aiohttp) of a node, on its admin HTTP port: health, readiness, metrics, quorum, KV API.
 
 Routes:
 
@@ -32,10 +32,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import enum
 import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol, cast
 
@@ -43,75 +41,40 @@ from aiohttp import web
 
 from kraft.server.connection_limits import ConnectionGuard, ListenerGuard
 from kraft.server.http_guard import HttpConnections
+from kraft.server.kv_api import (
+    ForwardRefusedError,
+    KvAnswer,
+    KvCall,
+    KvOp,
+    NotLeaderError,
+    OutcomeUnknownError,
+    WriteRefusedError,
+)
 from kraft.statemachine.kv import MAX_KEY_BYTES, MAX_VALUE_BYTES
 from kraft.storage.export import ExportError, export_bundle
 
-log = logging.getLogger("kraft.server.admin")
+log = logging.getLogger("kraft.server.http_api")
 
 MAX_CAS_BODY_BYTES = 2 * (4 * ((MAX_VALUE_BYTES + 2) // 3)) + 1024
 """The largest CAS body: its expected and new values at MAX_VALUE_BYTES each, in base64."""
 
 
-class NotLeaderError(Exception):
-    """This node is not the leader; `leader_id` is -1 when no leader is known."""
+class HttpKv(Protocol):
+    """What the HTTP API uses of the KV front end (`kraft.server.kv_front` `KvFront`): its
+    calls, run at the leader, and its stale reads."""
 
-    def __init__(self, leader_id: int, leader_http: str | None) -> None:
-        super().__init__(f"not the leader (leader is {leader_id})")
-        self.leader_id = leader_id
-        self.leader_http = leader_http
+    async def kv_call(self, call: KvCall) -> KvAnswer:
+        """Run a KV call at the leader: here when this node leads, else forwarded to it.
+        Raises NotLeaderError (nothing applied), OutcomeUnknownError or ForwardRefusedError."""
+        ...
 
-
-class OutcomeUnknownError(Exception):
-    """A write was accepted but its fate is unknown (leader change, timeout)."""
-
-
-class WriteRefusedError(ValueError):
-    """A write refused before anything was proposed (a key, a value or a record above its
-    limit): nothing was applied. `too_large` is set when a value or a record is too large
-    (HTTP 413), not only its key (HTTP 400)."""
-
-    def __init__(self, message: str, too_large: bool = True) -> None:
-        super().__init__(message)
-        self.too_large = too_large
-
-
-class ForwardRefusedError(Exception):
-    """The leader refused a forwarded call as invalid (nothing was applied)."""
-
-
-class KvOp(enum.IntEnum):
-    """The operations of the KV API (their codes travel in forwarded calls)."""
-
-    GET = 0
-    PUT = 1
-    DELETE = 2
-    CAS = 3
-
-
-@dataclass(frozen=True, slots=True)
-class KvCall:
-    """One KV call: `value` is PUT's value and CAS's new value (None: delete), `expected`
-    CAS's expected value (None: the key must be absent)."""
-
-    op: KvOp
-    key: str
-    value: bytes | None = None
-    expected: bytes | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class KvAnswer:
-    """The answer to a KvCall: `offset` is PUT's committed offset (-1 otherwise); `ok` is
-    GET's "found", DELETE's "existed" and CAS's "swapped"; `value` GET's value and CAS's
-    previous value."""
-
-    offset: int = -1
-    ok: bool = False
-    value: bytes | None = None
+    def kv_get_stale(self, key: str) -> bytes | None:
+        """Local, non-linearizable read."""
+        ...
 
 
 class NodeAPI(Protocol):
-    """What the admin server needs from the node runtime."""
+    """What the HTTP API needs from the node runtime itself."""
 
     def status(self) -> dict[str, Any]:
         """This node's view of the quorum, JSON-ready."""
@@ -131,31 +94,6 @@ class NodeAPI(Protocol):
 
     async def describe_quorum(self) -> dict[str, Any]:
         """DescribeQuorum from the leader, JSON-ready; raises NotLeaderError if none known."""
-        ...
-
-    async def kv_put(self, key: str, value: bytes) -> int:
-        """Replicate PUT; returns the committed offset."""
-        ...
-
-    async def kv_delete(self, key: str) -> bool:
-        """Replicate DELETE; returns whether the key existed."""
-        ...
-
-    async def kv_cas(self, key: str, expected: bytes | None, new: bytes | None) -> tuple[bool, bytes | None]:
-        """Replicate CAS; returns (swapped, previous value)."""
-        ...
-
-    async def kv_get(self, key: str) -> bytes | None:
-        """Linearizable read."""
-        ...
-
-    def kv_get_stale(self, key: str) -> bytes | None:
-        """Local, non-linearizable read."""
-        ...
-
-    async def kv_call(self, call: KvCall) -> KvAnswer:
-        """Run a KV call at the leader: here when this node leads, else forwarded to it.
-        Raises NotLeaderError (nothing applied), OutcomeUnknownError or ForwardRefusedError."""
         ...
 
     def lane_catch_up(self) -> asyncio.Future[None] | None:
@@ -186,13 +124,14 @@ def _unb64(value: Any, field: str) -> bytes | None:
         raise ValueError(f"{field} is not valid base64") from None
 
 
-class AdminServer:
+class HttpApiServer:
     """Serves the routes in the module docstring for one node."""
 
-    def __init__(self, node: NodeAPI, host: str, port: int,
+    def __init__(self, kv: HttpKv, node: NodeAPI, host: str, port: int,
                  metadata_dir: Path | None = None, guard: ListenerGuard | None = None) -> None:
         """`guard` holds the connections to the node's limits (`kraft.server.http_guard`);
         by default a guard of its own with the default limits."""
+        self.kv = kv
         self.node = node
         self.host = host
         self.port = port
@@ -339,7 +278,7 @@ class AdminServer:
     async def _call(self, request: web.Request, call: KvCall) -> web.Response:
         """Run `call` at the leader (see `NodeAPI.kv_call`) and render its answer."""
         try:
-            answer = await self.node.kv_call(call)
+            answer = await self.kv.kv_call(call)
         except NotLeaderError as exc:
             return self._redirect(request, exc)
         except OutcomeUnknownError as exc:
@@ -384,7 +323,7 @@ class AdminServer:
             wait = self.node.lane_catch_up()
             if wait is not None:
                 await wait
-            value = self.node.kv_get_stale(key)
+            value = self.kv.kv_get_stale(key)
             if value is None:
                 return _json(404, {"error": "not found"})
             return web.Response(body=value, content_type="application/octet-stream")

@@ -1,14 +1,11 @@
-"""The `kraft` command line: subcommands are registered in a table so others can add theirs.
+"""The `kraft` command line: `main` builds its parser from the command table
+(`kraft.cli.table`), where this module's commands (format, random-uuid, dump, recover), the
+node's (`kraft.cli.node`) and the plugins' (`PLUGIN_MODULES`) register.
 
 Exit codes: 0 success, 1 failure (e.g. corruption found, directory already formatted),
 2 usage error (bad arguments, bad config key/value, bad uuid), 3 `format` found a directory
 formatted for another cluster id or node id; `recover` adds 4 (not confirmed), 5 (the
 directory is locked by a running node) and 6 (a static quorum, kraft.version 0).
-
-To add a subcommand elsewhere::
-
-    from kraft.cli import Command, register
-    register(Command("run", "start a node", configure=add_args, handler=run_main))
 """
 
 from __future__ import annotations
@@ -17,67 +14,22 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
+from kraft.cli.table import (
+    COMMANDS,
+    EXIT_BROKEN_PIPE,
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    STORAGE_ERRORS,
+    Command,
+    register,
+    report_error,
+)
+from kraft.config.properties import PropertiesSyntaxError
 from kraft.protocol.uuid import Uuid
-from kraft.storage.errors import (
-    AlreadyFormattedError,
-    FormattedForAnotherError,
-    StorageConfigError,
-    StorageError,
-)
-
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-EXIT_FORMATTED_FOR_ANOTHER = 3
-"""`format`: a directory holds another cluster's (or node's) data."""
-EXIT_BROKEN_PIPE = 141
-"""128 + SIGPIPE: what a shell reports for a program stopped by a closed pipe."""
-
-ErrorExits = tuple[tuple[type[BaseException], int, str], ...]
-"""How a command's errors end it: (exception class, exit code, what to add to the message);
-the first class the error is an instance of wins, so subclasses come first."""
-
-STORAGE_ERRORS: ErrorExits = (
-    (StorageConfigError, EXIT_USAGE, ""),
-    (AlreadyFormattedError, EXIT_FAILURE, ""),
-    (FormattedForAnotherError, EXIT_FORMATTED_FOR_ANOTHER, ""),
-    (StorageError, EXIT_FAILURE, ""),
-)
-"""The errors every command may end with (the storage layer's)."""
-
-
-def report_error(exc: BaseException, table: ErrorExits) -> int | None:
-    """Print `error: <exc>` (with its entry's addition) for the first entry of `table` that
-    `exc` is an instance of, and return that entry's exit code; None when none matches."""
-    for kind, code, addition in table:
-        if isinstance(exc, kind):
-            print(f"error: {exc}{addition}", file=sys.stderr)
-            return code
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class Command:
-    """One subcommand: its name, help, argument setup and handler (returns the exit code)."""
-
-    name: str
-    help: str
-    configure: Callable[[argparse.ArgumentParser], None]
-    handler: Callable[[argparse.Namespace], int]
-
-
-COMMANDS: dict[str, Command] = {}
-"""The subcommand table, in registration order."""
-
-
-def register(command: Command) -> Command:
-    """Add (or replace) a subcommand in the table."""
-    COMMANDS[command.name] = command
-    return command
+from kraft.storage.errors import StorageConfigError, StorageError
 
 
 class _UsageError(Exception):
@@ -116,9 +68,9 @@ def _configure_format(p: argparse.ArgumentParser) -> None:
 
 
 def _run_format(args: argparse.Namespace) -> int:
+    from kraft.config.properties import read_properties
     from kraft.storage.bootstrap import LATEST_PRODUCTION
     from kraft.storage.format import format_storage
-    from kraft.storage.properties import read_properties
 
     config: Path = args.config
     if not config.is_file():
@@ -150,7 +102,7 @@ def _configure_dump(p: argparse.ArgumentParser) -> None:
 
 
 def _run_dump(args: argparse.Namespace) -> int:
-    from kraft.dump import dump
+    from kraft.cli.dump import dump
 
     report = dump(args.path, sys.stdout)
     if report.problems:
@@ -161,13 +113,13 @@ def _run_dump(args: argparse.Namespace) -> int:
 
 
 def _configure_recover(p: argparse.ArgumentParser) -> None:
-    from kraft.recover_cli import configure
+    from kraft.cli.recover import configure
 
     configure(p)
 
 
 def _run_recover(args: argparse.Namespace) -> int:
-    from kraft.recover_cli import run
+    from kraft.cli.recover import run
 
     return run(args)
 
@@ -182,16 +134,17 @@ register(Command("recover", "recovery on a stopped node (inspect, force-single-v
                  _configure_recover, _run_recover))
 
 
-# Modules that register further subcommands when imported (the node's run/quorum/local, the
-# audit pipeline). They are imported when the parser is built, not when this module is, so
-# `kraft format` never pays for aiohttp or pyspark imports it does not use.
-PLUGIN_MODULES = (
-    "kraft.server.cli_commands", "kraft_pipeline.cli", "kraft_operator.sandbox.kraft_command",
-)
+# The packages outside `kraft` that register further subcommands when imported (the audit
+# pipeline, the sandbox), loaded by name here and nowhere else: they may not be installed.
+# They, and the node's commands, are imported when the parser is built, not when this module
+# is, so `kraft format` never pays for aiohttp or pyspark imports it does not use.
+PLUGIN_MODULES = ("kraft_pipeline.cli", "kraft_operator.sandbox.kraft_command")
 
 
 def load_plugins() -> None:
-    """Import every plugin module so its subcommands join the table (missing ones are skipped)."""
+    """Import the node's commands and every plugin module so their subcommands join the
+    table (missing plugins are skipped)."""
+    import kraft.cli.node  # noqa: F401 (registers run, quorum and local)
     for name in PLUGIN_MODULES:
         try:
             importlib.import_module(name)
@@ -252,7 +205,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         code: int = handler(args)
         return code
-    except StorageError as exc:
+    except (StorageError, PropertiesSyntaxError) as exc:
         reported = report_error(exc, STORAGE_ERRORS)
         if reported is None:
             raise

@@ -22,9 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from kraft.server.cli_commands import status_table
-from kraft.server.local import LocalCluster, http_call
-from kraft.server.quorum_admin import (
+from kraft.cli.local import LocalCluster, http_call
+from kraft.cli.node import status_table
+from kraft.cli.quorum import (
     add_voter,
     describe_quorum,
     format_status,
@@ -121,14 +121,14 @@ def run_demo(base: Path, keep_running: bool) -> int:
         bootstrap = [(cluster.nodes[n].host, cluster.nodes[n].port) for n in survivors]
         asyncio.run(add_voter(bootstrap, 4, node4.directory_id,
                               [("CONTROLLER", node4.host, node4.port)]))
-        view, quorum = asyncio.run(describe_quorum(bootstrap))
-        say(format_status(view, quorum))
+        quorum = asyncio.run(describe_quorum(bootstrap))
+        say(format_status(quorum))
 
         victim = next(n for n in survivors if n != new_leader)
         say(f"== 6. removing voter {victim}")
         asyncio.run(remove_voter(bootstrap, victim, cluster.nodes[victim].directory_id))
-        view, quorum = asyncio.run(describe_quorum(bootstrap))
-        say(format_status(view, quorum))
+        quorum = asyncio.run(describe_quorum(bootstrap))
+        say(format_status(quorum))
         bad = _check_keys(cluster, acked)
         say(f"   every acknowledged key still readable: {len(acked) - bad}/{len(acked)}")
         if bad:
@@ -150,8 +150,8 @@ def run_demo(base: Path, keep_running: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `python -m kraft.demo`."""
-    p = argparse.ArgumentParser(prog="python -m kraft.demo", description=__doc__.split("\n")[0])
+    """Entry point of `python -m kraft.cli.demo`."""
+    p = argparse.ArgumentParser(prog="python -m kraft.cli.demo", description=__doc__.split("\n")[0])
     p.add_argument("--keep-running", action="store_true",
                    help="keep the quorum running after the script (Ctrl-C stops it)")
     p.add_argument("--dir", type=Path, default=None, help="directory for the nodes' files")

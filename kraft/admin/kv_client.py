@@ -1,12 +1,12 @@
 """An asyncio client of the binary KV protocol (`kraft.server.client_protocol`).
 
-One `KraftClient` holds one TCP connection to one node and pipelines every call made on it:
+One `KvClient` holds one TCP connection to one node and pipelines every call made on it:
 any number of `put`/`get`/`delete` may be awaited concurrently, their frames leave in one write
 per event-loop turn and answers are matched by request id. `put_many` sends a whole list at
-once. A NOT_LEADER answer raises `NotLeader` carrying the leader's id; `QuorumClient` follows
+once. A NOT_LEADER answer raises `NotLeader` carrying the leader's id; `KvClusterClient` follows
 it given every node's client address.
 
-    async with KraftClient("127.0.0.1", 9093) as c:
+    async with KvClient("127.0.0.1", 9093) as c:
         offset = await c.put("k", b"v")
         offsets = await c.put_many([("a", b"1"), ("b", b"2")])
         value = await c.get("k")
@@ -60,13 +60,13 @@ _Answer = tuple[int, int, bytes]  # status, offset, payload
 
 
 Callback = Callable[[int, int, bytes], None]
-"""`callback(status, offset, payload)` of `KraftClient.send`."""
+"""`callback(status, offset, payload)` of `KvClient.send`."""
 
 
 class _ClientProtocol(asyncio.Protocol):
-    """Frames in, answers matched to requests by id (the read side of a `KraftClient`)."""
+    """Frames in, answers matched to requests by id (the read side of a `KvClient`)."""
 
-    def __init__(self, client: KraftClient) -> None:
+    def __init__(self, client: KvClient) -> None:
         self.client = client
         self.transport: asyncio.Transport | None = None
         self._buf = ReadBuffer()
@@ -115,7 +115,7 @@ def _settle(fut: asyncio.Future[_Answer], status: int, offset: int, leader: int,
         fut.set_result((status, offset, payload))
 
 
-class KraftClient:
+class KvClient:
     """One pipelined connection to one node (see the module docstring)."""
 
     def __init__(self, host: str, port: int) -> None:
@@ -129,7 +129,7 @@ class KraftClient:
         self._out: list[bytes] = []
         self._flush_scheduled = False
 
-    async def connect(self, timeout_s: float = 5.0) -> KraftClient:
+    async def connect(self, timeout_s: float = 5.0) -> KvClient:
         """Open the connection."""
         loop = self._loop = asyncio.get_running_loop()
         transport, protocol = await asyncio.wait_for(
@@ -143,7 +143,7 @@ class KraftClient:
         """True while the connection is open."""
         return self._transport is not None and not self._transport.is_closing()
 
-    async def __aenter__(self) -> KraftClient:
+    async def __aenter__(self) -> KvClient:
         return await self.connect()
 
     async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None,
@@ -222,7 +222,7 @@ class KraftClient:
         return None if status == NOT_FOUND else payload
 
 
-class QuorumClient:
+class KvClusterClient:
     """A client of a whole quorum: talks to the leader, follows NOT_LEADER answers.
 
     `addresses` maps node id -> (host, client port) for every node.
@@ -230,14 +230,14 @@ class QuorumClient:
 
     def __init__(self, addresses: dict[int, tuple[str, int]]) -> None:
         self.addresses = dict(addresses)
-        self._clients: dict[int, KraftClient] = {}
+        self._clients: dict[int, KvClient] = {}
         self.leader_id = next(iter(self.addresses))
 
-    async def _client(self, node_id: int) -> KraftClient:
+    async def _client(self, node_id: int) -> KvClient:
         c = self._clients.get(node_id)
         if c is None or not c.connected:
             host, port = self.addresses[node_id]
-            c = await KraftClient(host, port).connect()
+            c = await KvClient(host, port).connect()
             self._clients[node_id] = c
         return c
 

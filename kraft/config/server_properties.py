@@ -1,11 +1,11 @@
 """`ServerProperties`: the one model of `server.properties` (every key a node or `kraft format`
 knows), its reader and its writer.
 
-Reading follows Java's `Properties.load` (`kraft.storage.properties`: `#`/`!` comments, `=`,
+Reading follows Java's `Properties.load` (`kraft.config.properties`: `#`/`!` comments, `=`,
 `:` or whitespace between key and value, backslash escapes and continuation lines). Every
 known key is checked on its own (its type and range); what a node needs to run as a whole
 (a controller listener that exists, a quorum to join) is checked by `kraft run`
-(`kraft.server.config`). Keys the model does not know are kept as they are, as Kafka keeps
+(`kraft.config.node`). Keys the model does not know are kept as they are, as Kafka keeps
 them (it only warns): `unknown_keys()` lists them and the writer writes them back.
 For a user's overrides (an operator resource's `config`), `validate_overrides` names every
 unknown key and every bad value instead.
@@ -23,8 +23,8 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from kraft.storage.durability import atomic_write
-from kraft.storage.properties import (
+from kraft.config.address import parse_host_port
+from kraft.config.properties import (
     PropertiesSyntaxError,
     parse_properties,
     read_properties,
@@ -75,22 +75,6 @@ class HostPort(BaseModel):
 def _host(host: str) -> str:
     """A host as written in an address: an IPv6 literal in brackets."""
     return f"[{host}]" if ":" in host else host
-
-
-def _split_host_port(text: str, what: str) -> tuple[str, int]:
-    text = text.strip()
-    if text.startswith("["):
-        close = text.find("]")
-        if close < 0 or text[close + 1 : close + 2] != ":":
-            raise ValueError(f"{what} {text!r} is not [ipv6]:port")
-        host, port_text = text[1:close], text[close + 2 :]
-    else:
-        host, sep, port_text = text.rpartition(":")
-        if not sep:
-            raise ValueError(f"{what} {text!r} has no :port")
-    if not port_text.isdigit():
-        raise ValueError(f"{what} {text!r} has a non-numeric port")
-    return host, int(port_text)
 
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -325,7 +309,7 @@ class ServerProperties(BaseModel):
             name, sep, rest = item.partition("://")
             if not sep or not name:
                 raise ValueError(f"bad listener {item!r}: expected NAME://host:port")
-            host, port = _split_host_port(rest, "listener")
+            host, port = parse_host_port(rest, "listener")
             out.append({"name": name, "host": host, "port": port})
         return out
 
@@ -358,7 +342,7 @@ class ServerProperties(BaseModel):
             ident, sep, rest = item.partition("@")
             if not sep or not ident.strip().isdigit():
                 raise ValueError(f"voter {item!r} is not id@host:port")
-            host, port = _split_host_port(rest, "voter")
+            host, port = parse_host_port(rest, "voter")
             if host == "0.0.0.0":
                 raise ValueError(f"voter {item!r}: host 0.0.0.0 is not a reachable address")
             out.append({"node_id": int(ident), "host": host, "port": port})
@@ -371,7 +355,7 @@ class ServerProperties(BaseModel):
             return value
         out = []
         for item in _csv(value):
-            host, port = _split_host_port(item, "bootstrap server")
+            host, port = parse_host_port(item, "bootstrap server")
             out.append({"host": host, "port": port})
         return out
 
@@ -379,7 +363,7 @@ class ServerProperties(BaseModel):
     @classmethod
     def _parse_http(cls, value: Any) -> Any:
         if isinstance(value, str):
-            host, port = _split_host_port(value, "listener")
+            host, port = parse_host_port(value, "listener")
             return {"host": host, "port": port}
         return value
 
@@ -393,7 +377,7 @@ class ServerProperties(BaseModel):
             ident, sep, rest = item.partition("@")
             if not sep or not ident.strip().isdigit():
                 raise ValueError(f"http peer {item!r} is not id@host:port")
-            host, port = _split_host_port(rest, "http peer")
+            host, port = parse_host_port(rest, "http peer")
             out[int(ident)] = f"{_host(host)}:{port}"
         return out
 
@@ -521,10 +505,6 @@ class ServerProperties(BaseModel):
         lines += [f"{_escape(key, key=True)}={_escape(props[key], key=False)}"
                   for key in sorted(props)]
         return "\n".join(lines) + "\n"
-
-    def write(self, path: str | Path, comment: str | None = None) -> None:
-        """Write `render(comment)` to `path` atomically (temporary file, fsync, rename)."""
-        atomic_write(path, self.render(comment).encode("utf-8"))
 
     def with_overrides(self, overrides: Mapping[str, object],
                        source: str = "overrides") -> Self:

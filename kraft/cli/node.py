@@ -1,8 +1,9 @@
 """The node's `kraft` subcommands: `run`, `quorum ...` and `local`.
 
-Importing this module registers them in `kraft.cli`'s command table; `kraft.cli` imports it
-as a plugin when it builds its parser, so `kraft run ...` (or `python -m kraft run ...`) finds
-them. `python -m kraft.server.cli_commands ARGS` works as well.
+Importing this module registers them in the command table (`kraft.cli.table`);
+`kraft.cli.main` imports it when it builds its parser, so `kraft run ...` (or `python -m kraft
+run ...`) finds them. What `kraft quorum` asks and prints is `kraft.cli.quorum`; the quorum
+of local processes is `kraft.cli.local`.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from kraft.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, Command, register
+from kraft.cli.table import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, Command, register
 from kraft.protocol.uuid import Uuid
 
-log = logging.getLogger("kraft.server.cli")
+log = logging.getLogger("kraft.cli.node")
 
 LOG_FORMAT = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
 
@@ -99,7 +100,7 @@ def _configure_run(p: argparse.ArgumentParser) -> None:
 
 async def run_node(config_path: Path) -> int:
     """Run one node until SIGTERM/SIGINT (graceful) or a fatal error."""
-    from kraft.server.config import load_config
+    from kraft.config.node import load_config
     from kraft.server.node import KraftNode
 
     cfg = load_config(config_path)
@@ -138,13 +139,13 @@ def _event_loop_runner(choice: str = "auto") -> Callable[[Coroutine[Any, Any, in
 
 
 def _event_loop_choice(config_path: Path) -> str:
-    from kraft.server.config import load_config
+    from kraft.config.node import load_config
 
     return load_config(config_path).event_loop
 
 
 def _run_run(args: argparse.Namespace) -> int:
-    from kraft.server.config import ConfigError
+    from kraft.config.node import ConfigError
 
     setup_logging(args.log_level)
     try:
@@ -197,8 +198,7 @@ class QuorumUsageError(ValueError):
 
 def _command_properties(args: argparse.Namespace) -> tuple[dict[str, str], Path | None]:
     """The --command-config properties (and the file), checked for what a client here can do."""
-    from kraft.storage.errors import StorageConfigError
-    from kraft.storage.properties import read_properties
+    from kraft.config.properties import PropertiesSyntaxError, read_properties
 
     path: Path | None = args.command_config
     alias: Path | None = getattr(args, "controller_config", None)
@@ -213,7 +213,7 @@ def _command_properties(args: argparse.Namespace) -> tuple[dict[str, str], Path 
         raise QuorumUsageError(f"--command-config: properties file {path} does not exist")
     try:
         props = read_properties(path)
-    except StorageConfigError as exc:
+    except PropertiesSyntaxError as exc:
         raise QuorumUsageError(f"--command-config: {exc}") from None
     protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
     if protocol != "PLAINTEXT":
@@ -224,7 +224,7 @@ def _command_properties(args: argparse.Namespace) -> tuple[dict[str, str], Path 
 
 def _bootstrap(args: argparse.Namespace, props: dict[str, str],
                config: Path | None) -> list[tuple[str, int]]:
-    from kraft.server.quorum_admin import parse_host_port
+    from kraft.config.address import parse_host_port
 
     if args.bootstrap_server is not None and args.bootstrap_controller is not None:
         raise QuorumUsageError("You cannot specify both --bootstrap-controller and "
@@ -261,15 +261,15 @@ def _check_describe(args: argparse.Namespace) -> None:
 
 
 def _run_quorum(args: argparse.Namespace) -> int:
-    from kraft.server.quorum_admin import (
-        QuorumAdminError,
+    from kraft.admin.errors import AdminError
+    from kraft.cli.quorum import (
+        QuorumOutputError,
         add_voter,
         describe_quorum,
         format_replication,
         format_status,
         remove_voter,
     )
-    from kraft.server.transport import RequestError
 
     if args.quorum_command is None:
         print("kraft quorum: a command is required (describe, add-controller, "
@@ -289,11 +289,11 @@ def _run_quorum(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         if args.quorum_command == "describe":
-            view, resp = asyncio.run(describe_quorum(bootstrap))
+            quorum = asyncio.run(describe_quorum(bootstrap))
             if args.status:
-                print(format_status(view, resp))
+                print(format_status(quorum))
             else:
-                print(format_replication(resp, args.human_readable,
+                print(format_replication(quorum, args.human_readable,
                                          endpoints=args.show_endpoints), end="")
             return EXIT_OK
         if args.quorum_command == "add-controller":
@@ -325,7 +325,7 @@ def _run_quorum(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (QuorumAdminError, RequestError, OSError, TimeoutError) as exc:
+    except (AdminError, QuorumOutputError, OSError, TimeoutError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
 
@@ -393,7 +393,7 @@ def _configure_local(p: argparse.ArgumentParser) -> None:
 
 def status_table(cluster: object) -> str:
     """One status table of a LocalCluster: role, epoch, high watermark, offsets, lag."""
-    from kraft.server.local import LocalCluster
+    from kraft.cli.local import LocalCluster
 
     assert isinstance(cluster, LocalCluster)
     statuses = {nid: cluster.status(nid, timeout=1.0) for nid in cluster.nodes}
@@ -415,7 +415,7 @@ def status_table(cluster: object) -> str:
 
 
 def _run_local(args: argparse.Namespace) -> int:
-    from kraft.server.local import LocalCluster
+    from kraft.cli.local import LocalCluster
 
     if args.voters < 1 or args.observers < 0 or args.voters + args.observers > 200:
         print("error: --voters must be >= 1 and --observers >= 0", file=sys.stderr)
@@ -460,8 +460,3 @@ def register_commands() -> None:
 
 register_commands()
 
-
-if __name__ == "__main__":
-    from kraft.cli import main as cli_main
-
-    sys.exit(cli_main(sys.argv[1:]))
