@@ -186,7 +186,7 @@ register(Command("recover", "recovery on a stopped node (inspect, force-single-v
 # audit pipeline). They are imported when the parser is built, not when this module is, so
 # `kraft format` never pays for aiohttp or pyspark imports it does not use.
 PLUGIN_MODULES = (
-    "kraft.server.cli_commands", "kraft_pipeline.cli", "kraft_operator.sandbox.kraft_command",
+    "kraft.server.cli_commands", "kraft_pipeline.cli", "kraft_sandbox.kraft_command",
 )
 
 

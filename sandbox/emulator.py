@@ -56,9 +56,9 @@ import jsonpatch
 import kmock
 import yaml
 from kmock._internal import parsing as _kmock_parsing
-from kraft_operator.sandbox import printing, protobuf
-from kraft_operator.sandbox.schema import StructuralSchema
-from kraft_operator.sandbox.strategic import strategic_merge
+from kraft_sandbox import printing, protobuf
+from kraft_sandbox.schema import StructuralSchema
+from kraft_sandbox.strategic import strategic_merge
 
 Obj = dict[str, Any]
 
@@ -108,7 +108,7 @@ _kmock_parse_request = getattr(kmock.Request._parse, "wrapped",
 _parse_request.wrapped = _kmock_parse_request  # type: ignore[attr-defined]
 kmock.Request._parse = classmethod(_parse_request)  # type: ignore[assignment]
 
-log = logging.getLogger("kraft_operator.sandbox.api")
+log = logging.getLogger("kraft_sandbox.api")
 
 KEPT_EVENTS = 4096
 """Watch events kept per resource for resuming a watch from a resourceVersion."""

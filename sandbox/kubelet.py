@@ -18,7 +18,7 @@ What a Pod gets (see docs/sandbox.md for the whole list):
   before each container start;
 - init containers run in order to completion, then the containers run; each container's
   command runs with the `bin/` shims first on `PATH` (`kraft ...` runs the installed kraft
-  through `kraft_operator.sandbox.launch`); a `volumeMounts` path in the command, args, env
+  through `kraft_sandbox.launch`); a `volumeMounts` path in the command, args, env
   values and config-map files is rewritten to the directory that backs it;
 - env: `value` (with `$(VAR)` expansion), `fieldRef` (metadata.name, .namespace, .uid,
   .labels['k'], .annotations['k'], spec.nodeName, spec.serviceAccountName, status.podIP,
@@ -50,15 +50,15 @@ from typing import Any
 
 import aiohttp
 import kmock
-from kraft_operator.sandbox import deployments, dns
-from kraft_operator.sandbox.emulator import (
+from kraft_sandbox import deployments, dns
+from kraft_sandbox.emulator import (
     PVC_PROTECTION,
     ApiError,
     SandboxEmulator,
     now_rfc3339,
 )
 
-log = logging.getLogger("kraft_operator.sandbox.kubelet")
+log = logging.getLogger("kraft_sandbox.kubelet")
 
 Obj = dict[str, Any]
 
@@ -550,7 +550,7 @@ class Kubelet:
         for name in SHIMS:
             shim = self.settings.bin_dir / name
             shim.write_text(f'#!/bin/sh\nexec "{self.settings.python}" -m '
-                            f'kraft_operator.sandbox.launch {name} "$@"\n')
+                            f'kraft_sandbox.launch {name} "$@"\n')
             shim.chmod(0o755)
         for name in INIT_SHIMS:  # an image's init wrapper: run what follows its options
             shim = self.settings.bin_dir / name

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import kmock
-from kraft_operator.sandbox.emulator import SandboxEmulator
+from kraft_sandbox.emulator import SandboxEmulator
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 import kmock
-from kraft_operator.sandbox.emulator import ApiError, SandboxEmulator, now_rfc3339
+from kraft_sandbox.emulator import ApiError, SandboxEmulator, now_rfc3339
 
 Obj = dict[str, Any]
 

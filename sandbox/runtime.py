@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from kraft_operator.sandbox.apiserver import serve, write_kubeconfig
-from kraft_operator.sandbox.kubelet import PVCS, Kubelet, KubeletSettings, PodWorker
+from kraft_sandbox.apiserver import serve, write_kubeconfig
+from kraft_sandbox.kubelet import PVCS, Kubelet, KubeletSettings, PodWorker
 
-log = logging.getLogger("kraft_operator.sandbox")
+log = logging.getLogger("kraft_sandbox")
 
 OPERATOR_SELECTOR = {"app.kubernetes.io/name": "kraft-operator"}
 
