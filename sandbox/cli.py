@@ -105,9 +105,9 @@ def _install_operator(api: Any) -> None:
 
     crds = kmock.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
     crd = crdgen.build_crd()
-    if api._get(crds, None, crd["metadata"]["name"]) is None:
-        api._create(crds, None, crd)
-    api._create(DEPLOYMENTS, "default", OPERATOR_DEPLOYMENT)
+    if api.read_object(crds, None, crd["metadata"]["name"]) is None:
+        api.create_object(crds, None, crd)
+    api.create_object(DEPLOYMENTS, "default", OPERATOR_DEPLOYMENT)
 
 
 def claim_network(wanted: str | None) -> tuple[str, Any]:
