@@ -2,6 +2,7 @@
 #   docker build -t kraft-quorum:0.1.0 .
 # The install steps are the scripts in docker/, which tests/shipping/test_image.py also runs
 # (in a clean virtual environment), so what the image does is tested without a container engine.
+# The sandbox (sandbox/) is a test world: neither it nor its dependencies are in the image.
 
 # ---- builder: compiles the C extension and builds every wheel the image installs
 FROM python:3.11.13-bookworm AS builder

@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml setup.py $(wildcard kraft/lane/csrc/*.c kraft/lane/csrc
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	@echo "installing kraft-quorum and its packages into $(VENV) (about 2 minutes the first time)"
 	@# -qq: errors only; setuptools' note on editable installs is not for a newcomer's first screen
-	$(BIN)/python -m pip install -qq -e '.[dev,pipeline,operator]'
+	$(BIN)/python -m pip install -qq -e '.[dev,pipeline,operator,sandbox]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -51,7 +51,7 @@ checkov: $(CHECKOV_STAMP)
 
 # The operator managing a 3-voter quorum in the sandbox, a disk wiped and healed (docs/sandbox.md).
 run: $(STAMP) $(K8S_STAMP)
-	$(BIN)/python -m kraft_operator.sandbox.demo
+	$(BIN)/python -m kraft_sandbox.demo
 
 # The node-level demo: three `kraft run` processes, no Kubernetes (kraft/cli/demo.py).
 demo-nodes: $(STAMP)
@@ -79,7 +79,7 @@ test-nolane: $(STAMP)
 	TEST_LANE=off $(BIN)/pytest -n $(WORKERS) --dist loadgroup -q $(NOLANE_TESTS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check kraft operator pipeline tests bench tools e2e
+	$(BIN)/ruff check kraft operator pipeline sandbox tests bench tools e2e
 	$(BIN)/mypy kraft
 
 # The peers (etcd from Debian, PySyncObj in .venv-peers/) are installed by the harness itself.

@@ -1,8 +1,12 @@
 """The one compiled part of kraft-quorum: the native lane (`kraft.lane._native`, see
-docs/native-lane.md). Everything else is in pyproject.toml. The extension is optional: where it
-does not build (no C compiler), the install goes on without it, and `kraft.lane.native()`
-says so. `LANE` is also what the benchmark builds into its export of a commit
-(`bench.systems.peers.export_head`)."""
+docs/native-lane.md), and the packages with their console scripts. Everything else is in
+pyproject.toml. The extension is optional: where it does not build (no C compiler), the install
+goes on without it, and `kraft.lane.native()` says so. `LANE` is also what the benchmark builds
+into its export of a commit (`bench.systems.peers.export_head`).
+
+The sandbox (`sandbox/`, installed as `kraft_sandbox`) is a test world, not part of the product:
+it goes in, with its `kraft-sandbox` command, only where its folder is in the tree. The image's
+build context has no `sandbox/` (.dockerignore), so the image's wheel holds neither."""
 
 import os
 from pathlib import Path
@@ -24,5 +28,32 @@ LANE = Extension(
     optional=os.environ.get("KRAFT_REQUIRE_LANE") != "1",
 )
 
+# `operator/` is installed as `kraft_operator` so it never shadows the standard library's
+# `operator`; `pipeline/` is installed as `kraft_pipeline`, `sandbox/` as `kraft_sandbox`. New
+# subpackages are listed here.
+PACKAGE_DIR = {"kraft_operator": "operator", "kraft_pipeline": "pipeline"}
+PACKAGES = [
+    "kraft", "kraft.protocol", "kraft.records", "kraft.config", "kraft.storage", "kraft.raft",
+    "kraft.lane", "kraft.sim", "kraft.statemachine", "kraft.server", "kraft.admin", "kraft.cli",
+    "kraft_operator", "kraft_operator.planner", "kraft_operator.actions", "kraft_pipeline",
+]
+SCRIPTS = ["kraft = kraft.cli.main:main", "kraft-operator = kraft_operator.main:main"]
+
+SANDBOX_DIR = {"kraft_sandbox": "sandbox"}
+SANDBOX_PACKAGES = ["kraft_sandbox"]
+SANDBOX_SCRIPTS = ["kraft-sandbox = kraft_sandbox.cli:main"]
+
+
+def layout(root: Path) -> tuple[dict[str, str], list[str], list[str]]:
+    """The package folders, packages and console scripts of the tree at `root`: the sandbox's
+    only when `sandbox/` is there."""
+    if (root / "sandbox").is_dir():
+        return ({**PACKAGE_DIR, **SANDBOX_DIR}, PACKAGES + SANDBOX_PACKAGES,
+                SCRIPTS + SANDBOX_SCRIPTS)
+    return dict(PACKAGE_DIR), list(PACKAGES), list(SCRIPTS)
+
+
 if __name__ == "__main__":  # (pip's build runs this file as the main module)
-    setup(ext_modules=[LANE])
+    package_dir, packages, scripts = layout(Path(__file__).resolve().parent)
+    setup(ext_modules=[LANE], package_dir=package_dir, packages=packages,
+          entry_points={"console_scripts": scripts})

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Runtime stage of the image (Dockerfile), and what tests/shipping/test_image.py runs outside a
-# container: install kraft-quorum with the operator extra from WHEEL_DIR only (no index), then
-# compile the byte code once so the root file system can be read-only.
+# container: install kraft-quorum with the operator extra (not the sandbox's) from WHEEL_DIR only
+# (no index), then compile the byte code once so the root file system can be read-only.
 #   docker/install.sh WHEEL_DIR [PYTHON]
 set -eu
 wheels=$1

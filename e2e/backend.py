@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kraft_operator.sandbox.handle import SandboxHandle, find_kubectl, start_sandbox
+from kraft_sandbox.handle import SandboxHandle, find_kubectl, start_sandbox
 
 KV_PORT = 8080
 

@@ -5,12 +5,13 @@ as `kraft.lane.tick.ms`, are `ServerProperties` keys).
 The page is a map; a module renamed or moved without the map following would send a reader to
 nothing. Checked statically (no imports), from the source tree:
 
-- a dotted name `kraft.x.y` (or `kraft_operator.x`, `kraft_pipeline.x`) resolves to a package,
+- a dotted name `kraft.x.y` (or `kraft_operator.x`, `kraft_pipeline.x`, `kraft_sandbox.x`)
+  resolves to a package,
   a module or the C extension's sources, then to names defined at the top of that module;
-- a path `kraft/...`, `operator/...`, `pipeline/...`, `tests/...`, `tools/...`, `bench/...` or
-  `docs/...` exists;
+- a path `kraft/...`, `operator/...`, `pipeline/...`, `sandbox/...`, `tests/...`, `tools/...`,
+  `bench/...` or `docs/...` exists;
 - a backticked `Name` or `Class.member` in CamelCase is a class (with that member) defined
-  somewhere in `kraft/`, `operator/` or `pipeline/`.
+  somewhere in `kraft/`, `operator/`, `pipeline/` or `sandbox/`.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "architecture.md"
 PACKAGES = {"kraft": ROOT / "kraft", "kraft_operator": ROOT / "operator",
-            "kraft_pipeline": ROOT / "pipeline"}
-SOURCE_DIRS = ("kraft", "operator", "pipeline")
+            "kraft_pipeline": ROOT / "pipeline", "kraft_sandbox": ROOT / "sandbox"}
+SOURCE_DIRS = ("kraft", "operator", "pipeline", "sandbox")
 
-DOTTED = re.compile(r"(?<![\w./-])(kraft(?:_operator|_pipeline)?)((?:\.[A-Za-z_]\w*)+)")
-PATH = re.compile(r"(?<![\w./-])((?:kraft|operator|pipeline|tests|tools|bench|docs)/[\w./-]*)")
+DOTTED = re.compile(r"(?<![\w./-])(kraft(?:_operator|_pipeline|_sandbox)?)((?:\.[A-Za-z_]\w*)+)")
+PATH = re.compile(
+    r"(?<![\w./-])((?:kraft|operator|pipeline|sandbox|tests|tools|bench|docs)/[\w./-]*)")
 BACKTICKED = re.compile(r"`([^`\n]+)`")
 CLASS_REF = re.compile(r"^([A-Z]\w*)(?:\.([A-Za-z_]\w*))?$")
 
@@ -169,6 +171,6 @@ def test_a_name_that_does_not_exist_is_reported(wrong: str) -> None:
 def test_names_that_exist_pass() -> None:
     text = ("`kraft.lane._native` `kraft.lane._native.scan_appended` `kraft/lane/csrc/codec.c` "
             "`kraft.server.node.KraftNode` "
-            "`kraft_operator.sandbox` `kraft.admin.QuorumClient` `RaftCore.handle` "
+            "`kraft_sandbox.kubelet` `kraft.admin.QuorumClient` `RaftCore.handle` "
             "`operator/planner/` `docs/native-lane.md`")
     assert problems(text) == []

@@ -27,3 +27,10 @@ def test_operator_package_is_installed_as_kraft_operator() -> None:
     import kraft_operator.main
 
     assert Path(kraft_operator.main.__file__).parent == ROOT / "operator"
+
+
+def test_sandbox_is_a_program_of_its_own_installed_as_kraft_sandbox() -> None:
+    import kraft_sandbox.emulator
+
+    assert Path(kraft_sandbox.emulator.__file__).parent == ROOT / "sandbox"
+    assert not (ROOT / "operator" / "sandbox").exists()

@@ -138,7 +138,7 @@ register(Command("recover", "recovery on a stopped node (inspect, force-single-v
 # pipeline, the sandbox), loaded by name here and nowhere else: they may not be installed.
 # They, and the node's commands, are imported when the parser is built, not when this module
 # is, so `kraft format` never pays for aiohttp or pyspark imports it does not use.
-PLUGIN_MODULES = ("kraft_pipeline.cli", "kraft_operator.sandbox.kraft_command")
+PLUGIN_MODULES = ("kraft_pipeline.cli", "kraft_sandbox.kraft_command")
 
 
 def load_plugins() -> None:

@@ -33,7 +33,7 @@ def test_make_run_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     """`make run`: the quorum Ready, a disk wiped and healed with a new directory id (the
     quorum's voter changes and the operator's DiskReplaced Event printed), every
     acknowledged key read back."""
-    from kraft_operator.sandbox import demo
+    from kraft_sandbox import demo
 
     assert demo.main(["--state-dir", str(tmp_path / "sandbox")]) == 0
     out = capsys.readouterr().out

@@ -153,7 +153,7 @@ def test_replicas_bounds_and_cluster_id_rule_in_schema() -> None:
 
 def _admit(doc: dict[str, Any], old: dict[str, Any] | None = None):
     """What an API server does with a write: defaults, pruning, schema and CEL rules."""
-    from kraft_operator.sandbox.schema import StructuralSchema
+    from kraft_sandbox.schema import StructuralSchema
 
     return StructuralSchema(_open_api(_crd())).admit(doc, old)
 

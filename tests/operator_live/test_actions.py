@@ -20,7 +20,7 @@ from kraft_operator.planner import (
     ResignLeader,
     Wait,
 )
-from kraft_operator.sandbox.apiserver import serve
+from kraft_sandbox.apiserver import serve
 from kubernetes import client
 
 D0 = "AAAAAAAAAAAAAAAAAAAAAQ"

@@ -16,8 +16,8 @@ from kraft_operator import models
 from kraft_operator.claims import Claims, lease_name
 from kraft_operator.handlers import CLAIMED_ELSEWHERE, CONFLICT, Reconciler
 from kraft_operator.kube import Kube
-from kraft_operator.sandbox.apiserver import serve
-from kraft_operator.sandbox.emulator import declare
+from kraft_sandbox.apiserver import serve
+from kraft_sandbox.emulator import declare
 from kubernetes import client
 
 NS = "default"

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 from kraft_operator.kube import Kube
 from kraft_operator.lease import LeaderElector, LeaseLost
-from kraft_operator.sandbox.apiserver import serve
+from kraft_sandbox.apiserver import serve
 from kubernetes import client
 
 

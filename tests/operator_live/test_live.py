@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 from kraft_operator import crdgen, models
-from kraft_operator.sandbox.handle import SandboxHandle, find_kubectl, start_sandbox
+from kraft_sandbox.handle import SandboxHandle, find_kubectl, start_sandbox
 
 from tests.sandbox.conftest import wait_for
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from kraft_operator import models
-from kraft_operator.sandbox.handle import SandboxHandle
+from kraft_sandbox.handle import SandboxHandle
 
 from tests.operator_live.test_live import (  # noqa: F401 (sb is a fixture)
     NS,

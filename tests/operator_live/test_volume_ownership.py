@@ -12,8 +12,8 @@ import pytest
 from kraft_operator import models
 from kraft_operator.handlers import Reconciler
 from kraft_operator.kube import Kube
-from kraft_operator.sandbox.apiserver import serve
-from kraft_operator.sandbox.emulator import declare
+from kraft_sandbox.apiserver import serve
+from kraft_sandbox.emulator import declare
 from kubernetes import client
 
 NS = "default"

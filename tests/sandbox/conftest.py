@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kraft_operator.sandbox.apiserver import RunningApi, serve
-from kraft_operator.sandbox.handle import SandboxHandle, find_kubectl, start_sandbox
+from kraft_sandbox.apiserver import RunningApi, serve
+from kraft_sandbox.handle import SandboxHandle, find_kubectl, start_sandbox
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""`python -m kraft_operator.sandbox up` prints the KUBECONFIG to use; `fault`, `pods` and `env`
+"""`python -m kraft_sandbox up` prints the KUBECONFIG to use; `fault`, `pods` and `env`
 talk to the running sandbox; pods die with a killed sandbox; two sandboxes never share a
 pod network."""
 
@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kraft_operator.sandbox.handle import SandboxError, start_sandbox
+from kraft_sandbox.handle import SandboxError, start_sandbox
 
 from tests.sandbox.conftest import wait_for
 
-SANDBOX = [sys.executable, "-m", "kraft_operator.sandbox"]
+SANDBOX = [sys.executable, "-m", "kraft_sandbox"]
 
 
 def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

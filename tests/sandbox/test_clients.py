@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 import kopf
-from kraft_operator.sandbox.apiserver import RunningApi
+from kraft_sandbox.apiserver import RunningApi
 from kubernetes import client, watch
 
 from tests.sandbox.test_emulator import CRD

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kraft_operator.sandbox.dns import Resolver, records, write_hosts
+from kraft_sandbox.dns import Resolver, records, write_hosts
 
 
 def pod(name: str, ip: str, ready: bool, hostname: str | None = None,
@@ -65,8 +65,8 @@ def test_resolver_uses_the_pod_namespace_search_path(tmp_path: Path) -> None:
 
 PROBE = """
 import asyncio, json, os, socket, sys
-from kraft_operator.sandbox.dns import Resolver
-from kraft_operator.sandbox.launch import install
+from kraft_sandbox.dns import Resolver
+from kraft_sandbox.launch import install
 install(os.environ["SANDBOX_POD_IP"], Resolver(os.environ["SANDBOX_HOSTS"], "default"))
 out = {"q0": sorted({a[4][0] for a in socket.getaddrinfo("q-0.hl", 9093)})}
 try:

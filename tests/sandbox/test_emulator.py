@@ -8,8 +8,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-from kraft_operator.sandbox.apiserver import RunningApi
-from kraft_operator.sandbox.emulator import field_matcher, label_matcher
+from kraft_sandbox.apiserver import RunningApi
+from kraft_sandbox.emulator import field_matcher, label_matcher
 
 CRD = {
     "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",

@@ -11,8 +11,8 @@ import sys
 import threading
 from pathlib import Path
 
-from kraft_operator.sandbox.handle import SandboxHandle
-from kraft_operator.sandbox.printing import human_age, jsonpath
+from kraft_sandbox.handle import SandboxHandle
+from kraft_sandbox.printing import human_age, jsonpath
 
 from tests.sandbox.conftest import wait_for
 

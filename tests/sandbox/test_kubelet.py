@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kraft_operator.sandbox.handle import SandboxError, SandboxHandle
+from kraft_sandbox.handle import SandboxError, SandboxHandle
 
 from tests.sandbox.conftest import wait_for
 

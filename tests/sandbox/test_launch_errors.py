@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from kraft_operator.sandbox import launch
+from kraft_sandbox import launch
 
 
 def test_an_unknown_program_is_named_with_what_can_run() -> None:

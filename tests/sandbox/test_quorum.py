@@ -12,9 +12,9 @@ import urllib.request
 from typing import Any
 
 import pytest
-from kraft_operator.sandbox.dns import Resolver
-from kraft_operator.sandbox.handle import SandboxHandle
-from kraft_operator.sandbox.manual_quorum import HTTP_PORT, quorum_manifests
+from kraft_sandbox.dns import Resolver
+from kraft_sandbox.handle import SandboxHandle
+from kraft_sandbox.manual_quorum import HTTP_PORT, quorum_manifests
 
 from tests.sandbox.conftest import wait_for
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import sys
 
-from kraft_operator.sandbox.handle import SandboxHandle
-from kraft_operator.sandbox.strategic import strategic_merge
+from kraft_sandbox.handle import SandboxHandle
+from kraft_sandbox.strategic import strategic_merge
 
 from tests.sandbox.conftest import wait_for
 

@@ -21,7 +21,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from kraft_operator.sandbox.handle import find_tool
+from kraft_sandbox.handle import find_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "kraft-operator"

@@ -29,12 +29,12 @@ from typing import Any
 import attrs
 import pytest
 import yaml
-from kraft_operator.sandbox import apiserver
-from kraft_operator.sandbox.cli import claim_network
-from kraft_operator.sandbox.emulator import SandboxEmulator
-from kraft_operator.sandbox.handle import find_tool
-from kraft_operator.sandbox.kubelet import KubeletSettings
-from kraft_operator.sandbox.runtime import run_sandbox
+from kraft_sandbox import apiserver
+from kraft_sandbox.cli import claim_network
+from kraft_sandbox.emulator import SandboxEmulator
+from kraft_sandbox.handle import find_tool
+from kraft_sandbox.kubelet import KubeletSettings
+from kraft_sandbox.runtime import run_sandbox
 
 from tests.shipping.test_chart import CHART, ROOT, helm
 

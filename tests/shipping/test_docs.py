@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from kraft_operator.sandbox.handle import find_tool, start_sandbox
+from kraft_sandbox.handle import find_tool, start_sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"

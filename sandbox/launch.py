@@ -1,4 +1,4 @@
-"""The entrypoint of every sandbox container: `python -m kraft_operator.sandbox.launch PROGRAM ARGS`.
+"""The entrypoint of every sandbox container: `python -m kraft_sandbox.launch PROGRAM ARGS`.
 
 The kubelet runs a container's command with a `bin/` directory first on `PATH` whose
 `kraft`, `kraft-operator`, `kopf` and `kraft-sandbox` are shims to this launcher (the image's
@@ -7,7 +7,7 @@ function in this same process, the launcher gives the process what a pod's netwo
 namespace would:
 
 - cluster DNS: `socket.getaddrinfo` answers names from the sandbox's hosts file
-  (`SANDBOX_HOSTS`, see `kraft_operator.sandbox.dns`) with the search path of the
+  (`SANDBOX_HOSTS`, see `kraft_sandbox.dns`) with the search path of the
   pod's namespace (`SANDBOX_NAMESPACE`), and falls back to the system resolver for
   other names; `localhost` is the pod's own address;
 - its own address (`SANDBOX_POD_IP`, a loopback address such as 127.42.0.7): a server
@@ -28,7 +28,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from kraft_operator.sandbox.dns import Resolver
+from kraft_sandbox.dns import Resolver
 
 WILDCARDS = {None, "", "0.0.0.0", "::", "localhost", "127.0.0.1", "::1"}
 
@@ -117,7 +117,7 @@ def _entrypoint(program: str) -> Callable[..., Any]:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:
-        print("usage: python -m kraft_operator.sandbox.launch PROGRAM [ARGS...]", file=sys.stderr)
+        print("usage: python -m kraft_sandbox.launch PROGRAM [ARGS...]", file=sys.stderr)
         return 2
     program, rest = os.path.basename(args[0]), args[1:]
     pod_ip = os.environ.get("SANDBOX_POD_IP")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import kmock
-from kraft_operator.sandbox.emulator import SandboxEmulator
+from kraft_sandbox.emulator import SandboxEmulator
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +52,6 @@ async def serve(host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[Running
                                                            port=port or None) as server:
         # The namespaces every cluster starts with.
         for name in ("default", "kube-system"):
-            emulator._create(kmock.resource("", "v1", "namespaces"), None,
+            emulator.create_object(kmock.resource("", "v1", "namespaces"), None,
                              {"metadata": {"name": name}})
         yield RunningApi(emulator, str(server.url).rstrip("/"))

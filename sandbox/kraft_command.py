@@ -18,7 +18,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from kraft_operator.sandbox.cli import main
+    from kraft_sandbox.cli import main
 
     return main(list(args.args))
 

@@ -1,6 +1,6 @@
 """Plain manifests of a KRaft quorum, written by hand rather than by the operator.
 
-    python -m kraft_operator.sandbox.manual_quorum [--replicas 3] [--name kraft] > quorum.yaml
+    python -m kraft_sandbox.manual_quorum [--replicas 3] [--name kraft] > quorum.yaml
     kubectl apply -f quorum.yaml
 
 A headless Service (`publishNotReadyAddresses`, so the pods find each other before any is

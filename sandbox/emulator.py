@@ -56,9 +56,9 @@ import jsonpatch
 import kmock
 import yaml
 from kmock._internal import parsing as _kmock_parsing
-from kraft_operator.sandbox import printing, protobuf
-from kraft_operator.sandbox.schema import StructuralSchema
-from kraft_operator.sandbox.strategic import strategic_merge
+from kraft_sandbox import printing, protobuf
+from kraft_sandbox.schema import StructuralSchema
+from kraft_sandbox.strategic import strategic_merge
 
 Obj = dict[str, Any]
 
@@ -108,7 +108,7 @@ _kmock_parse_request = getattr(kmock.Request._parse, "wrapped",
 _parse_request.wrapped = _kmock_parse_request  # type: ignore[attr-defined]
 kmock.Request._parse = classmethod(_parse_request)  # type: ignore[assignment]
 
-log = logging.getLogger("kraft_operator.sandbox.api")
+log = logging.getLogger("kraft_sandbox.api")
 
 KEPT_EVENTS = 4096
 """Watch events kept per resource for resuming a watch from a resourceVersion."""
@@ -313,7 +313,10 @@ class SandboxEmulator(kmock.KubernetesEmulator):
     def _api_version(res: Any) -> str:
         return f"{res.group}/{res.version}" if res.group else str(res.version)
 
-    def _get(self, res: Any, ns: str | None, name: str) -> Obj | None:
+    def read_object(self, res: Any, ns: str | None, name: str) -> Obj | None:
+        """The stored object (the store's own, not a copy), None when there is none. With
+        `create_object`, `commit` and `delete_object`, what the sandbox's kubelet, scheduler and
+        controllers use: the rules HTTP clients get, in the API server's process."""
         key = (res, ns, name)
         if key not in self._objects or self._objects[key].deleted:
             return None
@@ -321,7 +324,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         return raw
 
     def _must_get(self, res: Any, ns: str | None, name: str) -> Obj:
-        obj = self._get(res, ns, name)
+        obj = self.read_object(res, ns, name)
         if obj is None:
             raise ApiError(404, "NotFound", f'{res.plural} "{name}" not found',
                            {"name": name, "kind": res.plural})
@@ -378,7 +381,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             owners = box.raw.get("metadata", {}).get("ownerReferences") or []
             if any(o.get("uid") == uid for o in owners):
                 with contextlib.suppress(ApiError):
-                    self._delete(res, ns, name, {})
+                    self.delete_object(res, ns, name, {})
 
     # ---------------------------------------------------------------- HTTP entry
 
@@ -466,7 +469,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         if method == "POST" and request.subresource in ("binding", "eviction"):
             return aiohttp.web.json_response(self._pod_subresource(request), status=201)
         if method == "POST":
-            obj = self._create(res, request.namespace, data, dry=dry)
+            obj = self.create_object(res, request.namespace, data, dry=dry)
             return aiohttp.web.json_response(obj, status=201)
         if method == "PATCH" and "apply-patch" in ctype:
             obj, created = self._apply(request, dry=dry)
@@ -483,7 +486,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                 return aiohttp.web.json_response(
                     self._must_get(res, request.namespace, request.name))
             return aiohttp.web.json_response(
-                self._delete(res, request.namespace, request.name, opts))
+                self.delete_object(res, request.namespace, request.name, opts))
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
 
     # ---------------------------------------------------------------- reads
@@ -585,7 +588,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             await response.write(shown.encode())
             while raw.transport is not None and not raw.transport.is_closing():
                 await asyncio.sleep(0.2)
-                current = self._get(res, request.namespace, request.name)
+                current = self.read_object(res, request.namespace, request.name)
                 if current is None or current["metadata"]["uid"] != pod["metadata"]["uid"]:
                     break
                 now = self.log_reader(current, container, False) or ""
@@ -680,7 +683,8 @@ class SandboxEmulator(kmock.KubernetesEmulator):
 
     # ---------------------------------------------------------------- writes
 
-    def _create(self, res: Any, ns: str | None, body: Any, *, dry: bool = False) -> Obj:
+    def create_object(self, res: Any, ns: str | None, body: Any, *, dry: bool = False) -> Obj:
+        """Create `body` as a POST does (names, defaults, admission, the watch event)."""
         info = self._info(res)
         if not isinstance(body, dict):
             raise ApiError(415, "UnsupportedMediaType", "the body must be a JSON object")
@@ -699,7 +703,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                 raise ApiError(400, "BadRequest", "the namespace of the provided object does "
                                                   "not match the namespace sent on the request")
             meta["namespace"] = ns or meta.get("namespace") or "default"
-            space = self._get(NAMESPACES, None, meta["namespace"])
+            space = self.read_object(NAMESPACES, None, meta["namespace"])
             if space is None:
                 raise ApiError(404, "NotFound", f'namespaces "{meta["namespace"]}" not found',
                                {"name": meta["namespace"], "kind": "namespaces"})
@@ -709,7 +713,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                                                  "terminated")
         else:
             meta.pop("namespace", None)
-        if self._get(res, meta.get("namespace"), meta["name"]) is not None:
+        if self.read_object(res, meta.get("namespace"), meta["name"]) is not None:
             raise ApiError(409, "AlreadyExists",
                            f'{res.plural} "{meta["name"]}" already exists',
                            {"name": meta["name"], "kind": res.plural})
@@ -875,14 +879,14 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             raise ApiError(400, "BadRequest", f"the name in the body ({meta['name']}) does not "
                                               f"match the name in the URL ({name})")
         meta["name"] = name
-        current = self._get(res, ns, name)
+        current = self.read_object(res, ns, name)
         if current is None:
             if request.subresource:
                 raise ApiError(404, "NotFound", f'{res.plural} "{name}" not found')
-            return self._create(res, ns, body, dry=dry), True
+            return self.create_object(res, ns, body, dry=dry), True
         meta.pop("resourceVersion", None)
         wanted = merge_patch(current, body)
-        return self._commit(res, current, wanted, request.subresource, dry=dry), False
+        return self.commit(res, current, wanted, request.subresource, dry=dry), False
 
     def _update(self, request: kmock.Request, method: str, data: Any, *,
                 dry: bool = False) -> Obj:
@@ -897,9 +901,9 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                     current["metadata"]["resourceVersion"]
         else:
             wanted = self._apply_patch(request, current)
-        return self._commit(res, current, wanted, request.subresource, dry=dry)
+        return self.commit(res, current, wanted, request.subresource, dry=dry)
 
-    def _commit(self, res: Any, current: Obj, wanted: Obj, subresource: str | None,
+    def commit(self, res: Any, current: Obj, wanted: Obj, subresource: str | None,
                 *, dry: bool = False) -> Obj:
         """Store `wanted` as the next version of `current`, with the API server's rules."""
         info = self._info(res)
@@ -959,7 +963,8 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             return meta.get("deletionGracePeriodSeconds") == 0
         return True
 
-    def _delete(self, res: Any, ns: str | None, name: str, opts: Obj) -> Obj:
+    def delete_object(self, res: Any, ns: str | None, name: str, opts: Obj) -> Obj:
+        """Delete as a DELETE with the options `opts` does (a scheduled Pod gracefully)."""
         current = self._must_get(res, ns, name)
         meta = current["metadata"]
         if res == NAMESPACES:
@@ -1012,14 +1017,14 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             if ns == name and not box.deleted and not box.raw["metadata"].get(
                     "deletionTimestamp"):
                 with contextlib.suppress(ApiError):
-                    self._delete(res, ns, obj_name, {})
+                    self.delete_object(res, ns, obj_name, {})
         self._finish_namespace(name)
-        return self._get(NAMESPACES, None, name) or space
+        return self.read_object(NAMESPACES, None, name) or space
 
     def _finish_namespace(self, name: str | None) -> None:
         if name is None:
             return
-        space = self._get(NAMESPACES, None, name)
+        space = self.read_object(NAMESPACES, None, name)
         if space is None or not space["metadata"].get("deletionTimestamp"):
             return
         if any(ns == name and not box.deleted for (_r, ns, _n), box in self._objects.items()):
@@ -1069,7 +1074,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             cur = cur.setdefault(part, {})
         cur[parts[-1]] = replicas
         new["metadata"]["resourceVersion"] = got_rv or current["metadata"]["resourceVersion"]
-        return as_scale(self._commit(res, current, new, None))
+        return as_scale(self.commit(res, current, new, None))
 
     def _pod_subresource(self, request: kmock.Request) -> Obj:
         res, ns, name = request.resource, request.namespace, request.name
@@ -1085,10 +1090,10 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                 raise ApiError(409, "Conflict", f'pod "{name}" is already assigned to a node')
             new = copy.deepcopy(current)
             new["spec"]["nodeName"] = node
-            self._commit(res, current, new, None)
+            self.commit(res, current, new, None)
         else:  # eviction: a graceful delete (PodDisruptionBudgets are not checked)
             opts = body.get("deleteOptions") or {}
-            self._delete(res, ns, name, opts)
+            self.delete_object(res, ns, name, opts)
         return {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Success",
                 "code": 201}
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from kraft_operator import models
-from kraft_operator.sandbox.handle import SandboxHandle, find_kubectl, start_sandbox
+from kraft_sandbox.handle import SandboxHandle, find_kubectl, start_sandbox
 
 NAME = "demo"
 NS = "default"
@@ -293,7 +293,7 @@ def run_demo(sb: SandboxHandle, started: float, wipe_leader: bool = False) -> No
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m kraft_operator.sandbox.demo",
+    p = argparse.ArgumentParser(prog="python -m kraft_sandbox.demo",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--keep-running", action="store_true",
                    help="leave the sandbox running at the end (Ctrl-C stops it)")

@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 import kmock
-from kraft_operator.sandbox.emulator import ApiError, SandboxEmulator, now_rfc3339
+from kraft_sandbox.emulator import ApiError, SandboxEmulator, now_rfc3339
 
 Obj = dict[str, Any]
 
@@ -63,7 +63,7 @@ def _reconcile_one(api: SandboxEmulator, deploy: Obj, pods: list[Obj]) -> None:
             and not p["metadata"].get("deletionTimestamp")]
     for pod in mine:
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            api._delete(PODS, ns, pod["metadata"]["name"], {})
+            api.delete_object(PODS, ns, pod["metadata"]["name"], {})
     mine = [p for p in mine if (p.get("status") or {}).get("phase") not in ("Succeeded",
                                                                             "Failed")]
     new = [p for p in mine if (p["metadata"].get("labels") or {}).get(HASH_LABEL) == current]
@@ -73,11 +73,11 @@ def _reconcile_one(api: SandboxEmulator, deploy: Obj, pods: list[Obj]) -> None:
     if len(new) > wanted:
         surplus = sorted(new, key=lambda p: p["metadata"]["creationTimestamp"])[wanted:]
         for pod in surplus:
-            api._delete(PODS, ns, pod["metadata"]["name"], {})
+            api.delete_object(PODS, ns, pod["metadata"]["name"], {})
     ready_new = [p for p in new if _ready(p)]
     if old and len(ready_new) >= wanted:
         for pod in old:
-            api._delete(PODS, ns, pod["metadata"]["name"], {})
+            api.delete_object(PODS, ns, pod["metadata"]["name"], {})
     ready = [p for p in mine if _ready(p)]
     available = len(ready) >= wanted
     status = {
@@ -100,7 +100,7 @@ def _reconcile_one(api: SandboxEmulator, deploy: Obj, pods: list[Obj]) -> None:
         return
     updated = copy.deepcopy(deploy)
     updated["status"] = status
-    api._commit(DEPLOYMENTS, deploy, updated, "status")
+    api.commit(DEPLOYMENTS, deploy, updated, "status")
 
 
 def _same(old: Obj, new: Obj) -> bool:
@@ -127,4 +127,4 @@ def _create_pod(api: SandboxEmulator, deploy: Obj, template: Obj, digest: str) -
         "spec": copy.deepcopy(template.get("spec") or {}),
     }
     pod["metadata"].pop("name", None)
-    api._create(PODS, meta["namespace"], pod)
+    api.create_object(PODS, meta["namespace"], pod)

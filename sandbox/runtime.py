@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from kraft_operator.sandbox.apiserver import serve, write_kubeconfig
-from kraft_operator.sandbox.kubelet import PVCS, Kubelet, KubeletSettings, PodWorker
+from kraft_sandbox.apiserver import serve, write_kubeconfig
+from kraft_sandbox.kubelet import Kubelet, KubeletSettings, PodWorker
+from kraft_sandbox.volumes import PVCS
 
-log = logging.getLogger("kraft_operator.sandbox")
+log = logging.getLogger("kraft_sandbox")
 
 OPERATOR_SELECTOR = {"app.kubernetes.io/name": "kraft-operator"}
 
@@ -81,9 +82,9 @@ class Sandbox:
     def wipe_pvc(self, namespace: str, claim: str, crash: bool = True) -> dict[str, Any]:
         """Disk failure: empty the claim's directory; with `crash`, kill the pods that use
         it, so that they come back on the empty disk (as after a disk replacement)."""
-        path = self.kubelet.claim_dir(namespace, claim)
+        path = self.kubelet.volumes.claim_dir(namespace, claim)
         if path is None:
-            if self.kubelet.api._get(PVCS, namespace, claim) is None:
+            if self.kubelet.api.read_object(PVCS, namespace, claim) is None:
                 raise FaultError(f"no claim {namespace}/{claim} (kubectl get pvc -n {namespace} "
                                  "lists them)")
             raise FaultError(f"claim {namespace}/{claim} is not bound to a volume")
@@ -140,7 +141,7 @@ class Sandbox:
         out = {}
         for pvc in self.kubelet.api.objects_of("v1/persistentvolumeclaims"):
             meta = pvc["metadata"]
-            path = self.kubelet.claim_dir(meta["namespace"], meta["name"])
+            path = self.kubelet.volumes.claim_dir(meta["namespace"], meta["name"])
             if path is not None:
                 out[f"{meta['namespace']}/{meta['name']}"] = str(path)
         return out
@@ -193,7 +194,7 @@ async def run_sandbox(settings: KubeletSettings, api_port: int = 0) -> AsyncIter
         port = runner.addresses[0][1]
         info = {"api": api.url, "kubeconfig": str(settings.kubeconfig),
                 "control": f"http://{api_host}:{port}", "hosts": str(settings.hosts_file),
-                "network": settings.network, "nodes": kubelet.node_names, "pid": os.getpid(),
+                "network": settings.network, "nodes": kubelet.nodes.node_names, "pid": os.getpid(),
                 "state_dir": str(state)}
         tmp = state / "sandbox.json.tmp"
         tmp.write_text(json.dumps(info, indent=2) + "\n")
@@ -207,4 +208,4 @@ async def run_sandbox(settings: KubeletSettings, api_port: int = 0) -> AsyncIter
             await runner.cleanup()
 
 
-__all__ = ["FAULTS", "PVCS", "FaultError", "Sandbox", "run_sandbox"]
+__all__ = ["FAULTS", "FaultError", "Sandbox", "run_sandbox"]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kraft_operator.sandbox.dns import Resolver
+from kraft_sandbox.dns import Resolver
 
 
 class SandboxError(RuntimeError):
@@ -132,7 +132,7 @@ class SandboxHandle:
     def cluster_dns(self, namespace: str = "default") -> Iterator[None]:
         """Resolve cluster names (`kraft-0.kraft`, `svc.ns.svc.cluster.local`) in this process
         for the `with` body, as a pod of `namespace` would."""
-        from kraft_operator.sandbox.launch import install_dns
+        from kraft_sandbox.launch import install_dns
 
         restore = install_dns(self.resolver(namespace))
         try:
@@ -143,7 +143,7 @@ class SandboxHandle:
     def run(self, program: str, *args: str, namespace: str = "default",
             timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """`kraft-sandbox run PROGRAM ARGS`: an installed program with the cluster's DNS."""
-        return subprocess.run([sys.executable, "-m", "kraft_operator.sandbox", "run",
+        return subprocess.run([sys.executable, "-m", "kraft_sandbox", "run",
                                "--state-dir", str(self.state_dir), "-n", namespace, program,
                                *args], capture_output=True, text=True, timeout=timeout,
                               check=False)
@@ -205,12 +205,12 @@ def start_sandbox(state_dir: Path, *, nodes: int = 3, network: str | None = None
                   backoff_base_s: float = 1.0, heartbeat_s: float = 5.0,
                   startup_timeout_s: float = 60.0,
                   extra_args: list[str] | None = None) -> Iterator[SandboxHandle]:
-    """Run `python -m kraft_operator.sandbox up` in a child process for the `with` body."""
+    """Run `python -m kraft_sandbox up` in a child process for the `with` body."""
     state_dir.mkdir(parents=True, exist_ok=True)
     info_path = state_dir / "sandbox.json"
     with contextlib.suppress(FileNotFoundError):
         info_path.unlink()
-    cmd = [sys.executable, "-m", "kraft_operator.sandbox", "--state-dir", str(state_dir), "up",
+    cmd = [sys.executable, "-m", "kraft_sandbox", "--state-dir", str(state_dir), "up",
            "--nodes", str(nodes), "--backoff-base", str(backoff_base_s),
            "--heartbeat", str(heartbeat_s), "--quiet", *(extra_args or [])]
     if network:

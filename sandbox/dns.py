@@ -2,7 +2,7 @@
 
 The sandbox's DNS is a file (`IP NAME` per line, one line per address) that the kubelet
 rewrites whenever a Pod or Service changes, and that every pod process reads through the
-launcher (`kraft_operator.sandbox.launch`), which answers `socket.getaddrinfo` from it. The
+launcher (`kraft_sandbox.launch`), which answers `socket.getaddrinfo` from it. The
 machine's `/etc/hosts` and resolver are never touched.
 
 Records follow Kubernetes' DNS specification for Services and Pods:

@@ -1,4 +1,4 @@
-"""`kraft-sandbox` (also `python -m kraft_operator.sandbox`): run the sandbox, inject faults.
+"""`kraft-sandbox` (also `python -m kraft_sandbox`): run the sandbox, inject faults.
 
     kraft-sandbox up [--state-dir DIR] [--nodes 3] [--port 0] [--operator]
     kraft-sandbox fault crash POD [--container C] [--signal TERM] [-n NS]
@@ -72,8 +72,8 @@ def _info(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _up(args: argparse.Namespace) -> int:
-    from kraft_operator.sandbox.kubelet import KubeletSettings
-    from kraft_operator.sandbox.runtime import run_sandbox
+    from kraft_sandbox.kubelet import KubeletSettings
+    from kraft_sandbox.runtime import run_sandbox
 
     network, lock = claim_network(args.network)
     settings = KubeletSettings(
@@ -101,13 +101,13 @@ async def _up(args: argparse.Namespace) -> int:
 def _install_operator(api: Any) -> None:
     """The KRaftQuorum CRD (from the operator's models) and the operator's Deployment."""
     from kraft_operator import crdgen
-    from kraft_operator.sandbox.deployments import DEPLOYMENTS
+    from kraft_sandbox.deployments import DEPLOYMENTS
 
     crds = kmock.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
     crd = crdgen.build_crd()
-    if api._get(crds, None, crd["metadata"]["name"]) is None:
-        api._create(crds, None, crd)
-    api._create(DEPLOYMENTS, "default", OPERATOR_DEPLOYMENT)
+    if api.read_object(crds, None, crd["metadata"]["name"]) is None:
+        api.create_object(crds, None, crd)
+    api.create_object(DEPLOYMENTS, "default", OPERATOR_DEPLOYMENT)
 
 
 def claim_network(wanted: str | None) -> tuple[str, Any]:
@@ -129,7 +129,7 @@ def claim_network(wanted: str | None) -> tuple[str, Any]:
 
 
 def _fault(args: argparse.Namespace) -> int:
-    from kraft_operator.sandbox.handle import FaultClient, SandboxError
+    from kraft_sandbox.handle import FaultClient, SandboxError
 
     faults = FaultClient(_info(args)["control"])
     kind = args.kind
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "fault":
         return _fault(args)
     if args.command in ("pods", "claims"):
-        from kraft_operator.sandbox.handle import FaultClient
+        from kraft_sandbox.handle import FaultClient
 
         print(json.dumps(FaultClient(_info(args)["control"]).call(args.command), indent=2))
         return 0
@@ -229,6 +229,6 @@ def main(argv: list[str] | None = None) -> int:
         env = {**os.environ, "KUBECONFIG": info["kubeconfig"], "SANDBOX_HOSTS": info["hosts"],
                "SANDBOX_NAMESPACE": args.namespace}
         env.pop("SANDBOX_POD_IP", None)
-        os.execvpe(sys.executable, [sys.executable, "-m", "kraft_operator.sandbox.launch",
+        os.execvpe(sys.executable, [sys.executable, "-m", "kraft_sandbox.launch",
                                     args.program, *args.args], env)
     return 2
