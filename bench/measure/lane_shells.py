@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from kraft.lane import LeaderLane, native, to_native
+from kraft.protocol.kv_wire import OK, OP_PUT, RESPONSE_HEAD, encode_request
 from kraft.protocol.uuid import Uuid
 from kraft.raft.lease import LeaseVoter
 from kraft.raft.messages import ReplicaKey
 from kraft.records.batch import iter_batches
-from kraft.server.client_protocol import OK, OP_PUT, RESPONSE_HEAD, encode_request
 from kraft.statemachine.kv import encode_put
 
 CLUSTER = "abcdefghijklmnopqrstuv"

@@ -202,7 +202,7 @@ def driver_main() -> None:
         """The closed loop of `bench.systems.peers.closed_loop` (same window, counting and latency
         rules) driven through `KvClient.send` callbacks: `inflight` writes outstanding,
         each answer issues the next one (as a Kafka producer's callbacks would)."""
-        from kraft.server.client_protocol import NOT_FOUND, OK, OP_PUT
+        from kraft.protocol.kv_wire import NOT_FOUND, OK, OP_PUT
 
         conns = await bin_clients(addr, min(8, inflight))
         pc = time.perf_counter_ns

@@ -1,4 +1,4 @@
-"""An asyncio client of the binary KV protocol (`kraft.server.client_protocol`).
+"""An asyncio client of the binary KV protocol (`kraft.protocol.kv_wire`, served by `kraft.server.client_protocol`).
 
 One `KvClient` holds one TCP connection to one node and pipelines every call made on it:
 any number of `put`/`get`/`delete` may be awaited concurrently, their frames leave in one write
@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import cast
 
-from kraft.server.client_protocol import (
+from kraft.protocol.framing import ReadBuffer
+from kraft.protocol.kv_wire import (
     ERROR,
     NOT_FOUND,
     NOT_LEADER,
@@ -34,7 +35,6 @@ from kraft.server.client_protocol import (
     RESPONSE_HEAD,
     UNKNOWN_OUTCOME,
 )
-from kraft.server.frames import ReadBuffer
 
 
 class ClientError(Exception):

@@ -305,3 +305,33 @@ class FrameDecoder:
         if start:
             del buf[:start]
         return frames
+
+class ReadBuffer:
+    """The bytes of a stream received but not parsed yet (the tail of an unfinished frame).
+
+    `feed(data)` returns what to parse: `data` itself when nothing was left over (the common
+    case: no copy), else the leftover with `data` appended; `consumed(view, pos)` keeps what
+    lies after `pos` of that view for the next chunk.
+    """
+
+    __slots__ = ("buf",)
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def __bool__(self) -> bool:
+        return bool(self.buf)
+
+    def feed(self, data: bytes) -> bytes | bytearray:
+        """What to parse now."""
+        if self.buf:
+            self.buf += data
+            return self.buf
+        return data
+
+    def consumed(self, view: bytes | bytearray, pos: int) -> None:
+        """`pos` bytes of `view` (from `feed`) were parsed; keep the rest."""
+        if view is self.buf:
+            del self.buf[:pos]
+        elif pos < len(view):
+            self.buf += memoryview(view)[pos:]

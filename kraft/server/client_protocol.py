@@ -6,14 +6,7 @@ they arrive (so one `Append` batch carries many of them) and answers each once i
 and applied, in completion order, tagged with the request id. Answers produced in the same
 event-loop turn leave in one socket write.
 
-Request frame:  u32 length | u32 id | u8 op | u16 key length | key (UTF-8) | value (the rest)
-Response frame: u32 length | u32 id | u8 status | i64 offset | i32 leader id | payload
-
-`length` counts the bytes after itself. Ops: PUT (1), GET (2, linearizable: read barrier),
-DELETE (3), GET_STALE (4, local state, no barrier). Statuses: OK (0), NOT_FOUND (1, GET of a
-missing key or DELETE of one), NOT_LEADER (2: `leader id` is the leader or -1, the payload its
-HTTP address if known), UNKNOWN_OUTCOME (3: the write may or may not have been applied),
-ERROR (4: payload is the message). `offset` is the record's log offset for writes, else -1.
+The frames, ops and statuses are `kraft.protocol.kv_wire`'s.
 
 A key above `kraft.statemachine.kv.MAX_KEY_BYTES` (any op) or a PUT value above
 `MAX_VALUE_BYTES` is answered ERROR, naming the limit, and nothing of it is proposed. A frame
@@ -30,6 +23,21 @@ import logging
 import struct
 from typing import Protocol, cast
 
+from kraft.protocol.kv_wire import (
+    ERROR,
+    NOT_FOUND,
+    NOT_LEADER,
+    OK,
+    OP_DELETE,
+    OP_GET,
+    OP_GET_STALE,
+    OP_PUT,
+    REQUEST_FRAME_HEAD,
+    REQUEST_HEAD,
+    RESPONSE_HEAD,
+    UNKNOWN_OUTCOME,
+    encode_response,
+)
 from kraft.server.connection_limits import ConnectionGuard, ListenerGuard, Tracked
 from kraft.server.kv_api import NotLeaderError, OutcomeUnknownError
 from kraft.server.writes import Completion
@@ -72,32 +80,13 @@ class ClientNode(Protocol):
     def request_refused(self) -> None:
         """A request was refused for a key or value above its limit (counted)."""
 
-OP_PUT, OP_GET, OP_DELETE, OP_GET_STALE = 1, 2, 3, 4
-OK, NOT_FOUND, NOT_LEADER, UNKNOWN_OUTCOME, ERROR = 0, 1, 2, 3, 4
-REQUEST_HEAD = struct.Struct(">IBH")  # id, op, key length (after the u32 length)
-RESPONSE_HEAD = struct.Struct(">IIBqi")  # length, id, status, offset, leader id
 MAX_FRAME = 16 * 1024 * 1024
 MAX_IN_FLIGHT = 16384
 """Requests of one connection waiting for their answer before the server stops reading it."""
 
 
-def encode_request(request_id: int, op: int, key: str, value: bytes = b"") -> bytes:
-    """One request frame (the length and the head packed in one call: this runs per write)."""
-    k = key.encode()
-    return REQUEST_FRAME_HEAD.pack(REQUEST_HEAD.size + len(k) + len(value), request_id, op,
-                                   len(k)) + k + value
-
-
-def encode_response(request_id: int, status: int, offset: int = -1, leader_id: int = -1,
-                    payload: bytes = b"") -> bytes:
-    """One response frame."""
-    return RESPONSE_HEAD.pack(RESPONSE_HEAD.size - 4 + len(payload), request_id, status, offset,
-                              leader_id) + payload
-
-
 _PUT_CMD = struct.Struct(">BBI")  # the KV command's format version, op and key length
 _U32 = struct.Struct(">I")
-REQUEST_FRAME_HEAD = struct.Struct(">IIBH")  # length, id, op, key length: a request's first bytes
 _PACK_ANSWER = RESPONSE_HEAD.pack
 _ANSWER_LENGTH = RESPONSE_HEAD.size - 4  # an answer without payload
 

@@ -38,6 +38,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import cast
 
+from kraft.protocol.framing import ReadBuffer
 from kraft.server.connection_limits import (
     DEFAULT_MAX_FRAME_BYTES,
     ConnectionGuard,
@@ -86,37 +87,6 @@ FrameHandler = Callable[[bytes, PeerInfo], "Awaitable[bytes | None] | DeferredRe
 """Handles one request frame: returns the response frame body, or None to close the
 connection, either at once, through a `DeferredReply`, or through an awaitable (a coroutine
 or a future). The first two cost no task and no loop turn per request."""
-
-
-class ReadBuffer:
-    """The bytes of a stream received but not parsed yet (the tail of an unfinished frame).
-
-    `feed(data)` returns what to parse: `data` itself when nothing was left over (the common
-    case: no copy), else the leftover with `data` appended; `consumed(view, pos)` keeps what
-    lies after `pos` of that view for the next chunk.
-    """
-
-    __slots__ = ("buf",)
-
-    def __init__(self) -> None:
-        self.buf = bytearray()
-
-    def __bool__(self) -> bool:
-        return bool(self.buf)
-
-    def feed(self, data: bytes) -> bytes | bytearray:
-        """What to parse now."""
-        if self.buf:
-            self.buf += data
-            return self.buf
-        return data
-
-    def consumed(self, view: bytes | bytearray, pos: int) -> None:
-        """`pos` bytes of `view` (from `feed`) were parsed; keep the rest."""
-        if view is self.buf:
-            del self.buf[:pos]
-        elif pos < len(view):
-            self.buf += memoryview(view)[pos:]
 
 
 class DeferredReply:

@@ -13,9 +13,8 @@ import pytest
 
 from kraft.admin.kv_client import KvClient, KvClusterClient, NotLeader, OutcomeUnknown
 from kraft.cli.local import LocalCluster
-from kraft.server.client_protocol import (
+from kraft.protocol.kv_wire import (
     ERROR,
-    MAX_FRAME,
     NOT_FOUND,
     NOT_LEADER,
     OK,
@@ -27,6 +26,7 @@ from kraft.server.client_protocol import (
     encode_request,
     encode_response,
 )
+from kraft.server.client_protocol import MAX_FRAME
 
 
 def test_frames_have_the_documented_layout() -> None:

@@ -198,7 +198,7 @@ async def test_binary_client_that_does_not_read_stops_being_served(tmp_path: Pat
     answers fill the connection's buffers, and gets every answer once it reads."""
     import socket
 
-    from kraft.server.client_protocol import OK, OP_GET_STALE, RESPONSE_HEAD, encode_request
+    from kraft.protocol.kv_wire import OK, OP_GET_STALE, RESPONSE_HEAD, encode_request
 
     props = _config(tmp_path, fsync=False)
     host, raft_port = props["listeners"].split("//", 1)[1].rsplit(":", 1)

@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 
 from kraft.lane import native
 from kraft.protocol.errors import ErrorCode, ProtocolError
+from kraft.protocol.kv_wire import OP_PUT, encode_request
 from kraft.protocol.uuid import Uuid
 from kraft.raft import messages as m
 from kraft.records.batch import build_batch
 from kraft.records.control import KRaftVersionRecord, build_control_batch
-from kraft.server.client_protocol import OP_PUT, encode_request
 from kraft.server.fetch_fast import (
     decode_fetch_request,
     decode_fetch_response,

@@ -18,18 +18,12 @@ import pytest
 
 from kraft.lane import LeaderLane, native, to_native
 from kraft.protocol.errors import ErrorCode
+from kraft.protocol.kv_wire import OK, OP_GET, OP_PUT, RESPONSE_HEAD, encode_request
 from kraft.protocol.uuid import Uuid
 from kraft.raft import messages as m
 from kraft.raft.lease import LeaseVoter
 from kraft.raft.messages import ReplicaKey
 from kraft.records.batch import iter_batches
-from kraft.server.client_protocol import (
-    OK,
-    OP_GET,
-    OP_PUT,
-    RESPONSE_HEAD,
-    encode_request,
-)
 from kraft.server.fetch_fast import (
     decode_fetch_request,
     decode_fetch_response,

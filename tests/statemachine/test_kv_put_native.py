@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kraft.lane import native
-from kraft.server.client_protocol import (
+from kraft.protocol.kv_wire import (
     OK,
     OP_DELETE,
     OP_GET,

@@ -540,9 +540,9 @@ def run_leader(seed: int, workdir: Path, faults: Faults, turns: int = 12,
     or voter 2's next fetch is held back (then released), or voter 2 sends an earlier fetch
     again (late, stale)."""
     from kraft.lane import LeaderLane, to_native
+    from kraft.protocol.kv_wire import OK, OP_PUT, RESPONSE_HEAD, encode_request
     from kraft.raft.lease import LeaseVoter
     from kraft.raft.messages import ReplicaKey
-    from kraft.server.client_protocol import OK, OP_PUT, RESPONSE_HEAD, encode_request
     from kraft.server.fetch_fast import decode_fetch_response, encode_fetch_request
 
     c, rng, prng, path, fd = _start(seed, workdir, LEADER_SEGMENT, faults)
