@@ -34,3 +34,27 @@ def test_sandbox_is_a_program_of_its_own_installed_as_kraft_sandbox() -> None:
 
     assert Path(kraft_sandbox.emulator.__file__).parent == ROOT / "sandbox"
     assert not (ROOT / "operator" / "sandbox").exists()
+
+
+MAX_PYTHON_LINES = 1200
+MAX_C_LINES = 1500
+
+
+def _tracked(*patterns: str) -> list[Path]:
+    out = subprocess.run(["git", "ls-files", *patterns], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout.split()
+    return [ROOT / name for name in out]
+
+
+def test_no_module_is_over_1200_lines_and_no_c_file_over_1500() -> None:
+    """A file past these is several concerns in one: split it by what each part does."""
+    python = _tracked("*.py")
+    c = _tracked("*.c", "*.h")
+    assert python and c, "no tracked sources found: is this a git checkout?"
+    too_long = [
+        f"{path.relative_to(ROOT)}: {lines} lines"
+        for paths, limit in ((python, MAX_PYTHON_LINES), (c, MAX_C_LINES))
+        for path in paths
+        if (lines := len(path.read_text().splitlines())) > limit
+    ]
+    assert too_long == [], too_long
