@@ -8,7 +8,7 @@
 
 /* ------------------------------------------------------------------ a leader's answer, as bytes */
 
-/* The follower's lane reads the leader's answers itself (step 2). This is its reading of a
+/* The follower's lane reads the leader's answers itself. This is its reading of a
  * Fetch v17/v18 response frame (header v1 and body, no size prefix): the plain answer of the
  * voters' shape (kraft.server.fetch_fast's), and nothing else. It accepts a frame only when:
  *   - it answers `correlation_id`, with no header tags and no top-level error;
@@ -255,7 +255,7 @@ int read_fetch_answer(const uint8_t *f, size_t len, int32_t correlation_id,
 
 /* ------------------------------------------------------------------ the follower's next fetch */
 
-/* The follower's lane acknowledges by sending its next Fetch itself (step 2). This writes that
+/* The follower's lane acknowledges by sending its next Fetch itself. This writes that
  * request frame (header v2 and body, no size prefix), byte for byte what
  * kraft.server.fetch_fast.encode_fetch_request writes for the voters' shape. What stays the
  * same from one fetch to the next (version, client id, cluster id, replica id and directory
@@ -327,9 +327,9 @@ size_t write_fetch_request(uint8_t *out, size_t cap, const fetch_template *t,
     return w.p == NULL ? 0 : (size_t)(w.p - out);
 }
 
-/* ------------------------------------------------------------------ the leader's wire (step 3) */
+/* ------------------------------------------------------------------ the leader's wire */
 
-/* The leader's lane reads its voters' fetches and writes their answers itself (step 3). These
+/* The leader's lane reads its voters' fetches and writes their answers itself. These
  * are its reading of a Fetch v17/v18 request frame (header v2 and body, no size prefix) and its
  * writing of a plain answer, each the same as kraft.server.fetch_fast's for the voters' shape.
  * The reading is stricter than the Python decoder: the client id must be ASCII (or null), the

@@ -1,9 +1,9 @@
-/* The follower's I/O loop (kraft.lane._native.FollowerShell, docs/native-lane.md step 2). */
+/* The follower's I/O loop (kraft.lane._native.FollowerShell, docs/native-lane.md). */
 #include "lane.h"
 
 /* ------------------------------------------------------------------ the follower's I/O loop */
 
-/* FollowerShell: the follower lane's loop on its own thread (step 2), over a connected socket
+/* FollowerShell: the follower lane's loop on its own thread, over a connected socket
  * to the leader and the active segment's descriptor, with no Python and no GIL:
  *   read a size-prefixed frame -> read_fetch_answer -> follower_answer -> pwrite the batches at
  *   the write position and fdatasync them -> write_fetch_request -> send it.
@@ -443,7 +443,7 @@ PyTypeObject FollowerShellType = {
     .tp_name = "kraft.lane._native.FollowerShell",
     .tp_basicsize = sizeof(FollowerShellObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "The follower lane's I/O loop on its own thread (docs/native-lane.md, step 2).",
+    .tp_doc = "The follower lane's I/O loop on its own thread (docs/native-lane.md).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)FollowerShell_init,
     .tp_dealloc = (destructor)FollowerShell_dealloc,

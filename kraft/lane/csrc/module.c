@@ -451,8 +451,8 @@ static PyMethodDef lane_functions[] = {
 static struct PyModuleDef lane_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "kraft.lane._native",
-    .m_doc = "The native lane's rules in C (docs/native-lane.md, step 1b), and the follower's "
-             "reading of the leader's answers (step 2).",
+    .m_doc = "The native lane in C (docs/native-lane.md): its rules, the formats it reads and "
+             "writes, and the follower's and the leader's I/O loops.",
     .m_size = -1,
     .m_methods = lane_functions,
 };

@@ -10,7 +10,7 @@
 
 /* ------------------------------------------------------------------ the client's PUTs */
 
-/* The leader's lane reads the binary client protocol's PUT frames itself (step 3):
+/* The leader's lane reads the binary client protocol's PUT frames itself:
  *   request: u32 length | u32 id | u8 op | u16 key length | key | value
  *   answer:  u32 length | u32 id | u8 status | i64 offset | i32 leader id
  * (kraft.server.client_protocol). read_puts takes the whole PUT frames at the head of a buffer
