@@ -17,6 +17,7 @@
 #include "../kraft/lane/csrc/shell.c"
 #include "../kraft/lane/csrc/follower.c"
 #include "../kraft/lane/csrc/leader.c"
+#include "../kraft/lane/csrc/args.c"
 #include "../kraft/lane/csrc/module.c"
 
 #include <stdio.h>

@@ -227,7 +227,7 @@ class ServerProperties(BaseModel):
     with `kraft.log.fsync=false` (nothing is synced then)."""
     lane_follower: bool = Field(default=True, alias="kraft.lane.follower")
     """true (the default): a follower in the steady state of an epoch hands its fetches to the
-    native lane (`kraft.lane.follower`, docs/native-lane.md step 2), a loop in C on a
+    native lane (`kraft.lane.follower`, docs/native-lane.md), a loop in C on a
     thread of its own that writes, syncs and acknowledges the leader's records without the
     interpreter, and reports to the core every `kraft.lane.tick.ms` and before a local read.
     false: the Python path does it all. Ignored (with a warning) where the extension was not
@@ -235,8 +235,7 @@ class ServerProperties(BaseModel):
     lane_leader: bool = Field(default=True, alias="kraft.lane.leader")
     """true (the default): a leader in the steady state of its epoch hands the binary client
     protocol's connection (when it is the only one), its voters' fetch connections and the
-    active segment to the native lane (`kraft.lane.leader`, docs/native-lane.md step 3), a loop
-    in C on
+    active segment to the native lane (`kraft.lane.leader`, docs/native-lane.md), a loop in C on
     a thread of its own that batches the PUTs, writes, replicates and syncs them, counts the
     voters' acknowledgements, and answers each PUT at its commit; it reports to the core every
     `kraft.lane.tick.ms` and before a local read. false: the Python path does it all

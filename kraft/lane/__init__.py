@@ -13,6 +13,10 @@ The consensus core (`kraft.raft`) leases the lane the steady state of one epoch
   reports; they see the node only through `LaneHost` (`kraft.lane.host`: its core and log, its
   event loop and queue, and the connections it lends them: `FetchConnection`,
   `ClientConnection`, `VoterConnection`), which the node provides;
+- the runners' turns on the node's core loop (`LaneArbiter`, `kraft.lane.arbiter`): before
+  and after each event the core handles, after each step of applying, around the loop's
+  sleep, and a local read's catch-up; it sees the node through `ArbiterHost`, a `LaneHost`
+  with the fetch in flight and the apply;
 - the C scan of an append (`append_scan`), which the node hands the log
   (`SegmentedLog.use_native_scan`): storage imports nothing of the lane.
 
@@ -20,6 +24,7 @@ The names below are the package's interface: the node, the simulator, the benchm
 tests other than the lane's own import nothing else of it.
 """
 
+from kraft.lane.arbiter import ArbiterHost, LaneArbiter
 from kraft.lane.follower import FollowerLaneRunner
 from kraft.lane.host import ClientConnection, FetchConnection, LaneHost, VoterConnection
 from kraft.lane.leader import LeaderLaneRunner
@@ -34,11 +39,13 @@ from kraft.lane.rules import (
 )
 
 __all__ = [
+    "ArbiterHost",
     "ClientConnection",
     "FetchConnection",
     "FollowerLane",
     "FollowerLaneRunner",
     "LaneAnswer",
+    "LaneArbiter",
     "LaneFetch",
     "LaneHost",
     "LeaderLane",

@@ -1,4 +1,4 @@
-"""The follower's native lane in the node (docs/native-lane.md step 2; `kraft.lane.follower`).
+"""The follower's native lane in the node (docs/native-lane.md; `kraft.lane.follower`).
 
 While a follower is in the steady state of an epoch, `FollowerLaneRunner` hands its fetch
 connection to the leader and the active segment to `kraft.lane._native.FollowerShell`, a loop on

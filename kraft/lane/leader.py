@@ -1,4 +1,4 @@
-"""The leader's native lane in the node (docs/native-lane.md step 3; `kraft.lane.leader`).
+"""The leader's native lane in the node (docs/native-lane.md; `kraft.lane.leader`).
 
 While a leader is in the steady state of its epoch, `LeaderLaneRunner` hands the binary client
 protocol's connection, its voters' fetch connections and the active segment to

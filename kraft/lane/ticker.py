@@ -10,7 +10,7 @@ fell when the tick was 20 ms). So the period doubles after each check that finds
 to `IDLE_S`, and goes back to the base period at the first check that finds progress: while
 writes stream in the core hears of them every tick, and a quiet lane wakes its node about
 twenty times a second. What a quiet spell delays is bookkeeping only: a local read takes the
-lane's progress at once (`KraftNode.lane_catch_up`), a follower's lane wakes its node for a
+lane's progress at once (`LaneArbiter.catch_up`), a follower's lane wakes its node for a
 write while the node's loop sleeps (`FollowerShell.waiting`), and the check-quorum window is
 seconds long.
 """

@@ -1,5 +1,6 @@
 """The node's side of the lane's boundary: `NodeLaneHost`, the `kraft.lane.LaneHost` a node
-lends its lane runners (`FollowerLaneRunner`, `LeaderLaneRunner`).
+lends its lane runners (`FollowerLaneRunner`, `LeaderLaneRunner`), and the
+`kraft.lane.ArbiterHost` their arbiter on the core loop (`LaneArbiter`) takes.
 
 The runners see the node only through it: its core and log, its event loop and queue, the
 connections they are lent (the follower's fetch connection, the client connection, the voters'
@@ -20,6 +21,7 @@ from kraft.lane import ClientConnection, FetchConnection, VoterConnection
 from kraft.protocol.api import ApiKey
 from kraft.raft import messages as m
 from kraft.raft.core import RaftCore
+from kraft.server.apply_driver import ApplyDriver
 from kraft.server.client_protocol import ClientServer
 from kraft.server.event_queue import EventQueue
 from kraft.server.fetch_fast import decode_fetch_request, encode_fetch_request
@@ -37,7 +39,7 @@ class LaneNode(Protocol):
     directory, event loop, the core's event queue (a turn of the lane; whether anything waits
     for the core), its transport (the parked frames and the voters' connections), its
     listeners, the writes in hand (`kraft.server.writes`), its log service (whether an inline
-    flush is due), and where the leader's high watermark goes."""
+    flush is due), its apply driver, and where the leader's high watermark goes."""
 
     config: NodeConfig
     cluster_id: str
@@ -50,19 +52,22 @@ class LaneNode(Protocol):
     queue: EventQueue
     writes: WriteBook
     log_service: LogService | None
+    applier: ApplyDriver | None
 
     def note_leader_high_watermark(self, high_watermark: int, epoch: int) -> None: ...
 
 
 class NodeLaneHost:
-    """One node as its lane runners see it (`kraft.lane.LaneHost`)."""
+    """One node as its lane runners (`kraft.lane.LaneHost`) and their arbiter
+    (`kraft.lane.ArbiterHost`) see it."""
 
-    __slots__ = ("_logs", "_node", "_queue", "_writes")
+    __slots__ = ("_logs", "_node", "_peers", "_queue", "_writes")
 
     def __init__(self, node: LaneNode) -> None:
         logs = node.log_service
         assert logs is not None, "the node's log service is started before its lanes"
         self._node = node
+        self._peers = node.peers
         self._queue = node.queue
         self._writes = node.writes
         self._logs = logs
@@ -106,6 +111,28 @@ class NodeLaneHost:
     def wake_for_lane(self) -> None:
         """Queue a turn of the lane on the core loop."""
         self._queue.push(("lane", None))
+
+    # ------------------------------------------------------------------ the arbiter
+
+    @property
+    def fetch_sent(self) -> tuple[int, FetchConnection, int, int] | None:
+        """The core's fetch in flight as sent (`Peers.fetch_sent`)."""
+        return self._peers.fetch_sent
+
+    def take_lane_first(self) -> None:
+        """Queue a turn of the lane ahead of whatever else is queued."""
+        self._queue.push_first(("lane", None))
+
+    def apply_behind(self) -> bool:
+        """Committed records wait to be applied."""
+        applier = self._node.applier
+        return applier is not None and applier.behind()
+
+    def apply_committed(self) -> None:
+        """Apply every committed record not applied yet."""
+        applier = self._node.applier
+        assert applier is not None
+        applier.apply_committed()
 
     # ------------------------------------------------------------------ the follower's lane
 

@@ -23,8 +23,11 @@ and wires together the parts that do the node's jobs:
   `kraft.server.node_metrics` (`NodeMetrics`): the state the parts share, created here and
   handed to them (each part's `Protocol` names the public attributes it takes): the core's
   queue, the client writes in hand from submitted to answered, the instruments they update.
+- `kraft.lane.LaneArbiter` (`lanes`): the native lanes' runners and their turns on the core
+  loop (before and after each event, after each step of applying, around its sleep, a local
+  read's catch-up).
 - This module: the core loop, the node port (state changes, the follower lane's fetch
-  adopted), the listeners, readiness and metrics, and the native lanes' runners.
+  adopted), the listeners, readiness and metrics.
 
 Events reach the core through one queue (`queue`) and one task (`_core_loop`), so the core
 sees them one at a time. The core loop applies committed records in steps of APPLY_CHUNK once
@@ -45,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from kraft.config.node import NodeConfig
-from kraft.lane import FollowerLaneRunner, LeaderLaneRunner, append_scan, native
+from kraft.lane import LaneArbiter, append_scan
 from kraft.protocol.api import ApiKey
 from kraft.protocol.errors import ErrorCode
 from kraft.raft import effects as fx
@@ -153,15 +156,9 @@ class KraftNode:
         self.loop: asyncio.AbstractEventLoop | None = None
         """The event loop the node runs on, None before it started."""
         self._core_task: asyncio.Task[None] | None = None
-        self._lane: FollowerLaneRunner | None = None
-        """The follower's native lane (`kraft.lane.follower`), when on and built."""
-        self._lane_readers: list[tuple[int, asyncio.Future[None]]] = []
-        """Stale reads waiting for the core loop to take the lane's progress and apply it:
-        (the count of takes that serves each, its future)."""
-        self._lane_takes = 0
-        """How often the core loop took the lane's progress for the readers (`lane_catch_up`)."""
-        self._leader_lane: LeaderLaneRunner | None = None
-        """The leader's native lane (`kraft.lane.leader`), when on and built."""
+        self.lanes = LaneArbiter()
+        """The native lanes switched on and built, and their turns on the core loop
+        (`kraft.lane.arbiter`)."""
 
     # ================================================================== start / stop
 
@@ -225,12 +222,7 @@ class KraftNode:
         )
         self.core = RaftCore(raft_cfg, log_state, self._rng, now_ms())
         md.log.use_native_scan(append_scan())  # the lane's C scan of appends, where built
-        module = self._lane_module("lane") if cfg.lane_follower else None
-        if module is not None:
-            self._lane = FollowerLaneRunner(NodeLaneHost(self), module)
-        module = self._lane_module("leader_lane") if cfg.lane_leader else None
-        if module is not None:
-            self._leader_lane = LeaderLaneRunner(NodeLaneHost(self), module)
+        self.lanes.start(NodeLaneHost(self), cfg.lane_follower, cfg.lane_leader, cfg.fsync)
         engine = logs.start()
         log.info("event=flusher replica=%d mode=%s engine=%s", cfg.node_id, cfg.flush_mode,
                  engine)
@@ -264,18 +256,6 @@ class KraftNode:
         )
         effects = self.core.start()
         self._core_task = asyncio.ensure_future(self._core_loop(effects))
-
-    def _lane_module(self, which: str) -> Any:
-        """The native lane's module for a lane that is switched on, or None (logged) where it
-        cannot run: the extension was not built, or nothing is synced
-        (`kraft.log.fsync=false`)."""
-        module = native()
-        if module is None or not self.config.fsync:
-            log.warning("event=%s_unavailable replica=%d reason=%s", which, self.config.node_id,
-                        "kraft.log.fsync=false" if self.config.fsync is False else
-                        "the native extension kraft.lane._native was not built")
-            return None
-        return module
 
     def _log_state(self, md: MetadataDir) -> LogState:
         qs = md.quorum_state
@@ -330,10 +310,7 @@ class KraftNode:
             await self.http_api.stop()
         if self.client_server is not None:
             await self.client_server.stop()
-        if self._lane is not None:
-            self._lane.close()  # before its connection and its segment are closed
-        if self._leader_lane is not None:
-            self._leader_lane.close()
+        self.lanes.close()  # before their connections and their segments are closed
         self.peers.network.close()
         self.kv.close()
         self.peers.sweep.cancel()
@@ -367,6 +344,7 @@ class KraftNode:
         logs = self.log_service
         applier = self.applier
         kv = self.kv
+        lanes = self.lanes
         assert core is not None and logs is not None and applier is not None
         try:
             await self._execute(first)
@@ -389,8 +367,7 @@ class KraftNode:
                     # replicates while this one is applied. One step, then whatever the
                     # transports delivered meanwhile.
                     self._apply_step()
-                    if self._leader_lane is not None and not self._leader_lane.armed:
-                        self._leader_lane.try_arm()  # a writer was answered: the next may come
+                    lanes.after_apply()
                     await asyncio.sleep(0)
                     continue
                 if not events and not lone:
@@ -409,11 +386,9 @@ class KraftNode:
                                 self._core_timer.cancel()
                             self._core_timer_at = deadline
                             self._core_timer = loop.call_later(delay, self._core_timer_fired)
-                        follow = self._lane
-                        if follow is not None and follow.waiting(True):
+                        if lanes.before_sleep():
                             # the follower's lane made progress while this loop ran: the core
                             # takes it now rather than at the lane's next tick
-                            follow.waiting(False)
                             events.append(("lane", None))
                         else:
                             wake = queue.waiter = loop.create_future()
@@ -421,8 +396,7 @@ class KraftNode:
                                 await wake
                             finally:
                                 queue.waiter = None
-                                if follow is not None:
-                                    follow.waiting(False)
+                                lanes.woken()
                     else:
                         await asyncio.sleep(0)
                 if kv.submit_now:
@@ -430,7 +404,6 @@ class KraftNode:
                     # before the fetches that arrived with it (see KvFront.submit_pending).
                     kv.submit_pending()
                 item = lone.popleft() if lone else events.popleft() if events else ev.Tick()
-                lane = self._active_lane()
                 if isinstance(item, tuple):
                     kind, payload = item
                     if kind == "flushed":
@@ -441,35 +414,22 @@ class KraftNode:
                             logs.request_flush()  # stale: a truncation happened meanwhile
                             continue
                         item = ev.Persisted(durable)
-                    elif kind == "lane" and lane is not None:
-                        self._lane_takes += 1  # covers every answer the lane has taken now
-                        report = lane.stop_report("ended") if lane.ended \
-                            else lane.progress_report()
-                        if report is None:
-                            if self._lane_readers:
-                                self._lane_read_done()
+                    elif kind == "lane":
+                        taken = lanes.take()
+                        if taken is None:
                             continue
-                        item = report
+                        item = taken
                     else:  # pragma: no cover
                         continue
-                if (lane is not None and lane.armed and type(item) is not ev.FollowerLaneReport
-                        and type(item) is not ev.LeaderLaneReport):
-                    if type(item) is ev.Tick:
-                        due = core.next_deadline()
-                        if due is None or due > now_ms():
-                            continue  # an early wake-up: nothing is due, the lane goes on
+                report = lanes.before_event(item)
+                if report is not None:
+                    if report is True:
+                        continue  # an early wake-up: nothing is due, the running lane goes on
                     # the lane reports everything it did before the core sees anything else
-                    report = lane.stop_report("event")
-                    if report is not None:
-                        await self._execute(core.handle(report, now_ms()))
+                    await self._execute(core.handle(report, now_ms()))
                 effects = core.handle(item, now_ms())
                 await self._execute(effects)
-                if self._lane_readers:
-                    self._lane_read_done()
-                if self._lane is not None and not self._lane.armed:
-                    self._lane.try_arm(self.peers.fetch_sent)
-                if self._leader_lane is not None and not self._leader_lane.armed:
-                    self._leader_lane.try_arm()
+                lanes.after_event()
                 if logs.flush_due:
                     logs.flush_due += 1
                 if applier.target > sm.applied_offset:
@@ -482,14 +442,6 @@ class KraftNode:
                          exc_info=True)
             self._stopped.set()
             raise
-
-    def _active_lane(self) -> FollowerLaneRunner | LeaderLaneRunner | None:
-        """The lane that runs or ended unreported (at most one: a node leads or follows), else
-        the follower's runner, if any."""
-        lead = self._leader_lane
-        if lead is not None and (lead.armed or lead.ended):
-            return lead
-        return self._lane if self._lane is not None else lead
 
     def _core_timer_fired(self) -> None:
         self._core_timer = None
@@ -518,8 +470,7 @@ class KraftNode:
 
     def fetch_adopted(self, e: fx.FetchAdopted) -> None:
         """The follower lane's fetch in flight is now the core's request."""
-        assert self._lane is not None
-        self._lane.adopted(e.correlation_id)
+        self.lanes.fetch_adopted(e.correlation_id)
 
     def note_leader_high_watermark(self, high_watermark: int, epoch: int) -> None:
         """A Fetch answer of the leader of `epoch` (or its follower lane) gave the leader's own
@@ -559,40 +510,9 @@ class KraftNode:
         self.metrics.requests_refused.inc()
 
     def lane_catch_up(self) -> asyncio.Future[None] | None:
-        """What a local read waits for first on a follower whose native lane runs and has
-        taken answers the core was not told of: the core loop takes the lane's progress next
-        and applies what it committed (docs/native-lane.md: every read drains the lane).
+        """What a local read waits for first where a native lane runs (`LaneArbiter.catch_up`),
         None when there is nothing to wait for."""
-        lane = self._active_lane()
-        if lane is None or self.loop is None:
-            return None
-        if not lane.has_progress() and not (
-                lane is self._leader_lane and self.applier is not None
-                and self.applier.behind()):
-            # (a leader's lane answers a write at its commit, before it is applied: a local
-            # read waits for that apply, so a writer reads what it was told is written)
-            return None
-        fut: asyncio.Future[None] = self.loop.create_future()
-        if not self._lane_readers or self._lane_readers[-1][0] <= self._lane_takes:
-            self.queue.push_first(("lane", None))  # ahead of whatever else is queued
-        self._lane_readers.append((self._lane_takes + 1, fut))
-        return fut
-
-    def _lane_read_done(self) -> None:
-        """After a turn of the core loop: the readers whose take has happened read now, with
-        what it committed applied."""
-        takes = self._lane_takes
-        if self._lane_readers[0][0] > takes:
-            return
-        assert self.applier is not None
-        self.applier.apply_committed()
-        waiting = []
-        for needed, fut in self._lane_readers:
-            if needed > takes:
-                waiting.append((needed, fut))
-            elif not fut.done():
-                fut.set_result(None)
-        self._lane_readers = waiting
+        return self.lanes.catch_up()
 
     # ================================================================== status / metrics
 
@@ -619,9 +539,7 @@ class KraftNode:
                         "endpoints": [f"{e.name}://{e.host}:{e.port}" for e in v.endpoints]}
                        for v in core.voters().voters],
             "kraft_version": core.kraft_version,
-            **({"lane": self._lane.stats()} if self._lane is not None else {}),
-            **({"leader_lane": self._leader_lane.stats()}
-               if self._leader_lane is not None else {}),
+            **self.lanes.stats(),
         }
 
     def readiness(self) -> tuple[bool, str]:

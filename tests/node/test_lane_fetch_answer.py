@@ -1,5 +1,5 @@
 """The follower's lane reading the leader's answers (`kraft.lane._native.read_fetch_answer`,
-docs/native-lane.md step 2): exactly what `kraft.server.fetch_fast` decodes for a plain answer,
+docs/native-lane.md): exactly what `kraft.server.fetch_fast` decodes for a plain answer,
 and nothing for anything else. kafka-python's record batches are the independent oracle for
 the batches and their CRC-32C."""
 

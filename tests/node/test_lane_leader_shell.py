@@ -1,4 +1,4 @@
-"""The leader lane's I/O loop (`kraft.lane._native.LeaderShell`, docs/native-lane.md step 3),
+"""The leader lane's I/O loop (`kraft.lane._native.LeaderShell`, docs/native-lane.md),
 driven by a client and two voters played by the test over socket pairs, with the Python codecs
 (`kraft.server.client_protocol`, `kraft.server.fetch_fast`) on the test's side."""
 

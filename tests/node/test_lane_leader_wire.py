@@ -1,5 +1,5 @@
 """The leader's lane on the wire (`kraft.lane._native.read_fetch_request` and `fetch_answer`,
-docs/native-lane.md step 3): a voter's fetch read as `kraft.server.fetch_fast` reads it (or
+docs/native-lane.md): a voter's fetch read as `kraft.server.fetch_fast` reads it (or
 handed over), and a plain answer written byte for byte as it writes one."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The follower lane's I/O loop (`kraft.lane._native.FollowerShell`, docs/native-lane.md step 2),
+"""The follower lane's I/O loop (`kraft.lane._native.FollowerShell`, docs/native-lane.md),
 driven by a leader played by the test over a socket pair: answers encoded by
 `kraft.server.fetch_fast`, the lane's fetches decoded by it, and the log file read back."""
 

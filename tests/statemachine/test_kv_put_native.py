@@ -1,7 +1,7 @@
 """The KV state machine's PUT in C (kraft/statemachine/csrc/kv_put.c, `kraft.lane._native.read_puts` and
 `put_answer`) against its Python encodings: the leader's lane turns the binary client protocol's
 PUT frames into the KV records `kraft.statemachine.kv.encode_put` makes, byte for byte, and
-answers them as `kraft.server.client_protocol` does (docs/native-lane.md step 3). A change to the
+answers them as `kraft.server.client_protocol` does (docs/native-lane.md). A change to the
 KV record's format that is not made in the C too fails here."""
 
 from __future__ import annotations

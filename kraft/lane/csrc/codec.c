@@ -8,7 +8,7 @@
 
 /* ------------------------------------------------------------------ a leader's answer, as bytes */
 
-/* The follower's lane reads the leader's answers itself (step 2). This is its reading of a
+/* The follower's lane reads the leader's answers itself. This is its reading of a
  * Fetch v17/v18 response frame (header v1 and body, no size prefix): the plain answer of the
  * voters' shape (kraft.server.fetch_fast's), and nothing else. It accepts a frame only when:
  *   - it answers `correlation_id`, with no header tags and no top-level error;
@@ -64,7 +64,7 @@ void crc_init(void)
 }
 
 /* CRC-32C (Castagnoli) of `n` bytes, as record batch v2 stores it. */
-static uint32_t crc32c(const uint8_t *p, size_t n)
+uint32_t crc32c(const uint8_t *p, size_t n)
 {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     if (crc_hw)
@@ -114,7 +114,6 @@ static int read_small_tag(const uint8_t *f, size_t len, size_t *pos, int *last_t
 
 static const uint8_t METADATA_TOPIC_ID[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
 
-#define BATCH_HEADER 61
 #define LOG_OVERHEAD 12
 
 /* The batch at `pos` of `f` (which ends at `end`): 1 when it is whole, its header possible
@@ -165,6 +164,14 @@ static int read_batch(const uint8_t *f, size_t pos, size_t end, frame_batch *b)
     uint16_t attributes;
     return whole_batch(f, pos, end, b, &attributes, NULL) && !(attributes & 0x20)
            && b->size <= LANE_MAX_BATCH_BYTES;
+}
+
+/* One batch of an append at the log's end, as the log's scan of an append checks it
+ * (scan_appended): 1 when it is whole, its header possible and its CRC-32C good, with its
+ * fields in `b` and its max timestamp in *max_ts; 0 otherwise. */
+int appended_batch(const uint8_t *f, size_t pos, size_t end, frame_batch *b, int64_t *max_ts)
+{
+    return whole_batch(f, pos, end, b, NULL, max_ts);
 }
 
 /* The plain answer in `f`: 1 with its fields and batches (at most `max` of them; *n set), 0 to
@@ -246,117 +253,9 @@ int read_fetch_answer(const uint8_t *f, size_t len, int32_t correlation_id,
     return 1;
 }
 
-PyObject *lane_read_fetch_answer(PyObject *module, PyObject *args)
-{
-    Py_buffer view;
-    int correlation_id;
-    fetch_answer a;
-    frame_batch *b;
-    size_t n = 0, max;
-    PyObject *out = NULL, *list;
-    (void)module;
-    if (!PyArg_ParseTuple(args, "y*i", &view, &correlation_id))
-        return NULL;
-    max = (size_t)view.len / BATCH_HEADER + 1;
-    b = PyMem_Malloc(max * sizeof *b);
-    if (b == NULL) {
-        PyBuffer_Release(&view);
-        return PyErr_NoMemory();
-    }
-    if (!read_fetch_answer(view.buf, (size_t)view.len, correlation_id, &a, b, max, &n)) {
-        PyMem_Free(b);
-        PyBuffer_Release(&view);
-        Py_RETURN_NONE;
-    }
-    list = PyTuple_New((Py_ssize_t)n);
-    if (list != NULL) {
-        for (size_t i = 0; i < n; i++) {
-            PyObject *x = Py_BuildValue("(LLinn)", (long long)b[i].base_offset,
-                                        (long long)b[i].last_offset, b[i].epoch,
-                                        (Py_ssize_t)b[i].pos, (Py_ssize_t)b[i].size);
-            if (x == NULL) {
-                Py_CLEAR(list);
-                break;
-            }
-            PyTuple_SET_ITEM(list, (Py_ssize_t)i, x);
-        }
-    }
-    if (list != NULL)
-        out = Py_BuildValue("(iiLLN)", a.leader_id, a.leader_epoch, (long long)a.high_watermark,
-                            (long long)a.log_start, list);
-    PyMem_Free(b);
-    PyBuffer_Release(&view);
-    return out;
-}
-
-PyObject *lane_crc32c(PyObject *module, PyObject *args)
-{
-    Py_buffer view;
-    uint32_t crc;
-    (void)module;
-    if (!PyArg_ParseTuple(args, "y*", &view))
-        return NULL;
-    crc = crc32c(view.buf, (size_t)view.len);
-    PyBuffer_Release(&view);
-    return PyLong_FromUnsignedLong(crc);
-}
-
-/* The batches of an append at the log's end, as `SegmentedLog._scan_appended` takes them (its
- * fast path: the owner thread scans every append, and every batch a lane wrote and the log
- * adopts).
- * The same checks, in the same order: each batch whole with a possible header
- * (batch._check_header_fields), its CRC-32C good, its base offset continuing the log, at most
- * `max_batch` bytes, and an epoch not below the one before. Returns ([(position, base offset,
- * last offset, epoch, max timestamp), ...], the end offset after them), or None at the first
- * batch that fails a check: the Python scan then names what is wrong. */
-PyObject *lane_scan_appended(PyObject *module, PyObject *args)
-{
-    Py_buffer view;
-    long long expected, last_epoch;
-    Py_ssize_t max_batch;
-    PyObject *metas = NULL, *out = NULL;
-    const uint8_t *b;
-    size_t len, pos = 0;
-    (void)module;
-    if (!PyArg_ParseTuple(args, "y*LLn", &view, &expected, &last_epoch, &max_batch))
-        return NULL;
-    b = view.buf;
-    len = (size_t)view.len;
-    metas = PyList_New(0);
-    if (metas == NULL)
-        goto done;
-    while (pos < len) {
-        frame_batch fb;
-        int64_t max_ts;
-        PyObject *meta;
-        if (!whole_batch(b, pos, len, &fb, NULL, &max_ts))
-            goto fallback;
-        if (fb.base_offset != expected || fb.size > (size_t)max_batch || fb.epoch < last_epoch)
-            goto fallback;
-        meta = Py_BuildValue("(nLLiL)", (Py_ssize_t)pos, (long long)fb.base_offset,
-                             (long long)fb.last_offset, (int)fb.epoch, (long long)max_ts);
-        if (meta == NULL || PyList_Append(metas, meta) < 0) {
-            Py_XDECREF(meta);
-            goto done;
-        }
-        Py_DECREF(meta);
-        last_epoch = fb.epoch;
-        expected = fb.last_offset + 1;
-        pos += fb.size;
-    }
-    out = Py_BuildValue("(OL)", metas, expected);
-    goto done;
-fallback:
-    out = Py_NewRef(Py_None);
-done:
-    Py_XDECREF(metas);
-    PyBuffer_Release(&view);
-    return out;
-}
-
 /* ------------------------------------------------------------------ the follower's next fetch */
 
-/* The follower's lane acknowledges by sending its next Fetch itself (step 2). This writes that
+/* The follower's lane acknowledges by sending its next Fetch itself. This writes that
  * request frame (header v2 and body, no size prefix), byte for byte what
  * kraft.server.fetch_fast.encode_fetch_request writes for the voters' shape. What stays the
  * same from one fetch to the next (version, client id, cluster id, replica id and directory
@@ -427,57 +326,10 @@ size_t write_fetch_request(uint8_t *out, size_t cap, const fetch_template *t,
     }
     return w.p == NULL ? 0 : (size_t)(w.p - out);
 }
-PyObject *lane_fetch_request(PyObject *module, PyObject *args, PyObject *kwds)
-{
-    static char *kw[] = {"version", "correlation_id", "client_id", "cluster_id", "replica_id",
-                         "directory_id", "max_wait_ms", "max_bytes", "current_leader_epoch",
-                         "fetch_offset", "last_fetched_epoch", "high_watermark", NULL};
-    PyObject *version, *corr, *client, *cluster, *replica, *dir, *wait, *maxb, *cle, *off, *lfe,
-        *hwo;
-    fetch_template t;
-    int32_t c, mw, mb, e, l, v32;
-    int64_t fo, hw = FETCH_HW_NOT_PROVIDED;
-    uint8_t buf[2048];
-    size_t n;
-    (void)module;
-    memset(&t, 0, sizeof t);
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOOOO", kw, &version, &corr, &client,
-                                     &cluster, &replica, &dir, &wait, &maxb, &cle, &off, &lfe,
-                                     &hwo))
-        return NULL;
-    if (get_i32(version, "version", &v32) < 0 || get_i32(corr, "correlation_id", &c) < 0
-        || get_text(client, "client_id", t.client_id, &t.client_id_len, &t.has_client_id) < 0
-        || get_text(cluster, "cluster_id", t.cluster_id, &t.cluster_id_len, NULL) < 0
-        || get_i32(replica, "replica_id", &t.replica_id) < 0
-        || get_i32(wait, "max_wait_ms", &mw) < 0 || get_i32(maxb, "max_bytes", &mb) < 0
-        || get_i32(cle, "current_leader_epoch", &e) < 0 || get_i64(off, "fetch_offset", &fo) < 0
-        || get_i32(lfe, "last_fetched_epoch", &l) < 0)
-        return NULL;
-    if (hwo != Py_None && get_i64(hwo, "high_watermark", &hw) < 0)
-        return NULL;
-    t.version = (int16_t)v32;
-    if (v32 != 17 && v32 != 18) {
-        PyErr_Format(PyExc_ValueError, "version must be 17 or 18, not %d", (int)v32);
-        return NULL;
-    }
-    t.has_dir = get_dir(dir, t.dir);
-    if (t.has_dir < 0)
-        return NULL;
-    if (t.has_dir) { /* the zero Uuid means none, as the Python encoder has it */
-        static const uint8_t zero[16];
-        t.has_dir = memcmp(t.dir, zero, 16) != 0;
-    }
-    n = write_fetch_request(buf, sizeof buf, &t, c, mw, mb, e, fo, l, hw);
-    if (n == 0) {
-        PyErr_SetString(PyExc_ValueError, "the request does not fit the lane's buffer");
-        return NULL;
-    }
-    return PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)n);
-}
 
-/* ------------------------------------------------------------------ the leader's wire (step 3) */
+/* ------------------------------------------------------------------ the leader's wire */
 
-/* The leader's lane reads its voters' fetches and writes their answers itself (step 3). These
+/* The leader's lane reads its voters' fetches and writes their answers itself. These
  * are its reading of a Fetch v17/v18 request frame (header v2 and body, no size prefix) and its
  * writing of a plain answer, each the same as kraft.server.fetch_fast's for the voters' shape.
  * The reading is stricter than the Python decoder: the client id must be ASCII (or null), the
@@ -623,55 +475,6 @@ size_t write_fetch_answer(uint8_t *out, size_t cap, int32_t correlation_id,
     return w.p == NULL ? 0 : (size_t)(w.p - out);
 }
 
-PyObject *lane_read_fetch_request(PyObject *module, PyObject *args)
-{
-    Py_buffer view, cluster;
-    fetch_request r;
-    int ok;
-    (void)module;
-    if (!PyArg_ParseTuple(args, "y*s*", &view, &cluster))
-        return NULL;
-    memset(&r, 0, sizeof r);
-    ok = read_fetch_request(view.buf, (size_t)view.len, cluster.buf, (size_t)cluster.len, &r);
-    PyBuffer_Release(&view);
-    PyBuffer_Release(&cluster);
-    if (!ok)
-        Py_RETURN_NONE;
-    return Py_BuildValue("(iiiNiLiiiN)", (int)r.version, r.correlation_id, r.replica_id,
-                         r.has_dir ? PyBytes_FromStringAndSize((const char *)r.dir, 16)
-                                   : Py_NewRef(Py_None),
-                         r.current_leader_epoch, (long long)r.fetch_offset,
-                         r.last_fetched_epoch, r.max_wait_ms, r.max_bytes,
-                         opt_i64(r.high_watermark != FETCH_HW_NOT_PROVIDED, r.high_watermark));
-}
-
-PyObject *lane_fetch_answer(PyObject *module, PyObject *args)
-{
-    int corr, leader_id, leader_epoch;
-    long long hw, log_start;
-    Py_buffer records;
-    PyObject *out;
-    size_t n, cap;
-    uint8_t *buf;
-    (void)module;
-    if (!PyArg_ParseTuple(args, "iiiLLy*", &corr, &leader_id, &leader_epoch, &hw, &log_start,
-                          &records))
-        return NULL;
-    cap = (size_t)records.len + 128;
-    buf = PyMem_Malloc(cap);
-    if (buf == NULL) {
-        PyBuffer_Release(&records);
-        return PyErr_NoMemory();
-    }
-    n = write_fetch_answer(buf, cap, corr, leader_id, leader_epoch, hw, log_start, records.buf,
-                           (size_t)records.len);
-    PyBuffer_Release(&records);
-    out = n ? PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)n)
-            : (PyErr_SetString(PyExc_ValueError, "the answer does not fit"), NULL);
-    PyMem_Free(buf);
-    return out;
-}
-
 /* ------------------------------------------------------------------ a batch of client PUTs */
 
 /* The leader's lane builds one record batch of the values its loop turn collected: what
@@ -758,55 +561,4 @@ void write_value_batch(uint8_t *out, size_t size, int64_t base, int32_t epoch, i
         out[19] = (uint8_t)(crc >> 8);
         out[20] = (uint8_t)crc;
     }
-}
-
-PyObject *lane_value_batch(PyObject *module, PyObject *args)
-{
-    long long base, ts;
-    int epoch;
-    PyObject *values, *seq, *out = NULL;
-    Py_ssize_t count;
-    const uint8_t **ptrs;
-    size_t *lens, size;
-    (void)module;
-    if (!PyArg_ParseTuple(args, "LiOL", &base, &epoch, &values, &ts))
-        return NULL;
-    if (base < 0) {
-        PyErr_Format(PyExc_ValueError, "base offset %lld is outside 0..2**63-1", base);
-        return NULL;
-    }
-    seq = PySequence_Fast(values, "values must be a sequence of bytes");
-    if (seq == NULL)
-        return NULL;
-    count = PySequence_Fast_GET_SIZE(seq);
-    ptrs = PyMem_Calloc(count > 0 ? (size_t)count : 1, sizeof *ptrs);
-    lens = PyMem_Calloc(count > 0 ? (size_t)count : 1, sizeof *lens);
-    if (ptrs == NULL || lens == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *v = PySequence_Fast_GET_ITEM(seq, i);
-        if (!PyBytes_Check(v)) {
-            PyErr_Format(PyExc_TypeError, "value %zd is %.100s, not bytes", i, Py_TYPE(v)->tp_name);
-            goto done;
-        }
-        ptrs[i] = (const uint8_t *)PyBytes_AS_STRING(v);
-        lens[i] = (size_t)PyBytes_GET_SIZE(v);
-    }
-    size = value_batch_size(lens, (size_t)count);
-    if (size == 0) {
-        PyErr_SetString(PyExc_ValueError, count == 0 ? "a record batch needs at least one record"
-                                                     : "the batch is too large");
-        goto done;
-    }
-    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
-    if (out != NULL)
-        write_value_batch((uint8_t *)PyBytes_AS_STRING(out), size, base, epoch, ts, ptrs, lens,
-                          (size_t)count);
-done:
-    PyMem_Free(ptrs);
-    PyMem_Free(lens);
-    Py_DECREF(seq);
-    return out;
 }

@@ -1,10 +1,9 @@
-/* The follower's I/O loop (kraft.lane._native.FollowerShell, docs/native-lane.md step 2), and
- * its decision on one answer timed in C for the benchmark (time_follower_step). */
+/* The follower's I/O loop (kraft.lane._native.FollowerShell, docs/native-lane.md). */
 #include "lane.h"
 
 /* ------------------------------------------------------------------ the follower's I/O loop */
 
-/* FollowerShell: the follower lane's loop on its own thread (step 2), over a connected socket
+/* FollowerShell: the follower lane's loop on its own thread, over a connected socket
  * to the leader and the active segment's descriptor, with no Python and no GIL:
  *   read a size-prefixed frame -> read_fetch_answer -> follower_answer -> pwrite the batches at
  *   the write position and fdatasync them -> write_fetch_request -> send it.
@@ -444,79 +443,10 @@ PyTypeObject FollowerShellType = {
     .tp_name = "kraft.lane._native.FollowerShell",
     .tp_basicsize = sizeof(FollowerShellObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "The follower lane's I/O loop on its own thread (docs/native-lane.md, step 2).",
+    .tp_doc = "The follower lane's I/O loop on its own thread (docs/native-lane.md).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)FollowerShell_init,
     .tp_dealloc = (destructor)FollowerShell_dealloc,
     .tp_methods = FollowerShell_methods,
     .tp_getset = FollowerShell_getset,
 };
-
-/* The follower lane's whole decision on one answer, timed in C (bench/measure/bench_lane.py):
- * read the frame, apply the follower's rules to what it holds, and write the next fetch,
- * `iterations` times over, each from the same lease. Returns the mean nanoseconds per step, or
- * -1 when the frame is not a plain answer the lease takes. */
-PyObject *lane_time_follower_step(PyObject *module, PyObject *args)
-{
-    Py_buffer view;
-    int corr;
-    long long iterations;
-    fetch_answer a;
-    frame_batch batches[64];
-    lane_batch lb[64];
-    follower_lane lease, f;
-    fetch_template t;
-    uint8_t out[512];
-    struct timespec t0, t1;
-    size_t n = 0;
-    int64_t first = -1, last = -1;
-    double ns;
-    (void)module;
-    memset(&t, 0, sizeof t);
-    memset(&lease, 0, sizeof lease);
-    int epoch;
-    long long log_end;
-    if (!PyArg_ParseTuple(args, "y*iiLL", &view, &corr, &epoch, &log_end, &iterations))
-        return NULL;
-    lease.epoch = epoch;
-    lease.log_end = log_end;
-    lease.leader_id = -2; /* taken from the first reading below */
-    lease.fetch_correlation = corr;
-    t.version = 18;
-    t.replica_id = 2;
-    t.cluster_id_len = 22;
-    memset(t.cluster_id, 'c', 22);
-    if (iterations < 1 || !read_fetch_answer(view.buf, (size_t)view.len, corr, &a, batches, 64, &n)) {
-        PyBuffer_Release(&view);
-        return PyFloat_FromDouble(-1.0);
-    }
-    lease.leader_id = a.leader_id;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (long long i = 0; i < iterations; i++) {
-        f = lease;
-        if (!read_fetch_answer(view.buf, (size_t)view.len, corr, &a, batches, 64, &n))
-            break;
-        for (size_t k = 0; k < n; k++) {
-            lb[k].base_offset = batches[k].base_offset;
-            lb[k].last_offset = batches[k].last_offset;
-            lb[k].epoch = batches[k].epoch;
-            lb[k].is_control = 0;
-        }
-        if (!follower_answer(&f, corr, 0, a.leader_id, a.leader_epoch, a.high_watermark, 0, 0, lb,
-                             (Py_ssize_t)n, &first, &last)) {
-            iterations = -1;
-            break;
-        }
-        if (write_fetch_request(out, sizeof out, &t, corr + 1, 500, 1 << 20, f.epoch, f.log_end,
-                                f.epoch, f.has_hw ? f.hw : -1) == 0) {
-            iterations = -1;
-            break;
-        }
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    PyBuffer_Release(&view);
-    if (iterations < 0)
-        return PyFloat_FromDouble(-1.0);
-    ns = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / (double)iterations;
-    return PyFloat_FromDouble(ns);
-}

@@ -11,7 +11,11 @@
  *   io.c       the loops' disk calls (lane_io), and the seeded fault layer tests install;
  *   follower.c the follower's I/O loop (FollowerShell);
  *   leader.c   the leader's I/O loop (LeaderShell);
- *   module.c   the module: its functions, its types, and the argument helpers they share.
+ *   args.c     the argument helpers the Python types and functions share;
+ *   module.c   the module: its functions (the Python faces of codec.c and kv_put.c, the
+ *              follower's decision timed) and its types.
+ * No two units call each other and none calls module.c; codec.c and kv_put.c are plain C,
+ * which the loops and the module's functions call.
  */
 #ifndef KRAFT_LANE_H
 #define KRAFT_LANE_H
@@ -183,28 +187,25 @@ typedef struct {
     uint8_t dir[16];
 } fetch_request;
 
+#define BATCH_HEADER 61 /* a record batch's header, up to its first record */
+
 void crc_init(void);
+uint32_t crc32c(const uint8_t *p, size_t n);
 int read_fetch_answer(const uint8_t *f, size_t len, int32_t correlation_id, fetch_answer *a,
                       frame_batch *batches, size_t max, size_t *n);
-PyObject *lane_read_fetch_answer(PyObject *module, PyObject *args);
-PyObject *lane_crc32c(PyObject *module, PyObject *args);
-PyObject *lane_scan_appended(PyObject *module, PyObject *args);
+int appended_batch(const uint8_t *f, size_t pos, size_t end, frame_batch *b, int64_t *max_ts);
 size_t write_fetch_request(uint8_t *out, size_t cap, const fetch_template *t,
                            int32_t correlation_id, int32_t max_wait_ms, int32_t max_bytes,
                            int32_t current_leader_epoch, int64_t fetch_offset,
                            int32_t last_fetched_epoch, int64_t high_watermark);
-PyObject *lane_fetch_request(PyObject *module, PyObject *args, PyObject *kwds);
 int read_fetch_request(const uint8_t *f, size_t len, const char *cluster_id, size_t cluster_id_len,
                        fetch_request *r);
 size_t write_fetch_answer(uint8_t *out, size_t cap, int32_t correlation_id, int32_t leader_id,
                           int32_t leader_epoch, int64_t high_watermark, int64_t log_start,
                           const uint8_t *records, size_t records_len);
-PyObject *lane_read_fetch_request(PyObject *module, PyObject *args);
-PyObject *lane_fetch_answer(PyObject *module, PyObject *args);
 size_t value_batch_size(const size_t *lens, size_t count);
 void write_value_batch(uint8_t *out, size_t size, int64_t base, int32_t epoch, int64_t ts,
                        const uint8_t *const *values, const size_t *lens, size_t count);
-PyObject *lane_value_batch(PyObject *module, PyObject *args);
 
 /* ------------------------------------------------------------------ the KV PUT (kv_put.c) */
 
@@ -230,9 +231,7 @@ typedef struct {
 size_t read_puts(const uint8_t *buf, size_t len, client_put *puts, size_t max,
                  size_t max_bytes, size_t *used);
 void write_kv_put(uint8_t *r, const uint8_t *key, size_t klen, const uint8_t *value, size_t vlen);
-PyObject *lane_read_puts(PyObject *module, PyObject *args);
 void write_put_answer(uint8_t out[PUT_ANSWER_SIZE], uint32_t request_id, int64_t offset);
-PyObject *lane_put_answer(PyObject *module, PyObject *args);
 
 /* ---------------------------------------------- the loops (shell.c, follower.c, leader.c) */
 
@@ -261,7 +260,6 @@ void thread_close(shell_thread *t);
 int send_all_or_stop(int sock, const uint8_t *p, size_t n, int stop_fd);
 int shell_send_all(int sock, const uint8_t *p, size_t n);
 extern PyTypeObject FollowerShellType, LeaderShellType;
-PyObject *lane_time_follower_step(PyObject *module, PyObject *args);
 
 /* ------------------------------------------------------------------ the file layer (io.c) */
 
@@ -275,7 +273,7 @@ extern struct lane_io lane_io;
 PyObject *lane_io_faults(PyObject *module, PyObject *args, PyObject *kwds);
 PyObject *lane_io_fault_counts(PyObject *module, PyObject *unused);
 
-/* ------------------------------------------------------------------ the module (module.c) */
+/* ------------------------------------------------------------------ the arguments (args.c) */
 
 PyObject *lane_result(const char *name);
 int get_i64(PyObject *o, const char *what, int64_t *out);

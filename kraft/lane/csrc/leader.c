@@ -1,21 +1,21 @@
-/* The leader's I/O loop (kraft.lane._native.LeaderShell, docs/native-lane.md step 3). */
+/* The leader's I/O loop (kraft.lane._native.LeaderShell, docs/native-lane.md). */
 #include "lane.h"
 
 /* ------------------------------------------------------------------ the leader's I/O loop */
 
-/* LeaderShell: the leader lane's loop on its own thread (step 3), over one client connection,
+/* LeaderShell: the leader lane's loop on its own thread, over one client connection,
  * its voters' fetch connections and the active segment's descriptor, with no Python and no
  * GIL. Each loop turn:
  *   - the client's whole PUT frames become one batch at the log's end (value_batch), written
  *     with pwrite, sent to every parked fetch with the high watermark, then fdatasync'ed; the
  *     leader's durable end then counts (leader_persisted);
  *   - a voter's fetch (read_fetch_request) is counted (leader_fetch); one that has nothing to
- *     read is parked until the next batch; one that asks for the last batch gets it again;
+ *     read is parked until the next batch, the high watermark's move (when it asked for it)
+ *     or its deadline (MaxWaitMs, or the linger); one that asks for the last batch gets it
+ *     again;
  *   - PUTs are answered (put_answer) once the high watermark passes their offset.
  * It stops at the first frame it does not take (handover), when asked to, when a peer closes,
- * or on an I/O error. Parked fetches wait for the next batch with no deadline of their own
- * (the core's MaxWaitMs answers are step 3's rest), so this is the path's prototype: what the
- * steady state costs in C, end to end, with the node's formats and wire. */
+ * or on an I/O error. The node runs it (kraft/lane/leader.py). */
 
 #define LEADER_MAX_VOTERS 8
 #define LEADER_MAX_PENDING 4096
@@ -1010,7 +1010,7 @@ PyTypeObject LeaderShellType = {
     .tp_name = "kraft.lane._native.LeaderShell",
     .tp_basicsize = sizeof(LeaderShellObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "The leader lane's I/O loop on its own thread (docs/native-lane.md, step 3).",
+    .tp_doc = "The leader lane's I/O loop on its own thread (docs/native-lane.md).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)LeaderShell_init,
     .tp_dealloc = (destructor)LeaderShell_dealloc,

@@ -1,8 +1,8 @@
 /* The native lane's rules in plain C, and their Python types (kraft.lane._native.LeaderLane,
- * FollowerLane): the same rules as kraft/lane/rules.py, input for input (docs/native-lane.md,
- * step 1b). A leader counts its voters' plain fetches at its tail, its appends and its own
- * syncs, and moves the high watermark; a follower takes the plain answers to its fetch in
- * flight. Anything else is handed over (None), and a handed-over input changes nothing. No I/O,
+ * FollowerLane): the same rules as kraft/lane/rules.py, input for input (docs/native-lane.md).
+ * A leader counts its voters' plain fetches at its tail, its appends and its own syncs, and
+ * moves the high watermark; a follower takes the plain answers to its fetch in flight.
+ * Anything else is handed over (None), and a handed-over input changes nothing. No I/O,
  * no clock, no allocation on a decision: the decisions are plain C functions over a fixed-size
  * state (leader_fetch, leader_appended, leader_persisted, follower_answer), which the I/O loops
  * call without the GIL. The Python types around them exist so that the simulator and the tests

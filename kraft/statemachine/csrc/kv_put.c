@@ -10,7 +10,7 @@
 
 /* ------------------------------------------------------------------ the client's PUTs */
 
-/* The leader's lane reads the binary client protocol's PUT frames itself (step 3):
+/* The leader's lane reads the binary client protocol's PUT frames itself:
  *   request: u32 length | u32 id | u8 op | u16 key length | key | value
  *   answer:  u32 length | u32 id | u8 status | i64 offset | i32 leader id
  * (kraft.server.client_protocol). read_puts takes the whole PUT frames at the head of a buffer
@@ -73,47 +73,6 @@ void write_kv_put(uint8_t *r, const uint8_t *key, size_t klen, const uint8_t *va
     put(&w, value, vlen);
 }
 
-PyObject *lane_read_puts(PyObject *module, PyObject *args)
-{
-    Py_buffer view;
-    client_put *puts;
-    size_t max, n, used = 0;
-    PyObject *list = NULL, *out = NULL;
-    (void)module;
-    if (!PyArg_ParseTuple(args, "y*", &view))
-        return NULL;
-    max = (size_t)view.len / (4 + CLIENT_REQUEST_HEAD) + 1;
-    puts = PyMem_Malloc(max * sizeof *puts);
-    if (puts == NULL) {
-        PyBuffer_Release(&view);
-        return PyErr_NoMemory();
-    }
-    n = read_puts(view.buf, (size_t)view.len, puts, max, LANE_MAX_APPEND_BYTES, &used);
-    list = PyList_New((Py_ssize_t)n);
-    for (size_t i = 0; list != NULL && i < n; i++) {
-        const uint8_t *b = view.buf;
-        size_t size = KV_PUT_OVERHEAD + puts[i].key_len + puts[i].value_len;
-        PyObject *record = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size), *item;
-        if (record == NULL) {
-            Py_CLEAR(list);
-            break;
-        }
-        write_kv_put((uint8_t *)PyBytes_AS_STRING(record), b + puts[i].key_at, puts[i].key_len,
-                     b + puts[i].value_at, puts[i].value_len);
-        item = Py_BuildValue("(kN)", (unsigned long)puts[i].request_id, record);
-        if (item == NULL) {
-            Py_CLEAR(list);
-            break;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
-    }
-    if (list != NULL)
-        out = Py_BuildValue("(nN)", (Py_ssize_t)used, list);
-    PyMem_Free(puts);
-    PyBuffer_Release(&view);
-    return out;
-}
-
 /* A PUT's answer: OK with its offset (client_protocol.encode_response(id, OK, offset)). */
 
 void write_put_answer(uint8_t out[PUT_ANSWER_SIZE], uint32_t request_id, int64_t offset)
@@ -124,20 +83,4 @@ void write_put_answer(uint8_t out[PUT_ANSWER_SIZE], uint32_t request_id, int64_t
     put8(&w, 0); /* OK */
     put64(&w, offset);
     put32(&w, -1); /* leader id: none to name */
-}
-
-PyObject *lane_put_answer(PyObject *module, PyObject *args)
-{
-    unsigned long rid;
-    long long offset;
-    uint8_t out[PUT_ANSWER_SIZE];
-    (void)module;
-    if (!PyArg_ParseTuple(args, "kL", &rid, &offset))
-        return NULL;
-    if (rid > 0xFFFFFFFFul) {
-        PyErr_SetString(PyExc_OverflowError, "a request id is a u32");
-        return NULL;
-    }
-    write_put_answer(out, (uint32_t)rid, offset);
-    return PyBytes_FromStringAndSize((const char *)out, PUT_ANSWER_SIZE);
 }
