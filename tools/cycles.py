@@ -20,6 +20,7 @@ cycle outside `--allow` is found, 0 otherwise.
 from __future__ import annotations
 
 import argparse
+import importlib.machinery
 import importlib.util
 import os
 import shutil
@@ -93,17 +94,41 @@ def python_graph() -> tuple[dict[str, set[str]], dict[tuple[str, str], str]]:
     present = [p for p in PACKAGES if importlib.util.find_spec(p) is not None]
     built = grimp.build_graph(*present, include_external_packages=False,
                               exclude_type_checking_imports=False, cache_dir=None)
+    compiled = _extension_modules(present)
     graph: dict[str, set[str]] = {}
     where: dict[tuple[str, str], str] = {}
     for module in built.modules:
-        imported = built.find_modules_directly_imported_by(module)
-        graph[module] = set(imported)
-        for other in imported:
+        graph[module] = set()
+        for other in built.find_modules_directly_imported_by(module):
             details = built.get_import_details(importer=module, imported=other)
+            # grimp sees no module in a compiled extension and names its package instead: an
+            # import of the extension is an edge to the extension, a leaf, not to its package
+            target = other
+            for ext in compiled.get(other, ()):
+                if details and all(f"{other}.{ext}" in d["line_contents"]
+                                   or f"import {ext}" in d["line_contents"] for d in details):
+                    target = f"{other}.{ext}"
+            graph[module].add(target)
+            graph.setdefault(target, set())
             if details:
                 first = details[0]
-                where[(module, other)] = f"{module}:{first['line_number']}: {first['line_contents']}"
+                where[(module, target)] = f"{module}:{first['line_number']}: {first['line_contents']}"
     return graph, where
+
+
+def _extension_modules(packages: Iterable[str]) -> dict[str, set[str]]:
+    """The compiled extension modules of each package (a package's name to the names of its
+    extensions), found as files with an extension suffix beside the package's modules."""
+    found: dict[str, set[str]] = {}
+    for name in packages:
+        spec = importlib.util.find_spec(name)
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            for path in Path(location).rglob("*"):
+                for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+                    if path.name.endswith(suffix):
+                        package = ".".join((name, *path.relative_to(location).parent.parts))
+                        found.setdefault(package, set()).add(path.name[: -len(suffix)])
+    return found
 
 
 def _compile_flags(root: Path) -> list[str]:

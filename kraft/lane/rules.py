@@ -193,10 +193,11 @@ def native() -> ModuleType | None:
     """The C implementation of these rules (`kraft.lane._native`: `LeaderLane`, `FollowerLane`),
     or None where it was not built (the install builds it when a C compiler is there)."""
     try:
-        from kraft.lane import _native
+        # the extension module itself, not the package: `kraft.lane` imports this module
+        import kraft.lane._native as compiled
     except ImportError:
         return None
-    return _native
+    return compiled
 
 
 def append_scan() -> AppendScan | None:
