@@ -1,6 +1,6 @@
 """A follower's lane doing the steady state's work and reporting it to its core
 (`FollowerLaneReport`, `FetchAdopted`), and the simulator run with the followers' lanes
-driving (`kraft.sim.lane_drive`, docs/native-lane.md step 2)."""
+driving (`kraft.sim.lane_drive`, docs/native-lane.md, "How it is checked")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The lane's rules in C (`kraft.lane._native`) against the same rules in Python (`kraft.lane.rules`),
-input for input, and in the simulator in their place (docs/native-lane.md, step 1b)."""
+input for input, and in the simulator in their place (docs/native-lane.md, "How it is checked")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A leader's lane doing the steady state's work and reporting it to its core
 (`LeaderLaneReport`, `RaftCore.lend_parked`), the simulator run with the leaders' lanes
-driving (`kraft.sim.leader_drive`, docs/native-lane.md step 3), and the two invariants that
+driving (`kraft.sim.leader_drive`, docs/native-lane.md, "How it is checked"), and the two invariants that
 hold a leader's claims to the disks: every request answered once the faults end, and every
 high watermark durable on a majority of the voters."""
 
