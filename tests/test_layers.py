@@ -22,6 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.source_checks import private_reaches
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -130,23 +132,11 @@ def test_the_shared_executor_imports_only_the_core_effects() -> None:
     assert own == {"kraft.raft"}, own
 
 
-def _private_reaches(path: Path) -> list[str]:
-    """Where `path` reads or writes a private attribute of another object: `x._name` with `x`
-    not `self` or `cls` (`self._node._name` is one)."""
-    found: list[str] = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Attribute) and node.attr.startswith("_") \
-                and not node.attr.startswith("__"):
-            owner = node.value
-            if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
-                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
-    return found
-
 
 def _reaches_into(path: Path) -> list[str]:
     """Where `path` reads or writes a private attribute of another object, names the node's
     class, or imports the server."""
-    found = _private_reaches(path)
+    found = private_reaches(path)
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Name) and node.id == "KraftNode":
             found.append(f"{path.name}:{node.lineno}: {node.id}")
@@ -168,7 +158,7 @@ def test_the_node_parts_touch_no_private_attribute_of_the_node() -> None:
     the flush due) has a public owner: no part reads or writes a private attribute of the node
     (`self._node._waiting`) or of any other object."""
     found = [hit for part in NODE_PARTS + NODE_STATE
-             for hit in _private_reaches(ROOT / "kraft" / "server" / f"{part}.py")]
+             for hit in private_reaches(ROOT / "kraft" / "server" / f"{part}.py")]
     assert found == [], found
 
 

@@ -6,26 +6,14 @@ object. No module grows past 1,200 lines."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
+
+from tests.support.source_checks import private_reaches
 
 ROOT = Path(__file__).resolve().parents[2]
 SANDBOX = ROOT / "sandbox"
 MAX_LINES = 1200
 
-
-def private_reaches(path: Path) -> list[str]:
-    """Where `path` reads or writes a private attribute of another object: `x._name` with `x`
-    not `self` or `cls` (`self.api._get` is one). (The idea of tests/test_layers.py's, for the
-    sandbox.)"""
-    found: list[str] = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Attribute) and node.attr.startswith("_") \
-                and not node.attr.startswith("__"):
-            owner = node.value
-            if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
-                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
-    return found
 
 
 def test_no_sandbox_module_but_the_emulator_reaches_into_another_object() -> None:

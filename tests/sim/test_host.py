@@ -15,28 +15,13 @@ from pathlib import Path
 from kraft.sim.cluster import Simulation
 from kraft.sim.host import SimHost
 from kraft.sim.params import SimParams
+from tests.support.source_checks import private_reaches
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM = ROOT / "kraft" / "sim"
 PARTS = ("lane_drive", "leader_drive", "faults", "ports")
 """The modules that take the simulation through `SimHost`."""
 
-
-def _private_reaches(path: Path) -> list[str]:
-    """Where `path` reads or writes a private attribute of another object: `x._name` with `x`
-    not `self` or `cls` (`self._sim._name` is one)."""
-    found: list[str] = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Attribute) and node.attr.startswith("_") \
-                and not node.attr.startswith("__"):
-            owner = node.value
-            if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
-                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found += [f"{path.name}:{node.lineno}: imports {node.module}.{a.name}"
-                      for a in node.names
-                      if a.name.startswith("_") and node.module.startswith("kraft.")]
-    return found
 
 
 def _sim_imports(path: Path) -> set[str]:
@@ -53,7 +38,7 @@ def _sim_imports(path: Path) -> set[str]:
 
 
 def test_no_module_of_the_simulator_touches_a_private_attribute_of_another_object() -> None:
-    found = [hit for path in sorted(SIM.glob("*.py")) for hit in _private_reaches(path)]
+    found = [hit for path in sorted(SIM.glob("*.py")) for hit in private_reaches(path, private_imports_from="kraft")]
     assert found == [], found
 
 
