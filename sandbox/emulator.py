@@ -57,7 +57,7 @@ import kmock
 import yaml
 from kmock._internal import parsing as _kmock_parsing
 from kraft_sandbox import printing, protobuf
-from kraft_sandbox.schema import StructuralSchema
+from kraft_sandbox.schema import StructuralSchema, untyped_rules
 from kraft_sandbox.strategic import strategic_merge
 
 Obj = dict[str, Any]
@@ -799,6 +799,14 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         group, plural = spec.get("group"), names.get("plural")
         if not group or not plural:
             raise ApiError(422, "Invalid", "spec.group and spec.names.plural are required")
+        untyped = [p for v in spec.get("versions") or []
+                   for p in untyped_rules((v.get("schema") or {}).get("openAPIV3Schema") or {})]
+        if untyped:  # refused as a real API server refuses it
+            raise ApiError(422, "Invalid", 'CustomResourceDefinition.apiextensions.k8s.io '
+                           f'"{crd.get("metadata", {}).get("name")}" is invalid: '
+                           + "; ".join(f"spec.validation.{p}: Internal error: unable to "
+                                       "convert structural schema to CEL declarations"
+                                       for p in untyped))
         for version in spec.get("versions") or []:
             if not version.get("served", True):
                 continue

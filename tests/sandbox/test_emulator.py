@@ -320,6 +320,35 @@ async def test_custom_resources_are_defaulted_pruned_and_validated(
     assert stored["spec"]["clusterId"] == "abc" and stored["spec"]["replicas"] == 5
 
 
+async def test_a_cel_rule_over_untyped_values_is_refused_as_a_real_api_server_does(
+        http: aiohttp.ClientSession) -> None:
+    """kube-apiserver 1.35 refused the KRaftQuorum CRD whose rule walked a map of untyped
+    (x-kubernetes-preserve-unknown-fields) values: such a rule has no CEL type."""
+    import copy
+
+    crd = copy.deepcopy(TYPED_CRD)
+    crd["metadata"]["name"] = "loose.example.dev"
+    crd["spec"]["names"] = {"plural": "loose", "singular": "loose", "kind": "Loose"}
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec["properties"]["config"] = {
+        "type": "object",
+        "additionalProperties": {"x-kubernetes-preserve-unknown-fields": True},
+        "x-kubernetes-validations": [{"rule": "self.all(k, type(self[k]) == string)"}]}
+    status, err = await call(http, "POST",
+                             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    assert status == 422, err
+    assert ("spec.validation.openAPIV3Schema.properties[spec].properties[config]."
+            "x-kubernetes-validations") in err["message"]
+    assert "unable to convert structural schema to CEL declarations" in err["message"]
+    status, _ = await call(http, "GET", "/apis/example.dev/v1/namespaces/ns1/loose")
+    assert status == 404  # nothing was served
+    # typed values (or int-or-string) give the rule its type: taken
+    spec["properties"]["config"]["additionalProperties"] = {"x-kubernetes-int-or-string": True}
+    status, _ = await call(http, "POST",
+                           "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    assert status == 201
+
+
 async def test_namespaces_must_exist_and_take_their_content_when_deleted(
         http: aiohttp.ClientSession) -> None:
     status, err = await call(http, "POST", "/api/v1/namespaces/nowhere/configmaps",
