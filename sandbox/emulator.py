@@ -254,6 +254,43 @@ def _without(obj: Obj, *keys: str) -> Obj:
 # ------------------------------------------------------------------ the emulator
 
 
+async def log_response(raw: aiohttp.web.Request, params: dict[str, str], text: str,
+                       previous: bool, current_run: Callable[[], str | None]) -> Any:
+    """A container log as `pods/NAME/log` answers it (the emulator's, and the sandbox
+    kubelets' endpoint behind the real API server): `tailLines`, `limitBytes`, and with
+    `follow` what the current run writes next, until it ends (`current_run` answers None, or
+    text that does not continue the one sent: a new run, as `kubectl logs -f` ends)."""
+    unkept = [flag for param, flag in UNKEPT_LOG_OPTIONS
+              if params.get(param) not in (None, "", "false")]
+    if unkept:  # the kubelet keeps no time per line: refused, never ignored
+        raise ApiError(400, "BadRequest",
+                       f"{', '.join(unkept)}: not supported by the sandbox's kubelet, which "
+                       "keeps a container's output without a time for each line; use "
+                       "--tail, --limit-bytes, --previous or -f")
+    shown = text
+    if params.get("tailLines", "").isdigit():
+        shown = "".join(text.splitlines(keepends=True)[-int(params["tailLines"]):])
+    if params.get("limitBytes", "").isdigit():
+        shown = shown.encode()[:int(params["limitBytes"])].decode(errors="ignore")
+    if params.get("follow") != "true" or previous:
+        return aiohttp.web.Response(text=shown, content_type="text/plain")
+    response = aiohttp.web.StreamResponse(headers={"Content-Type": "text/plain"})
+    await response.prepare(raw)
+    sent = text
+    with contextlib.suppress(ConnectionError, RuntimeError):
+        await response.write(shown.encode())
+        while raw.transport is not None and not raw.transport.is_closing():
+            await asyncio.sleep(0.2)
+            now = current_run()
+            if now is None or not now.startswith(sent):
+                break
+            if len(now) > len(sent):
+                await response.write(now[len(sent):].encode())
+                sent = now
+        await response.write_eof()
+    return response
+
+
 @attrs.define(kw_only=True)
 class SandboxEmulator(kmock.KubernetesEmulator):
     """The emulated API server (see the module docstring for what it does and does not do)."""
@@ -322,6 +359,11 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             return None
         raw: Obj = self._objects[key].raw
         return raw
+
+    def fetch(self, res: Any, ns: str | None, name: str) -> Obj | None:
+        """The object as the server has it now: `read_object` (a client of the real API
+        server reads through its cache, and fetches after a conflict)."""
+        return self.read_object(res, ns, name)
 
     def _must_get(self, res: Any, ns: str | None, name: str) -> Obj:
         obj = self.read_object(res, ns, name)
@@ -565,40 +607,16 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         if text is None:
             raise ApiError(400, "BadRequest", f'no log for pod "{request.name}" (a container '
                                               "name may be needed: ?container=NAME)")
-        unkept = [flag for param, flag in UNKEPT_LOG_OPTIONS
-                  if params.get(param) not in (None, "", "false")]
-        if unkept:  # the kubelet keeps no time per line: refused, never ignored
-            raise ApiError(400, "BadRequest",
-                           f"{', '.join(unkept)}: not supported by the sandbox's kubelet, which "
-                           "keeps a container's output without a time for each line; use "
-                           "--tail, --limit-bytes, --previous or -f")
-        shown = text
-        if params.get("tailLines", "").isdigit():
-            shown = "".join(text.splitlines(keepends=True)[-int(params["tailLines"]):])
-        if params.get("limitBytes", "").isdigit():
-            shown = shown.encode()[:int(params["limitBytes"])].decode(errors="ignore")
-        if params.get("follow") != "true" or previous:
-            return aiohttp.web.Response(text=shown, content_type="text/plain")
-        # -f: what the current run writes next, until it ends (a new run) or the pod goes
         raw = request._raw_request
-        response = aiohttp.web.StreamResponse(headers={"Content-Type": "text/plain"})
-        await response.prepare(raw)
-        sent = text
-        with contextlib.suppress(ConnectionError, RuntimeError):
-            await response.write(shown.encode())
-            while raw.transport is not None and not raw.transport.is_closing():
-                await asyncio.sleep(0.2)
-                current = self.read_object(res, request.namespace, request.name)
-                if current is None or current["metadata"]["uid"] != pod["metadata"]["uid"]:
-                    break
-                now = self.log_reader(current, container, False) or ""
-                if not now.startswith(sent):
-                    break  # the container was restarted: a new run, as kubectl -f ends
-                if len(now) > len(sent):
-                    await response.write(now[len(sent):].encode())
-                    sent = now
-            await response.write_eof()
-        return response
+
+        def current_run() -> str | None:
+            current = self.read_object(res, request.namespace, request.name)
+            if current is None or current["metadata"]["uid"] != pod["metadata"]["uid"]:
+                return None
+            return (self.log_reader(current, container, False) or "") if self.log_reader \
+                else None
+
+        return await log_response(raw, params, text, previous, current_run)
 
     async def _watch(self, request: kmock.Request, params: dict[str, str],
                      as_table: bool = False) -> Any:

@@ -1,13 +1,15 @@
 """The sandbox's node controller: the Nodes `sandbox-node-0..N-1` (labels
 `kubernetes.io/hostname`, `topology.kubernetes.io/zone` `sandbox-a/b/c`), their Ready condition
-renewed by a heartbeat, the unreachable taint while one is down, and the Ready conditions of a
-down node's pods set false (NodeNotReady)."""
+and node Lease (`kube-node-lease/NODE`) renewed by a heartbeat, the unreachable taint while one
+is down, and the Ready conditions of a down node's pods set false (NodeNotReady). With a real
+API server the taints are its node lifecycle controller's, not ours."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import copy
+import datetime
 from typing import Any
 
 import kmock
@@ -17,6 +19,11 @@ Obj = dict[str, Any]
 
 NODES = kmock.resource("", "v1", "nodes")
 PODS = kmock.resource("", "v1", "pods")
+LEASES = kmock.resource("coordination.k8s.io", "v1", "leases")
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+NODE_LEASE_S = 40
+"""A node Lease's duration: the kubelet's default (nodeLeaseDurationSeconds)."""
+KUBELET_PORT = 10250
 HOSTNAME_KEY = "kubernetes.io/hostname"
 
 
@@ -24,8 +31,9 @@ class NodeController:
     """The Nodes of the sandbox: their names, which are down, their addresses and status."""
 
     def __init__(self, api: SandboxEmulator, nodes: int, network: str,
-                 heartbeat_s: float) -> None:
+                 heartbeat_s: float, real: bool = False) -> None:
         self.api = api
+        self.real = real
         self.network = network
         self.heartbeat_s = heartbeat_s
         self.node_names = [f"sandbox-node-{i}" for i in range(nodes)]
@@ -76,9 +84,15 @@ class NodeController:
             "capacity": {"cpu": "2", "memory": "8Gi", "pods": "110"},
             "allocatable": {"cpu": "2", "memory": "8Gi", "pods": "110"},
             "nodeInfo": {"kubeletVersion": "v1.35.0-sandbox", "operatingSystem": "linux",
-                         "architecture": "amd64", "containerRuntimeVersion": "sandbox://1"},
+                         "architecture": "amd64", "containerRuntimeVersion": "sandbox://1",
+                         "kernelVersion": "", "osImage": "kraft-sandbox", "machineID": "",
+                         "systemUUID": "", "bootID": "", "kubeProxyVersion": ""},
+            # where the API server reaches this node's kubelet (kubectl logs)
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": KUBELET_PORT}},
         }
         self.api.commit(NODES, current, new, "status")
+        if self.real:  # the taints are the node lifecycle controller's
+            return
         taints = [] if ready else [{"key": "node.kubernetes.io/unreachable",
                                     "effect": "NoSchedule", "timeAdded": now}]
         current = self.api.read_object(NODES, None, node)
@@ -89,9 +103,35 @@ class NodeController:
                 spec_new["spec"].pop("taints")
             self.api.commit(NODES, current, spec_new, None)
 
+    def renew_lease(self, node: str) -> None:
+        """The node's Lease in kube-node-lease (holder: the node; owned by the Node object, so
+        it goes with it), its renewTime now: the heartbeat the node lifecycle controller of a
+        real cluster reads."""
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        spec = {"holderIdentity": node, "leaseDurationSeconds": NODE_LEASE_S,
+                "renewTime": now}
+        current = self.api.read_object(LEASES, NODE_LEASE_NAMESPACE, node)
+        if current is None:
+            owner = self.api.read_object(NODES, None, node)
+            meta: Obj = {"name": node, "namespace": NODE_LEASE_NAMESPACE}
+            if owner is not None:
+                meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node,
+                                            "uid": owner["metadata"]["uid"]}]
+            self.api.create_object(LEASES, NODE_LEASE_NAMESPACE, {
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
+                "spec": spec})
+            return
+        new = copy.deepcopy(current)
+        new["spec"] = {**(current.get("spec") or {}), **spec}
+        self.api.commit(LEASES, current, new, None)
+
     async def heartbeat_loop(self) -> None:
-        """Renew every Node's Ready condition that is up, as each kubelet posts its status."""
+        """Renew every Node's Lease and Ready condition that is up, as each kubelet does."""
         while True:
+            for node in self.node_names:
+                if node not in self.down:
+                    with contextlib.suppress(ApiError):
+                        self.renew_lease(node)
             await asyncio.sleep(self.heartbeat_s)
             for node in self.node_names:
                 if node not in self.down:

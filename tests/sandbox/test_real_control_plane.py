@@ -1,0 +1,126 @@
+"""The sandbox on the real control plane (`kraft-sandbox up --control-plane real`): etcd,
+kube-apiserver v1.35, kube-controller-manager and kube-scheduler as processes on loopback
+(built once by `make k8s-control-plane`), the sandbox's kubelets registering real Nodes
+with Leases, running the pods kube-scheduler bound, provisioning their claims' volumes,
+serving their logs through the API server; the operator as a pod with its ServiceAccount's
+token, under the chart's RBAC as the real authorizer enforces it. A KRaftQuorum it creates
+becomes Ready."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kraft_sandbox.controlplane import ControlPlaneError, find_binaries
+from kraft_sandbox.handle import SandboxHandle, start_sandbox
+
+from tests.sandbox.conftest import wait_for
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def real_sandbox(tmp_path: Path, kubectl_path: str) -> Any:
+    try:
+        find_binaries()
+    except ControlPlaneError as exc:
+        pytest.fail(str(exc))
+    with start_sandbox(tmp_path / "sandbox", nodes=3, backoff_base_s=0.2, heartbeat_s=0.5,
+                       control_plane="real", startup_timeout_s=120,
+                       extra_args=["--operator"]) as handle:
+        yield handle
+
+
+def _get(sb: SandboxHandle, *args: str) -> Any:
+    return json.loads(sb.kubectl("get", *args, "-o", "json").stdout)
+
+
+def _ready(obj: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+def _as_pod(sb: SandboxHandle, pod: dict[str, Any], path: str) -> int:
+    """GET `path` with the credentials the sandbox gave the pod's container: its status."""
+    meta = pod["metadata"]
+    config_path = next((sb.state_dir / "pods").glob(
+        f"{meta['namespace']}_{meta['name']}_*/kubeconfig-operator"))
+    config = json.loads(config_path.read_text())
+    user = config["users"][0]["user"]
+    assert set(user) == {"tokenFile"}, user  # a ServiceAccount token, no certificate
+    token = Path(user["tokenFile"]).read_text()
+    cluster = config["clusters"][0]["cluster"]
+    ctx = ssl.create_default_context(cafile=cluster["certificate-authority"])
+    req = urllib.request.Request(cluster["server"] + path,
+                                 headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def test_a_quorum_the_operator_creates_is_ready_on_the_real_control_plane(
+        real_sandbox: SandboxHandle) -> None:
+    sb = real_sandbox
+    version = json.loads(sb.kubectl("version", "-o", "json").stdout)["serverVersion"]
+    assert version["gitVersion"] == "v1.35.4"  # the real kube-apiserver, not v0.0.0
+
+    # real Nodes: Ready, with addresses, capacity and a node Lease each renews
+    def ready_nodes() -> list[dict[str, Any]] | None:
+        ready = [n for n in _get(sb, "nodes")["items"] if _ready(n)]
+        return ready if len(ready) == 3 else None
+
+    nodes = wait_for("three Ready nodes", ready_nodes)
+    for node in nodes:
+        name = node["metadata"]["name"]
+        assert {"type": "InternalIP", "address": node["status"]["addresses"][0]["address"]} \
+            in node["status"]["addresses"]
+        assert node["status"]["capacity"]["pods"] == "110"
+        lease = _get(sb, "lease", "-n", "kube-node-lease", name)
+        assert lease["spec"]["holderIdentity"] == name
+        assert lease["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
+
+    # the operator's pod runs as the chart's ServiceAccount, whose RBAC the API enforces
+    operator = wait_for("the operator's pod running", lambda: next(
+        (p for p in _get(sb, "pods", "-l", "app.kubernetes.io/name=kraft-operator")["items"]
+         if _ready(p)), None), timeout_s=90)
+    assert operator["spec"]["serviceAccountName"] == "kraft-operator"
+    assert _as_pod(sb, operator, "/apis/kraft.dev/v1alpha1/namespaces/default/"
+                                 "kraftquorums") == 200
+    assert _as_pod(sb, operator, "/api/v1/namespaces/default/secrets") == 403
+
+    sb.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "kraft.dev/v1alpha1", "kind": "KRaftQuorum",
+        "metadata": {"name": "demo"}, "spec": {"replicas": 3}}))
+    quorum = wait_for("the KRaftQuorum Ready", lambda: next(
+        (q for q in [_get(sb, "kq", "demo")] if _ready(q)), None), timeout_s=150, every_s=0.5)
+    assert quorum["status"]["leader"]["id"] in (0, 1, 2)
+
+    # kube-scheduler bound the pods (the sandbox's own scheduler does not run here), and
+    # kube-controller-manager bound each claim to the local volume the sandbox provisioned
+    # on the pod's node
+    pods = {p["metadata"]["name"]: p for p in _get(sb, "pods", "-l",
+                                                    "app.kubernetes.io/instance=demo")["items"]}
+    assert sorted(pods) == ["demo-0", "demo-1", "demo-2"]
+    events = _get(sb, "events.v1.events.k8s.io", "--field-selector", "reason=Scheduled")
+    scheduled = {e["regarding"]["name"]: e["reportingController"] for e in events["items"]}
+    assert all(scheduled.get(name) == "default-scheduler" for name in pods), scheduled
+    for name, pod in pods.items():
+        claim = _get(sb, "pvc", f"data-{name}")
+        assert claim["status"]["phase"] == "Bound"
+        volume = _get(sb, "pv", claim["spec"]["volumeName"])
+        assert volume["metadata"]["annotations"]["pv.kubernetes.io/provisioned-by"] == \
+            "kraft.dev/sandbox-local"
+        term = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]
+        assert term["matchExpressions"][0]["values"] == [pod["spec"]["nodeName"]]
+        assert Path(volume["spec"]["local"]["path"]).is_dir()
+
+    # kubectl logs goes API server -> the node's kubelet endpoint
+    logs = sb.kubectl("logs", "demo-0", "-c", "format").stdout
+    assert "Formatting" in logs
