@@ -254,6 +254,16 @@ def _without(obj: Obj, *keys: str) -> Obj:
 # ------------------------------------------------------------------ the emulator
 
 
+def default_service_ports(spec: Obj) -> None:
+    """A Service's ports as the API server stores them on every write: `protocol` TCP and
+    `targetPort` the port, when not given."""
+    for port in spec.get("ports") or []:
+        if isinstance(port, dict):
+            port.setdefault("protocol", "TCP")
+            if "port" in port:
+                port.setdefault("targetPort", port["port"])
+
+
 async def log_response(raw: aiohttp.web.Request, params: dict[str, str], text: str,
                        previous: bool, current_run: Callable[[], str | None]) -> Any:
     """A container log as `pods/NAME/log` answers it (the emulator's, and the sandbox
@@ -810,6 +820,10 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                 n = self._cluster_ips
                 spec["clusterIP"] = f"10.96.{n // 250}.{n % 250 + 1}"
             spec.setdefault("clusterIPs", [spec["clusterIP"]])
+            for key, value in (("sessionAffinity", "None"), ("internalTrafficPolicy", "Cluster"),
+                               ("ipFamilies", ["IPv4"]), ("ipFamilyPolicy", "SingleStack")):
+                spec.setdefault(key, value)
+            default_service_ports(spec)
 
     def _register_crd(self, crd: Obj) -> None:
         spec = crd.get("spec", {})
@@ -961,6 +975,8 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                 else:
                     new.pop("status", None)
         new["metadata"]["resourceVersion"] = cur_meta["resourceVersion"]
+        if res.group == "" and res.plural == "services" and subresource is None:
+            default_service_ports(new.setdefault("spec", {}))  # on every write, as decoding does
         new = self._admit(res, new, current)
         if self._is_crd(res) and subresource != "status":
             self._register_crd(new)

@@ -124,3 +124,9 @@ def test_a_quorum_the_operator_creates_is_ready_on_the_real_control_plane(
     # kubectl logs goes API server -> the node's kubelet endpoint
     logs = sb.kubectl("logs", "demo-0", "-c", "format").stdout
     assert "Formatting" in logs
+
+    # the standing objects, once made, stay put: nothing the real API server defaults (a
+    # Service port's protocol) reads as a difference to patch on every pass
+    operator_log = sb.kubectl("logs", operator["metadata"]["name"]).stdout
+    assert "created Service demo-client" in operator_log
+    assert "updated Service" not in operator_log
