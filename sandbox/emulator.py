@@ -254,6 +254,23 @@ def _without(obj: Obj, *keys: str) -> Obj:
 # ------------------------------------------------------------------ the emulator
 
 
+def qos_class(spec: Obj) -> str:
+    """A pod's QoS class as the API server sets it on create: Guaranteed when every container
+    limits cpu and memory and requests no other amount, BestEffort when none asks for
+    anything, Burstable otherwise."""
+    containers = (spec.get("initContainers") or []) + (spec.get("containers") or [])
+    asked = [(c.get("resources") or {}) for c in containers]
+    if not any(r.get("requests") or r.get("limits") for r in asked):
+        return "BestEffort"
+    for r in asked:
+        limits, requests = r.get("limits") or {}, r.get("requests") or {}
+        if any(limits.get(k) is None for k in ("cpu", "memory")):
+            return "Burstable"
+        if any(requests.get(k, limits[k]) != limits[k] for k in ("cpu", "memory")):
+            return "Burstable"
+    return "Guaranteed"
+
+
 def default_service_ports(spec: Obj) -> None:
     """A Service's ports as the API server stores them on every write: `protocol` TCP and
     `targetPort` the port, when not given."""
@@ -799,7 +816,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             spec.setdefault("restartPolicy", "Always")
             spec.setdefault("terminationGracePeriodSeconds", 30)
             spec.setdefault("schedulerName", "default-scheduler")
-            obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+            obj["status"] = {"phase": "Pending", "qosClass": qos_class(spec)}
         elif res.plural == "persistentvolumeclaims":
             obj["status"] = {"phase": "Pending"}
             obj.setdefault("spec", {})
@@ -984,6 +1001,13 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             return current  # a no-op write changes nothing and tells no watcher
         if _without(new, "metadata", "status") != _without(current, "metadata", "status"):
             new["metadata"]["generation"] = int(cur_meta.get("generation") or 1) + 1
+        if res.plural == "pods" and res.group == "" and subresource == "status":
+            was, now = ((o.get("status") or {}).get("qosClass") for o in (current, new))
+            if was and now != was:
+                raise ApiError(422, "Invalid", f'Pod "{cur_meta["name"]}" is invalid: '
+                               f'status.qosClass: Invalid value: "{now}": field is immutable',
+                               {"causes": [{"field": "status.qosClass",
+                                            "reason": "FieldValueInvalid"}]})
         if res.plural == "pods" and res.group == "" and subresource != "status":
             old_node = current.get("spec", {}).get("nodeName")
             if old_node and new.get("spec", {}).get("nodeName") != old_node:

@@ -228,7 +228,8 @@ class PodWorker:
             "podIP": self.ip,
             "podIPs": [{"ip": self.ip}],
             "startTime": self.start_time,
-            "qosClass": "BestEffort",
+            # (no qosClass: the API server sets it when the pod is created, from its
+            # resources, and refuses a status write that changes it)
             "containerStatuses": [c.render() for c in self.main],
         }
         if self.init:
@@ -633,7 +634,7 @@ class Kubelet:
                 return
             except ApiError as exc:
                 if exc.code != 409:
-                    log.info("event=pod_status_refused pod=%s/%s code=%s message=%s", ns,
+                    log.warning("event=pod_status_refused pod=%s/%s code=%s message=%s", ns,
                              name, exc.code, exc.message)
                     return
             # another writer (a controller of the real API server) came first: read it again

@@ -90,6 +90,34 @@ async def test_status_subresource_keeps_spec_and_status_apart(
     assert obj["spec"] == {"size": 2} and obj["status"] == {"phase": "y"}
 
 
+async def test_a_pods_qos_class_is_set_on_create_and_cannot_change(
+        http: aiohttp.ClientSession) -> None:
+    """The sandbox's kubelet wrote qosClass BestEffort in every status; kube-apiserver refused
+    each such write of a pod with resources (its class is Burstable), so the pod stayed
+    Pending while it ran."""
+    pods = "/api/v1/namespaces/ns1/pods"
+    container = {"name": "c", "image": "i"}
+    for name, resources, qos in (
+            ("none", None, "BestEffort"),
+            ("some", {"requests": {"cpu": "10m"}}, "Burstable"),
+            ("full", {"limits": {"cpu": "1", "memory": "1Gi"}}, "Guaranteed"),
+            ("less", {"requests": {"cpu": "500m", "memory": "1Gi"},
+                      "limits": {"cpu": "1", "memory": "1Gi"}}, "Burstable")):
+        spec = {"containers": [{**container, **({"resources": resources} if resources
+                                                 else {})}]}
+        status, obj = await call(http, "POST", pods, {"metadata": {"name": name},
+                                                      "spec": spec})
+        assert status == 201 and obj["status"]["qosClass"] == qos, (name, obj["status"])
+    status, err = await call(http, "PATCH", f"{pods}/some/status",
+                             {"status": {"qosClass": "BestEffort"}}, MERGE)
+    assert status == 422, err
+    assert err["message"] == ('Pod "some" is invalid: status.qosClass: Invalid value: '
+                              '"BestEffort": field is immutable')
+    status, obj = await call(http, "PATCH", f"{pods}/some/status",
+                             {"status": {"phase": "Running"}}, MERGE)
+    assert status == 200 and obj["status"]["qosClass"] == "Burstable"
+
+
 async def test_stale_resource_version_is_a_conflict(http: aiohttp.ClientSession) -> None:
     _, obj = await call(http, "POST", THINGS, {"metadata": {"name": "t1"}, "spec": {"a": 1}})
     old_rv = obj["metadata"]["resourceVersion"]

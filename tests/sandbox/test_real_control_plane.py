@@ -97,7 +97,8 @@ def test_a_quorum_the_operator_creates_is_ready_on_the_real_control_plane(
 
     sb.kubectl("apply", "-f", "-", input=json.dumps({
         "apiVersion": "kraft.dev/v1alpha1", "kind": "KRaftQuorum",
-        "metadata": {"name": "demo"}, "spec": {"replicas": 3}}))
+        "metadata": {"name": "demo"}, "spec": {
+            "replicas": 3, "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}}}}))
     quorum = wait_for("the KRaftQuorum Ready", lambda: next(
         (q for q in [_get(sb, "kq", "demo")] if _ready(q)), None), timeout_s=150, every_s=0.5)
     assert quorum["status"]["leader"]["id"] in (0, 1, 2)
@@ -108,6 +109,7 @@ def test_a_quorum_the_operator_creates_is_ready_on_the_real_control_plane(
     pods = {p["metadata"]["name"]: p for p in _get(sb, "pods", "-l",
                                                     "app.kubernetes.io/instance=demo")["items"]}
     assert sorted(pods) == ["demo-0", "demo-1", "demo-2"]
+    assert {p["status"]["qosClass"] for p in pods.values()} == {"Burstable"}
     events = _get(sb, "events.v1.events.k8s.io", "--field-selector", "reason=Scheduled")
     scheduled = {e["regarding"]["name"]: e["reportingController"] for e in events["items"]}
     assert all(scheduled.get(name) == "default-scheduler" for name in pods), scheduled
