@@ -3,8 +3,9 @@ kube-apiserver v1.35, kube-controller-manager and kube-scheduler as processes on
 (built once by `make k8s-control-plane`), the sandbox's kubelets registering real Nodes
 with Leases, running the pods kube-scheduler bound, provisioning their claims' volumes,
 serving their logs through the API server; the operator as a pod with its ServiceAccount's
-token, under the chart's RBAC as the real authorizer enforces it. A KRaftQuorum it creates
-becomes Ready."""
+token, under the chart's RBAC as the real authorizer enforces it. A KRaftQuorum it creates,
+in a namespace whose Pod Security admission enforces the "restricted" profile, becomes
+Ready."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from kraft_sandbox.handle import SandboxHandle, start_sandbox
 from tests.sandbox.conftest import wait_for
 
 pytestmark = pytest.mark.slow
+
+NS = "secure"
 
 
 @pytest.fixture
@@ -95,26 +98,33 @@ def test_a_quorum_the_operator_creates_is_ready_on_the_real_control_plane(
                                  "kraftquorums") == 200
     assert _as_pod(sb, operator, "/api/v1/namespaces/default/secrets") == 403
 
+    # in a namespace where Pod Security admission enforces the "restricted" profile
     sb.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS, "labels": {
+            "pod-security.kubernetes.io/enforce": "restricted",
+            "pod-security.kubernetes.io/enforce-version": "latest"}}}))
+    sb.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps({
         "apiVersion": "kraft.dev/v1alpha1", "kind": "KRaftQuorum",
         "metadata": {"name": "demo"}, "spec": {
             "replicas": 3, "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}}}}))
     quorum = wait_for("the KRaftQuorum Ready", lambda: next(
-        (q for q in [_get(sb, "kq", "demo")] if _ready(q)), None), timeout_s=150, every_s=0.5)
+        (q for q in [_get(sb, "-n", NS, "kq", "demo")] if _ready(q)), None), timeout_s=150,
+        every_s=0.5)
     assert quorum["status"]["leader"]["id"] in (0, 1, 2)
 
     # kube-scheduler bound the pods (the sandbox's own scheduler does not run here), and
     # kube-controller-manager bound each claim to the local volume the sandbox provisioned
     # on the pod's node
-    pods = {p["metadata"]["name"]: p for p in _get(sb, "pods", "-l",
+    pods = {p["metadata"]["name"]: p for p in _get(sb, "-n", NS, "pods", "-l",
                                                     "app.kubernetes.io/instance=demo")["items"]}
     assert sorted(pods) == ["demo-0", "demo-1", "demo-2"]
     assert {p["status"]["qosClass"] for p in pods.values()} == {"Burstable"}
-    events = _get(sb, "events.v1.events.k8s.io", "--field-selector", "reason=Scheduled")
+    events = _get(sb, "-n", NS, "events.v1.events.k8s.io", "--field-selector",
+                  "reason=Scheduled")
     scheduled = {e["regarding"]["name"]: e["reportingController"] for e in events["items"]}
     assert all(scheduled.get(name) == "default-scheduler" for name in pods), scheduled
     for name, pod in pods.items():
-        claim = _get(sb, "pvc", f"data-{name}")
+        claim = _get(sb, "-n", NS, "pvc", f"data-{name}")
         assert claim["status"]["phase"] == "Bound"
         volume = _get(sb, "pv", claim["spec"]["volumeName"])
         assert volume["metadata"]["annotations"]["pv.kubernetes.io/provisioned-by"] == \
@@ -124,7 +134,7 @@ def test_a_quorum_the_operator_creates_is_ready_on_the_real_control_plane(
         assert Path(volume["spec"]["local"]["path"]).is_dir()
 
     # kubectl logs goes API server -> the node's kubelet endpoint
-    logs = sb.kubectl("logs", "demo-0", "-c", "format").stdout
+    logs = sb.kubectl("logs", "-n", NS, "demo-0", "-c", "format").stdout
     assert "Formatting" in logs
 
     # the standing objects, once made, stay put: nothing the real API server defaults (a
