@@ -22,18 +22,6 @@ for arg in "$@"; do
   esac
 done
 
-if ! command -v go >/dev/null 2>&1; then
-  echo "build.sh: 'go' is not on PATH. The control plane is built from Go modules and needs" >&2
-  echo "Go 1.25 or newer (https://go.dev/dl/); put its bin/ on PATH and run again." >&2
-  exit 1
-fi
-go_version="$(go env GOVERSION)"            # e.g. go1.26.8
-minor="$(sed -E 's/^go1\.([0-9]+).*/\1/' <<<"$go_version")"
-if ! [[ "$minor" =~ ^[0-9]+$ ]] || (( minor < 25 )); then
-  echo "build.sh: $go_version is too old: the k8s.io/kubernetes that go.mod pins needs Go 1.25 or newer" >&2
-  exit 1
-fi
-
 # a pin is either inside a require block ("MODULE VERSION") or on a line of its own
 pin() { awk -v m="$1" '$1==m{print $2; exit} $1=="require" && $2==m{print $3; exit}' "$here/go.mod"; }
 k8s_version="$(pin k8s.io/kubernetes)"
@@ -46,6 +34,18 @@ stamp="$bin/.built-$pins"
 if (( force == 0 )) && [[ -f "$stamp" ]]; then
   echo "control plane $k8s_version (etcd $etcd_version) already built in $bin"
   exit 0
+fi
+
+if ! command -v go >/dev/null 2>&1; then
+  echo "build.sh: 'go' is not on PATH. The control plane is built from Go modules and needs" >&2
+  echo "Go 1.25 or newer (https://go.dev/dl/); put its bin/ on PATH and run again." >&2
+  exit 1
+fi
+go_version="$(go env GOVERSION)"            # e.g. go1.26.8
+minor="$(sed -E 's/^go1\.([0-9]+).*/\1/' <<<"$go_version")"
+if ! [[ "$minor" =~ ^[0-9]+$ ]] || (( minor < 25 )); then
+  echo "build.sh: $go_version is too old: the k8s.io/kubernetes that go.mod pins needs Go 1.25 or newer" >&2
+  exit 1
 fi
 
 export GOPATH="$cache/gopath" GOMODCACHE="$cache/gopath/pkg/mod" GOCACHE="$cache/gocache"
@@ -82,7 +82,12 @@ for t in "${targets[@]}"; do
   echo "      $name built in $((SECONDS - t0)) s ($(du -h "$bin/$name" | cut -f1))"
 done
 
-"$bin/kube-apiserver" --version
+reported="$("$bin/kube-apiserver" --version)"
+if [[ "$reported" != "Kubernetes $k8s_version" ]]; then
+  echo "build.sh: kube-apiserver --version says '$reported', not 'Kubernetes $k8s_version'" >&2
+  exit 1
+fi
+echo "$reported"
 "$bin/etcd" --version | head -1
 rm -f "$bin"/.built-*
 touch "$stamp"
