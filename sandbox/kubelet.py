@@ -540,12 +540,25 @@ class Kubelet:
         ctx.load_cert_chain(str(pki / "kubelet-serving.crt"), str(pki / "kubelet-serving.key"))
         app = aiohttp.web.Application()
         app.router.add_get("/containerLogs/{ns}/{pod}/{container}", self._container_logs)
+        for verb in ("exec", "attach", "portForward", "run"):
+            app.router.add_route("*", f"/{verb}/{{rest:.*}}", self._not_served)
         self._endpoint = aiohttp.web.AppRunner(app, access_log=None)
         await self._endpoint.setup()
         for node in self.nodes.node_names:
             site = aiohttp.web.TCPSite(self._endpoint, self.nodes.node_ip(node), KUBELET_PORT,
                                        ssl_context=ctx)
             await site.start()
+
+    async def _not_served(self, request: aiohttp.web.Request) -> Any:
+        """exec, attach and port-forward: refused with a reason (their streams are SPDY
+        from the API server, which this kubelet does not speak; the emulator serves exec)."""
+        verb = request.path.strip("/").split("/")[0]
+        message = (f"{verb} is not served by the sandbox's kubelet on the real control plane "
+                   "(pod addresses are reachable from the machine; `kraft-sandbox run` runs "
+                   "a program with the cluster's DNS)")
+        return aiohttp.web.json_response(
+            {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
+             "message": message, "reason": "BadRequest", "code": 400}, status=400)
 
     async def _container_logs(self, request: aiohttp.web.Request) -> Any:
         ns, name = request.match_info["ns"], request.match_info["pod"]
