@@ -24,6 +24,10 @@ NODE_LEASE_NAMESPACE = "kube-node-lease"
 NODE_LEASE_S = 40
 """A node Lease's duration: the kubelet's default (nodeLeaseDurationSeconds)."""
 KUBELET_PORT = 10250
+CAPACITY = {"cpu": "2", "memory": "8Gi", "pods": "110", "ephemeral-storage": "20Gi"}
+PRESSURES = (("MemoryPressure", "KubeletHasSufficientMemory"),
+             ("DiskPressure", "KubeletHasNoDiskPressure"),
+             ("PIDPressure", "KubeletHasSufficientPID"))
 HOSTNAME_KEY = "kubernetes.io/hostname"
 
 
@@ -76,13 +80,15 @@ class NodeController:
                 "lastHeartbeatTime": now if ready else prev.get("lastHeartbeatTime", now),
                 "lastTransitionTime": prev.get("lastTransitionTime", now)
                 if prev.get("status") == status_text else now}
+        pressures = [self._pressure(kind, reason, ready, old.get(kind, {}), now)
+                     for kind, reason in PRESSURES]
         new = copy.deepcopy(current)
         new["status"] = {
-            "conditions": [cond],
+            "conditions": [*pressures, cond],
             "addresses": [{"type": "InternalIP", "address": self.node_ip(node)},
                           {"type": "Hostname", "address": node}],
-            "capacity": {"cpu": "2", "memory": "8Gi", "pods": "110"},
-            "allocatable": {"cpu": "2", "memory": "8Gi", "pods": "110"},
+            "capacity": dict(CAPACITY),
+            "allocatable": dict(CAPACITY),
             "nodeInfo": {"kubeletVersion": "v1.35.0-sandbox", "operatingSystem": "linux",
                          "architecture": "amd64", "containerRuntimeVersion": "sandbox://1",
                          "kernelVersion": "", "osImage": "kraft-sandbox", "machineID": "",
@@ -102,6 +108,20 @@ class NodeController:
             if not taints:
                 spec_new["spec"].pop("taints")
             self.api.commit(NODES, current, spec_new, None)
+
+    @staticmethod
+    def _pressure(kind: str, reason: str, ready: bool, prev: Obj, now: str) -> Obj:
+        """One of the pressure conditions a kubelet reports beside Ready: False while the
+        node is up (the sandbox's nodes share the machine and measure no pressure), Unknown
+        while it is down."""
+        status = "False" if ready else "Unknown"
+        return {"type": kind, "status": status,
+                "reason": reason if ready else "NodeStatusUnknown",
+                "message": f"kubelet has {reason.removeprefix('KubeletHas').lower()}"
+                if ready else "Kubelet stopped posting node status.",
+                "lastHeartbeatTime": now if ready else prev.get("lastHeartbeatTime", now),
+                "lastTransitionTime": prev.get("lastTransitionTime", now)
+                if prev.get("status") == status else now}
 
     def renew_lease(self, node: str) -> None:
         """The node's Lease in kube-node-lease (holder: the node; owned by the Node object, so

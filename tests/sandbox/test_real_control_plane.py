@@ -76,15 +76,21 @@ def test_a_quorum_the_operator_creates_is_ready_on_the_real_control_plane(
 
     # real Nodes: Ready, with addresses, capacity and a node Lease each renews
     def ready_nodes() -> list[dict[str, Any]] | None:
-        ready = [n for n in _get(sb, "nodes")["items"] if _ready(n)]
+        # Ready, and the not-ready taint that admission put on at registration taken off
+        # by the node lifecycle controller
+        ready = [n for n in _get(sb, "nodes")["items"]
+                 if _ready(n) and not (n.get("spec") or {}).get("taints")]
         return ready if len(ready) == 3 else None
 
-    nodes = wait_for("three Ready nodes", ready_nodes)
+    nodes = wait_for("three Ready, untainted nodes", ready_nodes)
     for node in nodes:
         name = node["metadata"]["name"]
         assert {"type": "InternalIP", "address": node["status"]["addresses"][0]["address"]} \
             in node["status"]["addresses"]
         assert node["status"]["capacity"]["pods"] == "110"
+        conditions = {c["type"]: c["status"] for c in node["status"]["conditions"]}
+        assert conditions == {"Ready": "True", "MemoryPressure": "False",
+                              "DiskPressure": "False", "PIDPressure": "False"}
         lease = _get(sb, "lease", "-n", "kube-node-lease", name)
         assert lease["spec"]["holderIdentity"] == name
         assert lease["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
