@@ -8,9 +8,10 @@ What it sets up in `STATE/control-plane/`:
   `kubernetes` Service's names and first address), the kubelets' serving certificate (every
   node address, for `kubectl logs` through the API server), and client certificates: the
   user (`system:masters`), kube-controller-manager and kube-scheduler (the names the
-  bootstrap RBAC policy binds), the node agent (`kraft-sandbox:node-agent`, bound below to
-  what the sandbox's kubelet and volume provisioner do) and the API server's own, for the
-  kubelets;
+  bootstrap RBAC policy binds), each kubelet (`system:node:NAME` in `system:nodes`, as the
+  Node authorizer knows kubelets), the node agent (`kraft-sandbox:node-agent`: the nodes'
+  watches and the volume provisioner, bound to a ClusterRole of what they do) and the API
+  server's own, for the kubelets;
 - the service-account signing key pair and issuer;
 - a kubeconfig for each client; the user's is `STATE/kubeconfig`, as with the emulator;
 - the processes, each logging to `NAME.log`, stopped in reverse order (SIGTERM, then SIGKILL).
@@ -231,6 +232,7 @@ class ControlPlane:
     admin_kubeconfig: Path = Path()
     node_agent: Credential | None = None
     kubelet_serving: Credential | None = None
+    node_creds: dict[str, Credential] = field(default_factory=dict)
     processes: dict[str, asyncio.subprocess.Process] = field(default_factory=dict)
     logs: dict[str, Path] = field(default_factory=dict)
 
@@ -289,7 +291,7 @@ class ControlPlane:
                                 f"({url}: {last}); the end of {self.logs[name]}:\n"
                                 f"{self._tail(name)}")
 
-    async def start(self, node_ips: list[str], *, node_monitor_grace_s: int = 20) -> None:
+    async def start(self, nodes: dict[str, str], *, node_monitor_grace_s: int = 20) -> None:
         """Make the certificates, start etcd and the API server, wait for them, then start
         the controller manager and the scheduler (which need the API)."""
         binaries = find_binaries()
@@ -306,7 +308,10 @@ class ControlPlane:
                             dns=("kubernetes", "kubernetes.default", "kubernetes.default.svc",
                                  "kubernetes.default.svc.cluster.local", "localhost"))
         self.kubelet_serving = pki.issue("kubelet-serving", "kraft-sandbox-kubelet",
-                                         server=True, ips=tuple(node_ips))
+                                         server=True, ips=tuple(nodes.values()))
+        # each kubelet's own identity, as the Node authorizer knows kubelets
+        self.node_creds = {name: pki.issue(f"node-{name}", f"system:node:{name}",
+                                           orgs=("system:nodes",)) for name in nodes}
         to_kubelet = pki.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client",
                                orgs=("system:masters",))
         admin = pki.issue("admin", ADMIN_USER, orgs=("system:masters",))
@@ -397,11 +402,12 @@ class ControlPlane:
 
 @contextlib.asynccontextmanager
 async def running_control_plane(state_dir: Path, host: str,
-                                node_ips: list[str]) -> AsyncIterator[ControlPlane]:
-    """Start the control plane for the `async with` body; stop it after, even on error."""
+                                nodes: dict[str, str]) -> AsyncIterator[ControlPlane]:
+    """Start the control plane (for the nodes named, by address) for the `async with`
+    body; stop it after, even on error."""
     plane = ControlPlane(state_dir, host)
     try:
-        await plane.start(node_ips)
+        await plane.start(nodes)
         yield plane
     finally:
         await plane.stop()

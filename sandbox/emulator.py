@@ -387,6 +387,11 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         raw: Obj = self._objects[key].raw
         return raw
 
+    def node_view(self, node: str) -> SandboxEmulator:
+        """The API as the kubelet of `node` writes to it: the emulator itself (it has no
+        authorization; a client of the real API server writes as `system:node:NODE`)."""
+        return self
+
     def fetch(self, res: Any, ns: str | None, name: str) -> Obj | None:
         """The object as the server has it now: `read_object` (a client of the real API
         server reads through its cache, and fetches after a conflict)."""

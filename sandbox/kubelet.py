@@ -236,7 +236,7 @@ class PodWorker:
             status["initContainerStatuses"] = [c.render() for c in self.init]
         if self.message:
             status["message"] = self.message
-        self.kubelet.write_status(self.ns, self.name, self.uid, status)
+        self.kubelet.write_status(self.ns, self.name, self.uid, status, self.node)
 
     # ---------------------------------------------------------------- the run
 
@@ -297,7 +297,7 @@ class PodWorker:
             st_crashes = st.crashes + 1
         st.crashes = st_crashes
         delay = min(s.backoff_max_s, s.backoff_base_s * (2 ** max(0, st_crashes - 1)))
-        record_event(self.kubelet.api, self.pod, "BackOff",
+        record_event(self.kubelet.api.node_view(self.node), self.pod, "BackOff",
                      f"Back-off {delay:g}s restarting failed container {st.name}", "Warning")
         st.state = {"waiting": {"reason": "CrashLoopBackOff",
                                 "message": f"back-off {delay:g}s restarting failed container="
@@ -347,7 +347,7 @@ class PodWorker:
         prober = None
         try:
             st.container_id = f"sandbox://{proc.pid}"
-            record_event(self.kubelet.api, self.pod, "Started", f"Started container {st.name}")
+            record_event(self.kubelet.api.node_view(self.node), self.pod, "Started", f"Started container {st.name}")
             st.state = {"running": {"startedAt": started_at}}
             st.ready = False
             st.started = not probes or "startupProbe" not in spec
@@ -441,7 +441,7 @@ class PodWorker:
     async def _restart_unhealthy(self, st: ContainerState, kind: str) -> None:
         log.info("event=probe_failed probe=%s pod=%s/%s container=%s action=restart", kind,
                  self.ns, self.name, st.name)
-        record_event(self.kubelet.api, self.pod, "Unhealthy",
+        record_event(self.kubelet.api.node_view(self.node), self.pod, "Unhealthy",
                      f"{kind} probe failed; restarting container {st.name}", "Warning")
         proc = st.process
         if proc is not None:
@@ -469,7 +469,7 @@ class PodWorker:
         """Graceful stop of every container; the worker's run() ends after it."""
         self.terminating.set()
         for st, _proc in self.processes():
-            record_event(self.kubelet.api, self.pod, "Killing", f"Stopping container {st.name}")
+            record_event(self.kubelet.api.node_view(self.node), self.pod, "Killing", f"Stopping container {st.name}")
         procs = [p for _c, p in self.processes()]
         await asyncio.gather(*(self.stop_process(p, grace) for p in procs))
         if self.task is not None:
@@ -599,7 +599,7 @@ class Kubelet:
             "expirationSeconds": expiration_s,
             "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": worker.name,
                                "uid": worker.uid}}}
-        made = self.api.request(
+        made = self.api.node_view(worker.node).request(
             "POST", f"/api/v1/namespaces/{worker.ns}/serviceaccounts/{account}/token", body)
         token: str = made["status"]["token"]
         return token
@@ -634,8 +634,10 @@ class Kubelet:
     def _pods(self) -> list[Obj]:
         return self.api.objects_of("v1/pods")
 
-    def write_status(self, ns: str, name: str, uid: str, status: Obj) -> None:
-        """A pod's status as its worker sees it (not if the pod was replaced meanwhile)."""
+    def write_status(self, ns: str, name: str, uid: str, status: Obj, node: str) -> None:
+        """A pod's status as its worker on `node` sees it (not if the pod was replaced
+        meanwhile), written as that node."""
+        api = self.api.node_view(node)
         current = self.api.read_object(PODS, ns, name)
         for _attempt in range(3):
             if current is None or current["metadata"]["uid"] != uid:
@@ -643,7 +645,7 @@ class Kubelet:
             new = copy.deepcopy(current)
             new["status"] = {**(current.get("status") or {}), **status}
             try:
-                self.api.commit(PODS, current, new, "status")
+                api.commit(PODS, current, new, "status")
                 return
             except ApiError as exc:
                 if exc.code != 409:
@@ -651,7 +653,7 @@ class Kubelet:
                              name, exc.code, exc.message)
                     return
             # another writer (a controller of the real API server) came first: read it again
-            current = self.api.fetch(PODS, ns, name)
+            current = api.fetch(PODS, ns, name)
 
     async def take_node_down(self, node: str) -> list[str]:
         """The node fails: its processes die at once, its local volumes are lost, it goes
@@ -771,8 +773,8 @@ class Kubelet:
         with contextlib.suppress(ApiError):
             current = self.api.read_object(PODS, meta.get("namespace"), meta["name"])
             if current is not None and current["metadata"]["uid"] == meta["uid"]:
-                self.api.delete_object(PODS, meta.get("namespace"), meta["name"],
-                                       {"gracePeriodSeconds": 0})
+                self.api.node_view(pod["spec"]["nodeName"]).delete_object(
+                    PODS, meta.get("namespace"), meta["name"], {"gracePeriodSeconds": 0})
         self._dirty.set()
 
     async def _reap(self, worker: PodWorker) -> None:

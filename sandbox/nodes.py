@@ -60,7 +60,7 @@ class NodeController:
             "topology.kubernetes.io/zone": f"sandbox-{'abc'[index % 3]}"}},
             "spec": {}}
         if self.api.read_object(NODES, None, node) is None:
-            self.api.create_object(NODES, None, body)
+            self.api.node_view(node).create_object(NODES, None, body)
         self.set_status(node, ready=True)
 
     def set_status(self, node: str, ready: bool) -> None:
@@ -96,7 +96,7 @@ class NodeController:
             # where the API server reaches this node's kubelet (kubectl logs)
             "daemonEndpoints": {"kubeletEndpoint": {"Port": KUBELET_PORT}},
         }
-        self.api.commit(NODES, current, new, "status")
+        self.api.node_view(node).commit(NODES, current, new, "status")
         if self.real:  # the taints are the node lifecycle controller's
             return
         taints = [] if ready else [{"key": "node.kubernetes.io/unreachable",
@@ -107,7 +107,7 @@ class NodeController:
             spec_new.setdefault("spec", {})["taints"] = taints
             if not taints:
                 spec_new["spec"].pop("taints")
-            self.api.commit(NODES, current, spec_new, None)
+            self.api.node_view(node).commit(NODES, current, spec_new, None)
 
     @staticmethod
     def _pressure(kind: str, reason: str, ready: bool, prev: Obj, now: str) -> Obj:
@@ -130,20 +130,21 @@ class NodeController:
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         spec = {"holderIdentity": node, "leaseDurationSeconds": NODE_LEASE_S,
                 "renewTime": now}
-        current = self.api.read_object(LEASES, NODE_LEASE_NAMESPACE, node)
+        api = self.api.node_view(node)  # its own Lease, as the node
+        current = api.read_object(LEASES, NODE_LEASE_NAMESPACE, node)
         if current is None:
             owner = self.api.read_object(NODES, None, node)
             meta: Obj = {"name": node, "namespace": NODE_LEASE_NAMESPACE}
             if owner is not None:
                 meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": node,
                                             "uid": owner["metadata"]["uid"]}]
-            self.api.create_object(LEASES, NODE_LEASE_NAMESPACE, {
+            api.create_object(LEASES, NODE_LEASE_NAMESPACE, {
                 "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
                 "spec": spec})
             return
         new = copy.deepcopy(current)
         new["spec"] = {**(current.get("spec") or {}), **spec}
-        self.api.commit(LEASES, current, new, None)
+        api.commit(LEASES, current, new, None)
 
     async def heartbeat_loop(self) -> None:
         """Renew every Node's Lease and Ready condition that is up, as each kubelet does."""
@@ -170,4 +171,4 @@ class NodeController:
                        "lastTransitionTime": now_rfc3339()} for t in ("Ready", "ContainersReady")]
             current.setdefault("status", {})["conditions"] = conds
             with contextlib.suppress(ApiError):
-                self.api.commit(PODS, pod, current, "status")
+                self.api.node_view(node).commit(PODS, pod, current, "status")

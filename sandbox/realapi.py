@@ -61,7 +61,8 @@ class RealApi:
     """A client of the real API server with the emulator's in-process interface."""
 
     def __init__(self, url: str, ca: Path, cert: Path, key: Path,
-                 cached: Iterable[Any]) -> None:
+                 cached: Iterable[Any], *, shared: RealApi | None = None,
+                 node_identities: dict[str, tuple[Path, Path]] | None = None) -> None:
         self.url = url.rstrip("/")
         self.session = requests.Session()
         # nothing from the environment: a REQUESTS_CA_BUNDLE would replace our CA, a proxy
@@ -70,16 +71,31 @@ class RealApi:
         self.session.verify = str(ca)
         self.session.cert = (str(cert), str(key))
         self.session.headers["Accept"] = "application/json"
-        self.cached = list(cached)
-        self.write_hooks: list[Hook] = []
         self.log_reader: Any = None  # served by the kubelets' own endpoint instead
         self.exec_handler: Any = None
+        self._views: dict[str, RealApi] = {}
+        if shared is not None:  # a view writing as another user, reading the same caches
+            self.cached, self.write_hooks = shared.cached, shared.write_hooks
+            self._store, self._lock = shared._store, shared._lock
+            self._synced, self._stopping = shared._synced, shared._stopping
+            self._threads, self._loop = [], None
+            return
+        self.cached = list(cached)
+        self.write_hooks: list[Hook] = []
         self._store: dict[Any, dict[tuple[str | None, str], Obj]] = {r: {} for r in self.cached}
         self._lock = threading.Lock()
         self._synced = {r: threading.Event() for r in self.cached}
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        for node, (node_cert, node_key) in (node_identities or {}).items():
+            self._views[node] = RealApi(url, ca, node_cert, node_key, [], shared=self)
+
+    def node_view(self, node: str) -> RealApi:
+        """The API as the kubelet of `node` (user `system:node:NODE`, group `system:nodes`):
+        what it writes about its Node, Lease and pods goes through the Node authorizer and
+        NodeRestriction as a real kubelet's does. Itself when no such identity was given."""
+        return self._views.get(node, self)
 
     # ---------------------------------------------------------------- requests
 
@@ -208,6 +224,8 @@ class RealApi:
     def stop(self) -> None:
         self._stopping.set()
         self.session.close()
+        for view in self._views.values():
+            view.session.close()
 
     def _fire(self, kind: str, res: Any, obj: Obj) -> None:
         if self._loop is None or self._loop.is_closed():
@@ -287,33 +305,22 @@ class RealApi:
 
 
 NODE_AGENT_RULES: list[Obj] = [
-    # its Nodes, their status and their Leases (kube-node-lease)
-    {"apiGroups": [""], "resources": ["nodes"],
-     "verbs": ["get", "list", "watch", "create", "update", "patch"]},
-    {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["update", "patch"]},
-    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-     "verbs": ["get", "list", "watch", "create", "update", "patch"]},
-    # the pods bound to them: run, report, remove once stopped; their service-account tokens
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
-    {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["update", "patch"]},
-    {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
-    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"],
-     "verbs": ["create", "patch", "update"]},
-    # what the pods' volumes and environment read, and the cluster DNS
-    {"apiGroups": [""], "resources": ["configmaps", "secrets", "services", "endpoints",
-                                      "namespaces"], "verbs": ["get", "list", "watch"]},
-    # the local-volume provisioner of the sandbox's StorageClass
-    {"apiGroups": [""], "resources": ["persistentvolumeclaims"],
+    # what the nodes read, through watches: their pods, what the pods' volumes and
+    # environment name, the cluster DNS's Services, the Nodes
+    {"apiGroups": [""], "resources": ["pods", "nodes", "configmaps", "secrets", "services",
+                                      "endpoints", "namespaces", "persistentvolumeclaims"],
      "verbs": ["get", "list", "watch"]},
+    # the local-volume provisioner of the sandbox's StorageClass
     {"apiGroups": [""], "resources": ["persistentvolumes"],
      "verbs": ["get", "list", "watch", "create", "delete"]},
     {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"],
      "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
 ]
-"""What the sandbox's node agent (the kubelets and the volume provisioner, one process)
-may do: a ClusterRole bound to its group. Not the Node authorizer's per-node rights: one
-identity acts for every node, which the Node authorizer (for `system:node:NAME` users)
-cannot express."""
+"""What the sandbox's node agent (one process for every node: its watches and the volume
+provisioner) may do, a ClusterRole bound to its group. What each kubelet writes (its Node,
+its Lease, its pods' status and deletion, their tokens, their Events) it writes as that
+node, `system:node:NAME`, which the Node authorizer and NodeRestriction admission limit."""
 
 
 def bootstrap(admin: RealApi) -> None:

@@ -196,14 +196,16 @@ async def _real(settings: KubeletSettings,
     from kraft_sandbox.controlplane import running_control_plane
     from kraft_sandbox.realapi import RealApi, bootstrap
 
-    node_ips = [f"{settings.network}.0.{i + 1}" for i in range(settings.nodes)]
-    async with running_control_plane(settings.state_dir, api_host, node_ips) as plane:
+    nodes = {f"sandbox-node-{i}": f"{settings.network}.0.{i + 1}"
+             for i in range(settings.nodes)}
+    async with running_control_plane(settings.state_dir, api_host, nodes) as plane:
         pki = plane.dir / "pki"
         admin = RealApi(plane.url, plane.ca, pki / "admin.crt", pki / "admin.key", [])
         bootstrap(admin)
         assert plane.node_agent is not None
         api = RealApi(plane.url, plane.ca, plane.node_agent.cert, plane.node_agent.key,
-                      REAL_CACHED)
+                      REAL_CACHED, node_identities={
+                          name: (cred.cert, cred.key) for name, cred in plane.node_creds.items()})
         api.start(asyncio.get_running_loop())
         settings.api_url, settings.api_ca = plane.url, plane.ca
         try:

@@ -68,6 +68,24 @@ def _as_pod(sb: SandboxHandle, pod: dict[str, Any], path: str) -> int:
         return int(exc.code)
 
 
+def _as_node(sb: SandboxHandle, node: str, path: str,
+             review: bool = False) -> tuple[int, Any]:
+    """A GET with the kubelet certificate of `node` (with `review`, the POST of a
+    SelfSubjectReview: who the API server takes the caller for)."""
+    pki = sb.state_dir / "control-plane" / "pki"
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    ctx.load_cert_chain(str(pki / f"node-{node}.crt"), str(pki / f"node-{node}.key"))
+    data = None if not review else json.dumps(
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}).encode()
+    req = urllib.request.Request(sb.url + path, data=data,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+            return int(resp.status), json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), None
+
+
 def test_a_quorum_the_operator_creates_is_ready_on_the_real_control_plane(
         real_sandbox: SandboxHandle) -> None:
     sb = real_sandbox
@@ -94,6 +112,15 @@ def test_a_quorum_the_operator_creates_is_ready_on_the_real_control_plane(
         lease = _get(sb, "lease", "-n", "kube-node-lease", name)
         assert lease["spec"]["holderIdentity"] == name
         assert lease["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
+
+    # each kubelet writes as its node, which the Node authorizer limits to its own objects
+    status, who = _as_node(sb, "sandbox-node-0", "/apis/authentication.k8s.io/v1/"
+                                                 "selfsubjectreviews", review=True)
+    assert status == 201 and who["status"]["userInfo"]["username"] == \
+        "system:node:sandbox-node-0"
+    leases = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+    assert _as_node(sb, "sandbox-node-0", f"{leases}/sandbox-node-0")[0] == 200
+    assert _as_node(sb, "sandbox-node-0", f"{leases}/sandbox-node-1")[0] == 403
 
     # the operator's pod runs as the chart's ServiceAccount, whose RBAC the API enforces
     operator = wait_for("the operator's pod running", lambda: next(
