@@ -57,6 +57,20 @@ def _rv(obj: Obj) -> int:
         return 0
 
 
+class Cache:
+    """What the watches keep, shared by a client and its views: the objects by resource and
+    (namespace, name), under a lock (the watches run in threads), which first lists are in,
+    and the hooks told of each change."""
+
+    def __init__(self, cached: list[Any]) -> None:
+        self.cached = cached
+        self.store: dict[Any, dict[tuple[str | None, str], Obj]] = {r: {} for r in cached}
+        self.lock = threading.Lock()
+        self.synced = {r: threading.Event() for r in cached}
+        self.stopping = threading.Event()
+        self.write_hooks: list[Hook] = []
+
+
 class RealApi:
     """A client of the real API server with the emulator's in-process interface."""
 
@@ -74,22 +88,14 @@ class RealApi:
         self.log_reader: Any = None  # served by the kubelets' own endpoint instead
         self.exec_handler: Any = None
         self._views: dict[str, RealApi] = {}
-        if shared is not None:  # a view writing as another user, reading the same caches
-            self.cached, self.write_hooks = shared.cached, shared.write_hooks
-            self._store, self._lock = shared._store, shared._lock
-            self._synced, self._stopping = shared._synced, shared._stopping
-            self._threads, self._loop = [], None
-            return
-        self.cached = list(cached)
-        self.write_hooks: list[Hook] = []
-        self._store: dict[Any, dict[tuple[str | None, str], Obj]] = {r: {} for r in self.cached}
-        self._lock = threading.Lock()
-        self._synced = {r: threading.Event() for r in self.cached}
-        self._stopping = threading.Event()
+        # a view writing as another user reads the same caches
+        self.cache = shared.cache if shared is not None else Cache(list(cached))
+        self.cached, self.write_hooks = self.cache.cached, self.cache.write_hooks
         self._threads: list[threading.Thread] = []
         self._loop: asyncio.AbstractEventLoop | None = None
-        for node, (node_cert, node_key) in (node_identities or {}).items():
-            self._views[node] = RealApi(url, ca, node_cert, node_key, [], shared=self)
+        if shared is None:
+            for node, (node_cert, node_key) in (node_identities or {}).items():
+                self._views[node] = RealApi(url, ca, node_cert, node_key, [], shared=self)
 
     def node_view(self, node: str) -> RealApi:
         """The API as the kubelet of `node` (user `system:node:NODE`, group `system:nodes`):
@@ -122,22 +128,22 @@ class RealApi:
         return out
 
     def _remember(self, res: Any, obj: Obj) -> None:
-        if res not in self._store or obj.get("kind") == "Status":
+        if res not in self.cache.store or obj.get("kind") == "Status":
             return
         meta = obj.get("metadata") or {}
         key = (meta.get("namespace"), meta.get("name", ""))
-        with self._lock:
-            old = self._store[res].get(key)
+        with self.cache.lock:
+            old = self.cache.store[res].get(key)
             if old is None or _rv(obj) >= _rv(old):
-                self._store[res][key] = obj
+                self.cache.store[res][key] = obj
 
     # ---------------------------------------------------------------- the emulator's interface
 
     def read_object(self, res: Any, ns: str | None, name: str) -> Obj | None:
         """The cached object (a GET for a kind that is not cached); None when absent."""
-        if res in self._store:
-            with self._lock:
-                return self._store[res].get((ns, name))
+        if res in self.cache.store:
+            with self.cache.lock:
+                return self.cache.store[res].get((ns, name))
         try:
             return self.request("GET", resource_path(res, ns, name))
         except ApiError as exc:
@@ -159,12 +165,12 @@ class RealApi:
     def objects_of(self, resource: str, namespace: str | None = None) -> list[Obj]:
         """Every cached object of `resource` ("v1/pods"), optionally of one namespace."""
         res = kmock.resource(resource)
-        if res not in self._store:
+        if res not in self.cache.store:
             items: list[Obj] = self.request("GET", resource_path(res, namespace)).get(
                 "items") or []
             return items
-        with self._lock:
-            out = [o for (ns, _n), o in self._store[res].items()
+        with self.cache.lock:
+            out = [o for (ns, _n), o in self.cache.store[res].items()
                    if namespace is None or ns == namespace]
         out.sort(key=lambda o: (o["metadata"].get("namespace") or "", o["metadata"]["name"]))
         return out
@@ -214,15 +220,15 @@ class RealApi:
     async def wait_synced(self, timeout_s: float = 30.0) -> None:
         """Until every cache holds its first list."""
         deadline = time.monotonic() + timeout_s
-        while not all(e.is_set() for e in self._synced.values()):
+        while not all(e.is_set() for e in self.cache.synced.values()):
             if time.monotonic() > deadline:
-                missing = [r.plural for r, e in self._synced.items() if not e.is_set()]
+                missing = [r.plural for r, e in self.cache.synced.items() if not e.is_set()]
                 raise ApiError(504, "Timeout", f"no first list of {', '.join(missing)} "
                                                f"within {timeout_s:g} s")
             await asyncio.sleep(0.05)
 
     def stop(self) -> None:
-        self._stopping.set()
+        self.cache.stopping.set()
         self.session.close()
         for view in self._views.values():
             view.session.close()
@@ -240,16 +246,16 @@ class RealApi:
         body = resp.json()
         fresh = {(o["metadata"].get("namespace"), o["metadata"]["name"]): o
                  for o in body.get("items") or []}
-        with self._lock:
-            old = self._store[res]
-            self._store[res] = fresh
+        with self.cache.lock:
+            old = self.cache.store[res]
+            self.cache.store[res] = fresh
         for key, obj in fresh.items():
             if key not in old or _rv(old[key]) != _rv(obj):
                 self._fire("ADDED" if key not in old else "MODIFIED", res, obj)
         for key, obj in old.items():
             if key not in fresh:
                 self._fire("DELETED", res, obj)
-        self._synced[res].set()
+        self.cache.synced[res].set()
         return str(body["metadata"]["resourceVersion"])
 
     def _informer(self, res: Any) -> None:
@@ -257,17 +263,17 @@ class RealApi:
         session.trust_env = False
         session.verify, session.cert = self.session.verify, self.session.cert
         rv = ""
-        while not self._stopping.is_set():
+        while not self.cache.stopping.is_set():
             try:
                 if not rv:
                     rv = self._relist(res, session)
                 rv = self._watch(res, session, rv)
             except (requests.RequestException, ValueError, KeyError) as exc:
-                if self._stopping.is_set():
+                if self.cache.stopping.is_set():
                     return
                 log.info("event=watch_failed resource=%s error=%s", res.plural, exc)
                 rv = ""
-                self._stopping.wait(0.5)
+                self.cache.stopping.wait(0.5)
 
     def _watch(self, res: Any, session: requests.Session, rv: str) -> str:
         """Follow the watch from `rv` until it ends; the resourceVersion to go on from ("" to
@@ -278,7 +284,7 @@ class RealApi:
                          timeout=(10, 300)) as resp:
             resp.raise_for_status()
             for line in resp.iter_lines():
-                if self._stopping.is_set():
+                if self.cache.stopping.is_set():
                     return rv
                 if not line:
                     continue
@@ -293,13 +299,13 @@ class RealApi:
                     continue
                 meta = obj["metadata"]
                 key = (meta.get("namespace"), meta["name"])
-                with self._lock:
+                with self.cache.lock:
                     if kind == "DELETED":
-                        self._store[res].pop(key, None)
+                        self.cache.store[res].pop(key, None)
                     else:
-                        old = self._store[res].get(key)
+                        old = self.cache.store[res].get(key)
                         if old is None or _rv(obj) >= _rv(old):
-                            self._store[res][key] = obj
+                            self.cache.store[res][key] = obj
                 self._fire(str(kind), res, obj)
         return rv
 
