@@ -91,9 +91,11 @@ async def _up(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with run_sandbox(settings, api_port=args.port) as sandbox:
+    def prepare(sandbox: Any) -> None:
         if args.operator:
             _install_operator(sandbox.admin, real=settings.real)
+
+    async with run_sandbox(settings, api_port=args.port, prepare=prepare) as sandbox:
         if not args.quiet:
             what = ("the real control plane (kube-apiserver, etcd, kube-controller-manager, "
                     "kube-scheduler)" if settings.real else "the emulated API")

@@ -223,10 +223,13 @@ REAL_CACHED = [kmock.resource(r) for r in (
 
 
 @contextlib.asynccontextmanager
-async def run_sandbox(settings: KubeletSettings, api_port: int = 0) -> AsyncIterator[Sandbox]:
+async def run_sandbox(settings: KubeletSettings, api_port: int = 0,
+                      prepare: Callable[[Sandbox], None] | None = None
+                      ) -> AsyncIterator[Sandbox]:
     """Serve the API (the emulator, or the real control plane when
     `settings.control_plane` is "real"), the nodes and the control endpoint; write the
-    state files."""
+    state files. `prepare` runs before `sandbox.json` says the sandbox is up (what it
+    installs is there when a client sees the sandbox)."""
     state = settings.state_dir
     state.mkdir(parents=True, exist_ok=True)
     api_host = f"{settings.network}.0.250"  # not 127.0.0.1: in a pod that is the pod itself
@@ -241,6 +244,8 @@ async def run_sandbox(settings: KubeletSettings, api_port: int = 0) -> AsyncIter
         site = web.TCPSite(runner, api_host, 0)
         await site.start()
         port = runner.addresses[0][1]
+        if prepare is not None:
+            prepare(sandbox)
         info = {"api": api_url, "control_plane": settings.control_plane,
                 "kubeconfig": str(settings.kubeconfig),
                 "control": f"http://{api_host}:{port}", "hosts": str(settings.hosts_file),
