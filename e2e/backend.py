@@ -5,7 +5,8 @@ the faults. The two backends differ in how a fault is injected and how the clien
 KV API; everything else (the resources applied, the waits, the checks) is the same code.
 
 - `SandboxBackend`: a fresh sandbox per scenario (`kraft-sandbox up --operator`: the operator
-  as a pod with its default settings); pod addresses are reachable from this machine; faults
+  as a pod with its default settings), on the emulated API or (`E2E_BACKEND=sandbox-real`)
+  the real control plane; pod addresses are reachable from this machine; faults
   through the sandbox's control endpoint (a claim's directory emptied, a Node taken down with
   its node-local volumes, the operator's process SIGKILLed).
 - `ClusterBackend`: the cluster of `$KUBECONFIG` (kind or k3d), the operator installed with
@@ -90,7 +91,10 @@ class SandboxBackend(Backend):
 
     name = "sandbox"
 
-    def __init__(self, state_dir: Path | None = None, nodes: int = 3) -> None:
+    def __init__(self, state_dir: Path | None = None, nodes: int = 3,
+                 control_plane: str = "emulator") -> None:
+        if control_plane == "real":
+            self.name = "sandbox-real"
         if find_kubectl() is None:
             raise BackendError("no kubectl: run `make k8s-bins`")
         self._tmp = None
@@ -98,7 +102,8 @@ class SandboxBackend(Backend):
             self._tmp = tempfile.TemporaryDirectory(prefix="kraft-e2e-")
             state_dir = Path(self._tmp.name)
         self._ctx = start_sandbox(state_dir / "sandbox", nodes=nodes, backoff_base_s=0.5,
-                                  heartbeat_s=1.0, extra_args=["--operator"])
+                                  heartbeat_s=1.0, extra_args=["--operator"],
+                                  control_plane=control_plane, startup_timeout_s=120)
         self.sb: SandboxHandle = self._ctx.__enter__()
         from kraft_operator import models
 

@@ -18,6 +18,7 @@ new directory id rather than a node that cannot start; a formatted volume is lef
 
 from __future__ import annotations
 
+import copy
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -50,6 +51,15 @@ RECOVERY_CONTAINER = "recover"
 
 # The keys the operator renders itself: spec.config may not set them.
 RESERVED_KEYS = models.ConfigChecker.OPERATOR_KEYS
+IMAGE_UID = 10001
+"""The image's user and group (Dockerfile: `USER 10001:10001`)."""
+POD_SECURITY_CONTEXT = {"runAsNonRoot": True, "runAsUser": IMAGE_UID, "runAsGroup": IMAGE_UID,
+                        "fsGroup": IMAGE_UID, "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY_CONTEXT = {"allowPrivilegeEscalation": False,
+                              "capabilities": {"drop": ["ALL"]}}
+"""What the Pod Security "restricted" profile asks of every pod and container: a cluster's
+namespace that enforces it refuses a pod without these (the kraft node needs no privilege,
+capability or root)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +285,7 @@ def pod(ref: QuorumRef, action: CreatePod, cluster_id: str) -> dict[str, Any]:
                           "initialDelaySeconds": 10, "periodSeconds": 10, "timeoutSeconds": 5,
                           "failureThreshold": 6},
         "volumeMounts": mounts,
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
     }
     resources = spec.resources.to_k8s()
     if resources.get("requests") or resources.get("limits"):
@@ -282,6 +293,7 @@ def pod(ref: QuorumRef, action: CreatePod, cluster_id: str) -> dict[str, Any]:
     pod_spec: dict[str, Any] = {
         "hostname": ref.pod_name(node_id), "subdomain": ref.headless_service,
         "restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
+        "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
         "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName":
                                                                 ref.pvc_name(node_id)}},
                     {"name": "config", "configMap": {"name": ref.config_map}}],
@@ -290,7 +302,8 @@ def pod(ref: QuorumRef, action: CreatePod, cluster_id: str) -> dict[str, Any]:
                             "command": init_format, "volumeMounts": mounts,
                             # kraft format's error (a volume of another cluster) becomes the
                             # terminated state's message, which the operator reports
-                            "terminationMessagePolicy": "FallbackToLogsOnError"}],
+                            "terminationMessagePolicy": "FallbackToLogsOnError",
+                            "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT)}],
         "containers": [container],
     }
     if tmpl.affinity:
@@ -350,7 +363,8 @@ def recovery_pod(ref: QuorumRef, node_id: int, directory_id: str, cluster_id: st
         "name": RECOVERY_CONTAINER, "image": ref.spec.image,
         "imagePullPolicy": ref.spec.image_pull_policy,
         "command": recovery_command(ref, node_id, directory_id, token),
-        "volumeMounts": spec["initContainers"][0]["volumeMounts"]})
+        "volumeMounts": spec["initContainers"][0]["volumeMounts"],
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT)})
     obj["metadata"]["annotations"][RECOVER_FROM_ANNOTATION] = directory_id
     return obj
 

@@ -51,7 +51,7 @@ async def serve(host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[Running
     async with SandboxEmulator() as emulator, kmock.Server(emulator, host=host,
                                                            port=port or None) as server:
         # The namespaces every cluster starts with.
-        for name in ("default", "kube-system"):
+        for name in ("default", "kube-system", "kube-node-lease"):
             emulator.create_object(kmock.resource("", "v1", "namespaces"), None,
                              {"metadata": {"name": name}})
         yield RunningApi(emulator, str(server.url).rstrip("/"))

@@ -1,6 +1,7 @@
 """`kraft-sandbox` (also `python -m kraft_sandbox`): run the sandbox, inject faults.
 
     kraft-sandbox up [--state-dir DIR] [--nodes 3] [--port 0] [--operator]
+                     [--control-plane emulator|real]
     kraft-sandbox fault crash POD [--container C] [--signal TERM] [-n NS]
     kraft-sandbox fault pause POD | resume POD
     kraft-sandbox fault wipe-pvc CLAIM [--no-crash]
@@ -78,19 +79,29 @@ async def _up(args: argparse.Namespace) -> int:
     network, lock = claim_network(args.network)
     settings = KubeletSettings(
         state_dir=_state_dir(args).resolve(), nodes=args.nodes, network=network,
-        backoff_base_s=args.backoff_base, heartbeat_s=args.heartbeat)
+        backoff_base_s=args.backoff_base, heartbeat_s=args.heartbeat,
+        control_plane=args.control_plane)
+    if settings.real:
+        from kraft_sandbox.controlplane import find_binaries
+
+        find_binaries()  # a clear error before anything starts
     # the handlers are in place before the sandbox says it is up (sandbox.json): a SIGTERM
     # sent as soon as it is seen stops the pods too, instead of ending the process outright
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with run_sandbox(settings, api_port=args.port) as sandbox:
+    def prepare(sandbox: Any) -> None:
         if args.operator:
-            _install_operator(sandbox.kubelet.api)
+            _install_operator(sandbox.admin, real=settings.real)
+
+    async with run_sandbox(settings, api_port=args.port, prepare=prepare) as sandbox:
         if not args.quiet:
-            print(f"kraft sandbox: API {sandbox.api_url}, {args.nodes} nodes, pod addresses "
-                  f"{settings.network}.x.y, state in {settings.state_dir}", flush=True)
+            what = ("the real control plane (kube-apiserver, etcd, kube-controller-manager, "
+                    "kube-scheduler)" if settings.real else "the emulated API")
+            print(f"kraft sandbox: {what} at {sandbox.api_url}, {args.nodes} nodes, pod "
+                  f"addresses {settings.network}.x.y, state in {settings.state_dir}",
+                  flush=True)
             print(f"export KUBECONFIG={settings.kubeconfig}", flush=True)
             print("(Ctrl-C stops the sandbox and every pod)", flush=True)
         await stop.wait()
@@ -98,8 +109,12 @@ async def _up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _install_operator(api: Any) -> None:
-    """The KRaftQuorum CRD (from the operator's models) and the operator's Deployment."""
+def _install_operator(api: Any, real: bool = False) -> None:
+    """The KRaftQuorum CRD (from the operator's models) and the operator's Deployment; on a
+    real API server also the chart's ServiceAccount and RBAC (`chart_rbac`), which the
+    operator's pod then runs as."""
+    import copy
+
     from kraft_operator import crdgen
     from kraft_sandbox.deployments import DEPLOYMENTS
 
@@ -107,7 +122,53 @@ def _install_operator(api: Any) -> None:
     crd = crdgen.build_crd()
     if api.read_object(crds, None, crd["metadata"]["name"]) is None:
         api.create_object(crds, None, crd)
-    api.create_object(DEPLOYMENTS, "default", OPERATOR_DEPLOYMENT)
+    deployment = copy.deepcopy(OPERATOR_DEPLOYMENT)
+    if real:
+        for obj in chart_rbac("default"):
+            res = _resource_of(obj)
+            ns = obj["metadata"].get("namespace")
+            if api.read_object(res, ns, obj["metadata"]["name"]) is None:
+                api.create_object(res, ns, obj)
+        deployment["spec"]["template"]["spec"]["serviceAccountName"] = CHART_RELEASE
+    api.create_object(DEPLOYMENTS, "default", deployment)
+
+
+CHART_RELEASE = "kraft-operator"
+"""The release name the chart's RBAC is rendered with: its ServiceAccount, ClusterRoles
+and Lease name are then all `kraft-operator`, the operator's default Lease name."""
+
+_PLURALS = {"ServiceAccount": "serviceaccounts", "ClusterRole": "clusterroles",
+            "ClusterRoleBinding": "clusterrolebindings", "Role": "roles",
+            "RoleBinding": "rolebindings"}
+
+
+def _resource_of(obj: dict[str, Any]) -> Any:
+    return kmock.resource(f"{obj['apiVersion']}/{_PLURALS[obj['kind']]}")
+
+
+def chart_rbac(namespace: str) -> list[dict[str, Any]]:
+    """The chart's ServiceAccount and RBAC objects (charts/kraft-operator), rendered by the
+    real helm (`make k8s-bins`) for a release `kraft-operator` in `namespace`: the rights
+    the operator has on a cluster, so that the sandbox's operator has exactly those."""
+    import subprocess
+
+    import yaml
+    from kraft_sandbox.handle import find_tool
+
+    helm = find_tool("helm")
+    if helm is None:
+        raise SystemExit("kraft-sandbox: --operator with the real control plane renders the "
+                         "chart's RBAC with helm: run `make k8s-bins`")
+    chart = Path(__file__).resolve().parents[1] / "charts" / "kraft-operator"
+    if not chart.is_dir():
+        raise SystemExit(f"kraft-sandbox: the operator's chart is not at {chart}")
+    done = subprocess.run(
+        [helm, "template", CHART_RELEASE, str(chart), "--namespace", namespace,
+         "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml"],
+        capture_output=True, text=True, check=False, timeout=60)
+    if done.returncode != 0:
+        raise SystemExit(f"kraft-sandbox: helm template of {chart} failed: {done.stderr}")
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
 def claim_network(wanted: str | None) -> tuple[str, Any]:
@@ -177,6 +238,10 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--operator", action="store_true",
                     help="also run kraft-operator as a pod (label app.kubernetes.io/name="
                          "kraft-operator)")
+    up.add_argument("--control-plane", choices=["emulator", "real"], default="emulator",
+                    help="the API: the emulator (default; starts in a second) or the real "
+                         "control plane, etcd + kube-apiserver + kube-controller-manager + "
+                         "kube-scheduler on loopback (`make k8s-control-plane` builds it)")
     up.add_argument("--quiet", action="store_true")
     up.add_argument("--log-level", default="WARNING")
     fault = subs.add_parser("fault", help="inject a fault into the running sandbox",

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import kmock
-from kraft_sandbox.emulator import SandboxEmulator
+from kraft_sandbox.emulator import ApiError, SandboxEmulator
 from kraft_sandbox.nodes import NodeController
 from kraft_sandbox.volumes import VolumeBinder
 
@@ -26,6 +26,7 @@ Obj = dict[str, Any]
 CONFIGMAPS = kmock.resource("", "v1", "configmaps")
 SECRETS = kmock.resource("", "v1", "secrets")
 
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 SHIMS = ("kraft", "kraft-operator", "kopf", "kraft-sandbox")
 INIT_SHIMS = ("dumb-init", "tini")
 
@@ -52,15 +53,22 @@ class PodWorker(Protocol):
     volume_paths: dict[str, Path]
 
 
+class TokenSource(Protocol):
+    """A bound token of the pod's ServiceAccount (None: there is no real API server)."""
+
+    def __call__(self, worker: Any, audience: str | None, expiration_s: int) -> str | None: ...
+
+
 class ContainerSetup:
     """Makes a pod's volumes and each container's argv, environment and working directory."""
 
     def __init__(self, api: SandboxEmulator, settings: NodeSettings, nodes: NodeController,
-                 volumes: VolumeBinder) -> None:
+                 volumes: VolumeBinder, tokens: TokenSource | None = None) -> None:
         self.api = api
         self.settings = settings
         self.nodes = nodes
         self.volumes = volumes
+        self.tokens = tokens
 
     def write_shims(self) -> None:
         """The programs a container's command may name, in `bin/` (first on its PATH)."""
@@ -90,6 +98,12 @@ class ContainerSetup:
                 if not path.is_dir():
                     return (f'the local volume of claim "{claim}" is gone (its node lost its '
                             "disks)")
+            elif "projected" in vol:
+                path = worker.dir / "volumes" / name
+                projected = self._projected_files(worker, vol["projected"])
+                if isinstance(projected, str):
+                    return projected
+                pending.append((path, projected))
             elif "configMap" in vol or "secret" in vol:
                 path = worker.dir / "volumes" / name
                 files = self._volume_files(worker.ns, vol)
@@ -110,6 +124,62 @@ class ContainerSetup:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(self._rewrite_bytes(worker, data))
         return None
+
+    def _projected_files(self, worker: PodWorker, projected: Obj) -> dict[str, bytes] | str:
+        """The files of a projected volume (what the ServiceAccount admission of a real API
+        server adds to every pod: a token, the cluster's CA bundle, the namespace), or the
+        message while a source is missing. The token is also the pod's credential: its
+        kubeconfig (`pod_kubeconfig`) names the file."""
+        files: dict[str, bytes] = {}
+        for source in projected.get("sources") or []:
+            if "serviceAccountToken" in source:
+                src = source["serviceAccountToken"]
+                token = None
+                if self.tokens is not None:
+                    try:
+                        token = self.tokens(worker, src.get("audience"),
+                                            int(src.get("expirationSeconds", 3600)))
+                    except ApiError as exc:
+                        return f"service account token: {exc.message}"
+                if token is not None:
+                    files[src["path"]] = token.encode()
+            elif "configMap" in source or "secret" in source:
+                kind = "configMap" if "configMap" in source else "secret"
+                src = dict(source[kind])
+                if kind == "secret":
+                    src["secretName"] = src.get("name", "")
+                got = self._volume_files(worker.ns, {kind: src})
+                if got is None:
+                    return f'{kind.lower()} "{src.get("name")}" not found'
+                files.update(got)
+            elif "downwardAPI" in source:
+                for item in source["downwardAPI"].get("items") or []:
+                    if "fieldRef" in item:
+                        files[item["path"]] = self._field(
+                            worker, item["fieldRef"]["fieldPath"]).encode()
+        return files
+
+    def pod_kubeconfig(self, worker: PodWorker, spec: Obj) -> str:
+        """The KUBECONFIG a container gets. With the emulator: the sandbox's. With a real API
+        server: one of the pod's own, naming the token file of its service-account volume
+        (the mount at /var/run/secrets/kubernetes.io/serviceaccount, where a pod's clients
+        look), or no credentials at all when the pod has none (automountServiceAccountToken:
+        false), as a pod on a cluster has."""
+        s = self.settings
+        api_url = getattr(s, "api_url", "")
+        if not api_url:
+            return str(s.kubeconfig)
+        from kraft_sandbox.controlplane import kubeconfig_text, write_file
+
+        token_file = None
+        for mount, host in self._mounts(worker, spec):
+            if mount == SERVICE_ACCOUNT_DIR and (Path(host) / "token").is_file():
+                token_file = Path(host) / "token"
+        path = worker.dir / f"kubeconfig-{spec['name']}"
+        write_file(path, kubeconfig_text(api_url, Path(str(getattr(s, "api_ca", ""))),
+                                         f"{worker.ns}-{worker.name}", token_file=token_file,
+                                         namespace=worker.ns))
+        return str(path)
 
     def _volume_files(self, ns: str, vol: Obj) -> dict[str, bytes] | None:
         if "configMap" in vol:
@@ -241,7 +311,7 @@ class ContainerSetup:
             "HOSTNAME": worker.pod["spec"].get("hostname") or worker.name,
             "LANG": os.environ.get("LANG", "C.UTF-8"),
             "PYTHONUNBUFFERED": "1",
-            "KUBECONFIG": str(s.kubeconfig),
+            "KUBECONFIG": self.pod_kubeconfig(worker, spec),
             "SANDBOX_POD_IP": worker.ip,
             "SANDBOX_HOSTS": str(s.hosts_file),
             "SANDBOX_NAMESPACE": worker.ns,

@@ -57,7 +57,7 @@ import kmock
 import yaml
 from kmock._internal import parsing as _kmock_parsing
 from kraft_sandbox import printing, protobuf
-from kraft_sandbox.schema import StructuralSchema
+from kraft_sandbox.schema import StructuralSchema, untyped_rules
 from kraft_sandbox.strategic import strategic_merge
 
 Obj = dict[str, Any]
@@ -254,6 +254,70 @@ def _without(obj: Obj, *keys: str) -> Obj:
 # ------------------------------------------------------------------ the emulator
 
 
+def qos_class(spec: Obj) -> str:
+    """A pod's QoS class as the API server sets it on create: Guaranteed when every container
+    limits cpu and memory and requests no other amount, BestEffort when none asks for
+    anything, Burstable otherwise."""
+    containers = (spec.get("initContainers") or []) + (spec.get("containers") or [])
+    asked = [(c.get("resources") or {}) for c in containers]
+    if not any(r.get("requests") or r.get("limits") for r in asked):
+        return "BestEffort"
+    for r in asked:
+        limits, requests = r.get("limits") or {}, r.get("requests") or {}
+        if any(limits.get(k) is None for k in ("cpu", "memory")):
+            return "Burstable"
+        if any(requests.get(k, limits[k]) != limits[k] for k in ("cpu", "memory")):
+            return "Burstable"
+    return "Guaranteed"
+
+
+def default_service_ports(spec: Obj) -> None:
+    """A Service's ports as the API server stores them on every write: `protocol` TCP and
+    `targetPort` the port, when not given."""
+    for port in spec.get("ports") or []:
+        if isinstance(port, dict):
+            port.setdefault("protocol", "TCP")
+            if "port" in port:
+                port.setdefault("targetPort", port["port"])
+
+
+async def log_response(raw: aiohttp.web.Request, params: dict[str, str], text: str,
+                       previous: bool, current_run: Callable[[], str | None]) -> Any:
+    """A container log as `pods/NAME/log` answers it (the emulator's, and the sandbox
+    kubelets' endpoint behind the real API server): `tailLines`, `limitBytes`, and with
+    `follow` what the current run writes next, until it ends (`current_run` answers None, or
+    text that does not continue the one sent: a new run, as `kubectl logs -f` ends)."""
+    unkept = [flag for param, flag in UNKEPT_LOG_OPTIONS
+              if params.get(param) not in (None, "", "false")]
+    if unkept:  # the kubelet keeps no time per line: refused, never ignored
+        raise ApiError(400, "BadRequest",
+                       f"{', '.join(unkept)}: not supported by the sandbox's kubelet, which "
+                       "keeps a container's output without a time for each line; use "
+                       "--tail, --limit-bytes, --previous or -f")
+    shown = text
+    if params.get("tailLines", "").isdigit():
+        shown = "".join(text.splitlines(keepends=True)[-int(params["tailLines"]):])
+    if params.get("limitBytes", "").isdigit():
+        shown = shown.encode()[:int(params["limitBytes"])].decode(errors="ignore")
+    if params.get("follow") != "true" or previous:
+        return aiohttp.web.Response(text=shown, content_type="text/plain")
+    response = aiohttp.web.StreamResponse(headers={"Content-Type": "text/plain"})
+    await response.prepare(raw)
+    sent = text
+    with contextlib.suppress(ConnectionError, RuntimeError):
+        await response.write(shown.encode())
+        while raw.transport is not None and not raw.transport.is_closing():
+            await asyncio.sleep(0.2)
+            now = current_run()
+            if now is None or not now.startswith(sent):
+                break
+            if len(now) > len(sent):
+                await response.write(now[len(sent):].encode())
+                sent = now
+        await response.write_eof()
+    return response
+
+
 @attrs.define(kw_only=True)
 class SandboxEmulator(kmock.KubernetesEmulator):
     """The emulated API server (see the module docstring for what it does and does not do)."""
@@ -322,6 +386,16 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             return None
         raw: Obj = self._objects[key].raw
         return raw
+
+    def node_view(self, node: str) -> SandboxEmulator:
+        """The API as the kubelet of `node` writes to it: the emulator itself (it has no
+        authorization; a client of the real API server writes as `system:node:NODE`)."""
+        return self
+
+    def fetch(self, res: Any, ns: str | None, name: str) -> Obj | None:
+        """The object as the server has it now: `read_object` (a client of the real API
+        server reads through its cache, and fetches after a conflict)."""
+        return self.read_object(res, ns, name)
 
     def _must_get(self, res: Any, ns: str | None, name: str) -> Obj:
         obj = self.read_object(res, ns, name)
@@ -565,40 +639,16 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         if text is None:
             raise ApiError(400, "BadRequest", f'no log for pod "{request.name}" (a container '
                                               "name may be needed: ?container=NAME)")
-        unkept = [flag for param, flag in UNKEPT_LOG_OPTIONS
-                  if params.get(param) not in (None, "", "false")]
-        if unkept:  # the kubelet keeps no time per line: refused, never ignored
-            raise ApiError(400, "BadRequest",
-                           f"{', '.join(unkept)}: not supported by the sandbox's kubelet, which "
-                           "keeps a container's output without a time for each line; use "
-                           "--tail, --limit-bytes, --previous or -f")
-        shown = text
-        if params.get("tailLines", "").isdigit():
-            shown = "".join(text.splitlines(keepends=True)[-int(params["tailLines"]):])
-        if params.get("limitBytes", "").isdigit():
-            shown = shown.encode()[:int(params["limitBytes"])].decode(errors="ignore")
-        if params.get("follow") != "true" or previous:
-            return aiohttp.web.Response(text=shown, content_type="text/plain")
-        # -f: what the current run writes next, until it ends (a new run) or the pod goes
         raw = request._raw_request
-        response = aiohttp.web.StreamResponse(headers={"Content-Type": "text/plain"})
-        await response.prepare(raw)
-        sent = text
-        with contextlib.suppress(ConnectionError, RuntimeError):
-            await response.write(shown.encode())
-            while raw.transport is not None and not raw.transport.is_closing():
-                await asyncio.sleep(0.2)
-                current = self.read_object(res, request.namespace, request.name)
-                if current is None or current["metadata"]["uid"] != pod["metadata"]["uid"]:
-                    break
-                now = self.log_reader(current, container, False) or ""
-                if not now.startswith(sent):
-                    break  # the container was restarted: a new run, as kubectl -f ends
-                if len(now) > len(sent):
-                    await response.write(now[len(sent):].encode())
-                    sent = now
-            await response.write_eof()
-        return response
+
+        def current_run() -> str | None:
+            current = self.read_object(res, request.namespace, request.name)
+            if current is None or current["metadata"]["uid"] != pod["metadata"]["uid"]:
+                return None
+            return (self.log_reader(current, container, False) or "") if self.log_reader \
+                else None
+
+        return await log_response(raw, params, text, previous, current_run)
 
     async def _watch(self, request: kmock.Request, params: dict[str, str],
                      as_table: bool = False) -> Any:
@@ -771,7 +821,7 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             spec.setdefault("restartPolicy", "Always")
             spec.setdefault("terminationGracePeriodSeconds", 30)
             spec.setdefault("schedulerName", "default-scheduler")
-            obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+            obj["status"] = {"phase": "Pending", "qosClass": qos_class(spec)}
         elif res.plural == "persistentvolumeclaims":
             obj["status"] = {"phase": "Pending"}
             obj.setdefault("spec", {})
@@ -792,6 +842,10 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                 n = self._cluster_ips
                 spec["clusterIP"] = f"10.96.{n // 250}.{n % 250 + 1}"
             spec.setdefault("clusterIPs", [spec["clusterIP"]])
+            for key, value in (("sessionAffinity", "None"), ("internalTrafficPolicy", "Cluster"),
+                               ("ipFamilies", ["IPv4"]), ("ipFamilyPolicy", "SingleStack")):
+                spec.setdefault(key, value)
+            default_service_ports(spec)
 
     def _register_crd(self, crd: Obj) -> None:
         spec = crd.get("spec", {})
@@ -799,6 +853,14 @@ class SandboxEmulator(kmock.KubernetesEmulator):
         group, plural = spec.get("group"), names.get("plural")
         if not group or not plural:
             raise ApiError(422, "Invalid", "spec.group and spec.names.plural are required")
+        untyped = [p for v in spec.get("versions") or []
+                   for p in untyped_rules((v.get("schema") or {}).get("openAPIV3Schema") or {})]
+        if untyped:  # refused as a real API server refuses it
+            raise ApiError(422, "Invalid", 'CustomResourceDefinition.apiextensions.k8s.io '
+                           f'"{crd.get("metadata", {}).get("name")}" is invalid: '
+                           + "; ".join(f"spec.validation.{p}: Internal error: unable to "
+                                       "convert structural schema to CEL declarations"
+                                       for p in untyped))
         for version in spec.get("versions") or []:
             if not version.get("served", True):
                 continue
@@ -935,6 +997,8 @@ class SandboxEmulator(kmock.KubernetesEmulator):
                 else:
                     new.pop("status", None)
         new["metadata"]["resourceVersion"] = cur_meta["resourceVersion"]
+        if res.group == "" and res.plural == "services" and subresource is None:
+            default_service_ports(new.setdefault("spec", {}))  # on every write, as decoding does
         new = self._admit(res, new, current)
         if self._is_crd(res) and subresource != "status":
             self._register_crd(new)
@@ -942,6 +1006,13 @@ class SandboxEmulator(kmock.KubernetesEmulator):
             return current  # a no-op write changes nothing and tells no watcher
         if _without(new, "metadata", "status") != _without(current, "metadata", "status"):
             new["metadata"]["generation"] = int(cur_meta.get("generation") or 1) + 1
+        if res.plural == "pods" and res.group == "" and subresource == "status":
+            was, now = ((o.get("status") or {}).get("qosClass") for o in (current, new))
+            if was and now != was:
+                raise ApiError(422, "Invalid", f'Pod "{cur_meta["name"]}" is invalid: '
+                               f'status.qosClass: Invalid value: "{now}": field is immutable',
+                               {"causes": [{"field": "status.qosClass",
+                                            "reason": "FieldValueInvalid"}]})
         if res.plural == "pods" and res.group == "" and subresource != "status":
             old_node = current.get("spec", {}).get("nodeName")
             if old_node and new.get("spec", {}).get("nodeName") != old_node:

@@ -203,16 +203,18 @@ class SandboxHandle:
 @contextlib.contextmanager
 def start_sandbox(state_dir: Path, *, nodes: int = 3, network: str | None = None,
                   backoff_base_s: float = 1.0, heartbeat_s: float = 5.0,
-                  startup_timeout_s: float = 60.0,
+                  startup_timeout_s: float = 60.0, control_plane: str = "emulator",
                   extra_args: list[str] | None = None) -> Iterator[SandboxHandle]:
-    """Run `python -m kraft_sandbox up` in a child process for the `with` body."""
+    """Run `python -m kraft_sandbox up` in a child process for the `with` body
+    (`control_plane="real"`: on the real control plane, `kraft_sandbox.controlplane`)."""
     state_dir.mkdir(parents=True, exist_ok=True)
     info_path = state_dir / "sandbox.json"
     with contextlib.suppress(FileNotFoundError):
         info_path.unlink()
     cmd = [sys.executable, "-m", "kraft_sandbox", "--state-dir", str(state_dir), "up",
            "--nodes", str(nodes), "--backoff-base", str(backoff_base_s),
-           "--heartbeat", str(heartbeat_s), "--quiet", *(extra_args or [])]
+           "--heartbeat", str(heartbeat_s), "--control-plane", control_plane, "--quiet",
+           *(extra_args or [])]
     if network:
         cmd += ["--network", network]
     log = open(state_dir / "sandbox.log", "ab")  # noqa: SIM115 - closed below

@@ -40,10 +40,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import aiohttp.web
 import kmock
 from kraft_sandbox import deployments, dns
 from kraft_sandbox.containers import ContainerSetup
-from kraft_sandbox.emulator import ApiError, SandboxEmulator, now_rfc3339
+from kraft_sandbox.emulator import ApiError, SandboxEmulator, log_response, now_rfc3339
 from kraft_sandbox.events import record_event
 from kraft_sandbox.nodes import NODES, PODS, NodeController
 from kraft_sandbox.scheduler import Scheduler
@@ -71,6 +72,16 @@ class KubeletSettings:
     backoff_reset_s: float = 60.0
     heartbeat_s: float = 5.0
     python: str = sys.executable
+    control_plane: str = "emulator"
+    """"emulator" (the nodes also schedule, bind volumes and run Deployments) or "real" (a
+    real API server, whose scheduler and controllers do that: `kraft_sandbox.controlplane`)."""
+    api_url: str = ""
+    """The real API server's URL and CA, for the kubeconfig each pod gets (real only)."""
+    api_ca: Path | None = None
+
+    @property
+    def real(self) -> bool:
+        return self.control_plane == "real"
 
     @property
     def hosts_file(self) -> Path:
@@ -217,14 +228,15 @@ class PodWorker:
             "podIP": self.ip,
             "podIPs": [{"ip": self.ip}],
             "startTime": self.start_time,
-            "qosClass": "BestEffort",
+            # (no qosClass: the API server sets it when the pod is created, from its
+            # resources, and refuses a status write that changes it)
             "containerStatuses": [c.render() for c in self.main],
         }
         if self.init:
             status["initContainerStatuses"] = [c.render() for c in self.init]
         if self.message:
             status["message"] = self.message
-        self.kubelet.write_status(self.ns, self.name, self.uid, status)
+        self.kubelet.write_status(self.ns, self.name, self.uid, status, self.node)
 
     # ---------------------------------------------------------------- the run
 
@@ -285,7 +297,7 @@ class PodWorker:
             st_crashes = st.crashes + 1
         st.crashes = st_crashes
         delay = min(s.backoff_max_s, s.backoff_base_s * (2 ** max(0, st_crashes - 1)))
-        record_event(self.kubelet.api, self.pod, "BackOff",
+        record_event(self.kubelet.api.node_view(self.node), self.pod, "BackOff",
                      f"Back-off {delay:g}s restarting failed container {st.name}", "Warning")
         st.state = {"waiting": {"reason": "CrashLoopBackOff",
                                 "message": f"back-off {delay:g}s restarting failed container="
@@ -335,7 +347,7 @@ class PodWorker:
         prober = None
         try:
             st.container_id = f"sandbox://{proc.pid}"
-            record_event(self.kubelet.api, self.pod, "Started", f"Started container {st.name}")
+            record_event(self.kubelet.api.node_view(self.node), self.pod, "Started", f"Started container {st.name}")
             st.state = {"running": {"startedAt": started_at}}
             st.ready = False
             st.started = not probes or "startupProbe" not in spec
@@ -429,7 +441,7 @@ class PodWorker:
     async def _restart_unhealthy(self, st: ContainerState, kind: str) -> None:
         log.info("event=probe_failed probe=%s pod=%s/%s container=%s action=restart", kind,
                  self.ns, self.name, st.name)
-        record_event(self.kubelet.api, self.pod, "Unhealthy",
+        record_event(self.kubelet.api.node_view(self.node), self.pod, "Unhealthy",
                      f"{kind} probe failed; restarting container {st.name}", "Warning")
         proc = st.process
         if proc is not None:
@@ -457,7 +469,7 @@ class PodWorker:
         """Graceful stop of every container; the worker's run() ends after it."""
         self.terminating.set()
         for st, _proc in self.processes():
-            record_event(self.kubelet.api, self.pod, "Killing", f"Stopping container {st.name}")
+            record_event(self.kubelet.api.node_view(self.node), self.pod, "Killing", f"Stopping container {st.name}")
         procs = [p for _c, p in self.processes()]
         await asyncio.gather(*(self.stop_process(p, grace) for p in procs))
         if self.task is not None:
@@ -477,10 +489,11 @@ class Kubelet:
         self.api = emulator
         self.settings = settings
         self.nodes = NodeController(emulator, settings.nodes, settings.network,
-                                    settings.heartbeat_s)
+                                    settings.heartbeat_s, real=settings.real)
         self.volumes = VolumeBinder(emulator, settings.state_dir)
         self.scheduler = Scheduler(emulator, self.nodes, self.volumes)
-        self.containers = ContainerSetup(emulator, settings, self.nodes, self.volumes)
+        self.containers = ContainerSetup(emulator, settings, self.nodes, self.volumes,
+                                         tokens=self.service_account_token)
         self.workers: dict[str, PodWorker] = {}  # by pod uid
         self.ips: dict[str, str] = {}  # pod uid -> address
         self._next_ip = 0
@@ -488,6 +501,7 @@ class Kubelet:
         self._tasks: list[asyncio.Task[Any]] = []
         self._terminating: set[str] = set()
         self._session: aiohttp.ClientSession | None = None
+        self._endpoint: aiohttp.web.AppRunner | None = None
         self._bg: set[asyncio.Future[Any]] = set()
 
     # ---------------------------------------------------------------- lifecycle
@@ -501,13 +515,94 @@ class Kubelet:
         self._session = aiohttp.ClientSession()
         for node in self.nodes.node_names:
             self.nodes.register(node)
-        self.volumes.ensure_storage_class()
+        if not s.real:  # on a real cluster the StorageClass is the administrator's
+            self.volumes.ensure_storage_class()
         self.api.write_hooks.append(self._on_write)
         self.api.log_reader = self.read_log
         self.api.exec_handler = self.exec_in_pod
         self._tasks = [asyncio.ensure_future(self._sync_loop()),
                        asyncio.ensure_future(self.nodes.heartbeat_loop())]
+        if s.real:
+            await self._serve_endpoints()
         self._dirty.set()
+
+    async def _serve_endpoints(self) -> None:
+        """Each node's kubelet endpoint (NODE_IP:10250, HTTPS, clients must hold a
+        certificate of the cluster's CA: the API server's) serving `containerLogs`, where
+        the real API server sends `kubectl logs`."""
+        import ssl
+
+        from kraft_sandbox.nodes import KUBELET_PORT
+
+        pki = self.settings.state_dir / "control-plane" / "pki"
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(pki / "ca.crt"))
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.load_cert_chain(str(pki / "kubelet-serving.crt"), str(pki / "kubelet-serving.key"))
+        app = aiohttp.web.Application()
+        app.router.add_get("/containerLogs/{ns}/{pod}/{container}", self._container_logs)
+        for verb in ("exec", "attach", "portForward", "run"):
+            app.router.add_route("*", f"/{verb}/{{rest:.*}}", self._not_served)
+        self._endpoint = aiohttp.web.AppRunner(app, access_log=None)
+        await self._endpoint.setup()
+        for node in self.nodes.node_names:
+            site = aiohttp.web.TCPSite(self._endpoint, self.nodes.node_ip(node), KUBELET_PORT,
+                                       ssl_context=ctx)
+            await site.start()
+
+    async def _not_served(self, request: aiohttp.web.Request) -> Any:
+        """exec, attach and port-forward: refused with a reason (their streams are SPDY
+        from the API server, which this kubelet does not speak; the emulator serves exec)."""
+        verb = request.path.strip("/").split("/")[0]
+        message = (f"{verb} is not served by the sandbox's kubelet on the real control plane "
+                   "(pod addresses are reachable from the machine; `kraft-sandbox run` runs "
+                   "a program with the cluster's DNS)")
+        return aiohttp.web.json_response(
+            {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
+             "message": message, "reason": "BadRequest", "code": 400}, status=400)
+
+    async def _container_logs(self, request: aiohttp.web.Request) -> Any:
+        ns, name = request.match_info["ns"], request.match_info["pod"]
+        container = request.match_info["container"]
+        params = dict(request.query)
+        pod = self.api.read_object(PODS, ns, name)
+        try:
+            if pod is None:
+                raise ApiError(404, "NotFound", f'pod "{name}" not found on this node')
+            previous = params.get("previous") == "true"
+            text = self.read_log(pod, container, previous)
+            if text is None:
+                raise ApiError(400, "BadRequest", f'container "{container}" is not in pod '
+                                                  f'"{name}"' + (" or has no previous run"
+                                                                 if previous else ""))
+            uid = pod["metadata"]["uid"]
+
+            def current_run() -> str | None:
+                now = self.api.read_object(PODS, ns, name)
+                if now is None or now["metadata"]["uid"] != uid:
+                    return None
+                return self.read_log(now, container, False) or ""
+
+            return await log_response(request, params, text, previous, current_run)
+        except ApiError as exc:
+            return aiohttp.web.Response(status=exc.code, text=exc.message)
+
+    def service_account_token(self, worker: PodWorker, audience: str | None,
+                              expiration_s: int) -> str | None:
+        """A token of the pod's ServiceAccount bound to the pod (TokenRequest), as a kubelet
+        fills a projected `serviceAccountToken` volume; None without a real API server."""
+        if not self.settings.real:
+            return None
+        spec = worker.pod["spec"]
+        account = spec.get("serviceAccountName") or "default"
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {
+            "audiences": [audience] if audience else [],
+            "expirationSeconds": expiration_s,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": worker.name,
+                               "uid": worker.uid}}}
+        made = self.api.node_view(worker.node).request(
+            "POST", f"/api/v1/namespaces/{worker.ns}/serviceaccounts/{account}/token", body)
+        token: str = made["status"]["token"]
+        return token
 
     async def stop(self) -> None:
         for t in self._tasks:
@@ -523,29 +618,42 @@ class Kubelet:
                 w.task.cancel()
         if self._session is not None:
             await self._session.close()
+        if self._endpoint is not None:
+            await self._endpoint.cleanup()
         with contextlib.suppress(ValueError):
             self.api.write_hooks.remove(self._on_write)
 
     def _on_write(self, kind: str, res: Any, obj: Obj) -> None:
         if res in (PODS, NODES, SERVICES, PVCS, PVS, deployments.DEPLOYMENTS):
             self._dirty.set()
-        if res == PVCS and kind == "DELETED":
-            self.volumes.release_claim(obj)
+        if res == PVCS and kind == "DELETED" and not self.settings.real:
+            self.volumes.release_claim(obj)  # (a real PV controller releases the volume)
 
     # ---------------------------------------------------------------- API helpers
 
     def _pods(self) -> list[Obj]:
         return self.api.objects_of("v1/pods")
 
-    def write_status(self, ns: str, name: str, uid: str, status: Obj) -> None:
-        """A pod's status as its worker sees it (not if the pod was replaced meanwhile)."""
+    def write_status(self, ns: str, name: str, uid: str, status: Obj, node: str) -> None:
+        """A pod's status as its worker on `node` sees it (not if the pod was replaced
+        meanwhile), written as that node."""
+        api = self.api.node_view(node)
         current = self.api.read_object(PODS, ns, name)
-        if current is None or current["metadata"]["uid"] != uid:
-            return
-        new = copy.deepcopy(current)
-        new["status"] = {**(current.get("status") or {}), **status}
-        with contextlib.suppress(ApiError):
-            self.api.commit(PODS, current, new, "status")
+        for _attempt in range(3):
+            if current is None or current["metadata"]["uid"] != uid:
+                return
+            new = copy.deepcopy(current)
+            new["status"] = {**(current.get("status") or {}), **status}
+            try:
+                api.commit(PODS, current, new, "status")
+                return
+            except ApiError as exc:
+                if exc.code != 409:
+                    log.warning("event=pod_status_refused pod=%s/%s code=%s message=%s", ns,
+                             name, exc.code, exc.message)
+                    return
+            # another writer (a controller of the real API server) came first: read it again
+            current = api.fetch(PODS, ns, name)
 
     async def take_node_down(self, node: str) -> list[str]:
         """The node fails: its processes die at once, its local volumes are lost, it goes
@@ -586,7 +694,12 @@ class Kubelet:
                 log.exception("event=kubelet_sync_failed")
 
     def _sync_once(self) -> None:
-        deployments.reconcile(self.api)
+        real = self.settings.real
+        if real:  # the real controllers bind claims; the sandbox provisions their volumes
+            self.volumes.provision_claims()
+            self.volumes.reclaim_released()
+        else:
+            deployments.reconcile(self.api)
         pods = self._pods()
         live = set()
         for pod in pods:
@@ -595,8 +708,8 @@ class Kubelet:
             live.add(uid)
             node = spec.get("nodeName")
             if not node:
-                if not meta.get("deletionTimestamp"):
-                    self.scheduler.schedule(pod)
+                if not meta.get("deletionTimestamp") and not real:
+                    self.scheduler.schedule(pod)  # (a real API server has kube-scheduler)
                 continue
             if node in self.nodes.down or node not in self.nodes.node_names:
                 continue
@@ -619,7 +732,8 @@ class Kubelet:
             if uid not in live and uid not in self.workers:
                 self.ips.pop(uid)
         self._terminating &= live | set(self.workers)
-        self.volumes.protect_claims(pods)
+        if not real:  # (kube-controller-manager's pvc-protection controller, on a real one)
+            self.volumes.protect_claims(pods)
         self._write_dns(pods)
 
     def _background(self, coro: Any) -> None:
@@ -659,8 +773,8 @@ class Kubelet:
         with contextlib.suppress(ApiError):
             current = self.api.read_object(PODS, meta.get("namespace"), meta["name"])
             if current is not None and current["metadata"]["uid"] == meta["uid"]:
-                self.api.delete_object(PODS, meta.get("namespace"), meta["name"],
-                                       {"gracePeriodSeconds": 0})
+                self.api.node_view(pod["spec"]["nodeName"]).delete_object(
+                    PODS, meta.get("namespace"), meta["name"], {"gracePeriodSeconds": 0})
         self._dirty.set()
 
     async def _reap(self, worker: PodWorker) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import kmock
 from aiohttp import web
 from kraft_sandbox.apiserver import serve, write_kubeconfig
 from kraft_sandbox.kubelet import Kubelet, KubeletSettings, PodWorker
@@ -41,6 +42,9 @@ class Sandbox:
     kubelet: Kubelet
     api_url: str
     state_dir: Path
+    admin: Any = None
+    """The API as the cluster's administrator: the emulator itself, or a client of the real
+    API server with the administrator's certificate (what `--operator` installs with)."""
 
     def _worker(self, namespace: str, pod: str) -> PodWorker:
         try:
@@ -177,22 +181,73 @@ def _control_app(sandbox: Sandbox) -> web.Application:
 
 
 @contextlib.asynccontextmanager
-async def run_sandbox(settings: KubeletSettings, api_port: int = 0) -> AsyncIterator[Sandbox]:
-    """Serve the API, the nodes and the control endpoint; write the state files."""
+async def _emulated(settings: KubeletSettings, api_host: str,
+                    api_port: int) -> AsyncIterator[tuple[Any, str, Any]]:
+    async with serve(host=api_host, port=api_port) as api:
+        write_kubeconfig(settings.kubeconfig, api.url)
+        yield api.emulator, api.url, api.emulator
+
+
+@contextlib.asynccontextmanager
+async def _real(settings: KubeletSettings,
+                api_host: str) -> AsyncIterator[tuple[Any, str, Any]]:
+    """The real control plane (`kraft_sandbox.controlplane`), the node agent's RBAC and the
+    StorageClass made as the administrator, then the nodes' client of the API."""
+    from kraft_sandbox.controlplane import running_control_plane
+    from kraft_sandbox.realapi import RealApi, bootstrap
+
+    nodes = {f"sandbox-node-{i}": f"{settings.network}.0.{i + 1}"
+             for i in range(settings.nodes)}
+    async with running_control_plane(settings.state_dir, api_host, nodes) as plane:
+        pki = plane.dir / "pki"
+        admin = RealApi(plane.url, plane.ca, pki / "admin.crt", pki / "admin.key", [])
+        bootstrap(admin)
+        assert plane.node_agent is not None
+        api = RealApi(plane.url, plane.ca, plane.node_agent.cert, plane.node_agent.key,
+                      REAL_CACHED, node_identities={
+                          name: (cred.cert, cred.key) for name, cred in plane.node_creds.items()})
+        api.start(asyncio.get_running_loop())
+        settings.api_url, settings.api_ca = plane.url, plane.ca
+        try:
+            await api.wait_synced()
+            yield api, plane.url, admin
+        finally:
+            api.stop()
+            admin.stop()
+
+
+REAL_CACHED = [kmock.resource(r) for r in (
+    "v1/pods", "v1/nodes", "v1/services", "v1/persistentvolumeclaims", "v1/persistentvolumes",
+    "v1/configmaps", "v1/secrets")]
+"""What the nodes read on a real API server: served from watches, as informers do."""
+
+
+@contextlib.asynccontextmanager
+async def run_sandbox(settings: KubeletSettings, api_port: int = 0,
+                      prepare: Callable[[Sandbox], None] | None = None
+                      ) -> AsyncIterator[Sandbox]:
+    """Serve the API (the emulator, or the real control plane when
+    `settings.control_plane` is "real"), the nodes and the control endpoint; write the
+    state files. `prepare` runs before `sandbox.json` says the sandbox is up (what it
+    installs is there when a client sees the sandbox)."""
     state = settings.state_dir
     state.mkdir(parents=True, exist_ok=True)
     api_host = f"{settings.network}.0.250"  # not 127.0.0.1: in a pod that is the pod itself
-    async with serve(host=api_host, port=api_port) as api:
-        write_kubeconfig(settings.kubeconfig, api.url)
-        kubelet = Kubelet(api.emulator, settings)
+    backend = _real(settings, api_host) if settings.real else _emulated(settings, api_host,
+                                                                        api_port)
+    async with backend as (store, api_url, admin):
+        kubelet = Kubelet(store, settings)
         await kubelet.start()
-        sandbox = Sandbox(kubelet, api.url, state)
+        sandbox = Sandbox(kubelet, api_url, state, admin)
         runner = web.AppRunner(_control_app(sandbox), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, api_host, 0)
         await site.start()
         port = runner.addresses[0][1]
-        info = {"api": api.url, "kubeconfig": str(settings.kubeconfig),
+        if prepare is not None:
+            prepare(sandbox)
+        info = {"api": api_url, "control_plane": settings.control_plane,
+                "kubeconfig": str(settings.kubeconfig),
                 "control": f"http://{api_host}:{port}", "hosts": str(settings.hosts_file),
                 "network": settings.network, "nodes": kubelet.nodes.node_names, "pid": os.getpid(),
                 "state_dir": str(state)}

@@ -19,6 +19,38 @@ Obj = dict[str, Any]
 TOP_LEVEL = ("apiVersion", "kind", "metadata")
 
 
+def _cel_typed(schema: Obj) -> bool:
+    """Whether a real API server gives this schema node a CEL type: a typed scalar, an
+    int-or-string (dyn), an object (its untyped properties merely unreachable), but not an
+    untyped node, nor a list or map whose items are untyped."""
+    kind = schema.get("type")
+    if not kind:
+        return bool(schema.get("x-kubernetes-int-or-string"))
+    if kind == "array":
+        items = schema.get("items")
+        return isinstance(items, dict) and _cel_typed(items)
+    extra = schema.get("additionalProperties")
+    if kind == "object" and isinstance(extra, dict) and not schema.get("properties"):
+        return _cel_typed(extra)
+    return True
+
+
+def untyped_rules(schema: Obj, path: str = "openAPIV3Schema") -> list[str]:
+    """The `x-kubernetes-validations` a real API server refuses when the CRD is written
+    ("unable to convert structural schema to CEL declarations"): rules on a node with no CEL
+    type (see `_cel_typed`). Each as its field path in the CRD's spec.validation."""
+    found = []
+    if schema.get("x-kubernetes-validations") and not _cel_typed(schema):
+        found.append(f"{path}.x-kubernetes-validations")
+    for key, sub in (schema.get("properties") or {}).items():
+        if isinstance(sub, dict):
+            found += untyped_rules(sub, f"{path}.properties[{key}]")
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            found += untyped_rules(schema[key], f"{path}.{key}")
+    return found
+
+
 def _nullable(schema: Any) -> Any:
     """The schema with OpenAPI's `nullable: true` written as JSON Schema's null type."""
     if isinstance(schema, list):

@@ -21,6 +21,7 @@ PVCS = kmock.resource("", "v1", "persistentvolumeclaims")
 PVS = kmock.resource("", "v1", "persistentvolumes")
 STORAGECLASSES = kmock.resource("storage.k8s.io", "v1", "storageclasses")
 STORAGE_CLASS = "sandbox-local"
+PROVISIONER = "kraft.dev/sandbox-local"
 
 
 def claims_of(pod: Obj) -> list[str]:
@@ -43,7 +44,7 @@ class VolumeBinder:
             self.api.create_object(STORAGECLASSES, None, {
                 "metadata": {"name": STORAGE_CLASS, "annotations": {
                     "storageclass.kubernetes.io/is-default-class": "true"}},
-                "provisioner": "kraft.dev/sandbox-local", "reclaimPolicy": "Delete",
+                "provisioner": PROVISIONER, "reclaimPolicy": "Delete",
                 "volumeBindingMode": "WaitForFirstConsumer"})
 
     def node_volumes(self, node: str) -> Path:
@@ -65,16 +66,7 @@ class VolumeBinder:
         size = (((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}).get(
             "storage", "1Gi")
         if self.api.read_object(PVS, None, pv_name) is None:
-            self.api.create_object(PVS, None, {"metadata": {"name": pv_name}, "spec": {
-                "capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
-                "persistentVolumeReclaimPolicy": "Delete",
-                "storageClassName": (pvc.get("spec") or {}).get("storageClassName")
-                or STORAGE_CLASS,
-                "local": {"path": str(path)},
-                "claimRef": {"kind": "PersistentVolumeClaim", "namespace": ns, "name": claim,
-                             "uid": pvc["metadata"]["uid"]},
-                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                    {"key": HOSTNAME_KEY, "operator": "In", "values": [node]}]}]}}}})
+            self.api.create_object(PVS, None, self._volume(pvc, node, pv_name, path))
             pv = self.api.read_object(PVS, None, pv_name)
             if pv is not None:
                 new_pv = copy.deepcopy(pv)
@@ -91,6 +83,66 @@ class VolumeBinder:
             bound["status"] = {"phase": "Bound", "accessModes": ["ReadWriteOnce"],
                                "capacity": {"storage": size}}
             self.api.commit(PVCS, pvc, bound, "status")
+
+    @staticmethod
+    def _volume(pvc: Obj, node: str, pv_name: str, path: Path) -> Obj:
+        """The local PersistentVolume for `pvc` on `node`, claimed by it."""
+        spec = pvc.get("spec") or {}
+        size = ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")
+        meta = pvc["metadata"]
+        return {"metadata": {"name": pv_name, "annotations": {
+            "pv.kubernetes.io/provisioned-by": PROVISIONER}}, "spec": {
+            "capacity": {"storage": size},
+            "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
+            "volumeMode": spec.get("volumeMode") or "Filesystem",
+            "persistentVolumeReclaimPolicy": "Delete",
+            "storageClassName": spec.get("storageClassName") or STORAGE_CLASS,
+            "local": {"path": str(path)},
+            "claimRef": {"kind": "PersistentVolumeClaim", "apiVersion": "v1",
+                         "namespace": meta["namespace"], "name": meta["name"],
+                         "uid": meta["uid"]},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": HOSTNAME_KEY, "operator": "In", "values": [node]}]}]}}}}
+
+    # ---------------------------------------------------------------- on a real API server
+
+    def provision_claims(self) -> None:
+        """The external provisioner of the StorageClass, with a real API server: a claim of
+        ours that kube-scheduler chose a node for (`volume.kubernetes.io/selected-node`, set
+        under WaitForFirstConsumer) gets a local PersistentVolume on that node, claimed by
+        it; kube-controller-manager's PV controller then binds the two."""
+        for pvc in self.api.objects_of("v1/persistentvolumeclaims"):
+            meta, spec = pvc["metadata"], pvc.get("spec") or {}
+            notes = meta.get("annotations") or {}
+            node = notes.get("volume.kubernetes.io/selected-node")
+            provisioner = (notes.get("volume.kubernetes.io/storage-provisioner")
+                           or notes.get("volume.beta.kubernetes.io/storage-provisioner"))
+            if (not node or provisioner != PROVISIONER or spec.get("volumeName")
+                    or meta.get("deletionTimestamp")):
+                continue
+            pv_name = f"pvc-{meta['uid']}"
+            if self.api.read_object(PVS, None, pv_name) is not None:
+                continue
+            path = self.volume_dir(node, pv_name)
+            path.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(ApiError):  # (409: made meanwhile)
+                self.api.create_object(PVS, None, self._volume(pvc, node, pv_name, path))
+
+    def reclaim_released(self) -> None:
+        """Reclaim policy Delete, with a real API server: a volume of ours whose claim is gone
+        (the PV controller marks it Released) loses its directory, then the object."""
+        for pv in self.api.objects_of("v1/persistentvolumes"):
+            meta, spec = pv["metadata"], pv.get("spec") or {}
+            if ((meta.get("annotations") or {}).get("pv.kubernetes.io/provisioned-by")
+                    != PROVISIONER or (pv.get("status") or {}).get("phase") != "Released"
+                    or spec.get("persistentVolumeReclaimPolicy") != "Delete"
+                    or meta.get("deletionTimestamp")):
+                continue
+            local = (spec.get("local") or {}).get("path")
+            if local:
+                shutil.rmtree(local, ignore_errors=True)
+            with contextlib.suppress(ApiError):
+                self.api.delete_object(PVS, None, meta["name"], {})
 
     def release_claim(self, pvc: Obj) -> None:
         """A deleted claim: its PersistentVolume and directory go (reclaimPolicy Delete)."""

@@ -16,10 +16,15 @@ KINDS = {"Service": ("v1", "services"), "ConfigMap": ("v1", "configmaps"),
 
 
 def _differs(want: Any, have: Any) -> bool:
-    """Whether anything `want` sets is not in `have` (fields the server adds are ignored)."""
+    """Whether anything `want` sets is not in `have`: fields the server adds are ignored, in
+    list items too (a real API server gives each Service port its `protocol`; compared
+    whole, the ports differed on every pass and the Services were patched on every pass)."""
     if isinstance(want, dict):
         return not isinstance(have, dict) or any(_differs(v, have.get(k))
                                                  for k, v in want.items())
+    if isinstance(want, list):
+        return not isinstance(have, list) or len(want) != len(have) or any(
+            _differs(w, h) for w, h in zip(want, have, strict=True))
     return bool(want != have)
 
 

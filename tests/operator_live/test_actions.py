@@ -85,7 +85,9 @@ async def test_standing_objects_converge_and_then_stay_put(kube: Kube) -> None:
     first = await standing.ensure(kube, ref, [])
     assert sorted(first) == ["created ConfigMap kq-config", "created PodDisruptionBudget kq",
                              "created Service kq", "created Service kq-client"]
-    assert await standing.ensure(kube, ref, []) == []
+    service = await kube.get("v1", "services", "default", "kq")
+    assert {p["protocol"] for p in service["spec"]["ports"]} == {"TCP"}  # the server's default
+    assert await standing.ensure(kube, ref, []) == []  # which is no difference
     assert await standing.ensure(kube, ref, [4]) == ["updated ConfigMap kq-config"]
     cm = await kube.get("v1", "configmaps", "default", "kq-config")
     assert "server-4.properties" in cm["data"]

@@ -90,6 +90,34 @@ async def test_status_subresource_keeps_spec_and_status_apart(
     assert obj["spec"] == {"size": 2} and obj["status"] == {"phase": "y"}
 
 
+async def test_a_pods_qos_class_is_set_on_create_and_cannot_change(
+        http: aiohttp.ClientSession) -> None:
+    """The sandbox's kubelet wrote qosClass BestEffort in every status; kube-apiserver refused
+    each such write of a pod with resources (its class is Burstable), so the pod stayed
+    Pending while it ran."""
+    pods = "/api/v1/namespaces/ns1/pods"
+    container = {"name": "c", "image": "i"}
+    for name, resources, qos in (
+            ("none", None, "BestEffort"),
+            ("some", {"requests": {"cpu": "10m"}}, "Burstable"),
+            ("full", {"limits": {"cpu": "1", "memory": "1Gi"}}, "Guaranteed"),
+            ("less", {"requests": {"cpu": "500m", "memory": "1Gi"},
+                      "limits": {"cpu": "1", "memory": "1Gi"}}, "Burstable")):
+        spec = {"containers": [{**container, **({"resources": resources} if resources
+                                                 else {})}]}
+        status, obj = await call(http, "POST", pods, {"metadata": {"name": name},
+                                                      "spec": spec})
+        assert status == 201 and obj["status"]["qosClass"] == qos, (name, obj["status"])
+    status, err = await call(http, "PATCH", f"{pods}/some/status",
+                             {"status": {"qosClass": "BestEffort"}}, MERGE)
+    assert status == 422, err
+    assert err["message"] == ('Pod "some" is invalid: status.qosClass: Invalid value: '
+                              '"BestEffort": field is immutable')
+    status, obj = await call(http, "PATCH", f"{pods}/some/status",
+                             {"status": {"phase": "Running"}}, MERGE)
+    assert status == 200 and obj["status"]["qosClass"] == "Burstable"
+
+
 async def test_stale_resource_version_is_a_conflict(http: aiohttp.ClientSession) -> None:
     _, obj = await call(http, "POST", THINGS, {"metadata": {"name": "t1"}, "spec": {"a": 1}})
     old_rv = obj["metadata"]["resourceVersion"]
@@ -318,6 +346,35 @@ async def test_custom_resources_are_defaulted_pruned_and_validated(
     assert status == 200 and obj["status"] == {"anything": {"goes": 1}}
     _, stored = await call(http, "GET", f"{QUORUMS}/q")
     assert stored["spec"]["clusterId"] == "abc" and stored["spec"]["replicas"] == 5
+
+
+async def test_a_cel_rule_over_untyped_values_is_refused_as_a_real_api_server_does(
+        http: aiohttp.ClientSession) -> None:
+    """kube-apiserver 1.35 refused the KRaftQuorum CRD whose rule walked a map of untyped
+    (x-kubernetes-preserve-unknown-fields) values: such a rule has no CEL type."""
+    import copy
+
+    crd = copy.deepcopy(TYPED_CRD)
+    crd["metadata"]["name"] = "loose.example.dev"
+    crd["spec"]["names"] = {"plural": "loose", "singular": "loose", "kind": "Loose"}
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec["properties"]["config"] = {
+        "type": "object",
+        "additionalProperties": {"x-kubernetes-preserve-unknown-fields": True},
+        "x-kubernetes-validations": [{"rule": "self.all(k, type(self[k]) == string)"}]}
+    status, err = await call(http, "POST",
+                             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    assert status == 422, err
+    assert ("spec.validation.openAPIV3Schema.properties[spec].properties[config]."
+            "x-kubernetes-validations") in err["message"]
+    assert "unable to convert structural schema to CEL declarations" in err["message"]
+    status, _ = await call(http, "GET", "/apis/example.dev/v1/namespaces/ns1/loose")
+    assert status == 404  # nothing was served
+    # typed values (or int-or-string) give the rule its type: taken
+    spec["properties"]["config"]["additionalProperties"] = {"x-kubernetes-int-or-string": True}
+    status, _ = await call(http, "POST",
+                           "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    assert status == 201
 
 
 async def test_namespaces_must_exist_and_take_their_content_when_deleted(

@@ -173,7 +173,7 @@ def test_a_kopf_operator_pod_reconciles_and_survives_kill_operator(
 def test_kubectl_namespaces_come_and_go_with_their_pods(sandbox: SandboxHandle) -> None:
     sandbox.kubectl("create", "namespace", "scratch")  # kubectl create sends protobuf
     names = [r[0] for r in rows(sandbox.kubectl("get", "namespaces").stdout)[1:]]
-    assert names == ["default", "kube-system", "scratch"]
+    assert names == ["default", "kube-node-lease", "kube-system", "scratch"]
     sandbox.kubectl("create", "configmap", "-n", "scratch", "conf", "--from-literal=a=1",
                     "--from-literal=b=two")
     sandbox.kubectl("create", "secret", "generic", "-n", "scratch", "pw",

@@ -107,10 +107,13 @@ def test_pod_gets_env_volumes_and_runs_init_first(sandbox: SandboxHandle) -> Non
                   "volumeMounts": [{"name": "data", "mountPath": "/data"},
                                    {"name": "conf", "mountPath": "/etc/app"}],
                   "readinessProbe": {"httpGet": {"path": "/", "port": 8080},
-                                     "periodSeconds": 1}}))
+                                     "periodSeconds": 1},
+                  # the API server's class for it, which status writes may not change
+                  "resources": {"requests": {"cpu": "10m"}}}))
     status = wait_for("web Ready", lambda: (s := status_of(sandbox, "web"))
                       and condition(s, "Ready") == "True" and s)
     assert status["phase"] == "Running"
+    assert status["qosClass"] == "Burstable"
     assert condition(status, "Initialized") == "True"
     assert status["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
     ip = status["podIP"]
