@@ -139,7 +139,7 @@ def test_api_versions_lists_kraft_apis_and_unknown_api_is_unsupported(quorum: Lo
     keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
     assert keys[52] == (0, 2) and keys[1][1] == 18 and keys[80] == (0, 0) and 60 in keys
     assert {f.name: (f.min_version, f.max_version) for f in resp.supported_features} == {
-        "kraft.version": (0, 1), "metadata.version": (20, 27)}
+        "kraft.version": (0, 1), "metadata.version": (20, 33)}
     # an api key nobody knows: the answer carries our correlation id and UNSUPPORTED_VERSION
     raw = struct.pack(">hhih", 999, 0, 4242, -1)
     with socket.create_connection((n.host, n.port), timeout=10) as s:

@@ -102,7 +102,7 @@ def test_api_versions_unsupported_version_in_the_requested_layout_still_decodes(
 def test_api_versions_advertises_kraft_version_only_from_v4() -> None:
     v4 = api_versions_response(4)
     assert [(f.name, f.min_version, f.max_version) for f in v4.supported_features] == [
-        ("kraft.version", 0, 1), ("metadata.version", 20, 27)
+        ("kraft.version", 0, 1), ("metadata.version", 20, 33)
     ]
     # a minimum of 0 only from v4 (older clients reject it), as Kafka does
     assert [f.name for f in api_versions_response(3).supported_features] == ["metadata.version"]
