@@ -12,6 +12,7 @@ fetch once); its `tool(...)` runs one of the equivalents of Kafka's bin/ scripts
 | metadata-quorum   | kafka-metadata-quorum.sh | org.apache.kafka.tools.MetadataQuorumCommand |
 | dump-log          | kafka-dump-log.sh        | kafka.tools.DumpLogSegments (4.1), org.apache.kafka.tools.DumpLogSegments (4.4) |
 | cluster           | kafka-cluster.sh         | org.apache.kafka.tools.ClusterTool          |
+| features          | kafka-features.sh        | org.apache.kafka.tools.FeatureCommand       |
 | test-raft-server  | kafka-run-class.sh kafka.tools.TestRaftServer | kafka.tools.TestRaftServer |
 
 `KafkaController` is one `process.roles=controller` node on a loopback address: its
@@ -52,6 +53,7 @@ TOOLS = {
     "metadata-quorum": ("org.apache.kafka.tools.MetadataQuorumCommand",),
     "dump-log": ("org.apache.kafka.tools.DumpLogSegments", "kafka.tools.DumpLogSegments"),
     "cluster": ("org.apache.kafka.tools.ClusterTool",),
+    "features": ("org.apache.kafka.tools.FeatureCommand",),
     "test-raft-server": ("kafka.tools.TestRaftServer",),
 }
 """Each tool's main class, newest name first: the first one the jars hold is used."""
