@@ -963,7 +963,7 @@ class DescribeClusterResponseData:
 
 @dataclass(frozen=True, slots=True)
 class AddRaftVoterRequestData:
-    """AddRaftVoterRequest body (api key 80), versions 0, flexible 0+."""
+    """AddRaftVoterRequest body (api key 80), versions 0-1, flexible 0+."""
 
     @dataclass(frozen=True, slots=True)
     class Listener:
@@ -987,12 +987,14 @@ class AddRaftVoterRequestData:
     # VoterDirectoryId: uuid, v0+
     listeners: list[AddRaftVoterRequestData.Listener] = field(default_factory=list)
     # Listeners: []Listener, v0+
+    ack_when_committed: bool = True
+    # AckWhenCommitted: bool, v1+
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class AddRaftVoterResponseData:
-    """AddRaftVoterResponse body (api key 80), versions 0, flexible 0+."""
+    """AddRaftVoterResponse body (api key 80), versions 0-1, flexible 0+."""
 
     throttle_time_ms: int = 0
     # ThrottleTimeMs: int32, v0+

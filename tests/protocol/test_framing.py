@@ -110,7 +110,7 @@ def test_api_versions_advertises_kraft_version_only_from_v4() -> None:
     assert keys[ApiKey.FETCH] == (4, 18)
     assert keys[ApiKey.VOTE] == (0, 2)
     assert keys[ApiKey.API_VERSIONS] == (0, 4)
-    assert keys[ApiKey.ADD_RAFT_VOTER] == (0, 0)
+    assert keys[ApiKey.ADD_RAFT_VOTER] == (0, 1)  # v1: KIP-1186
     for v in range(5):
         encode(api_versions_response(v), v)
 
