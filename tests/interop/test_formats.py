@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kraft.cli.local import LocalCluster
+from kraft.cli.local import LocalCluster, free_port
 from kraft.config.properties import read_properties
 from kraft.protocol.uuid import Uuid
 from kraft.records.snapshot_format import SnapshotContents, read_snapshot
@@ -116,7 +116,7 @@ def _meta_directory_id(metadata_dir: Path) -> Uuid:
 @pytest.mark.parametrize("version", VERSIONS)
 def test_kraft_formatted_directory_starts_under_kafka(tmp_path: Path, version: str) -> None:
     dist = kafka_dist(version)
-    controller = KafkaController(dist, 1, "127.41.6.1", 29411 + VERSIONS.index(version),
+    controller = KafkaController(dist, 1, "127.41.6.1", free_port("127.41.6.1"),
                                  tmp_path / "kafka")
     props = read_properties(controller.write_config())
     format_storage(props, "uyHVUszhQjiaZTcw6NkSLQ", standalone=True, out=io.StringIO())

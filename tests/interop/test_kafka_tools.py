@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kraft.cli.local import LocalCluster
+from kraft.cli.local import LocalCluster, free_port
 from kraft.storage.layout import parse_snapshot_file_name, partition_dir
 from tests.support.kafka import NEWEST, VERSIONS, KafkaController, kafka_dist
 
@@ -184,7 +184,7 @@ def test_dump_log_reads_our_segments_and_snapshots(quorum: LocalCluster, tmp_pat
 @pytest.mark.parametrize("version", VERSIONS)
 def test_kraft_dump_reads_kafkas_segments_and_snapshots(tmp_path: Path, version: str) -> None:
     controller = KafkaController(kafka_dist(version), 1, "127.41.9.20",
-                                 29421 + VERSIONS.index(version), tmp_path / "kafka",
+                                 free_port("127.41.9.20"), tmp_path / "kafka",
                                  properties={"metadata.log.max.snapshot.interval.ms": "500"})
     controller.format("3Bt2cGlNRkWB7m2Xl6hJxA", "--standalone")
     controller.start()
