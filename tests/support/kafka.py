@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -124,6 +125,9 @@ def _class_in(libs: Path, cls: str) -> bool:
 def kafka_dist(version: str) -> KafkaDist:
     """The classpath of Kafka `version`, fetched into the cache first when missing (once
     across processes: an exclusive lock on a file in the cache)."""
+    if shutil.which("java") is None:
+        raise KafkaUnavailable("`java` is not on PATH: Kafka's servers and tools need Java 17 "
+                               "or newer (Debian: apt-get install openjdk-17-jre-headless)")
     cache = kafka_jars.DEFAULT_CACHE
     home = cache / version
     if not kafka_jars.is_complete(home, version):
