@@ -45,18 +45,22 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class ApiVersionsRequestData:
-    """ApiVersionsRequest body (api key 18), versions 0-4, flexible 3+."""
+    """ApiVersionsRequest body (api key 18), versions 0-5, flexible 3+."""
 
     client_software_name: str = ""
     # ClientSoftwareName: string, v3+, ignorable
     client_software_version: str = ""
     # ClientSoftwareVersion: string, v3+, ignorable
+    cluster_id: str | None = None
+    # ClusterId: string, v5+, nullable v5+, ignorable
+    node_id: int = -1
+    # NodeId: int32, v5+, ignorable
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class ApiVersionsResponseData:
-    """ApiVersionsResponse body (api key 18), versions 0-4, flexible 3+."""
+    """ApiVersionsResponse body (api key 18), versions 0-5, flexible 3+."""
 
     @dataclass(frozen=True, slots=True)
     class ApiVersion:

@@ -248,10 +248,13 @@ def _replica_state_fields() -> tuple[FieldSpec, ...]:
 
 MESSAGES: tuple[MessageSpec, ...] = (
     # ---- ApiVersions (18) ----
-    _msg("ApiVersionsRequest", 18, "0-4", "3+",
+    # v5 (Kafka 4.4, KIP-1242): the sender's ClusterId and NodeId, both or neither
+    _msg("ApiVersionsRequest", 18, "0-5", "3+",
          f("ClientSoftwareName", "string", "3+", ignorable=True),
-         f("ClientSoftwareVersion", "string", "3+", ignorable=True)),
-    _msg("ApiVersionsResponse", 18, "0-4", "3+",
+         f("ClientSoftwareVersion", "string", "3+", ignorable=True),
+         f("ClusterId", "string", "5+", nullable="5+", default=None, ignorable=True),
+         f("NodeId", "int32", "5+", default=-1, ignorable=True)),
+    _msg("ApiVersionsResponse", 18, "0-5", "3+",
          f("ErrorCode", "int16", "0+"),
          f("ApiKeys", "[]ApiVersion", "0+",
            f("ApiKey", "int16", "0+"),

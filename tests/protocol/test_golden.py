@@ -201,6 +201,15 @@ GOLDEN: list[tuple[str, Any, int, bytes]] = [
         node_endpoints=[m.FetchSnapshotResponseData.NodeEndpoint(1, "h", 9093)],
     ), 1, H("00000000 0006 01", "01 00 0a 02 00000001 0268", PORT_9093_U16, "00")),
 
+    # ApiVersions v5 (KIP-1242): ClusterId and NodeId after the software name and version;
+    # the bytes are those Kafka 4.4.0's ApiVersionsRequestData writes
+    ("ApiVersions request v5", m.ApiVersionsRequestData(
+        client_software_name="kraft", client_software_version="1.0", cluster_id="abc",
+        node_id=4), 5, H("066b72616674 04312e30 04616263 00000004 00")),
+    ("ApiVersions request v5, neither", m.ApiVersionsRequestData(
+        client_software_name="kraft", client_software_version="1.0"), 5,
+     H("066b72616674 04312e30 00 ffffffff 00")),
+
     # ---------------- AddRaftVoter / RemoveRaftVoter / UpdateRaftVoter ----------------
     ("AddRaftVoter request v0", m.AddRaftVoterRequestData(
         cluster_id=None, timeout_ms=30000, voter_id=4, voter_directory_id=U1,
