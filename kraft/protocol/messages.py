@@ -45,18 +45,22 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class ApiVersionsRequestData:
-    """ApiVersionsRequest body (api key 18), versions 0-4, flexible 3+."""
+    """ApiVersionsRequest body (api key 18), versions 0-5, flexible 3+."""
 
     client_software_name: str = ""
     # ClientSoftwareName: string, v3+, ignorable
     client_software_version: str = ""
     # ClientSoftwareVersion: string, v3+, ignorable
+    cluster_id: str | None = None
+    # ClusterId: string, v5+, nullable v5+, ignorable
+    node_id: int = -1
+    # NodeId: int32, v5+, ignorable
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class ApiVersionsResponseData:
-    """ApiVersionsResponse body (api key 18), versions 0-4, flexible 3+."""
+    """ApiVersionsResponse body (api key 18), versions 0-5, flexible 3+."""
 
     @dataclass(frozen=True, slots=True)
     class ApiVersion:
@@ -963,7 +967,7 @@ class DescribeClusterResponseData:
 
 @dataclass(frozen=True, slots=True)
 class AddRaftVoterRequestData:
-    """AddRaftVoterRequest body (api key 80), versions 0, flexible 0+."""
+    """AddRaftVoterRequest body (api key 80), versions 0-1, flexible 0+."""
 
     @dataclass(frozen=True, slots=True)
     class Listener:
@@ -987,12 +991,14 @@ class AddRaftVoterRequestData:
     # VoterDirectoryId: uuid, v0+
     listeners: list[AddRaftVoterRequestData.Listener] = field(default_factory=list)
     # Listeners: []Listener, v0+
+    ack_when_committed: bool = True
+    # AckWhenCommitted: bool, v1+
     unknown_tagged_fields: dict[int, bytes] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class AddRaftVoterResponseData:
-    """AddRaftVoterResponse body (api key 80), versions 0, flexible 0+."""
+    """AddRaftVoterResponse body (api key 80), versions 0-1, flexible 0+."""
 
     throttle_time_ms: int = 0
     # ThrottleTimeMs: int32, v0+

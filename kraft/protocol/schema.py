@@ -223,9 +223,9 @@ def _quorum_epoch_response(name: str, api_key: int) -> MessageSpec:
     )
 
 
-def _voter_change_response(name: str, api_key: int) -> MessageSpec:
+def _voter_change_response(name: str, api_key: int, versions: str = "0") -> MessageSpec:
     return _msg(
-        name, api_key, "0", "0+",
+        name, api_key, versions, "0+",
         f("ThrottleTimeMs", "int32", "0+"),
         f("ErrorCode", "int16", "0+"),
         f("ErrorMessage", "string", "0+", nullable="0+", default=None),
@@ -248,10 +248,13 @@ def _replica_state_fields() -> tuple[FieldSpec, ...]:
 
 MESSAGES: tuple[MessageSpec, ...] = (
     # ---- ApiVersions (18) ----
-    _msg("ApiVersionsRequest", 18, "0-4", "3+",
+    # v5 (Kafka 4.4, KIP-1242): the sender's ClusterId and NodeId, both or neither
+    _msg("ApiVersionsRequest", 18, "0-5", "3+",
          f("ClientSoftwareName", "string", "3+", ignorable=True),
-         f("ClientSoftwareVersion", "string", "3+", ignorable=True)),
-    _msg("ApiVersionsResponse", 18, "0-4", "3+",
+         f("ClientSoftwareVersion", "string", "3+", ignorable=True),
+         f("ClusterId", "string", "5+", nullable="5+", default=None, ignorable=True),
+         f("NodeId", "int32", "5+", default=-1, ignorable=True)),
+    _msg("ApiVersionsResponse", 18, "0-5", "3+",
          f("ErrorCode", "int16", "0+"),
          f("ApiKeys", "[]ApiVersion", "0+",
            f("ApiKey", "int16", "0+"),
@@ -499,13 +502,16 @@ MESSAGES: tuple[MessageSpec, ...] = (
          f("ClusterAuthorizedOperations", "int32", "0+", default=-2147483648)),
 
     # ---- AddRaftVoter (80) / RemoveRaftVoter (81) / UpdateRaftVoter (82) ----
-    _msg("AddRaftVoterRequest", 80, "0", "0+",
+    # v1 (Kafka 4.2, KIP-1186): AckWhenCommitted; false answers once the voters record is
+    # appended to the leader's log instead of once it is committed
+    _msg("AddRaftVoterRequest", 80, "0-1", "0+",
          f("ClusterId", "string", "0+", nullable="0+", default=None),
          f("TimeoutMs", "int32", "0+"),
          f("VoterId", "int32", "0+"),
          f("VoterDirectoryId", "uuid", "0+"),
-         _endpoints16("Listeners", "Listener", "0+")),
-    _voter_change_response("AddRaftVoterResponse", 80),
+         _endpoints16("Listeners", "Listener", "0+"),
+         f("AckWhenCommitted", "bool", "1+", default=True)),
+    _voter_change_response("AddRaftVoterResponse", 80, "0-1"),
     _msg("RemoveRaftVoterRequest", 81, "0", "0+",
          f("ClusterId", "string", "0+", nullable="0+", default=None),
          f("VoterId", "int32", "0+"),

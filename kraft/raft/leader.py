@@ -89,6 +89,10 @@ class PendingChange:
     node: VoterNode | None = None
     record_offset: int | None = None  # None while waiting for ApiVersions
     timeout_ms: int = 30_000
+    ack_when_committed: bool = True
+    """False (AddRaftVoter v1): the request is answered when the record is appended; the
+    change stays pending (no other change starts) until it commits."""
+    answered: bool = False
 
 
 @dataclass(slots=True)

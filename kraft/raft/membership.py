@@ -150,7 +150,11 @@ def voter_change_refusal(core: RaftCore) -> tuple[ErrorCode, str] | None:
 
 
 def reply_change(core: RaftCore, pc: PendingChange, err: ErrorCode, message: str | None) -> None:
-    """Answer the request of a pending voter change or kraft.version upgrade."""
+    """Answer the request of a pending voter change or kraft.version upgrade (once: an
+    AddRaftVoter with AckWhenCommitted false was answered at its append)."""
+    if pc.answered:
+        return
+    pc.answered = True
     response: Response
     if pc.kind is ChangeKind.UPGRADE:
         response = UpdateKRaftVersionResponse(err, message)
@@ -250,6 +254,7 @@ def on_add_voter(core: RaftCore, src: int, corr: int, req: AddRaftVoterRequest) 
         key,
         VoterNode(key, req.listeners),
         timeout_ms=max(req.timeout_ms, 1),
+        ack_when_committed=req.ack_when_committed,
     )
     core._out.append(SendApiVersions(req.voter_id, req.listeners))
 
@@ -277,6 +282,8 @@ def on_api_versions(core: RaftCore, ev: ApiVersionsReceived) -> None:
     node = VoterNode(pc.key, pc.node.endpoints, ev.result.kraft_version)
     pc.record_offset = append_voters(core, s, core._voters().with_voter(node))
     pc.deadline = core._now + pc.timeout_ms
+    if not pc.ack_when_committed:  # KIP-1186: answered now, still pending until committed
+        reply_change(core, pc, ErrorCode.NONE, None)
     replication.maybe_advance_hw(core)
 
 

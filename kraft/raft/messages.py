@@ -286,6 +286,8 @@ class AddRaftVoterRequest:
     listeners: tuple[Endpoint, ...]
     timeout_ms: int = 30_000
     cluster_id: str | None = None
+    ack_when_committed: bool = True
+    """False (AddRaftVoter v1, KIP-1186): answer once the voters record is appended."""
 
 
 @fast_init

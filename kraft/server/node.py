@@ -88,7 +88,7 @@ from kraft.statemachine.kv import (
 )
 from kraft.storage.bootstrap import METADATA_VERSION_FEATURE, read_bootstrap_checkpoint
 from kraft.storage.errors import StorageError
-from kraft.storage.layout import BOOTSTRAP_CHECKPOINT
+from kraft.storage.layout import BOOTSTRAP_CHECKPOINT, BOOTSTRAP_SNAPSHOT_ID, partition_dir
 from kraft.storage.loader import MetadataDir, open_metadata_dir
 from kraft.storage.recover import check_startable
 
@@ -712,11 +712,14 @@ class KraftNode:
 
 
 def _bootstrap_metadata_version(metadata_dir: Path) -> int | None:
-    """The metadata.version level `kraft format` wrote into bootstrap.checkpoint (None when
-    the file is missing or names none)."""
+    """The metadata.version level the format wrote: in bootstrap.checkpoint (`kraft format`,
+    Kafka up to 4.3), else in the (0, 0) snapshot (Kafka 4.4's `kafka-storage format` puts the
+    bootstrap records there and writes no bootstrap.checkpoint). None when neither names one."""
     path = metadata_dir / BOOTSTRAP_CHECKPOINT
     if not path.exists():
-        return None
+        path = partition_dir(metadata_dir) / BOOTSTRAP_SNAPSHOT_ID.file_name()
+        if not path.exists():
+            return None
     for record in read_bootstrap_checkpoint(path):
         if record.name == METADATA_VERSION_FEATURE:
             return record.feature_level

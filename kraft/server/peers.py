@@ -445,6 +445,11 @@ class Peers:
             raise BadRequest(f"bad request: {exc}") from None
         api, version, corr = header.api_key, header.api_version, header.correlation_id
         if api == ApiKey.API_VERSIONS:
+            if version >= 5 and (data.cluster_id is None) != (data.node_id == -1):
+                # KIP-1242: both or neither; Kafka's ApiVersionsRequest.isValid, answered as
+                # its ControllerApis answers an invalid request
+                invalid = w.ApiVersionsResponseData(error_code=int(ErrorCode.INVALID_REQUEST))
+                return encode_response(api, version, corr, invalid)[4:]
             finalized = {"kraft.version": self._node.core.kraft_version} if self._node.core else {}
             if self._node.metadata_version is not None:
                 finalized[METADATA_VERSION] = self._node.metadata_version

@@ -165,6 +165,7 @@ def request_to_core(data: object, version: int, cluster_id: str) -> m.Request:
             voter_id=data.voter_id, voter_directory_id=_dir(data.voter_directory_id),
             listeners=tuple(m.Endpoint(e.name, e.host, e.port) for e in data.listeners),
             timeout_ms=data.timeout_ms, cluster_id=data.cluster_id,
+            ack_when_committed=data.ack_when_committed,
         )
     if isinstance(data, w.RemoveRaftVoterRequestData):
         _check_cluster(data.cluster_id, cluster_id)

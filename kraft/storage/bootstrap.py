@@ -44,7 +44,11 @@ METADATA_VERSIONS: dict[str, int] = {
     "3.8-IV0": 20, "3.9-IV0": 21,
     "4.0-IV0": 22, "4.0-IV1": 23, "4.0-IV2": 24, "4.0-IV3": 25,
     "4.1-IV0": 26, "4.1-IV1": 27,
+    "4.2-IV0": 28, "4.2-IV1": 29, "4.3-IV0": 30,
+    "4.4-IV0": 31, "4.4-IV1": 32, "4.4-IV2": 33,
 }
+"""Kafka's production metadata.version levels from 3.8 (the first with kraft.version 1) to 4.4
+(org.apache.kafka.server.common.MetadataVersion of Kafka 4.4.0)."""
 LATEST_PRODUCTION = "4.1-IV1"
 """The 4.1 default `--release-version` (metadata.version level 27)."""
 KRAFT_VERSION_1_MIN_LEVEL = METADATA_VERSIONS["3.9-IV0"]

@@ -137,9 +137,19 @@ def test_api_versions_lists_kraft_apis_and_unknown_api_is_unsupported(quorum: Lo
     corr, resp = _kafka(n.host, n.port, ApiKey.API_VERSIONS, 4, w.ApiVersionsRequestData("t", "1"))
     assert corr == 7 and isinstance(resp, w.ApiVersionsResponseData)
     keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-    assert keys[52] == (0, 2) and keys[1][1] == 18 and keys[80] == (0, 0) and 60 in keys
+    assert keys[52] == (0, 2) and keys[1][1] == 18 and keys[80] == (0, 1) and 60 in keys
+    assert keys[18] == (0, 5)
     assert {f.name: (f.min_version, f.max_version) for f in resp.supported_features} == {
-        "kraft.version": (0, 1), "metadata.version": (20, 27)}
+        "kraft.version": (0, 1), "metadata.version": (20, 33)}
+    # v5 (KIP-1242): ClusterId and NodeId both or neither, else INVALID_REQUEST as from Kafka
+    for cluster_id, node_id, error in ((None, -1, 0), (quorum.cluster_id, 9, 0),
+                                       (quorum.cluster_id, -1, ErrorCode.INVALID_REQUEST),
+                                       (None, 9, ErrorCode.INVALID_REQUEST)):
+        _, v5 = _kafka(n.host, n.port, ApiKey.API_VERSIONS, 5,
+                       w.ApiVersionsRequestData("t", "1", cluster_id, node_id))
+        assert isinstance(v5, w.ApiVersionsResponseData)
+        assert v5.error_code == error, (cluster_id, node_id)
+        assert bool(v5.api_keys) == (error == 0)
     # an api key nobody knows: the answer carries our correlation id and UNSUPPORTED_VERSION
     raw = struct.pack(">hhih", 999, 0, 4242, -1)
     with socket.create_connection((n.host, n.port), timeout=10) as s:

@@ -118,9 +118,9 @@ def test_update_features_as_kafkas_controller_answers_it(
 
     # Kafka's per-feature checks, each refusing the request with its message
     refusals = [
-        ([("metadata.version", 28, UPGRADE)],
-         f"Invalid update version 28 for feature metadata.version. Local controller "
-         f"{leader.node_id} only supports versions 20-27"),
+        ([("metadata.version", 34, UPGRADE)],
+         f"Invalid update version 34 for feature metadata.version. Local controller "
+         f"{leader.node_id} only supports versions 20-33"),
         ([("metadata.version", 26, UPGRADE)],
          "Invalid update version 26 for feature metadata.version. Can't downgrade the version "
          "of this feature without setting the upgrade type to either safe or unsafe downgrade."),

@@ -102,15 +102,15 @@ def test_api_versions_unsupported_version_in_the_requested_layout_still_decodes(
 def test_api_versions_advertises_kraft_version_only_from_v4() -> None:
     v4 = api_versions_response(4)
     assert [(f.name, f.min_version, f.max_version) for f in v4.supported_features] == [
-        ("kraft.version", 0, 1), ("metadata.version", 20, 27)
+        ("kraft.version", 0, 1), ("metadata.version", 20, 33)
     ]
     # a minimum of 0 only from v4 (older clients reject it), as Kafka does
     assert [f.name for f in api_versions_response(3).supported_features] == ["metadata.version"]
     keys = {k.api_key: (k.min_version, k.max_version) for k in v4.api_keys}
     assert keys[ApiKey.FETCH] == (4, 18)
     assert keys[ApiKey.VOTE] == (0, 2)
-    assert keys[ApiKey.API_VERSIONS] == (0, 4)
-    assert keys[ApiKey.ADD_RAFT_VOTER] == (0, 0)
+    assert keys[ApiKey.API_VERSIONS] == (0, 5)  # v5: KIP-1242
+    assert keys[ApiKey.ADD_RAFT_VOTER] == (0, 1)  # v1: KIP-1186
     for v in range(5):
         encode(api_versions_response(v), v)
 
@@ -124,7 +124,7 @@ def test_api_table() -> None:
     assert API_SPECS[ApiKey.API_VERSIONS].response_header_version(3) == 0
 
 
-@pytest.mark.parametrize(("key", "version"), [(9999, 0), (52, 3), (1, 3), (18, 5)])
+@pytest.mark.parametrize(("key", "version"), [(9999, 0), (52, 3), (1, 3), (18, 6)])
 def test_unknown_api_or_version_carries_correlation_id(key: int, version: int) -> None:
     frame = struct.pack(">hhih", key, version, 4242, -1) + b"\x00\x00"
     with pytest.raises(UnsupportedVersionError) as info:

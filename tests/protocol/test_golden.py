@@ -201,6 +201,15 @@ GOLDEN: list[tuple[str, Any, int, bytes]] = [
         node_endpoints=[m.FetchSnapshotResponseData.NodeEndpoint(1, "h", 9093)],
     ), 1, H("00000000 0006 01", "01 00 0a 02 00000001 0268", PORT_9093_U16, "00")),
 
+    # ApiVersions v5 (KIP-1242): ClusterId and NodeId after the software name and version;
+    # the bytes are those Kafka 4.4.0's ApiVersionsRequestData writes
+    ("ApiVersions request v5", m.ApiVersionsRequestData(
+        client_software_name="kraft", client_software_version="1.0", cluster_id="abc",
+        node_id=4), 5, H("066b72616674 04312e30 04616263 00000004 00")),
+    ("ApiVersions request v5, neither", m.ApiVersionsRequestData(
+        client_software_name="kraft", client_software_version="1.0"), 5,
+     H("066b72616674 04312e30 00 ffffffff 00")),
+
     # ---------------- AddRaftVoter / RemoveRaftVoter / UpdateRaftVoter ----------------
     ("AddRaftVoter request v0", m.AddRaftVoterRequestData(
         cluster_id=None, timeout_ms=30000, voter_id=4, voter_directory_id=U1,
@@ -208,6 +217,14 @@ GOLDEN: list[tuple[str, Any, int, bytes]] = [
     ), 0, H("00 00007530 00000004", U1_HEX, "02", _LISTENER_HEX, "00")),
     ("AddRaftVoter response v0", m.AddRaftVoterResponseData(
         error_code=126, error_message="dup"), 0, H("00000000 007e 04647570 00")),
+    # v1 (KIP-1186): AckWhenCommitted, a bool after Listeners; the response is v0's
+    ("AddRaftVoter request v1", m.AddRaftVoterRequestData(
+        cluster_id=None, timeout_ms=30000, voter_id=4, voter_directory_id=U1,
+        listeners=[m.AddRaftVoterRequestData.Listener("CONTROLLER", "localhost", 9093)],
+        ack_when_committed=False,
+    ), 1, H("00 00007530 00000004", U1_HEX, "02", _LISTENER_HEX, "00", "00")),
+    ("AddRaftVoter response v1", m.AddRaftVoterResponseData(
+        error_code=126, error_message="dup"), 1, H("00000000 007e 04647570 00")),
     ("RemoveRaftVoter request v0", m.RemoveRaftVoterRequestData(
         cluster_id="abc", voter_id=4, voter_directory_id=U1,
     ), 0, H(ABC_COMPACT, "00000004", U1_HEX, "00")),
@@ -306,7 +323,7 @@ def test_every_kraft_message_version_has_a_golden() -> None:
         "BeginQuorumEpochRequestData": range(2), "BeginQuorumEpochResponseData": range(2),
         "EndQuorumEpochRequestData": range(2), "EndQuorumEpochResponseData": range(2),
         "FetchSnapshotRequestData": range(2), "FetchSnapshotResponseData": range(2),
-        "AddRaftVoterRequestData": range(1), "AddRaftVoterResponseData": range(1),
+        "AddRaftVoterRequestData": range(2), "AddRaftVoterResponseData": range(2),
         "RemoveRaftVoterRequestData": range(1), "RemoveRaftVoterResponseData": range(1),
         "UpdateRaftVoterRequestData": range(1), "UpdateRaftVoterResponseData": range(1),
     }.items():

@@ -43,8 +43,8 @@ from kraft.protocol.framing import (
 )
 from kraft.protocol.schema import FieldSpec, MessageSpec, snake_case
 from tests.protocol.schema_strategies import (
-    IDS,
-    MESSAGE_VERSIONS,
+    REFERENCE_IDS,
+    REFERENCE_VERSIONS,
     TEXT,
     message_class,
     message_strategy,
@@ -125,7 +125,7 @@ def _compare(cls: type, fields: tuple[FieldSpec, ...], version: int,
         assert meta.get("tag") == (fs.tag if tagged else None), w
 
 
-@pytest.mark.parametrize(("spec", "version"), MESSAGE_VERSIONS, ids=IDS)
+@pytest.mark.parametrize(("spec", "version"), REFERENCE_VERSIONS, ids=REFERENCE_IDS)
 def test_schema_table_matches_kio(spec: MessageSpec, version: int) -> None:
     cls = kio_class(spec, version)
     assert cls.__api_key__ == spec.api_key
@@ -211,7 +211,7 @@ def _messages(spec: MessageSpec, version: int, kcls: type) -> st.SearchStrategy[
         lambda msg: _kio_holdable(kcls, msg, spec.fields, version))
 
 
-@pytest.mark.parametrize(("spec", "version"), MESSAGE_VERSIONS, ids=IDS)
+@pytest.mark.parametrize(("spec", "version"), REFERENCE_VERSIONS, ids=REFERENCE_IDS)
 def test_bytes_equal_kio(spec: MessageSpec, version: int) -> None:
     cls = message_class(spec)
     kcls = kio_class(spec, version)
@@ -238,7 +238,7 @@ def test_bytes_equal_kio(spec: MessageSpec, version: int) -> None:
 CLIENT_IDS = st.one_of(st.none(), TEXT)
 
 
-@pytest.mark.parametrize(("spec", "version"), MESSAGE_VERSIONS, ids=IDS)
+@pytest.mark.parametrize(("spec", "version"), REFERENCE_VERSIONS, ids=REFERENCE_IDS)
 def test_frames_equal_kio(spec: MessageSpec, version: int) -> None:
     """A whole frame (size prefix, the header version kio's class names, the body) as kio
     writes it is ours, and we decode it."""

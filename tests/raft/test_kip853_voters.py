@@ -353,3 +353,26 @@ def test_a_registration_to_a_node_that_is_not_the_leader_gets_not_controller() -
     assert h.responses(ControllerRegistrationResponse)[-1].error_code == ErrorCode.NOT_CONTROLLER
     h.request(-1, UpdateKRaftVersionRequest(1))
     assert h.responses(UpdateKRaftVersionResponse)[-1].error_code == ErrorCode.NOT_CONTROLLER
+
+
+def test_kip1186_add_voter_ack_when_committed_false_answers_at_the_append() -> None:
+    """AddRaftVoter v1 with AckWhenCommitted false (KIP-1186): answered once the new voters
+    record is in the leader's log; the change stays pending until it commits, so a second
+    change is refused meanwhile, and the commit sends no second answer."""
+    h = CoreHarness.leader(voters=(1, 2, 3))
+    caught_up_observer(h)
+    request = AddRaftVoterRequest(4, dir_id(4), endpoint(4), ack_when_committed=False)
+    h.request(-1, request, correlation_id=42)
+    assert not h.responses(VoterChangeResponse)  # not before the append
+    h.handle(ApiVersionsReceived(4, ApiVersionsResult(ErrorCode.NONE, KRaftVersionRange(0, 1))))
+    assert [r.error_code for r in h.responses(VoterChangeResponse)] == [ErrorCode.NONE]
+    assert h.core.voters().ids() == {1, 2, 3, 4}
+    h.request(-1, RemoveRaftVoterRequest(3, dir_id(3)), correlation_id=43)
+    assert change_response(h).error_code == ErrorCode.REQUEST_TIMED_OUT  # still pending
+    h.persist()
+    h.fetch_from(2, h.log_end, h.epoch, max_wait_ms=0)
+    h.fetch_from(4, h.log_end, h.epoch, max_wait_ms=0)  # committed under the new set
+    assert len(h.responses(VoterChangeResponse)) == 2  # no answer at the commit
+    h.request(-1, RemoveRaftVoterRequest(4, dir_id(4)), correlation_id=44)
+    h.persist()
+    assert h.core.voters().ids() == {1, 2, 3}
