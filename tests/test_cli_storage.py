@@ -227,3 +227,13 @@ def test_every_command_into_a_pipe_whose_reader_is_gone(tmp_path: Path, args: li
         os.close(write_end)
     assert done.stderr == b"", done.stderr.decode()
     assert done.returncode == EXIT_BROKEN_PIPE
+
+
+@pytest.mark.parametrize("args", [["--help"], ["dump", "--help"], ["random-uuid"]])
+def test_a_full_disk_under_standard_output_is_an_error(args: list[str]) -> None:
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run([sys.executable, "-m", "kraft", *args], stdout=full,
+                              stderr=subprocess.PIPE, cwd=ROOT, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.decode() == (
+        "kraft: cannot write to standard output: No space left on device\n")

@@ -15,6 +15,10 @@ import importlib
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 from kraft.cli.table import (
     COMMANDS,
@@ -41,6 +45,12 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise _UsageError(f"{self.prog}: error: {message}")
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        # Some Python releases' argparse swallow every OSError here, so `kraft --help`
+        # into a closed pipe or a full disk would exit 0 as if the help were read.
+        if message:
+            (file or sys.stderr).write(message)
 
 
 # ---------------------------------------------------------------------------- format
@@ -176,6 +186,23 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _quiet_stdout()
         return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        if not _writing_stdout_failed():
+            raise
+        _quiet_stdout()
+        print(f"kraft: cannot write to standard output: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+def _writing_stdout_failed() -> bool:
+    """Whether standard output itself refuses writes (a full disk, an I/O error): the
+    error just caught came from it rather than from a file a command opened."""
+    try:
+        sys.stdout.flush()
+        os.write(sys.stdout.fileno(), b"")
+    except (OSError, ValueError):
+        return True
+    return False
 
 
 def _quiet_stdout() -> None:
