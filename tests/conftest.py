@@ -31,3 +31,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.nodeid.endswith(suffix) or not hasattr(item, "_id"):
             continue
         item._id = coerce_node_id(item.nodeid + suffix)
+
+
+# KRAFT_TEST_TIMES=FILE: each test's wall time and the CPU time it cost (this process and
+# the processes it started and reaped) appended to FILE as JSON lines, one per test phase, so
+# the suite's budget can be judged on a loaded machine too (CPU time barely moves with load).
+_TIMES_FILE = os.environ.get("KRAFT_TEST_TIMES")
+
+if _TIMES_FILE:
+    import json
+    import resource
+    import time
+
+    def _cpu() -> float:
+        me = resource.getrusage(resource.RUSAGE_SELF)
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
+        wall, cpu = time.monotonic(), _cpu()
+        yield
+        with open(_TIMES_FILE, "a") as out:
+            out.write(json.dumps({"test": item.nodeid, "wall": round(time.monotonic() - wall, 3),
+                                  "cpu": round(_cpu() - cpu, 3)}) + "\n")
