@@ -146,11 +146,12 @@ def _event_loop_choice(config_path: Path) -> str:
 
 def _run_run(args: argparse.Namespace) -> int:
     from kraft.config.node import ConfigError
+    from kraft.config.tls import TlsMaterialError
 
     setup_logging(args.log_level)
     try:
         return _event_loop_runner(_event_loop_choice(args.config))(run_node(args.config))
-    except ConfigError as exc:
+    except (ConfigError, TlsMaterialError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except FileNotFoundError as exc:

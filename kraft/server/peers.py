@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -134,6 +135,8 @@ class PeerHost(Protocol):
     metadata_version: int | None
     queue: EventQueue
     metrics: NodeMetrics
+    tls_client: Callable[[], ssl.SSLContext] | None
+    """The context of a new outgoing connection when the controller listener is SSL."""
 
     def spawn(self, coro: Any) -> None: ...
     def note_leader_high_watermark(self, high_watermark: int, epoch: int) -> None: ...
@@ -149,7 +152,7 @@ class Peers:
         config = node.config
         self._listener_name = config.controller_listener.name
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.network = PeerNetwork(f"raft-client-{config.node_id}")
+        self.network = PeerNetwork(f"raft-client-{config.node_id}", node.tls_client)
         """The connections to the peers, one per destination."""
         self.inbound: dict[int, asyncio.Future[tuple[m.Response, bytes | None]] | FrameAnswer] = {}
         """The requests handed to the core, by the id it knows them by, until it answers."""
@@ -367,7 +370,8 @@ class Peers:
         address = self.address_of(e.node_id, e.endpoints)
         result = m.ApiVersionsResult(ErrorCode.REQUEST_TIMED_OUT)
         if address is not None:
-            conn = KafkaConnection(address[0], address[1], f"raft-client-{self._node.config.node_id}")
+            conn = KafkaConnection(address[0], address[1], f"raft-client-{self._node.config.node_id}",
+                                   self._node.tls_client)
             try:
                 await conn.open(self._node.config.request_timeout_ms / 1000)
                 rng = conn.versions.features.get("kraft.version", (0, 0))
