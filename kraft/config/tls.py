@@ -20,13 +20,15 @@ import logging
 import os
 import ssl
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from kraft.config.security import (
     PrincipalMapper,
+    SecurityConfigError,
     SslSettings,
     distinguished_name,
+    ssl_settings,
 )
 
 log = logging.getLogger("kraft.config.tls")
@@ -209,3 +211,19 @@ def _reason(exc: BaseException) -> str:
 
 ContextSource = Callable[[], ssl.SSLContext]
 """Gives the context of the next outgoing connection."""
+
+CLIENT_PROTOCOLS = ("PLAINTEXT", "SSL")
+
+
+def client_contexts(props: Mapping[str, str]) -> TlsContexts | None:
+    """A client's TLS from its properties (`--command-config`, Kafka's client keys):
+    `security.protocol=SSL` with the bare `ssl.*` keys; None for PLAINTEXT (the default).
+    Raises SecurityConfigError or TlsMaterialError naming the key."""
+    protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
+    if protocol not in CLIENT_PROTOCOLS:
+        raise SecurityConfigError("security.protocol", f"{protocol} is not supported "
+                                  f"(one of {', '.join(CLIENT_PROTOCOLS)}; SASL is not "
+                                  "implemented)")
+    if protocol == "PLAINTEXT":
+        return None
+    return TlsContexts(ssl_settings(props))
