@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +92,9 @@ class TestCA:
             builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         cert = builder.sign(self.key, hashes.SHA256())
         path = self.dir / file
-        path.write_bytes(_pem_key(key) + cert.public_bytes(serialization.Encoding.PEM))
-        path.chmod(0o600)
+        # replaced whole, as a Kubernetes Secret volume replaces its files: never half-written
+        tmp = path.with_name(path.name + ".new")
+        tmp.write_bytes(_pem_key(key) + cert.public_bytes(serialization.Encoding.PEM))
+        tmp.chmod(0o600)
+        os.replace(tmp, path)
         return Issued(cert, key, path)
