@@ -341,10 +341,10 @@ class ServerProperties(BaseModel):
     (Kafka's default)."""
     ssl_endpoint_identification_algorithm: str | None = Field(
         default=None, alias="ssl.endpoint.identification.algorithm")
-    """https (the default): a node's outgoing connections check that the peer's certificate
-    names the host they dialled (a DNS or IP SAN); empty: no host check."""
+    """https (when unset, as in Kafka): a node's outgoing connections check that the peer's
+    certificate names the host they dialled (a DNS or IP SAN); empty: no host check."""
     ssl_enabled_protocols: str | None = Field(default=None, alias="ssl.enabled.protocols")
-    """TLSv1.2,TLSv1.3 (the default): the versions a handshake may settle on."""
+    """The versions a handshake may settle on (when unset: TLSv1.2,TLSv1.3)."""
     ssl_protocol: str | None = Field(default=None, alias="ssl.protocol")
     """Accepted for Kafka's configuration (TLSv1.3); `ssl.enabled.protocols` decides."""
     ssl_cipher_suites: str | None = Field(default=None, alias="ssl.cipher.suites")
