@@ -273,6 +273,8 @@ class _Peer:
     backoff_ms: int = 0
     next_attempt: float = 0.0
     refused: bool = False
+    tls_error: str = ""
+    """The last TLS handshake failure logged (each distinct one is logged once)."""
 
 
 class PeerNetwork:
@@ -317,6 +319,11 @@ class PeerNetwork:
             conn = KafkaConnection(address[0], address[1], self.client_id, self.tls)
             await conn.open(timeout_s)
         except BaseException as exc:
+            if isinstance(exc, ssl.SSLError) and str(exc) != peer.tls_error:
+                # a certificate or trust problem does not heal by retrying: say it once
+                peer.tls_error = str(exc)
+                log.warning("event=tls_handshake_failed destination=%d host=%s port=%d "
+                            "error=%r", dest, address[0], address[1], str(exc))
             peer.refused = isinstance(exc, ConnectionRefusedError | ConnectionResetError)
             peer.backoff_ms = min(RECONNECT_BACKOFF_MAX_MS,
                                   max(RECONNECT_BACKOFF_MS, peer.backoff_ms * 2))
@@ -331,6 +338,7 @@ class PeerNetwork:
                                f"{type(exc).__name__}: {exc}", unreachable=peer.refused) from None
         peer.backoff_ms = 0
         peer.refused = False
+        peer.tls_error = ""
         peer.conn = conn
         peer.connecting = None
         fut.set_result(conn)
