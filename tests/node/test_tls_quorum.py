@@ -81,6 +81,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         "kraft.authorizer.describe.principals": ";".join(
             [principal("viewer"), *(principal(f"node-{i}") for i in (1, 2, 3))]),
         "kraft.authorizer.alter.principals": principal("operator"),
+        "super.users": principal("admin"),
     }
     c = LocalCluster(base / "cluster", 3, properties={**FAST_TIMEOUTS, **nodes_props},
                      address_prefix=prefix)
@@ -90,7 +91,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                                         dns=(), org=ORG)
         node.overrides["listener.name.controller.ssl.keystore.location"] = \
             str(certs[f"node-{nid}"].keystore)
-    for who in ("operator", "viewer"):
+    for who in ("operator", "viewer", "admin"):
         certs[who] = ca.issue(f"{who}.pem", who, ips=(), dns=(), org=ORG)
     other = TestCA(base / "other-pki", "other-ca")
     world = World(c, ca, certs, other,
@@ -207,6 +208,14 @@ def test_every_attack_is_refused_and_changes_nothing(world: World) -> None:
     with world.wire(leader, "operator") as conn:
         answer = conn.call(*tw.update_features(1))
         assert answer.error_code == 0, answer
+    # principals that are not nodes cannot Fetch as a voter: the operator (no ClusterAction)
+    # nor a super user (it names no node), though the super user may describe
+    for who in ("operator", "admin"):
+        with world.wire(leader, who) as conn:
+            answer = conn.call(*attacks["fetch_as_voter"])
+            assert answer.error_code == AUTHZ_FAILED, (who, answer)
+    with world.wire(leader, "admin") as conn:
+        assert conn.call(*tw.describe_quorum()).error_code == 0
     assert c.put("after-attacks", b"ok").status == 200
 
 
