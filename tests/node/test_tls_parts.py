@@ -180,3 +180,43 @@ def test_a_half_written_keystore_keeps_the_previous_certificate(pki: TestCA) -> 
     assert contexts.server_context() is first and contexts.reloads == 0
     pki.issue("rot.pem", "node-6")
     assert contexts.server_context() is not first and contexts.reloads == 1
+
+
+def test_a_new_ca_in_the_truststore_is_trusted_by_the_next_handshake(
+        pki: TestCA, tmp_path: Path) -> None:
+    """A CA rotation: the listener's truststore file gains the new CA (old and new bundled),
+    and a client certificate of the new CA is accepted by the next handshake, no restart."""
+    new_ca = TestCA(tmp_path / "new-ca", "new-ca")
+    trust = tmp_path / "trust.pem"
+    trust.write_text(pki.truststore.read_text())
+    server = TlsContexts(ssl_settings({
+        "ssl.keystore.location": str(pki.issue("srv-rot.pem", "node-7").keystore),
+        "ssl.truststore.location": str(trust), "ssl.client.auth": "required"}, "CONTROLLER"))
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.load_verify_locations(cafile=str(pki.truststore))
+    client.load_cert_chain(str(new_ca.issue("client.pem", "node-8").keystore))
+
+    async def attempt(port: int) -> bool:
+        conn = FrameConnection("127.0.0.1", port, tls=lambda: client)
+        try:
+            await conn.open(5)
+            return await conn.request(b"x", 5) == b"x"
+        except (OSError, ConnectionError):
+            return False
+        finally:
+            conn.close()
+
+    async def main() -> None:
+        seen: list[PeerInfo] = []
+        listener = await _serve(server, seen)
+        try:
+            assert not await attempt(listener.port)  # the new CA is not trusted yet
+            bundle = tmp_path / "trust.pem.new"
+            bundle.write_text(pki.truststore.read_text() + new_ca.truststore.read_text())
+            bundle.replace(trust)
+            assert await attempt(listener.port)
+            assert [p.principal for p in seen] == ["User:CN=node-8,O=kraft-test"]
+        finally:
+            await listener.stop()
+
+    asyncio.run(main())

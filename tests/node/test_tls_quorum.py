@@ -11,6 +11,7 @@ the hostile client is tests/support/tls_wire.py, in this process, over its own s
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import ssl
@@ -25,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from kraft.admin import QuorumClient
+from kraft.admin.errors import AdminError
 from kraft.cli.local import LocalCluster
 from tests.node.conftest import FAST_TIMEOUTS, address_prefix
 from tests.support import tls_wire as tw
@@ -165,6 +168,22 @@ def test_describe_needs_describe_and_the_cli_takes_command_config(world: World,
                            "--status"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert f"LeaderId:               {leader}" in done.stdout
+
+    async def describe() -> int:
+        async with QuorumClient([(n.host, n.port)], command_config=props) as client:
+            info = await client.describe_quorum()
+        async with QuorumClient([(n.host, n.port)], tls=tw_plain_ctx(world)) as client:
+            with pytest.raises(AdminError):  # no certificate: refused
+                await client.describe_quorum()
+        return info.leader_id
+
+    assert asyncio.run(describe()) == leader
+
+
+def tw_plain_ctx(world: World) -> Any:
+    """A client context that trusts the cluster's CA and presents no certificate."""
+    ctx = tw.client_context(world.ca.truststore)
+    return lambda: ctx
 
 
 def test_every_attack_is_refused_and_changes_nothing(world: World) -> None:
