@@ -129,10 +129,12 @@ soak: $(STAMP)
 
 # Real processes under random kill -9 / SIGTERM / SIGSTOP / lost disks / torn tails, 5 minutes
 # per seed: four seeds on 3 voters, two on 5; beside the nemesis a hostile client sends garbage,
-# forged epochs, oversized and truncated frames to every port (tests/support/hostile.py).
+# forged epochs, oversized and truncated frames to every port (tests/support/hostile.py);
+# then two seeds with the controller listeners over mTLS and the authorizer on.
 soak-nodes: $(STAMP)
 	KRAFT_NEMESIS_HOSTILE=1 KRAFT_NEMESIS_SECONDS=300 KRAFT_NEMESIS_SEEDS=1,2,3,4 $(BIN)/pytest -n $(WORKERS) -q tests/node/test_nemesis.py
 	KRAFT_NEMESIS_HOSTILE=1 KRAFT_NEMESIS_SECONDS=300 KRAFT_NEMESIS_SEEDS=5,6 KRAFT_NEMESIS_VOTERS=5 $(BIN)/pytest -n $(WORKERS) -q tests/node/test_nemesis.py
+	KRAFT_NEMESIS_TLS=1 KRAFT_NEMESIS_HOSTILE=1 KRAFT_NEMESIS_SECONDS=300 KRAFT_NEMESIS_SEEDS=7,8 $(BIN)/pytest -n $(WORKERS) -q tests/node/test_nemesis.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info kraft/lane/_native.*.so

@@ -87,7 +87,7 @@ def _table(rows: list[str]) -> list[str]:
 def _server_properties() -> list[str]:
     from kraft_operator import render
 
-    from kraft.config.server_properties import ServerProperties
+    from kraft.config.server_properties import OVERRIDE_SECURITY_PREFIXES, ServerProperties
 
     reserved = set(getattr(render, "RESERVED_KEYS", ()))
     rows = ["| Property | Type | Default | In spec.config |", "|---|---|---|---|"]
@@ -98,7 +98,9 @@ def _server_properties() -> list[str]:
             getattr(field.annotation, "__name__", str(field.annotation))
         annotation = re.sub(r"\b[a-z_]+(?:\.[a-z_]+)*\.(?=[A-Za-z])", "", annotation)
         default = "" if field.is_required() else f"`{json.dumps(field.default, default=str)}`"
-        allowed = "no: set by the operator" if key in reserved else "yes"
+        allowed = "no: set by the operator" if key in reserved else \
+            "no: TLS is not issued by the operator yet" \
+            if key.startswith(OVERRIDE_SECURITY_PREFIXES) else "yes"
         rows.append(f"| `{key}` | {_cell(annotation)} | {default} | {allowed} |")
     return rows
 
@@ -172,6 +174,14 @@ def render_doc() -> str:
         "changed). Times are milliseconds.",
         "",
         *_server_properties(),
+        "",
+        "The TLS keys (`ssl.*`) may also be given per listener as "
+        "`listener.name.<listener, lower case>.ssl.*`, which wins over the bare key (as in "
+        "Kafka). `super.users` and the `kraft.authorizer.*` lists are principals separated "
+        "by semicolons (`User:CN=node-1,O=acme;User:CN=admin,O=acme`). What each key does, "
+        "the authorization table and how to bring and rotate certificates: docs/security.md. "
+        "A node reads them from its own server.properties; the operator does not issue "
+        "certificates yet, so it refuses them in `spec.config`.",
         "",
         "## Helm chart values (charts/kraft-operator)",
         "",

@@ -16,7 +16,9 @@ caller's own loop (a reconciler) decides.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import ssl
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +33,8 @@ from kraft.admin.models import (
     ReplicaInfo,
 )
 from kraft.config.address import parse_host_port
+from kraft.config.properties import PropertiesSyntaxError, read_properties
+from kraft.config.tls import client_contexts
 from kraft.protocol import messages as w
 from kraft.protocol.api import ApiKey
 from kraft.protocol.errors import ErrorCode
@@ -84,13 +88,30 @@ class QuorumClient:
     """
 
     def __init__(self, bootstrap: Sequence[str | tuple[str, int]] | str, *, timeout_s: float = 5.0,
-                 cluster_id: str | None = None, client_id: str = "kraft-admin") -> None:
+                 cluster_id: str | None = None, client_id: str = "kraft-admin",
+                 tls: Callable[[], ssl.SSLContext] | None = None,
+                 command_config: str | Path | None = None) -> None:
+        """`tls`: speak TLS to the controller listeners with the context it gives; or
+        `command_config`: a client properties file, as Kafka's tools take
+        `--command-config` (`security.protocol=SSL` and the `ssl.*` client keys; a bad
+        key raises ValueError naming it). Neither: PLAINTEXT."""
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        if command_config is not None:
+            if tls is not None:
+                raise ValueError("give tls or command_config, not both")
+            try:
+                contexts = client_contexts(read_properties(command_config))
+            except (OSError, PropertiesSyntaxError) as exc:
+                raise ValueError(f"command_config {command_config}: {exc}") from None
+            except ValueError as exc:  # SecurityConfigError, TlsMaterialError: the key named
+                raise ValueError(f"command_config {command_config}: {exc}") from None
+            tls = None if contexts is None else contexts.client_context
         self.bootstrap = _bootstrap(bootstrap)
         self.timeout_s = timeout_s
         self.cluster_id = cluster_id
         self.client_id = client_id
+        self.tls = tls
         self._conns: dict[tuple[str, int], AdminConnection] = {}
         self._http: aiohttp.ClientSession | None = None
 
@@ -126,7 +147,7 @@ class QuorumClient:
                 if exc.timed_out:
                     raise
                 # a kept connection the peer closed meanwhile (it restarted): one new one
-        conn = AdminConnection(address[0], address[1], self.client_id)
+        conn = AdminConnection(address[0], address[1], self.client_id, self.tls)
         await conn.connect(self.timeout_s)
         other = self._conns.get(address)
         if other is not None and not other.closed:  # a concurrent call connected first

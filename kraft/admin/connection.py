@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from kraft.protocol import messages as w
@@ -55,7 +57,10 @@ def connect_problem(host: str, port: int, exc: BaseException) -> str:
 class AdminConnection:
     """A connection to one controller listener (open with `connect`)."""
 
-    def __init__(self, host: str, port: int, client_id: str = "kraft-admin") -> None:
+    def __init__(self, host: str, port: int, client_id: str = "kraft-admin",
+                 tls: Callable[[], ssl.SSLContext] | None = None) -> None:
+        """`tls`: connect with TLS, with the context it gives (None: PLAINTEXT)."""
+        self._tls = tls
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -81,7 +86,13 @@ class AdminConnection:
         """Open the TCP connection and exchange ApiVersions; raises WireError."""
         try:
             async with asyncio.timeout(timeout_s):
-                self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+                if self._tls is None:
+                    self._reader, self._writer = await asyncio.open_connection(self.host,
+                                                                               self.port)
+                else:
+                    self._reader, self._writer = await asyncio.open_connection(
+                        self.host, self.port, ssl=self._tls(), server_hostname=self.host,
+                        ssl_handshake_timeout=timeout_s)
         except TimeoutError:
             raise WireError(f"connect to {self.address} timed out after {timeout_s:g} s",
                             timed_out=True) from None

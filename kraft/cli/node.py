@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import ssl
 import sys
 import tempfile
 import time
@@ -146,11 +147,12 @@ def _event_loop_choice(config_path: Path) -> str:
 
 def _run_run(args: argparse.Namespace) -> int:
     from kraft.config.node import ConfigError
+    from kraft.config.tls import TlsMaterialError
 
     setup_logging(args.log_level)
     try:
         return _event_loop_runner(_event_loop_choice(args.config))(run_node(args.config))
-    except ConfigError as exc:
+    except (ConfigError, TlsMaterialError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except FileNotFoundError as exc:
@@ -215,11 +217,19 @@ def _command_properties(args: argparse.Namespace) -> tuple[dict[str, str], Path 
         props = read_properties(path)
     except PropertiesSyntaxError as exc:
         raise QuorumUsageError(f"--command-config: {exc}") from None
-    protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
-    if protocol != "PLAINTEXT":
-        raise QuorumUsageError(f"--command-config {path}: security.protocol={protocol} is not "
-                               "supported: the quorum's listeners speak PLAINTEXT only")
     return props, path
+
+
+def _command_tls(props: dict[str, str], path: Path | None) -> Callable[[], ssl.SSLContext] | None:
+    """The TLS of --command-config (security.protocol=SSL and the ssl.* client keys)."""
+    from kraft.config.security import SecurityConfigError
+    from kraft.config.tls import TlsMaterialError, client_contexts
+
+    try:
+        contexts = client_contexts(props)
+    except (SecurityConfigError, TlsMaterialError) as exc:
+        raise QuorumUsageError(f"--command-config {path}: {exc}") from None
+    return None if contexts is None else contexts.client_context
 
 
 def _bootstrap(args: argparse.Namespace, props: dict[str, str],
@@ -277,6 +287,7 @@ def _run_quorum(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         props, config = _command_properties(args)
+        tls = _command_tls(props, config)
         if args.quorum_command == "describe":
             _check_describe(args)
         if args.quorum_command == "add-controller" and config is None:
@@ -289,7 +300,7 @@ def _run_quorum(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         if args.quorum_command == "describe":
-            quorum = asyncio.run(describe_quorum(bootstrap))
+            quorum = asyncio.run(describe_quorum(bootstrap, tls=tls))
             if args.status:
                 print(format_status(quorum))
             else:
@@ -305,7 +316,7 @@ def _run_quorum(args: argparse.Namespace) -> int:
                 print(f"DRY RUN of adding controller {node_id} with directory id "
                       f"{directory_id} and endpoints: {endpoints}")
                 return EXIT_OK
-            asyncio.run(add_voter(bootstrap, node_id, directory_id, listeners))
+            asyncio.run(add_voter(bootstrap, node_id, directory_id, listeners, tls=tls))
             print(f"Added controller {node_id} with directory id {directory_id} and "
                   f"endpoints: {endpoints}")
             return EXIT_OK
@@ -319,7 +330,7 @@ def _run_quorum(args: argparse.Namespace) -> int:
             print(f"DRY RUN of removing  KRaft controller {args.controller_id} with directory "
                   f"id {directory}")
             return EXIT_OK
-        asyncio.run(remove_voter(bootstrap, args.controller_id, directory))
+        asyncio.run(remove_voter(bootstrap, args.controller_id, directory, tls=tls))
         print(f"Removed  KRaft controller {args.controller_id} with directory id {directory}")
         return EXIT_OK
     except ValueError as exc:

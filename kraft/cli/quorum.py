@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -25,17 +26,20 @@ T = TypeVar("T")
 
 Bootstrap = Sequence[tuple[str, int]]
 
+Tls = Callable[[], ssl.SSLContext] | None
+"""The context source of a TLS connection (`--command-config` with security.protocol=SSL)."""
+
 
 class QuorumOutputError(Exception):
     """What DescribeQuorum answered cannot be printed (no leader row, a clock drift)."""
 
 
 async def _once_led(bootstrap: Bootstrap, timeout_s: float,
-                    call: Callable[[QuorumClient], Awaitable[T]]) -> T:
+                    call: Callable[[QuorumClient], Awaitable[T]], tls: Tls = None) -> T:
     """`call` on a client of `bootstrap`, again every 0.2 s while no leader is known, until
     `timeout_s` has passed."""
     deadline = time.monotonic() + timeout_s
-    async with QuorumClient(list(bootstrap), timeout_s=timeout_s) as client:
+    async with QuorumClient(list(bootstrap), timeout_s=timeout_s, tls=tls) as client:
         while True:
             try:
                 return await call(client)
@@ -48,24 +52,26 @@ async def _once_led(bootstrap: Bootstrap, timeout_s: float,
             await asyncio.sleep(0.2)
 
 
-async def describe_quorum(bootstrap: Bootstrap, timeout_s: float = 10.0) -> QuorumInfo:
+async def describe_quorum(bootstrap: Bootstrap, timeout_s: float = 10.0,
+                          tls: Tls = None) -> QuorumInfo:
     """DescribeQuorum from the leader."""
-    return await _once_led(bootstrap, timeout_s, lambda c: c.describe_quorum())
+    return await _once_led(bootstrap, timeout_s, lambda c: c.describe_quorum(), tls)
 
 
 async def add_voter(bootstrap: Bootstrap, voter_id: int, directory_id: Uuid,
-                    listeners: list[tuple[str, str, int]], timeout_s: float = 30.0) -> None:
+                    listeners: list[tuple[str, str, int]], timeout_s: float = 30.0,
+                    tls: Tls = None) -> None:
     """AddRaftVoter on the leader; raises AdminError on an error answer."""
     endpoints = [Endpoint(listener=n, host=h, port=p) for n, h, p in listeners]
     await _once_led(bootstrap, timeout_s, lambda c: c.add_voter(
-        voter_id, directory_id, endpoints, timeout_s=timeout_s))
+        voter_id, directory_id, endpoints, timeout_s=timeout_s), tls)
 
 
 async def remove_voter(bootstrap: Bootstrap, voter_id: int, directory_id: Uuid,
-                       timeout_s: float = 30.0) -> None:
+                       timeout_s: float = 30.0, tls: Tls = None) -> None:
     """RemoveRaftVoter on the leader; raises AdminError on an error answer."""
     await _once_led(bootstrap, timeout_s, lambda c: c.remove_voter(
-        voter_id, directory_id, timeout_s=timeout_s))
+        voter_id, directory_id, timeout_s=timeout_s), tls)
 
 
 # ---------------------------------------------------------------- output (MetadataQuorumCommand)

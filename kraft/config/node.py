@@ -23,8 +23,16 @@ from pathlib import Path
 from pydantic import ConfigDict, ValidationError, field_validator, model_validator
 
 from kraft.config.properties import PropertiesSyntaxError, read_properties
+from kraft.config.security import (
+    AuthorizerSettings,
+    SslSettings,
+    authorizer_settings,
+    is_listener_security_key,
+    listener_key,
+    ssl_settings,
+)
 from kraft.config.server_properties import (
-    NO_TLS,
+    NO_SASL,
     SERVED_PROTOCOLS,
     HostPort,
     ListenerAddress,
@@ -61,7 +69,9 @@ class NodeConfig(ServerProperties):
     `controller.quorum.bootstrap.servers` (a dynamic quorum, KIP-853) must be set.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+    """Extra keys are allowed only as `listener.name.<l>.ssl.*` (checked in `_consistent`;
+    `build_config` names any other unknown key first)."""
 
     @field_validator("process_roles")
     @classmethod
@@ -91,7 +101,23 @@ class NodeConfig(ServerProperties):
                                  f"defined for listener {listener.name}")
             if protocol not in SERVED_PROTOCOLS:
                 raise ValueError(f"listener.security.protocol.map: listener {listener.name} "
-                                 f"asks for {protocol}, but {NO_TLS}")
+                                 f"asks for {protocol}, but {NO_SASL}")
+        for key in self.model_extra or {}:
+            if not is_listener_security_key(key):
+                raise ValueError(f"unknown configuration key {key!r}")
+            lname = key.split(".")[2]
+            if lname not in {item.name.lower() for item in self.listeners}:
+                raise ValueError(f"{key}: no listener named {lname!r} in listeners")
+        ssl = self.controller_ssl
+        if ssl is not None:
+            where = listener_key(self.controller_listener.name, "ssl.keystore.location")
+            if not ssl.has_keystore:
+                raise ValueError(f"{where}: an SSL controller listener needs a keystore (or "
+                                 "ssl.keystore.key with ssl.keystore.certificate.chain)")
+            if ssl.truststore_location is None and ssl.truststore_certificates is None:
+                raise ValueError(f"{listener_key(self.controller_listener.name, 'ssl.truststore.location')}: "
+                                 "an SSL controller listener needs a truststore (the CA its "
+                                 "peers' certificates chain to)")
         if not self.quorum_voters and not self.bootstrap_servers:
             raise ValueError(
                 "one of controller.quorum.voters or controller.quorum.bootstrap.servers is required"
@@ -120,6 +146,20 @@ class NodeConfig(ServerProperties):
             if chosen is not None:
                 out.append(chosen)
         return out
+
+    @property
+    def controller_ssl(self) -> SslSettings | None:
+        """The controller listener's TLS settings when it is mapped to SSL, else None (every
+        node speaks to its peers with the protocol of its own controller listener)."""
+        listener = self.controller_listener
+        if self.security_protocol(listener.name) != "SSL":
+            return None
+        return ssl_settings(self.to_properties(), listener.name)
+
+    @property
+    def authorizer(self) -> AuthorizerSettings:
+        """Who may do what on the controller listener (`kraft.config.security`)."""
+        return authorizer_settings(self.to_properties())
 
     @property
     def metadata_dir(self) -> Path:
@@ -163,7 +203,7 @@ def build_config(
         if security is not None:
             where = f" (from {origin[key]})" if key in origin else ""
             raise ConfigError(f"configuration key {security}{where}")
-        if key not in known:
+        if key not in known and not is_listener_security_key(key):
             near = difflib.get_close_matches(key, sorted(known), n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
             raise ConfigError(f"unknown configuration key {key!r}{hint}")

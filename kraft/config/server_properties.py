@@ -21,13 +21,26 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from kraft.config.address import parse_host_port
 from kraft.config.properties import (
     PropertiesSyntaxError,
     parse_properties,
     read_properties,
+)
+from kraft.config.security import (
+    SecurityConfigError,
+    authorizer_settings,
+    is_listener_security_key,
+    ssl_settings,
 )
 
 ROLES = ("broker", "controller")
@@ -80,23 +93,37 @@ def _host(host: str) -> str:
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 """Kafka's security protocols (`listener.security.protocol.map`'s values)."""
 
-SERVED_PROTOCOLS = ("PLAINTEXT",)
-"""The security protocols a kraft node's listeners implement today."""
+SERVED_PROTOCOLS = ("PLAINTEXT", "SSL")
+"""The security protocols a kraft node's listeners implement (SASL is not implemented)."""
 
-SECURITY_KEY_PREFIXES = ("ssl.", "sasl.", "security.", "listener.name.")
-"""Keys that configure TLS or SASL (Kafka's `ssl.*`, `sasl.*`, `security.inter.broker.protocol`,
-per-listener `listener.name.<l>.ssl.*`): refused by name, so that security asked for is never
-silently dropped."""
+UNSERVED_KEY_PREFIXES = ("sasl.", "listener.name.")
+"""Keys that configure what a node does not implement (SASL, `listener.name.<l>.sasl.*` and
+any other per-listener key but the TLS ones): refused by name, so that security asked for is
+never silently dropped."""
 
-NO_TLS = ("TLS and SASL are not implemented yet: every listener speaks PLAINTEXT only "
-          "(a node refuses to start rather than serve plaintext where security was asked for)")
+NO_SASL = ("SASL is not implemented: a listener speaks PLAINTEXT or SSL (a node refuses to "
+           "start rather than serve without the security asked for)")
 
 
 def security_key_problem(key: str) -> str | None:
-    """Why `key` cannot be used (it configures TLS or SASL), or None for any other key."""
-    if key.startswith(SECURITY_KEY_PREFIXES):
-        return f"{key}: {NO_TLS}"
+    """Why `key` cannot be used (it configures SASL, or a per-listener setting other than
+    TLS), or None for any other key."""
+    if is_listener_security_key(key):
+        return None
+    if key.startswith(UNSERVED_KEY_PREFIXES):
+        return f"{key}: {NO_SASL}"
     return None
+
+
+OVERRIDE_SECURITY_PREFIXES = ("ssl.", "sasl.", "security.", "listener.name.", "super.users",
+                              "kraft.authorizer.")
+"""Keys a user's overrides (an operator resource's `config`) may not set: the nodes' TLS
+and authorization come with the certificates the operator mounts, which it does not
+issue yet."""
+
+NO_OPERATOR_TLS = ("TLS and SASL are not implemented by the operator yet: its quorums speak "
+                   "PLAINTEXT (a node serves TLS from its own server.properties, "
+                   "docs/security.md)")
 
 
 def _parse_protocol_map(value: str) -> dict[str, str]:
@@ -143,7 +170,7 @@ class ServerProperties(BaseModel):
         default="", alias="listener.security.protocol.map"
     )
     """`NAME:PROTOCOL,...` as in Kafka (`security_protocol` resolves a listener's). A node
-    serves PLAINTEXT only: `kraft run` refuses any other protocol, naming this key."""
+    serves PLAINTEXT and SSL: `kraft run` refuses SASL_*, naming this key."""
     quorum_voters: list[VoterAddress] = Field(default=[], alias="controller.quorum.voters")
     bootstrap_servers: list[HostPort] = Field(
         default=[], alias="controller.quorum.bootstrap.servers"
@@ -282,6 +309,71 @@ class ServerProperties(BaseModel):
     event_loop: Literal["auto", "asyncio", "uvloop"] = Field(default="auto", alias="kraft.event.loop")
     """`auto`: uvloop when it is installed (less CPU per request), else asyncio's loop."""
 
+    # ---- TLS (Kafka's names; `listener.name.<l>.ssl.*` wins, `kraft.config.security`)
+    ssl_keystore_type: str | None = Field(default=None, alias="ssl.keystore.type")
+    """PEM (the only type read: no JKS, no PKCS12)."""
+    ssl_keystore_location: str | None = Field(default=None, alias="ssl.keystore.location")
+    """A PEM file holding the private key and the certificate chain (leaf first); re-read
+    for new connections when it changes."""
+    ssl_keystore_password: str | None = Field(default=None, alias="ssl.keystore.password")
+    """Accepted for Kafka's configuration; a PEM keystore has no store password (the key's
+    is `ssl.key.password`)."""
+    ssl_keystore_key: str | None = Field(default=None, alias="ssl.keystore.key")
+    """The private key as inline PEM (with `ssl.keystore.certificate.chain`)."""
+    ssl_keystore_certificate_chain: str | None = Field(
+        default=None, alias="ssl.keystore.certificate.chain")
+    """The certificate chain as inline PEM, leaf first."""
+    ssl_key_password: str | None = Field(default=None, alias="ssl.key.password")
+    """The password of an encrypted private key."""
+    ssl_truststore_type: str | None = Field(default=None, alias="ssl.truststore.type")
+    """PEM (the only type read)."""
+    ssl_truststore_location: str | None = Field(default=None, alias="ssl.truststore.location")
+    """A PEM file of the CA certificates a peer's certificate must chain to; re-read for new
+    connections when it changes."""
+    ssl_truststore_password: str | None = Field(default=None, alias="ssl.truststore.password")
+    """Accepted for Kafka's configuration; a PEM truststore has no password."""
+    ssl_truststore_certificates: str | None = Field(default=None,
+                                                    alias="ssl.truststore.certificates")
+    """The trusted CA certificates as inline PEM."""
+    ssl_client_auth: str | None = Field(default=None, alias="ssl.client.auth")
+    """required (a client without a certificate the truststore trusts is refused),
+    requested (one is asked for, a client without one is served as User:ANONYMOUS) or none
+    (Kafka's default)."""
+    ssl_endpoint_identification_algorithm: str | None = Field(
+        default=None, alias="ssl.endpoint.identification.algorithm")
+    """https (when unset, as in Kafka): a node's outgoing connections check that the peer's
+    certificate names the host they dialled (a DNS or IP SAN); empty: no host check."""
+    ssl_enabled_protocols: str | None = Field(default=None, alias="ssl.enabled.protocols")
+    """The versions a handshake may settle on (when unset: TLSv1.2,TLSv1.3)."""
+    ssl_protocol: str | None = Field(default=None, alias="ssl.protocol")
+    """Accepted for Kafka's configuration (TLSv1.3); `ssl.enabled.protocols` decides."""
+    ssl_cipher_suites: str | None = Field(default=None, alias="ssl.cipher.suites")
+    """OpenSSL cipher names for TLSv1.2 (TLSv1.3's suites are OpenSSL's defaults); empty:
+    the defaults."""
+    ssl_principal_mapping_rules: str | None = Field(default=None,
+                                                    alias="ssl.principal.mapping.rules")
+    """DEFAULT (the certificate's distinguished name, `User:CN=...,O=...`) or a list of
+    `RULE:pattern/replacement/[LU]` as in Kafka."""
+
+    # ---- authorization (docs/security.md: the static equivalent of Kafka's ACLs)
+    super_users: str | None = Field(default=None, alias="super.users")
+    """`User:name;User:other`: principals allowed every operation."""
+    authorizer_cluster_action_principals: str | None = Field(
+        default=None, alias="kraft.authorizer.cluster.action.principals")
+    """Principals granted ClusterAction (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch,
+    FetchSnapshot, UpdateRaftVoter, ControllerRegistration, forwarded KV calls): the nodes."""
+    authorizer_alter_principals: str | None = Field(
+        default=None, alias="kraft.authorizer.alter.principals")
+    """Principals granted Alter (AddRaftVoter, RemoveRaftVoter, UpdateFeatures; implies
+    Describe): the operators."""
+    authorizer_describe_principals: str | None = Field(
+        default=None, alias="kraft.authorizer.describe.principals")
+    """Principals granted Describe (DescribeQuorum, DescribeCluster)."""
+    authorizer_node_principal_pattern: str | None = Field(
+        default=None, alias="kraft.authorizer.node.principal.pattern")
+    """A regular expression whose first group, searched in a principal's name, is the node id
+    that principal may claim in a request (default: an RDN `CN=node-<id>`)."""
+
 
     @field_validator("process_roles", "controller_listener_names", "log_dirs", mode="before")
     @classmethod
@@ -317,6 +409,17 @@ class ServerProperties(BaseModel):
     def _check_protocol_map(cls, value: str) -> str:
         _parse_protocol_map(value)
         return value
+
+    @model_validator(mode="after")
+    def _security(self) -> Self:
+        props = self.to_properties()
+        try:
+            for listener in self.listeners:
+                ssl_settings(props, listener.name)
+            authorizer_settings(props)
+        except SecurityConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return self
 
     def security_protocol(self, listener: str) -> str | None:
         """The security protocol of listener `listener`, as Kafka resolves it: the entry of
@@ -525,8 +628,8 @@ class ServerProperties(BaseModel):
             if key in reserved:
                 problems.append(PropertyProblem(key=key, value=value,
                                                 message="may not be overridden"))
-            elif (security := security_key_problem(key)) is not None:
-                problems.append(PropertyProblem(key=key, value=value, message=security))
+            elif key.startswith(OVERRIDE_SECURITY_PREFIXES):
+                problems.append(PropertyProblem(key=key, value=value, message=NO_OPERATOR_TLS))
             elif key not in known:
                 near = difflib.get_close_matches(key, sorted(known), n=1)
                 hint = f"; did you mean {near[0]!r}?" if near else ""

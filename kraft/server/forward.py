@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -287,8 +288,10 @@ class Forwarder:
 
     def __init__(self, node_id: int, cluster_id: str, target: Callable[[], Target],
                  run_local: Callable[[KvCall], Awaitable[KvAnswer]],
-                 leader_news: Callable[[float], Awaitable[None]]) -> None:
+                 leader_news: Callable[[float], Awaitable[None]],
+                 tls: Callable[[], ssl.SSLContext] | None = None) -> None:
         self.client_id = f"kraft-forward-{node_id}"
+        self._tls = tls
         self.cluster_id = cluster_id
         self._target = target
         self._run_local = run_local
@@ -369,7 +372,7 @@ class Forwarder:
                 raise _NotSent(str(exc)) from None
         fut: asyncio.Future[FrameConnection] = asyncio.get_running_loop().create_future()
         self._opening[address] = fut
-        conn = FrameConnection(address[0], address[1])
+        conn = FrameConnection(address[0], address[1], tls=self._tls)
         try:
             await conn.open(timeout_s)
         except BaseException as exc:

@@ -33,10 +33,11 @@ import collections
 import contextlib
 import logging
 import math
+import ssl
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from kraft.protocol.framing import ReadBuffer
 from kraft.server.connection_limits import (
@@ -48,6 +49,9 @@ from kraft.server.connection_limits import (
 )
 
 log = logging.getLogger("kraft.server.frames")
+
+HANDSHAKE_TIMEOUT_S = 10.0
+"""A TLS handshake not done within this long closes the connection."""
 
 _SIZE = struct.Struct(">i")
 
@@ -67,13 +71,20 @@ class PeerClosedError(ConnectionClosedError):
     may have died: the kernel closes a killed process's sockets at once)."""
 
 
+ANONYMOUS = "User:ANONYMOUS"
+"""Kafka's principal of a connection without a client certificate (and of PLAINTEXT)."""
+
+
 @dataclass(frozen=True, slots=True)
 class PeerInfo:
-    """Where a connection comes from (for logs)."""
+    """Where a connection comes from (for logs) and who it is (its principal: `User:` and
+    the mapped name of its verified client certificate, else ANONYMOUS)."""
 
     host: str
     port: int
     connection_id: int
+    principal: str = ANONYMOUS
+    tls: bool = False
 
 
 ReplyBody = bytes | tuple[bytes | memoryview, ...]
@@ -154,7 +165,17 @@ class _FrameServerProtocol(asyncio.Protocol):
         lst = self.listener
         lst._next_id += 1
         peername = transport.get_extra_info("peername") or ("?", 0)
-        self.peer = PeerInfo(str(peername[0]), int(peername[1]), lst._next_id)
+        principal: str | None = ANONYMOUS
+        tls = lst._tls is not None
+        if tls:
+            principal = lst._principal_of(transport.get_extra_info("peercert"))
+        self.peer = PeerInfo(str(peername[0]), int(peername[1]), lst._next_id,
+                             principal or ANONYMOUS, tls)
+        if principal is None:  # no ssl.principal.mapping.rules rule matched: not authenticated
+            lst._bad_input(self.peer, "no_principal", "no ssl.principal.mapping.rules rule "
+                           "matches the client certificate's name")
+            self.close()
+            return
         self._track = lst._guard.admit(self.peer.host, self.peer.port, self._drop,
                                        self._in_flight)
         if self._track is None:  # over a connection limit: closed at accept, as Kafka does
@@ -392,7 +413,8 @@ class _FrameServerProtocol(asyncio.Protocol):
         t = self.transport
         return (t is not None and not self._closing and not self._paused
                 and not self._write_blocked and len(self._queue) == pending
-                and not t.get_write_buffer_size() and t.get_extra_info("socket") is not None)
+                and not t.get_write_buffer_size() and t.get_extra_info("socket") is not None
+                and not self.peer.tls)  # the lanes speak raw TCP: TLS stays in Python
 
     def lend(self) -> tuple[int, bytes]:
         """Lend the socket to another reader and writer (the leader's native lane): reading
@@ -456,10 +478,15 @@ class FrameListener:
         partial_frame_timeout_s: float = 30.0,
         max_in_flight: int = 64,
         guard: ListenerGuard | None = None,
+        tls: ssl.SSLContext | None = None,
+        principal_of: Callable[[Any], str | None] | None = None,
     ) -> None:
         """`guard` admits the connections and holds the node-wide limits
         (`kraft.server.connection_limits`); by default, a guard of this listener's own with
-        Kafka's defaults and `max_frame_bytes`."""
+        Kafka's defaults and `max_frame_bytes`. `tls`: serve TLS with this context (a
+        connection is served once its handshake is done); `principal_of` maps a verified
+        peer certificate (`getpeercert()`, None without one) to the connection's principal
+        (None: refused)."""
         self.host = host
         self.port = port
         self.name = name
@@ -469,6 +496,8 @@ class FrameListener:
         self._max_in_flight = max_in_flight
         self._guard = guard or ConnectionGuard(
             ConnectionLimits(max_frame_bytes=max_frame_bytes)).listener(name)
+        self._tls = tls
+        self._principal_of: Callable[[Any], str | None] = principal_of or (lambda _c: ANONYMOUS)
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[_FrameServerProtocol] = set()
         self._next_id = 0
@@ -485,8 +514,9 @@ class FrameListener:
     async def start(self) -> int:
         """Bind and listen; returns the bound port."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _FrameServerProtocol(self), self.host,
-                                                self.port, reuse_address=True)
+        self._server = await loop.create_server(
+            lambda: _FrameServerProtocol(self), self.host, self.port, reuse_address=True,
+            ssl=self._tls, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if self._tls else None)
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("event=listening listener=%s host=%s port=%d", self.name, self.host, self.port)
         return self.port
@@ -616,9 +646,13 @@ class FrameConnection:
     `send` takes a callback and costs no task per request; `request` is its awaitable form.
     """
 
-    def __init__(self, host: str, port: int, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+    def __init__(self, host: str, port: int, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 tls: Callable[[], ssl.SSLContext] | None = None) -> None:
+        """`tls`: speak TLS with the context it gives at `open` (the peer's certificate is
+        verified, and its name checked against `host` when the context says so)."""
         self.host = host
         self.port = port
+        self._tls = tls
         self._max_frame = max_frame_bytes
         self._transport: asyncio.Transport | None = None
         self._waiters: collections.deque[_Waiter] = collections.deque()
@@ -636,9 +670,16 @@ class FrameConnection:
     async def open(self, timeout_s: float) -> None:
         """Connect within `timeout_s`; raises OSError/TimeoutError."""
         loop = self._loop = self._timer.loop = asyncio.get_running_loop()
-        transport, protocol = await asyncio.wait_for(
-            loop.create_connection(lambda: _FrameClientProtocol(self), self.host, self.port),
-            timeout_s)
+        if self._tls is not None:
+            ctx = self._tls()
+            connect = loop.create_connection(
+                lambda: _FrameClientProtocol(self), self.host, self.port, ssl=ctx,
+                server_hostname=self.host if ctx.check_hostname else None,
+                ssl_handshake_timeout=timeout_s)
+        else:
+            connect = loop.create_connection(lambda: _FrameClientProtocol(self), self.host,
+                                             self.port)
+        transport, protocol = await asyncio.wait_for(connect, timeout_s)
         self._transport = transport
         self._protocol = protocol
         if self.closed:  # closed while connecting
@@ -689,6 +730,8 @@ class FrameConnection:
         fails at once and nothing is read here.
         """
         t, proto = self._transport, self._protocol
+        if self._tls is not None:
+            return None  # the lane speaks raw TCP: a TLS connection stays on the Python path
         if (self.closed or self.lent or t is None or proto is None or len(self._waiters) != 1
                 or not proto.idle or t.get_write_buffer_size()):
             return None

@@ -25,7 +25,9 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
+import ssl
 import time
+from collections.abc import Callable
 from itertools import accumulate, repeat
 from operator import itemgetter
 from typing import Any, Protocol
@@ -128,6 +130,7 @@ class KvHost(Protocol):
     queue: EventQueue
     metrics: NodeMetrics
     connection_guard: ConnectionGuard
+    tls_client: Callable[[], ssl.SSLContext] | None
 
     def spawn(self, coro: Any) -> None: ...
     def address_of(self, dest: int, endpoints: tuple[m.Endpoint, ...]
@@ -156,7 +159,7 @@ class KvFront:
         """Open the forwarder to the leader (once the cluster id is known)."""
         node = self._node
         self._forwarder = Forwarder(node.config.node_id, node.cluster_id, self.forward_target,
-                                    self.kv_local, self.leader_news)
+                                    self.kv_local, self.leader_news, node.tls_client)
 
     def close(self) -> None:
         """Close the forwarder's connections."""

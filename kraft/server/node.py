@@ -43,11 +43,14 @@ import contextlib
 import gc
 import logging
 import random
+import ssl
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kraft.config.node import NodeConfig
+from kraft.config.tls import TlsContexts
 from kraft.lane import LaneArbiter, append_scan
 from kraft.protocol.api import ApiKey
 from kraft.protocol.errors import ErrorCode
@@ -142,6 +145,13 @@ class KraftNode:
         self.listener: FrameListener | None = None
         self.http_api: HttpApiServer | None = None
         self.client_server: ClientServer | None = None
+        settings = config.controller_ssl
+        self.tls: TlsContexts | None = None if settings is None else TlsContexts(settings)
+        """The controller listener's TLS contexts (None: PLAINTEXT), reloaded when their
+        files change; raises TlsMaterialError naming the key of a file that cannot load."""
+        self.tls_client: Callable[[], ssl.SSLContext] | None = (
+            None if self.tls is None else self.tls.client_context)
+        """The context of each new outgoing connection (Fetch, Vote, forwarding, ...)."""
         self.peers = Peers(self)
         """The routes to the peers and the Kafka requests in and out (`kraft.server.peers`)."""
         self.kv = KvFront(self)
@@ -230,7 +240,10 @@ class KraftNode:
         guard = self.connection_guard
         self.listener = FrameListener(bound.host, bound.port, self.peers.on_frame, name=bound.name,
                                       max_frame_bytes=cfg.socket_request_max_bytes,
-                                      guard=guard.listener(bound.name))
+                                      guard=guard.listener(bound.name),
+                                      tls=None if self.tls is None else self.tls.listener_context(),
+                                      principal_of=None if self.tls is None
+                                      else self.tls.principal_of)
         await self.listener.start()
         if cfg.http_listener is not None:
             self.http_api = HttpApiServer(self.kv, self, cfg.http_listener.host,

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
+import struct
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -36,6 +38,7 @@ from kraft.raft.core import RaftCore
 from kraft.raft.state import Role
 from kraft.server import frame_answer
 from kraft.server.apply_driver import ApplyDriver
+from kraft.server.authorize import Authorizer, refusal
 from kraft.server.event_queue import EventQueue
 from kraft.server.features import (
     FAILED_PREFIX,
@@ -134,6 +137,8 @@ class PeerHost(Protocol):
     metadata_version: int | None
     queue: EventQueue
     metrics: NodeMetrics
+    tls_client: Callable[[], ssl.SSLContext] | None
+    """The context of a new outgoing connection when the controller listener is SSL."""
 
     def spawn(self, coro: Any) -> None: ...
     def note_leader_high_watermark(self, high_watermark: int, epoch: int) -> None: ...
@@ -149,7 +154,9 @@ class Peers:
         config = node.config
         self._listener_name = config.controller_listener.name
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.network = PeerNetwork(f"raft-client-{config.node_id}")
+        self.network = PeerNetwork(f"raft-client-{config.node_id}", node.tls_client)
+        self.authorizer = Authorizer(config.authorizer, config.node_id)
+        """Who may send what on the controller listener (`kraft.server.authorize`)."""
         """The connections to the peers, one per destination."""
         self.inbound: dict[int, asyncio.Future[tuple[m.Response, bytes | None]] | FrameAnswer] = {}
         """The requests handed to the core, by the id it knows them by, until it answers."""
@@ -367,7 +374,8 @@ class Peers:
         address = self.address_of(e.node_id, e.endpoints)
         result = m.ApiVersionsResult(ErrorCode.REQUEST_TIMED_OUT)
         if address is not None:
-            conn = KafkaConnection(address[0], address[1], f"raft-client-{self._node.config.node_id}")
+            conn = KafkaConnection(address[0], address[1], f"raft-client-{self._node.config.node_id}",
+                                   self._node.tls_client)
             try:
                 await conn.open(self._node.config.request_timeout_ms / 1000)
                 rng = conn.versions.features.get("kraft.version", (0, 0))
@@ -423,11 +431,20 @@ class Peers:
     def on_frame(self, frame: bytes, peer: PeerInfo) -> bytes | DeferredReply | None:
         """One request frame of the Kafka listener: answered at once (ApiVersions,
         DescribeCluster, rejections) or through a future the core's answer completes (no
-        task per request)."""
+        task per request). With an authorizer, a request whose principal lacks the api's
+        operation, or that claims another replica's id, is refused first
+        (`kraft.server.authorize`)."""
+        authz = self.authorizer
+        if authz.enabled and len(frame) >= 8:
+            api_key, api_version, correlation_id = _HEAD.unpack_from(frame)
+            if not authz.allows(api_key, peer):
+                return _refused(api_key, api_version, correlation_id)
         if frame[:2] == b"\x00\x01":  # Fetch: a follower's, in the steady state
             fetch = decode_fetch_request(frame, self._node.cluster_id)
             if fetch is not None:
                 version, corr, req = fetch
+                if authz.enabled and not authz.claim_allowed(ApiKey.FETCH, req.replica_id, peer):
+                    return _refused(ApiKey.FETCH, version, corr)
                 self.fetch_peers[req.replica_id] = peer.connection_id
                 return self._defer(ApiKey.FETCH, version, corr, req, req.replica_id,
                                    peer.connection_id)
@@ -467,6 +484,8 @@ class Peers:
                      api_spec(api).name, exc.code.name, str(exc))
             err_body = api_spec(api).response_class(error_code=int(exc.code))
             return encode_response(api, version, corr, err_body)[4:]
+        if authz.enabled and not authz.claim_allowed(api, _source_of(request), peer):
+            return _refused(api, version, corr)
         return self._defer(ApiKey(api), version, corr, request,
                            audit=audit_line(request, f"{peer.host}:{peer.port}"))
 
@@ -538,6 +557,22 @@ class Peers:
                 brokers.append(D.DescribeClusterBroker(broker_id=v.id, host=addr[0], port=addr[1]))
         return D(error_code=0, endpoint_type=2, cluster_id=self._node.cluster_id,
                  controller_id=core.leader_id, brokers=brokers)
+
+
+_HEAD = struct.Struct(">hhi")
+"""A request header's api key, api version and correlation id."""
+
+
+def _refused(api_key: int, version: int, corr: int) -> bytes | None:
+    """CLUSTER_AUTHORIZATION_FAILED in the RPC's own error field; None (the connection
+    closes) for a Fetch below v7, which has no top-level error field; an api or version
+    this node does not speak is answered as any other (UNSUPPORTED_VERSION)."""
+    if api_key == ApiKey.FETCH and version < 7:
+        return None
+    try:
+        return refusal(api_key, version, corr)
+    except (KeyError, ValueError, ProtocolError, UnsupportedVersionError):
+        return unsupported_version_frame(corr)
 
 
 def _source_of(req: m.Request) -> int:

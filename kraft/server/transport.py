@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -99,11 +100,14 @@ class FastCodec(Protocol):
 class KafkaConnection:
     """One Kafka-protocol client connection (ApiVersions first, then any request)."""
 
-    def __init__(self, host: str, port: int, client_id: str) -> None:
+    def __init__(self, host: str, port: int, client_id: str,
+                 tls: Callable[[], ssl.SSLContext] | None = None) -> None:
+        """`tls`: the context source of a TLS connection (`FrameConnection`), None for
+        PLAINTEXT."""
         self.host = host
         self.port = port
         self.client_id = client_id
-        self._conn = FrameConnection(host, port)
+        self._conn = FrameConnection(host, port, tls=tls)
         self._corr = 0
         self.versions = PeerVersions()
 
@@ -250,10 +254,10 @@ class KafkaConnection:
 
 
 async def one_shot(host: str, port: int, api_key: ApiKey, body: object | Callable[[int], object],
-                   timeout_s: float = 10.0,
-                   client_id: str = "kraft-cli") -> tuple[int, Any]:
+                   timeout_s: float = 10.0, client_id: str = "kraft-cli",
+                   tls: Callable[[], ssl.SSLContext] | None = None) -> tuple[int, Any]:
     """Open a connection, send one request, close; returns (version, response)."""
-    conn = KafkaConnection(host, port, client_id)
+    conn = KafkaConnection(host, port, client_id, tls)
     await conn.open(timeout_s)
     try:
         return await conn.call(api_key, body, timeout_s)
@@ -269,6 +273,8 @@ class _Peer:
     backoff_ms: int = 0
     next_attempt: float = 0.0
     refused: bool = False
+    tls_error: str = ""
+    """The last TLS handshake failure logged (each distinct one is logged once)."""
 
 
 class PeerNetwork:
@@ -282,8 +288,10 @@ class PeerNetwork:
     retry backoff paces them.
     """
 
-    def __init__(self, client_id: str) -> None:
+    def __init__(self, client_id: str, tls: Callable[[], ssl.SSLContext] | None = None) -> None:
+        """`tls`: every connection speaks TLS with the context it gives (None: PLAINTEXT)."""
         self.client_id = client_id
+        self.tls = tls
         self._peers: dict[int, _Peer] = {}
 
     async def _connection(self, dest: int, address: tuple[str, int], timeout_s: float) -> KafkaConnection:
@@ -308,9 +316,14 @@ class PeerNetwork:
         try:
             if wait > 0:
                 await asyncio.sleep(wait)
-            conn = KafkaConnection(address[0], address[1], self.client_id)
+            conn = KafkaConnection(address[0], address[1], self.client_id, self.tls)
             await conn.open(timeout_s)
         except BaseException as exc:
+            if isinstance(exc, ssl.SSLError) and str(exc) != peer.tls_error:
+                # a certificate or trust problem does not heal by retrying: say it once
+                peer.tls_error = str(exc)
+                log.warning("event=tls_handshake_failed destination=%d host=%s port=%d "
+                            "error=%r", dest, address[0], address[1], str(exc))
             peer.refused = isinstance(exc, ConnectionRefusedError | ConnectionResetError)
             peer.backoff_ms = min(RECONNECT_BACKOFF_MAX_MS,
                                   max(RECONNECT_BACKOFF_MS, peer.backoff_ms * 2))
@@ -325,6 +338,7 @@ class PeerNetwork:
                                f"{type(exc).__name__}: {exc}", unreachable=peer.refused) from None
         peer.backoff_ms = 0
         peer.refused = False
+        peer.tls_error = ""
         peer.conn = conn
         peer.connecting = None
         fut.set_result(conn)
@@ -340,7 +354,7 @@ class PeerNetwork:
             remaining = max(0.001, deadline - time.monotonic())
             if conn.lent:  # the follower's lane has it: a connection of this request's own
                 return await one_shot(address[0], address[1], api_key, body, remaining,
-                                      self.client_id)
+                                      self.client_id, self.tls)
             return await conn.call(api_key, body, remaining)
         except (ConnectionClosedError, OSError, TimeoutError) as exc:
             raise RequestError(f"{api_key.name} to node {dest} failed: {type(exc).__name__}: "

@@ -168,8 +168,11 @@ def test_snapshot_retention_settings_default_to_kafkas() -> None:
 @pytest.mark.parametrize(
     ("extra", "named", "says"),
     [
-        ({"listener.security.protocol.map": "CONTROLLER:SSL"}, "listener.security.protocol.map",
-         "asks for SSL"),
+        ({"listener.security.protocol.map": "CONTROLLER:SSL"},
+         "listener.name.controller.ssl.keystore.location", "needs a keystore"),
+        ({"listener.security.protocol.map": "CONTROLLER:SSL",
+          "ssl.keystore.location": "/k.pem"},
+         "listener.name.controller.ssl.truststore.location", "needs a truststore"),
         ({"listener.security.protocol.map": "CONTROLLER:SASL_SSL"},
          "listener.security.protocol.map", "asks for SASL_SSL"),
         ({"listener.security.protocol.map": "CONTROLLER:TLS"}, "listener.security.protocol.map",
@@ -179,18 +182,41 @@ def test_snapshot_retention_settings_default_to_kafkas() -> None:
         ({"listener.security.protocol.map": "OTHER:PLAINTEXT"}, "listener.security.protocol.map",
          "no security protocol is defined for listener CONTROLLER"),
         ({"listeners": "SSL://127.0.0.1:9093", "controller.listener.names": "SSL"},
-         "listener.security.protocol.map", "asks for SSL"),
-        ({"listener.name.controller.ssl.keystore.type": "PEM"},
-         "listener.name.controller.ssl.keystore.type", "TLS and SASL are not implemented"),
-        ({"ssl.client.auth": "required"}, "ssl.client.auth", "TLS and SASL are not implemented"),
+         "listener.name.ssl.ssl.keystore.location", "needs a keystore"),
+        ({"listener.name.controller.ssl.keystore.type": "JKS"},
+         "listener.name.controller.ssl.keystore.type", "only PEM"),
+        ({"listener.name.other.ssl.client.auth": "required"},
+         "listener.name.other.ssl.client.auth", "no listener named 'other'"),
+        ({"listener.name.controller.sasl.enabled.mechanisms": "PLAIN"},
+         "listener.name.controller.sasl.enabled.mechanisms", "SASL is not implemented"),
+        ({"ssl.client.auth": "always"}, "ssl.client.auth", "not one of required"),
+        ({"ssl.endpoint.identification.algorithm": "ldap"},
+         "ssl.endpoint.identification.algorithm", "not https or empty"),
+        ({"ssl.enabled.protocols": "TLSv1.1"}, "ssl.enabled.protocols", "'TLSv1.1'"),
+        ({"ssl.principal.mapping.rules": "RULE:^CN=(.*$/$1/"}, "ssl.principal.mapping.rules",
+         "rule pattern"),
+        ({"ssl.principal.mapping.rules": "RULES:x/y/"}, "ssl.principal.mapping.rules",
+         "invalid rule"),
+        ({"ssl.keystore.key": "-----BEGIN PRIVATE KEY-----"}, "ssl.keystore.certificate.chain",
+         "is required"),
+        ({"ssl.truststore.certificates": "not pem"}, "ssl.truststore.certificates",
+         "is not PEM text"),
+        ({"super.users": "User:a,User:b"}, "", ""),
+        ({"super.users": "alice"}, "super.users", "User:name"),
+        ({"kraft.authorizer.node.principal.pattern": "CN=node-"},
+         "kraft.authorizer.node.principal.pattern", "needs one group"),
         ({"sasl.enabled.mechanisms": "PLAIN"}, "sasl.enabled.mechanisms",
-         "TLS and SASL are not implemented"),
+         "SASL is not implemented"),
     ],
 )
-def test_security_the_node_does_not_implement_is_refused(extra: dict[str, str], named: str,
+def test_security_keys_that_cannot_be_served_are_refused(extra: dict[str, str], named: str,
                                                          says: str) -> None:
-    """Fail closed: a listener asked to speak anything but PLAINTEXT, or a TLS/SASL key, stops
-    the node at start with the key named, instead of being served as plaintext."""
+    """Fail closed: SASL, a listener asked to speak SSL without its keystore and truststore,
+    or a TLS or authorizer key with a bad value stops the node at start with the key named,
+    instead of being served as plaintext or without the check asked for."""
+    if not named:  # a DN holds commas: principals are split on semicolons, as Kafka does
+        assert build_config({**BASE, **extra}).authorizer.super_users == {"User:a,User:b"}
+        return
     with pytest.raises(ConfigError) as caught:
         build_config({**BASE, **extra})
     assert named in str(caught.value) and says in str(caught.value)
@@ -200,21 +226,39 @@ def test_plaintext_listeners_by_map_or_by_default_are_accepted() -> None:
     assert build_config(BASE).security_protocol("CONTROLLER") == "PLAINTEXT"
     cfg = build_config({**BASE, "listener.security.protocol.map": "CONTROLLER:plaintext"})
     assert cfg.security_protocol("CONTROLLER") == "PLAINTEXT"
+    assert cfg.controller_ssl is None and not cfg.authorizer.enabled
 
 
-def test_kraft_run_refuses_an_ssl_listener_naming_the_key(tmp_path: Path) -> None:
-    """The whole command: `kraft run` on a file asking for SSL exits with the key named and
-    never listens."""
+def test_listener_prefixed_ssl_keys_win_over_the_bare_ones() -> None:
+    cfg = build_config({**BASE, "listener.security.protocol.map": "CONTROLLER:SSL",
+                        "ssl.keystore.location": "/bare.pem",
+                        "listener.name.controller.ssl.keystore.location": "/prefixed.pem",
+                        "ssl.truststore.location": "/ca.pem", "ssl.client.auth": "required",
+                        "ssl.endpoint.identification.algorithm": ""})
+    ssl = cfg.controller_ssl
+    assert ssl is not None
+    assert ssl.keystore_location == "/prefixed.pem" and ssl.truststore_location == "/ca.pem"
+    assert ssl.key_of("ssl.keystore.location") == "listener.name.controller.ssl.keystore.location"
+    assert ssl.client_auth == "required" and not ssl.endpoint_identification
+
+
+def test_kraft_run_refuses_an_ssl_listener_with_a_keystore_it_cannot_read(
+        tmp_path: Path) -> None:
+    """The whole command: `kraft run` on a file asking for SSL with a missing keystore exits
+    2 with the key named and never listens."""
     import subprocess
     import sys
     conf = tmp_path / "server.properties"
     conf.write_text("\n".join(f"{k}={v}" for k, v in {
         **BASE, "metadata.log.dir": str(tmp_path / "meta"),
-        "listener.security.protocol.map": "CONTROLLER:SSL"}.items()) + "\n")
+        "listener.security.protocol.map": "CONTROLLER:SSL",
+        "listener.name.controller.ssl.keystore.location": str(tmp_path / "missing.pem"),
+        "listener.name.controller.ssl.truststore.location": str(tmp_path / "ca.pem"),
+    }.items()) + "\n")
     done = subprocess.run([sys.executable, "-m", "kraft", "run", "-c", str(conf)],
                           capture_output=True, text=True, timeout=60)
-    assert done.returncode != 0
-    assert "listener.security.protocol.map" in done.stderr and "SSL" in done.stderr
+    assert done.returncode == 2, done.stderr
+    assert "listener.name.controller.ssl" in done.stderr and "cannot load" in done.stderr
     assert not (tmp_path / "meta").exists()
 
 

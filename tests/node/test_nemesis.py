@@ -19,6 +19,10 @@ native lane (`kraft.lane.leader`) too, and adds a client of the binary protocol 
 (one connection that follows the leader, as the lane serves it), with three HTTP clients
 instead of six.
 
+`KRAFT_NEMESIS_TLS=1` runs the controller listeners over mTLS with the authorizer on
+(tests/support/pki.py; the nodes are super users, as auto-join needs Alter): the hostile
+client's Kafka frames then meet a TLS handshake they cannot pass.
+
 `KRAFT_NEMESIS_HOSTILE` (default 1; 0 turns it off) runs a hostile client beside the nemesis for
 the whole time it runs (tests/support/hostile.py: its own process, seeded with the seed, sending
 garbage, forged epochs, oversized and truncated frames to every port of every node). Afterwards
@@ -45,6 +49,7 @@ from tests.node.test_failover import _final_reads
 from tests.support.hostile import HostileClient, targets_of
 from tests.support.kvclient import KVWorkload
 from tests.support.linearizability import check_history, dump_history
+from tests.support.pki import admin_tls, enable_mtls
 
 NEMESIS_SECONDS = float(os.environ.get("KRAFT_NEMESIS_SECONDS", "20"))
 NEMESIS_SEEDS = [int(s) for s in os.environ.get("KRAFT_NEMESIS_SEEDS", "7,8").split(",")]
@@ -66,6 +71,7 @@ if os.environ.get("KRAFT_NEMESIS_PREALLOCATE"):  # followers write through (byte
 if os.environ.get("KRAFT_NEMESIS_LANE") == "1":  # followers hand the steady state to C
     NEMESIS_PROPERTIES["kraft.lane.follower"] = "true"
 LEADER_LANE = os.environ.get("KRAFT_NEMESIS_LEADER_LANE") == "1"
+TLS = os.environ.get("KRAFT_NEMESIS_TLS") == "1"
 if LEADER_LANE:  # the leader too, for a binary-protocol client that joins the workload
     NEMESIS_PROPERTIES["kraft.lane.leader"] = "true"
 
@@ -82,7 +88,7 @@ async def _voters_whole(cluster: LocalCluster, patience: float = 2.0) -> tuple[b
     deadline = time.monotonic() + patience
     while True:
         try:
-            resp = await describe_quorum(bootstrap, timeout_s=3.0)
+            resp = await describe_quorum(bootstrap, timeout_s=3.0, tls=admin_tls(cluster))
         except (AdminError, OSError, TimeoutError) as exc:
             return False, f"describe-quorum failed: {exc}"
         voters = {r.replica_id: r for r in resp.voters}
@@ -257,6 +263,8 @@ async def test_random_crashes_and_pauses_stay_linearizable_and_converge(
     clusters: Callable[..., LocalCluster], seed: int,
 ) -> None:
     cluster = clusters(NEMESIS_VOTERS, properties=NEMESIS_PROPERTIES)
+    if TLS:
+        enable_mtls(cluster)
     await asyncio.to_thread(cluster.start_all)
     await asyncio.to_thread(cluster.wait_for_leader, 60)
     binary = {nid: n.client for nid, n in cluster.nodes.items()} if LEADER_LANE else None

@@ -115,8 +115,10 @@ def test_add_controller_reads_the_controller_from_command_config(
          "You must supply the configuration file of the controller you are adding"),
         (["--bootstrap-controller", "h:1", "--command-config", "{missing}", "describe",
           "--status"], "does not exist"),
+        (["--bootstrap-controller", "h:1", "--command-config", "{sasl}", "describe",
+          "--status"], "security.protocol: SASL_SSL is not supported"),
         (["--bootstrap-controller", "h:1", "--command-config", "{ssl}", "describe",
-          "--status"], "security.protocol=SSL is not supported"),
+          "--status"], "ssl.truststore.location: cannot load the trusted certificates"),
         (["--bootstrap-controller", "nohost", "describe", "--status"],
          "--bootstrap-controller: 'nohost' is not HOST:PORT"),
         (["--bootstrap-controller", "h:1", "remove-controller", "-i", "-3", "-d",
@@ -129,8 +131,10 @@ def test_bad_options_get_kafkas_messages(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str,
 ) -> None:
     ssl = tmp_path / "ssl.properties"
-    ssl.write_text("security.protocol=SSL\n")
-    argv = [a.format(missing=tmp_path / "nope.properties", ssl=ssl) for a in args]
+    ssl.write_text(f"security.protocol=SSL\nssl.truststore.location={tmp_path / 'no-ca.pem'}\n")
+    sasl = tmp_path / "sasl.properties"
+    sasl.write_text("security.protocol=SASL_SSL\n")
+    argv = [a.format(missing=tmp_path / "nope.properties", ssl=ssl, sasl=sasl) for a in args]
     assert main(["quorum", *argv]) == EXIT_USAGE
     assert message in capsys.readouterr().err
 
