@@ -33,10 +33,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item._id = coerce_node_id(item.nodeid + suffix)
 
 
-# KRAFT_TEST_TIMES=FILE: each test's wall time and the CPU time it cost (this process and
+# TEST_TIMES_FILE=FILE: each test's wall time and the CPU time it cost (this process and
 # the processes it started and reaped) appended to FILE as JSON lines, one per test phase, so
 # the suite's budget can be judged on a loaded machine too (CPU time barely moves with load).
-_TIMES_FILE = os.environ.get("KRAFT_TEST_TIMES")
+_TIMES_FILE = os.environ.get("TEST_TIMES_FILE")
 
 if _TIMES_FILE:
     import json

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from kraft.config.security import authorizer_settings
 from kraft.lane import native
 from kraft.protocol.api import ApiKey
 from kraft.protocol.errors import ErrorCode, ProtocolError
@@ -108,9 +109,9 @@ def _peers() -> tuple[Peers, _Queue, NodeMetrics]:
     queue = _Queue()
     metrics = NodeMetrics(Registry())
     config = SimpleNamespace(node_id=2, controller_listener=SimpleNamespace(name=LISTENER),
-                             quorum_voters=())
+                             quorum_voters=(), authorizer=authorizer_settings({}))
     host = SimpleNamespace(config=config, queue=queue, metrics=metrics, cluster_id="c",
-                           note_leader_high_watermark=lambda hw, epoch: None)
+                           tls_client=None, note_leader_high_watermark=lambda hw, epoch: None)
     return Peers(host), queue, metrics  # type: ignore[arg-type]
 
 
