@@ -534,6 +534,7 @@ class KraftNode:
             "log_start_offset": md.log.log_start_offset,
             "log_end_offset": md.log.log_end_offset,
             "applied_offset": self.sm.applied_offset,
+            "kafka_metadata_records": getattr(self.sm, "foreign_records", 0),
             "is_voter": core.is_voter(),
             "voters": [{"id": v.id, "directory_id": str(v.key.directory_id) if v.key.directory_id else None,
                         "endpoints": [f"{e.name}://{e.host}:{e.port}" for e in v.endpoints]}
