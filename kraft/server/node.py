@@ -516,6 +516,13 @@ class KraftNode:
 
     # ================================================================== status / metrics
 
+    def in_kafka_quorum(self) -> bool:
+        """True when KV calls are refused here: the quorum has Kafka controllers
+        (`KvFront.kafka_quorum_reason`)."""
+        if not self.peers.kafka_replicas and not getattr(self.sm, "foreign_records", 0):
+            return False
+        return self.kv.kafka_quorum_reason() is not None
+
     def status(self) -> dict[str, Any]:
         """This node's view, JSON-ready."""
         core = self.core

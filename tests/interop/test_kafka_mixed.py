@@ -6,9 +6,10 @@ implementations, BeginQuorumEpoch of the new leader followed by both kinds), Kaf
 replicate from a kraft leader, the high watermark the leaders report never goes back, and at
 the end every replica holds the same batches, byte for byte, wherever two of them overlap.
 Then faults of either kind (kill -9 and SIGSTOP) while Kafka's active controller writes
-(a NoOpRecord every 100 ms, KIP-835): `KRAFT_INTEROP_SOAK_S` seconds of them (a few by default;
-`make soak-nodes` runs minutes), `KRAFT_INTEROP_KAFKA` chooses the Kafka version (4.4.0 by
-default; `make soak-nodes` also runs 4.1.2).
+(a NoOpRecord every 100 ms, KIP-835): `KRAFT_INTEROP_SOAK_S` seconds of them (8 by default;
+`make soak-nodes` runs minutes). `KRAFT_INTEROP_MIXED` names the compositions
+(`kafka1-kraft2` by default, `kafka2-kraft1,kafka1-kraft2` in `make soak-nodes`) and
+`KRAFT_INTEROP_KAFKA` the Kafka version (4.4.0 by default; `make soak-nodes` also runs 4.1.2).
 
 A kraft node in such a quorum holds Kafka's metadata records byte for byte, takes none of them
 as KV commands and refuses every KV call with 409 (docs/node.md, "A quorum with Kafka
@@ -34,8 +35,12 @@ from tests.support.mixed import MixedQuorum
 
 pytestmark = pytest.mark.xdist_group("kafka-mixed")
 
-SOAK_S = float(os.environ.get("KRAFT_INTEROP_SOAK_S", "12"))
+SOAK_S = float(os.environ.get("KRAFT_INTEROP_SOAK_S", "8"))
 VERSION = os.environ.get("KRAFT_INTEROP_KAFKA", NEWEST)
+COMPOSITIONS = ("kafka2-kraft1", "kafka1-kraft2")
+MIXED = os.environ.get("KRAFT_INTEROP_MIXED", "kafka1-kraft2").split(",")
+"""The compositions to run: one in `make test` (each quorum costs a minute of JVMs), both in
+`make soak-nodes`."""
 # kraft's followers notice a lost leader sooner than Kafka's: a kraft node then runs the
 # pre-vote first, so leadership reaches kraft as often as Kafka
 KRAFT_TIMEOUTS = {"controller.quorum.fetch.timeout.ms": "1200",
@@ -57,7 +62,7 @@ def _sample(mq: MixedQuorum, watch: Watch) -> None:
             watch.samples.append((info.leader_epoch, info.leader_id, info.high_watermark))
 
 
-@pytest.fixture(scope="module", params=["kafka2-kraft1", "kafka1-kraft2"])
+@pytest.fixture(scope="module", params=[c for c in COMPOSITIONS if c in MIXED])
 def mixed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
           ) -> Iterator[tuple[MixedQuorum, Watch]]:
     kafka_ids = {1, 2} if request.param == "kafka2-kraft1" else {1}
