@@ -54,7 +54,8 @@ def test_quorum_client_adds_and_removes_a_kafka_controller(quorum: MixedQuorum) 
     info = quorum.wait_for_leader()
     assert not quorum.is_kafka(info.leader_id)  # kraft-led: Kafka's node is an observer
     deadline = time.monotonic() + 60
-    while KAFKA not in {o.replica_id for o in info.observers}:
+    while not any(o.replica_id == KAFKA and o.log_end_offset > 0 and o.caught_up
+                  for o in info.observers):  # AddRaftVoter takes a caught-up observer
         assert time.monotonic() < deadline, (info, quorum.log_tail(KAFKA))
         time.sleep(0.2)
         info = quorum.wait_for_leader()

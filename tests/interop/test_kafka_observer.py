@@ -9,6 +9,7 @@ controller writes. One quorum serves the module; the tests only read it.
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -162,6 +163,53 @@ def test_kafka_records_are_ignored_and_kv_calls_refused(quorum: MixedQuorum) -> 
     # no snapshot of its own: every snapshot it holds is one it installed from Kafka
     theirs = {name for nid in (1, 2, 3) for name in _snapshots(quorum.nodes[nid].dir)}
     assert set(_snapshots(node.dir)) <= theirs
+
+
+def test_observer_truncates_the_tail_a_deposed_kafka_leader_lost(quorum: MixedQuorum) -> None:
+    """Truncation on divergence (KIP-595's DivergingEpoch): with both Kafka followers stopped,
+    Kafka's leader keeps appending NoOpRecords that only the kraft observer fetches; the
+    leader is killed, the followers elect a new leader whose epoch starts below the
+    observer's log end, and the observer cuts the lost tail and then holds the new leader's
+    batches byte for byte."""
+    _observer_caught_up(quorum)
+    info = quorum.wait_for_leader()
+    old = info.leader_id
+    followers = [n for n in (1, 2, 3) if n != old]
+    log_path = quorum.nodes[OBSERVER].log_path
+    seen = len(log_path.read_text(errors="replace"))
+    for nid in followers:
+        quorum.send(nid, signal.SIGSTOP)
+    try:
+        start = info.high_watermark
+        deadline = time.monotonic() + 30
+        while True:  # the observer holds records no voter but the leader has
+            status = quorum.cluster.status(OBSERVER)
+            if status is not None and status["log_end_offset"] >= start + 5:
+                break
+            assert time.monotonic() < deadline, (status, start)
+            time.sleep(0.05)
+        quorum.kill(old)  # its unacknowledged tail goes with it
+    finally:
+        for nid in followers:
+            quorum.send(nid, signal.SIGCONT)
+    tail_end = status["log_end_offset"]
+    new = quorum.wait_for_leader(timeout=90, exclude=old, min_epoch=info.leader_epoch + 1)
+    quorum.start(old)
+    quorum.wait_listening(old)
+    status = _observer_caught_up(quorum)
+    assert status["epoch"] >= new.leader_epoch
+    truncations = [line for line in log_path.read_text(errors="replace")[seen:].splitlines()
+                   if "event=log_truncated " in line]
+    assert truncations, quorum.log_tail(OBSERVER)
+    # what it kept and fetched since is the new leader's log, batch for batch
+    hw = status["high_watermark"]
+    assert isinstance(hw, int) and isinstance(tail_end, int)
+    ours = {b: d for b, d in _batches(quorum.nodes[OBSERVER].dir).items() if b < hw}
+    theirs = _batches(quorum.nodes[new.leader_id].dir)
+    common = [b for b in ours if b in theirs]
+    assert any(b >= start for b in common), (start, tail_end, hw)
+    for base in common:
+        assert ours[base] == theirs[base], base
 
 
 def _voter_ids(mq: MixedQuorum, want: list[int], timeout: float = 60.0) -> list[int]:
