@@ -5,7 +5,8 @@ Leadership moves both ways under kill -9 of the leader (pre-votes and votes acro
 implementations, BeginQuorumEpoch of the new leader followed by both kinds), Kafka followers
 replicate from a kraft leader, the high watermark the leaders report never goes back, and at
 the end every replica holds the same batches, byte for byte, wherever two of them overlap.
-Then faults of either kind (kill -9 and SIGSTOP) while Kafka's active controller writes
+Then faults of either kind (kill -9, SIGTERM, whose leader resigns with EndQuorumEpoch, and
+SIGSTOP) while Kafka's active controller writes
 (a NoOpRecord every 100 ms, KIP-835): `KRAFT_INTEROP_SOAK_S` seconds of them (8 by default;
 `make soak-nodes` runs minutes). `KRAFT_INTEROP_MIXED` names the compositions
 (`kafka1-kraft2` by default, `kafka2-kraft1,kafka1-kraft2` in `make soak-nodes`) and
@@ -166,18 +167,23 @@ def test_kraft_nodes_keep_kafkas_records_and_refuse_kv(mixed: tuple[MixedQuorum,
 
 
 def test_faults_of_either_kind_leave_no_divergence(mixed: tuple[MixedQuorum, Watch]) -> None:
-    """Random kill -9 (then a restart) and SIGSTOP (then SIGCONT) of one node at a time, of
-    either kind, for SOAK_S seconds; then every replica agrees and the watermark never went
-    back."""
+    """Random kill -9 or SIGTERM (then a restart) and SIGSTOP (then SIGCONT) of one node at a
+    time, of either kind, for SOAK_S seconds; then every replica agrees and the watermark never
+    went back."""
     mq, watch = mixed
     rng = random.Random(int(os.environ.get("KRAFT_INTEROP_SEED", "55")))
     deadline = time.monotonic() + SOAK_S
     faults = 0
     while time.monotonic() < deadline or faults < 2:
         nid = rng.choice(sorted(mq.nodes))
-        if rng.random() < 0.5:
+        roll = rng.random()
+        if roll < 0.4:
             mq.kill(nid)
             time.sleep(rng.uniform(0.0, 1.0))
+            _restart(mq, nid)
+        elif roll < 0.6:
+            # a graceful stop: a leader of either kind resigns with EndQuorumEpoch first
+            mq.kill(nid, signal.SIGTERM)
             _restart(mq, nid)
         else:
             mq.send(nid, signal.SIGSTOP)
