@@ -440,6 +440,9 @@ class Peers:
                 self.fetch_peers[req.replica_id] = peer.connection_id
                 if peer.connection_id in self.kafka_connections:
                     self.kafka_replicas.add(req.replica_id)
+                elif self.kafka_replicas:
+                    # its latest fetch decides: a forged one is undone by the replica's next
+                    self.kafka_replicas.discard(req.replica_id)
                 return self._defer(ApiKey.FETCH, version, corr, req, req.replica_id,
                                    peer.connection_id)
         elif is_forward_frame(frame):
