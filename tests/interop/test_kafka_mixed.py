@@ -30,9 +30,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from kraft.cli.local import http_call
-from tests.interop.test_kafka_observer import _batches
 from tests.support.kafka import NEWEST, kafka_dist
-from tests.support.mixed import MixedQuorum
+from tests.support.mixed import MixedQuorum, batches_of
 
 pytestmark = pytest.mark.xdist_group("kafka-mixed")
 
@@ -108,7 +107,7 @@ def _caught_up(mq: MixedQuorum, timeout: float = 90.0) -> int:
 def _no_divergence(mq: MixedQuorum, hw: int) -> int:
     """Every pair of replicas holds the same bytes for every batch below `hw` both hold;
     returns how many batches were compared."""
-    logs = {nid: {b: d for b, d in _batches(n.dir).items() if b < hw}
+    logs = {nid: {b: d for b, d in batches_of(n.dir).items() if b < hw}
             for nid, n in mq.nodes.items()}
     compared = 0
     ids = sorted(logs)

@@ -19,7 +19,7 @@ import pytest
 from kraft.cli.local import http_call
 from kraft.storage.layout import parse_snapshot_file_name, partition_dir
 from tests.support.kafka import NEWEST, kafka_dist
-from tests.support.mixed import MixedQuorum
+from tests.support.mixed import MixedQuorum, batches_of
 
 pytestmark = pytest.mark.xdist_group("kafka-interop")
 
@@ -39,22 +39,6 @@ def _snapshots(metadata_dir: Path) -> dict[str, bytes]:
     pdir = partition_dir(metadata_dir)
     return {p.name: p.read_bytes() for p in sorted(pdir.glob("*.checkpoint"))
             if (sid := parse_snapshot_file_name(p.name)) and sid.end_offset > 0}
-
-
-def _batches(metadata_dir: Path) -> dict[int, bytes]:
-    """base offset -> the bytes of every whole record batch in the replica's segments."""
-    out: dict[int, bytes] = {}
-    for seg in sorted(partition_dir(metadata_dir).glob("*.log")):
-        data = seg.read_bytes()
-        pos = 0
-        while pos + 12 <= len(data):
-            base = int.from_bytes(data[pos:pos + 8], "big")
-            end = pos + 12 + int.from_bytes(data[pos + 8:pos + 12], "big")
-            if end > len(data) or end == pos + 12:
-                break
-            out[base] = data[pos:end]
-            pos = end
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -134,11 +118,11 @@ def test_observer_log_equals_kafkas_batch_for_batch(quorum: MixedQuorum) -> None
     status = _observer_caught_up(quorum)
     hw = status["high_watermark"]
     assert isinstance(hw, int)
-    ours = {b: data for b, data in _batches(quorum.nodes[OBSERVER].dir).items() if b < hw}
+    ours = {b: data for b, data in batches_of(quorum.nodes[OBSERVER].dir).items() if b < hw}
     assert len(ours) > 10
     compared = 0
     for nid in (1, 2, 3):
-        theirs = _batches(quorum.nodes[nid].dir)
+        theirs = batches_of(quorum.nodes[nid].dir)
         for base, data in ours.items():
             if base in theirs:
                 assert theirs[base] == data, (nid, base)
@@ -204,8 +188,8 @@ def test_observer_truncates_the_tail_a_deposed_kafka_leader_lost(quorum: MixedQu
     # what it kept and fetched since is the new leader's log, batch for batch
     hw = status["high_watermark"]
     assert isinstance(hw, int) and isinstance(tail_end, int)
-    ours = {b: d for b, d in _batches(quorum.nodes[OBSERVER].dir).items() if b < hw}
-    theirs = _batches(quorum.nodes[new.leader_id].dir)
+    ours = {b: d for b, d in batches_of(quorum.nodes[OBSERVER].dir).items() if b < hw}
+    theirs = batches_of(quorum.nodes[new.leader_id].dir)
     common = [b for b in ours if b in theirs]
     assert any(b >= start for b in common), (start, tail_end, hw)
     for base in common:

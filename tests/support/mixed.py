@@ -26,7 +26,25 @@ from kraft.admin.models import ClusterInfo, QuorumInfo
 from kraft.cli.local import LocalCluster, LocalNode
 from kraft.config.properties import read_properties
 from kraft.protocol.uuid import Uuid
+from kraft.storage.layout import partition_dir
 from tests.support.kafka import KafkaDist, _java_env, wait_port
+
+
+def batches_of(metadata_dir: Path) -> dict[int, bytes]:
+    """base offset -> the bytes of every whole record batch in the replica's segments."""
+    out: dict[int, bytes] = {}
+    for seg in sorted(partition_dir(metadata_dir).glob("*.log")):
+        data = seg.read_bytes()
+        pos = 0
+        while pos + 12 <= len(data):
+            base = int.from_bytes(data[pos:pos + 8], "big")
+            end = pos + 12 + int.from_bytes(data[pos + 8:pos + 12], "big")
+            if end > len(data) or end == pos + 12:
+                break
+            out[base] = data[pos:end]
+            pos = end
+    return out
+
 
 KAFKA_CONTROLLER_PROPS = {
     # a NoOpRecord (KIP-835) every 200 ms: Kafka's active controller writes on its own
