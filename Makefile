@@ -129,12 +129,17 @@ soak: $(STAMP)
 
 # Real processes under random kill -9 / SIGTERM / SIGSTOP / lost disks / torn tails, 5 minutes
 # per seed: four seeds on 3 voters, two on 5; beside the nemesis a hostile client sends garbage,
-# forged epochs, oversized and truncated frames to every port (tests/support/hostile.py);
-# then two seeds with the controller listeners over mTLS and the authorizer on.
-soak-nodes: $(STAMP)
+# forged epochs, oversized and truncated frames to every port (tests/support/hostile.py); then
+# two seeds with the controller listeners over mTLS and the authorizer on. Then mixed quorums of
+# Kafka controllers and kraft nodes (2+1 and 1+2, Kafka 4.4 and 4.1) under INTEROP_SOAK_S
+# seconds of kill -9 and SIGSTOP of either kind (tests/interop/test_kafka_mixed.py).
+INTEROP_SOAK_S ?= 300
+soak-nodes: $(STAMP) kafka
 	KRAFT_NEMESIS_HOSTILE=1 KRAFT_NEMESIS_SECONDS=300 KRAFT_NEMESIS_SEEDS=1,2,3,4 $(BIN)/pytest -n $(WORKERS) -q tests/node/test_nemesis.py
 	KRAFT_NEMESIS_HOSTILE=1 KRAFT_NEMESIS_SECONDS=300 KRAFT_NEMESIS_SEEDS=5,6 KRAFT_NEMESIS_VOTERS=5 $(BIN)/pytest -n $(WORKERS) -q tests/node/test_nemesis.py
 	KRAFT_NEMESIS_TLS=1 KRAFT_NEMESIS_HOSTILE=1 KRAFT_NEMESIS_SECONDS=300 KRAFT_NEMESIS_SEEDS=7,8 $(BIN)/pytest -n $(WORKERS) -q tests/node/test_nemesis.py
+	KRAFT_INTEROP_SOAK_S=$(INTEROP_SOAK_S) KRAFT_INTEROP_MIXED=kafka2-kraft1,kafka1-kraft2 $(BIN)/pytest -q tests/interop/test_kafka_mixed.py
+	KRAFT_INTEROP_SOAK_S=$(INTEROP_SOAK_S) KRAFT_INTEROP_MIXED=kafka2-kraft1,kafka1-kraft2 KRAFT_INTEROP_KAFKA=4.1.2 $(BIN)/pytest -q tests/interop/test_kafka_mixed.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info kraft/lane/_native.*.so

@@ -322,6 +322,13 @@ class ApplyDriver:
             log.error("event=snapshot_skipped replica=%d snapshot=%s applied=%d",
                       node.config.node_id, sid, node.sm.applied_offset)
             return
+        foreign = getattr(node.sm, "foreign_records", 0)
+        if foreign:
+            # a snapshot of the KV state would drop the Kafka metadata records the log holds:
+            # only the leader's (Kafka's) snapshots are installed (docs/node.md)
+            log.info("event=snapshot_skipped replica=%d snapshot=%s reason=kafka_metadata "
+                     "foreign_records=%d", node.config.node_id, sid, foreign)
+            return
         values = node.sm.snapshot_values()
         voters = voters_record(e.voters) if e.voters is not None else None
         node.spawn(self._write_snapshot(sid, values, voters, e.kraft_version,

@@ -43,6 +43,7 @@ from kraft.server.connection_limits import ConnectionGuard, ListenerGuard
 from kraft.server.http_guard import HttpConnections
 from kraft.server.kv_api import (
     ForwardRefusedError,
+    KafkaQuorumError,
     KvAnswer,
     KvCall,
     KvOp,
@@ -287,6 +288,8 @@ class HttpApiServer:
             return _json(503, {"error": "timed out", "outcome": "unknown"})
         except ForwardRefusedError as exc:
             return _json(400, {"error": str(exc)})
+        except KafkaQuorumError as exc:  # counted where it was refused
+            return _json(409, {"error": str(exc)})
         except WriteRefusedError as exc:  # counted where it was refused
             return _json(413 if exc.too_large else 400, {"error": str(exc)})
         if call.op == KvOp.GET:

@@ -31,6 +31,15 @@ class WriteRefusedError(ValueError):
         self.too_large = too_large
 
 
+class KafkaQuorumError(WriteRefusedError):
+    """A KV call refused because the quorum has Apache Kafka controllers (HTTP 409): a KV
+    record in their metadata log would be replayed by Kafka's QuorumController, which knows no
+    such record (docs/node.md, "A quorum with Kafka controllers"). Nothing was proposed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, too_large=False)
+
+
 class ForwardRefusedError(Exception):
     """The leader refused a forwarded call as invalid (nothing was applied)."""
 

@@ -52,6 +52,7 @@ from kraft.server.forward import (
 )
 from kraft.server.frames import BadRequest, DeferredReply, PeerInfo
 from kraft.server.kv_api import (
+    KafkaQuorumError,
     KvAnswer,
     KvCall,
     KvOp,
@@ -234,6 +235,34 @@ class KvFront:
         """The HTTP address of node `leader_id` (`kraft.http.peers`), if known."""
         return self._node.config.http_peers.get(leader_id) if leader_id >= 0 else None
 
+    def kafka_quorum_reason(self) -> str | None:
+        """Why this quorum is Apache Kafka's (KV calls refused), None when nothing says so:
+        Kafka metadata records in the log or a snapshot (the state machine counted them), or
+        a voter that fetched from this node as Kafka's client software (`Peers`)."""
+        foreign = getattr(self._node.sm, "foreign_records", 0)
+        if foreign:
+            return (f"the metadata log holds {foreign} Apache Kafka metadata records: the quorum "
+                    f"is a Kafka controller quorum, whose QuorumController would replay KV "
+                    f"records it does not know")
+        core = self._node.core
+        peers = getattr(self._node, "peers", None)
+        if core is not None and peers is not None and peers.kafka_replicas:
+            kafka_voters = sorted(v.id for v in core.voters().voters
+                                  if v.id in peers.kafka_replicas)
+            if kafka_voters:
+                return (f"voter{'s' if len(kafka_voters) > 1 else ''} "
+                        f"{', '.join(map(str, kafka_voters))} "
+                        f"{'are' if len(kafka_voters) > 1 else 'is'} Apache Kafka "
+                        f"(ApiVersions ClientSoftwareName apache-kafka-java), whose "
+                        f"QuorumController would replay KV records it does not know")
+        return None
+
+    def _refuse_in_kafka_quorum(self) -> None:
+        why = self.kafka_quorum_reason()
+        if why is not None:
+            self._metrics.requests_refused.inc()
+            raise KafkaQuorumError(f"KV calls are refused in this quorum: {why}")
+
     def _require_leader(self) -> None:
         core = self._node.core
         assert core is not None
@@ -258,6 +287,7 @@ class KvFront:
         WriteRefusedError when the value breaks a limit (see `_record_limit_error`): nothing
         is proposed then."""
         self._require_leader()
+        self._refuse_in_kafka_quorum()
         if len(value) > MAX_KEY_BYTES:
             why = _record_limit_error(value, isinstance(self._node.sm, KVStore))
             if why is not None:
@@ -275,6 +305,12 @@ class KvFront:
         breaks a limit fails its own completion with WriteRefusedError, and is not proposed;
         the others are."""
         self._require_leader()
+        why = self.kafka_quorum_reason()
+        if why is not None:
+            for _value, done in writes:
+                self._metrics.requests_refused.inc()
+                done.set_exception(KafkaQuorumError(f"KV calls are refused in this quorum: {why}"))
+            return
         if writes and max(map(len, map(_FIRST, writes))) > MAX_KEY_BYTES:
             writes = self._refuse_over_limits(writes)
         self._writes.pending.extend(writes)
@@ -417,6 +453,7 @@ class KvFront:
         """Run a KV call at the leader: on this node when it leads, else forwarded to the
         leader (`kraft.server.forward`). Raises NotLeaderError when no leader took it in time
         (nothing applied), OutcomeUnknownError, or ForwardRefusedError."""
+        self._refuse_in_kafka_quorum()  # on any node: a follower knows it from its log too
         try:
             return await self.kv_local(call)
         except NotLeaderError:  # refused before proposing: safe to hand to the leader
@@ -432,6 +469,7 @@ class KvFront:
         if refused is not None:
             self._metrics.requests_refused.inc()
             raise refused
+        self._refuse_in_kafka_quorum()
         if call.op == KvOp.GET:
             value = await self.kv_get(call.key)
             return KvAnswer(ok=value is not None, value=value)

@@ -55,6 +55,7 @@ class LaneNode(Protocol):
     applier: ApplyDriver | None
 
     def note_leader_high_watermark(self, high_watermark: int, epoch: int) -> None: ...
+    def in_kafka_quorum(self) -> bool: ...
 
 
 class NodeLaneHost:
@@ -165,7 +166,8 @@ class NodeLaneHost:
         if clients is None or self._node.listener is None:
             return None
         conns = clients.connections
-        if len(conns) != 1:
+        if len(conns) != 1 or self._node.in_kafka_quorum():
+            # in a quorum with Kafka controllers every KV call goes to KvFront, which refuses it
             return None
         return next(iter(conns))
 

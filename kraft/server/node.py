@@ -529,6 +529,13 @@ class KraftNode:
 
     # ================================================================== status / metrics
 
+    def in_kafka_quorum(self) -> bool:
+        """True when KV calls are refused here: the quorum has Kafka controllers
+        (`KvFront.kafka_quorum_reason`)."""
+        if not self.peers.kafka_replicas and not getattr(self.sm, "foreign_records", 0):
+            return False
+        return self.kv.kafka_quorum_reason() is not None
+
     def status(self) -> dict[str, Any]:
         """This node's view, JSON-ready."""
         core = self.core
@@ -547,6 +554,7 @@ class KraftNode:
             "log_start_offset": md.log.log_start_offset,
             "log_end_offset": md.log.log_end_offset,
             "applied_offset": self.sm.applied_offset,
+            "kafka_metadata_records": getattr(self.sm, "foreign_records", 0),
             "is_voter": core.is_voter(),
             "voters": [{"id": v.id, "directory_id": str(v.key.directory_id) if v.key.directory_id else None,
                         "endpoints": [f"{e.name}://{e.host}:{e.port}" for e in v.endpoints]}

@@ -102,6 +102,10 @@ _API_OF_REQUEST: dict[type, ApiKey] = {
 }
 
 
+
+KAFKA_SOFTWARE_NAME = "apache-kafka"
+"""ClientSoftwareName (KIP-511) that Apache Kafka's clients send: "apache-kafka-java"."""
+
 class _FetchCodec:
     """The direct codecs of `kraft.server.fetch_fast` for one outbound FetchRequest (the
     `FastCodec` of `KafkaConnection.send`): the answer decodes to a core FetchResponse."""
@@ -170,6 +174,11 @@ class Peers:
         """At the earliest deadline of the request frames waiting for the core."""
         self.fetch_peers: dict[int, int] = {}
         """Replica id -> the listener's id of the connection its last fetch came on."""
+        self.kafka_connections: set[int] = set()
+        """Listener connections whose ApiVersions named Apache Kafka's client software."""
+        self.kafka_replicas: set[int] = set()
+        """Replicas that fetched on such a connection: Kafka controllers (docs/node.md, "A
+        quorum with Kafka controllers")."""
         self.fetch_sent: tuple[int, KafkaConnection, int, int] | None = None
         """The last fetch sent on an open connection: (the core's correlation id, the
         connection, the correlation id it was sent with, the version): the lane arms with
@@ -446,6 +455,11 @@ class Peers:
                 if authz.enabled and not authz.claim_allowed(ApiKey.FETCH, req.replica_id, peer):
                     return _refused(ApiKey.FETCH, version, corr)
                 self.fetch_peers[req.replica_id] = peer.connection_id
+                if peer.connection_id in self.kafka_connections:
+                    self.kafka_replicas.add(req.replica_id)
+                elif self.kafka_replicas:
+                    # its latest fetch decides: a forged one is undone by the replica's next
+                    self.kafka_replicas.discard(req.replica_id)
                 return self._defer(ApiKey.FETCH, version, corr, req, req.replica_id,
                                    peer.connection_id)
         elif is_forward_frame(frame):
@@ -462,6 +476,10 @@ class Peers:
             raise BadRequest(f"bad request: {exc}") from None
         api, version, corr = header.api_key, header.api_version, header.correlation_id
         if api == ApiKey.API_VERSIONS:
+            if getattr(data, "client_software_name", "").startswith(KAFKA_SOFTWARE_NAME):
+                if len(self.kafka_connections) >= 4096:  # ids of closed connections
+                    self.kafka_connections.clear()
+                self.kafka_connections.add(peer.connection_id)
             if version >= 5 and (data.cluster_id is None) != (data.node_id == -1):
                 # KIP-1242: both or neither; Kafka's ApiVersionsRequest.isValid, answered as
                 # its ControllerApis answers an invalid request

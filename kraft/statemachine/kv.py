@@ -12,6 +12,13 @@ Every command is one record value in the log. Layout (all integers big-endian):
 | 4  | BARRIER | token                          | `KVResult(ok=True)`; changes nothing      |
 
 A snapshot is the list of PUT commands of every key, in key order. Keys are UTF-8 text.
+
+Records of Apache Kafka's QuorumController (a kraft node replicating a quorum with Kafka
+controllers) are framed metadata records (`uvarint frame version 1 | uvarint apiKey | uvarint
+version | body`, KIP-631) that are not KV commands: the store counts them (`foreign_records`)
+and changes nothing, in the log and in a snapshot alike. The node keeps them byte for byte in
+its log and snapshots; it writes no snapshot of its own while it holds any (a KV snapshot
+would drop them), and refuses KV calls (docs/node.md, "A quorum with Kafka controllers").
 """
 
 from __future__ import annotations
@@ -37,6 +44,40 @@ MAX_VALUE_BYTES = 1024 * 1024
 
 class CommandError(ValueError):
     """A record value that is not a valid KV command."""
+
+
+def _uvarint(value: bytes | bytearray | memoryview, pos: int) -> tuple[int, int] | None:
+    """(value, next position) of the unsigned varint at `pos`; None when cut or above 32 bits."""
+    result = shift = 0
+    while pos < len(value) and shift <= 28:
+        b = value[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+    return None
+
+
+METADATA_FRAME_VERSION = 1
+MAX_METADATA_API_KEY = 127
+"""Kafka's metadata record types (apiKey) are small numbers: 0-25 through Kafka 4.4."""
+
+
+def metadata_record_type(value: bytes | bytearray | memoryview) -> int | None:
+    """The apiKey of a Kafka metadata record value (frame version 1, then apiKey and record
+    version as unsigned varints, then at least the body's tagged-fields byte); None when
+    `value` is not framed so."""
+    frame = _uvarint(value, 0)
+    if frame is None or frame[0] != METADATA_FRAME_VERSION:
+        return None
+    api_key = _uvarint(value, frame[1])
+    if api_key is None or api_key[0] > MAX_METADATA_API_KEY:
+        return None
+    version = _uvarint(value, api_key[1])
+    if version is None or version[1] >= len(value):
+        return None
+    return api_key[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +271,12 @@ class KVStore:
     def __init__(self) -> None:
         self._data: dict[str, bytes] = {}
         self._applied = 0
+        self._foreign = 0
+
+    @property
+    def foreign_records(self) -> int:
+        """Kafka metadata records applied or loaded (module docstring): not KV state."""
+        return self._foreign
 
     @property
     def applied_offset(self) -> int:
@@ -309,6 +356,9 @@ class KVStore:
         try:
             cmd = decode_command(value)
         except CommandError as exc:
+            if metadata_record_type(value) is not None:
+                self._foreign += 1
+                return KVResult(ok=False, error="a Kafka metadata record, not a KV command")
             return KVResult(ok=False, error=str(exc))
         previous = self._data.get(cmd.key)
         if cmd.op == OP_PUT:
@@ -336,7 +386,8 @@ class KVStore:
         return PutCommands(sorted(self._data.items()))
 
     def load_snapshot(self, end_offset: int, values: Iterable[bytes]) -> None:
-        """Replace the state with the PUTs in `values`; raises CommandError on anything else.
+        """Replace the state with the PUTs in `values`, counting (and skipping) Kafka metadata
+        records (a snapshot of Kafka's QuorumController); raises CommandError on anything else.
 
         The state is replaced only once every value was read: an error while iterating
         (a bad command, or the snapshot reader finding corruption) leaves it untouched.
@@ -344,6 +395,7 @@ class KVStore:
         through `decode_command`, which names what is wrong.
         """
         data: dict[str, bytes] = {}
+        foreign = 0
         for value in values:
             if type(value) is bytes and value[:2] == _PUT_HEAD:
                 kend = 6 + int.from_bytes(value[2:6], "big")
@@ -355,9 +407,16 @@ class KVStore:
                         continue
                     except UnicodeDecodeError:
                         pass
-            cmd = decode_command(value)
+            try:
+                cmd = decode_command(value)
+            except CommandError:
+                if metadata_record_type(value) is None:
+                    raise
+                foreign += 1
+                continue
             if cmd.op != OP_PUT or cmd.value is None:
                 raise CommandError(f"snapshot holds a non-PUT command (op {cmd.op})")
             data[cmd.key] = cmd.value
         self._data = data
+        self._foreign += foreign
         self._applied = end_offset

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -73,9 +74,10 @@ def test_kafka_formatted_directories_start_under_kraft_run(tmp_path: Path, versi
             _kafka_format(version, cluster.nodes[1].config_path, cluster.cluster_id,
                           "--standalone")
         elif mode == "initial-controllers":
-            for node in cluster.nodes.values():
-                _kafka_format(version, node.config_path, cluster.cluster_id,
-                              "--initial-controllers", _initial_controllers(cluster))
+            with ThreadPoolExecutor(max_workers=3) as pool:  # a JVM start each
+                list(pool.map(lambda node: _kafka_format(
+                    version, node.config_path, cluster.cluster_id, "--initial-controllers",
+                    _initial_controllers(cluster)), cluster.nodes.values()))
         else:
             cluster.format(1)  # the voter: kraft format; the observer: Kafka's format
             observer = cluster.nodes[2]

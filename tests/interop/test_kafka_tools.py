@@ -185,7 +185,8 @@ def test_dump_log_reads_our_segments_and_snapshots(quorum: LocalCluster, tmp_pat
 def test_kraft_dump_reads_kafkas_segments_and_snapshots(tmp_path: Path, version: str) -> None:
     controller = KafkaController(kafka_dist(version), 1, "127.41.9.20",
                                  free_port("127.41.9.20"), tmp_path / "kafka",
-                                 properties={"metadata.log.max.snapshot.interval.ms": "500"})
+                                 properties={"metadata.log.max.snapshot.interval.ms": "500",
+                                             "metadata.max.idle.interval.ms": "100"})
     controller.format("3Bt2cGlNRkWB7m2Xl6hJxA", "--standalone")
     controller.start()
     try:

@@ -152,3 +152,38 @@ def test_inline_put_path_matches_the_general_decoder(values: list[bytes]) -> Non
     assert quiet.apply_quietly(CommittedBatch(0, 1, tuple(values))) is None
     assert quiet.items() == slow.items()
     assert quiet.applied_offset == len(values)
+
+
+# Kafka 4.4's QuorumController records, as its controllers write them (framed metadata
+# records: frame version 1, apiKey, version, body): a FeatureLevelRecord for metadata.version
+# 33, a NoOpRecord (apiKey 17) and a RegisterControllerRecord head (apiKey 20).
+KAFKA_FEATURE_LEVEL = bytes.fromhex("010c00") + b"\x11metadata.version" + b"\x00\x21\x00"
+KAFKA_NO_OP = bytes.fromhex("01110000")
+KAFKA_REGISTER_CONTROLLER = bytes.fromhex("0114000002") + bytes(16) + b"\x00\x01\x00\x00"
+
+
+def test_kafka_metadata_records_in_a_snapshot_are_kept_out_of_the_state() -> None:
+    """A snapshot of Kafka's QuorumController (a kraft observer of Kafka controllers installs
+    one through FetchSnapshot) loads: its metadata records change nothing and are counted;
+    before, `load_snapshot` raised CommandError and the node stopped."""
+    kv = KVStore()
+    kv.load_snapshot(208, [KAFKA_FEATURE_LEVEL, KAFKA_REGISTER_CONTROLLER, KAFKA_NO_OP])
+    assert kv.applied_offset == 208
+    assert kv.items() == []
+    assert kv.foreign_records == 3
+
+
+def test_kafka_metadata_records_in_the_log_change_nothing() -> None:
+    kv = KVStore()
+    kv.apply(CommittedBatch(0, 1, (encode_put("a", b"1"),)))
+    results = kv.apply(CommittedBatch(1, 2, (KAFKA_NO_OP, KAFKA_FEATURE_LEVEL)))
+    assert [r.ok for r in results] == [False, False]  # type: ignore[attr-defined]
+    assert kv.items() == [("a", b"1")]
+    assert kv.applied_offset == 3
+    assert kv.foreign_records == 2
+
+
+def test_a_record_neither_kv_nor_kafka_is_still_refused_in_a_snapshot() -> None:
+    with pytest.raises(CommandError):
+        KVStore().load_snapshot(5, [b"\x07garbage"])
+    assert KVStore().foreign_records == 0
