@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from kraft.admin.connection import AdminConnection, WireError
 from kraft.admin.errors import AdminConnectionError, AdminError
+from kraft.admin.http_credentials import HttpCredentials
 from kraft.admin.models import (
     ClusterInfo,
     ControllerInfo,
@@ -80,11 +81,13 @@ class QuorumClient:
     (host, port) pairs, or comma-separated text).
     `timeout_s`: the bound of each network step (connect, one request). `cluster_id`: when
     given, a quorum that reports another cluster id is refused (INCONSISTENT_CLUSTER_ID),
-    and membership calls carry it so the leader checks it too.
+    and membership calls carry it so the leader checks it too. `http`: the token and TLS
+    trust `node_health` presents to a node's HTTP port (`kraft.admin.http_credentials`).
     """
 
     def __init__(self, bootstrap: Sequence[str | tuple[str, int]] | str, *, timeout_s: float = 5.0,
-                 cluster_id: str | None = None, client_id: str = "kraft-admin") -> None:
+                 cluster_id: str | None = None, client_id: str = "kraft-admin",
+                 http: HttpCredentials | None = None) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         self.bootstrap = _bootstrap(bootstrap)
@@ -93,6 +96,7 @@ class QuorumClient:
         self.client_id = client_id
         self._conns: dict[tuple[str, int], AdminConnection] = {}
         self._http: aiohttp.ClientSession | None = None
+        self.http_credentials = http or HttpCredentials()
 
     async def __aenter__(self) -> QuorumClient:
         return self
@@ -405,13 +409,15 @@ class QuorumClient:
 
         Never raises for an unreachable node: it answers `live=False` with the reason.
         """
-        base = http_address if "://" in http_address else f"http://{http_address}"
-        base = base.rstrip("/")
+        creds = self.http_credentials
+        base = creds.url(http_address)
         import aiohttp  # here: describing a quorum or formatting never pays for it
 
         if self._http is None:
+            context = creds.ssl_context()
             self._http = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s), headers=creds.headers(),
+                connector=aiohttp.TCPConnector(ssl=context) if context is not None else None)
         session = self._http
         try:
             async with session.get(f"{base}/healthz") as r:

@@ -145,12 +145,13 @@ def _event_loop_choice(config_path: Path) -> str:
 
 
 def _run_run(args: argparse.Namespace) -> int:
+    from kraft.config.http_security import HttpSecurityError
     from kraft.config.node import ConfigError
 
     setup_logging(args.log_level)
     try:
         return _event_loop_runner(_event_loop_choice(args.config))(run_node(args.config))
-    except ConfigError as exc:
+    except (ConfigError, HttpSecurityError) as exc:  # the latter: a TLS or token file
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except FileNotFoundError as exc:

@@ -47,6 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kraft.config.http_security import http_security
 from kraft.config.node import NodeConfig
 from kraft.lane import LaneArbiter, append_scan
 from kraft.protocol.api import ApiKey
@@ -237,7 +238,8 @@ class KraftNode:
                                           cfg.http_listener.port,
                                           metadata_dir=Path(cfg.metadata_dir),
                                           guard=guard.listener("http", min(
-                                              cfg.max_connections, cfg.http_max_connections)))
+                                              cfg.max_connections, cfg.http_max_connections)),
+                                          security=http_security(cfg))
             await self.http_api.start()
         if cfg.client_listener is not None:
             self.client_server = ClientServer(self.kv, self, cfg.client_listener.host,
