@@ -22,6 +22,7 @@ never logged, only the name of the line that matched.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
 import os
@@ -180,17 +181,16 @@ class TlsFiles:
         self.sec = sec
         self._watches = [_FileWatch(p) for p in (sec.keystore, sec.truststore) if p is not None]
         self._bad: str | None = None
-        try:
-            for watch in self._watches:
+        for watch in self._watches:  # first, so a change while building is seen next time
+            with contextlib.suppress(OSError):
                 watch.read_if_changed()
-            self.server_context = self._build()
-        except (OSError, ssl.SSLError) as exc:
-            raise HttpSecurityError(f"{KEYS['keystore']}/{KEYS['truststore']}: "
-                                    f"{_ssl_problem(exc)}") from None
+        self.server_context = self._build()
         self.current = self.server_context
         self.server_context.sni_callback = self._on_hello
 
     def _build(self) -> ssl.SSLContext:
+        """A context from the files as they are now; raises HttpSecurityError naming the key
+        and file."""
         sec = self.sec
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -198,13 +198,17 @@ class TlsFiles:
         try:
             ctx.load_cert_chain(sec.keystore, password=sec.key_password)
         except (OSError, ssl.SSLError) as exc:
-            raise type(exc)(f"{KEYS['keystore']}={sec.keystore}: {_ssl_problem(exc)}") from None
+            raise HttpSecurityError(
+                f"{KEYS['keystore']}={sec.keystore}: {_ssl_problem(exc)} (a PEM file with the "
+                f"private key and its certificate chain; {KEYS['key_password']} for an "
+                "encrypted key)") from None
         if sec.truststore is not None and sec.client_auth != "none":
             try:
                 ctx.load_verify_locations(cafile=str(sec.truststore))
             except (OSError, ssl.SSLError) as exc:
-                raise type(exc)(f"{KEYS['truststore']}={sec.truststore}: "
-                                f"{_ssl_problem(exc)}") from None
+                raise HttpSecurityError(f"{KEYS['truststore']}={sec.truststore}: "
+                                        f"{_ssl_problem(exc)} (a PEM file of CA "
+                                        "certificates)") from None
         ctx.verify_mode = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL,
                            "required": ssl.CERT_REQUIRED}[sec.client_auth]
         return ctx
@@ -219,10 +223,10 @@ class TlsFiles:
             if not changed:
                 return self.current
             fresh = self._build()
-        except (OSError, ssl.SSLError) as exc:
+        except (OSError, HttpSecurityError) as exc:
             for watch in self._watches:
                 watch.forget()
-            problem = _ssl_problem(exc)
+            problem = _ssl_problem(exc) if isinstance(exc, OSError) else str(exc)
             if problem != self._bad:
                 self._bad = problem
                 log.error("event=http_tls_reload_failed error=%r kept=previous", problem)
@@ -240,10 +244,10 @@ class TlsFiles:
             conn.context = fresh  # verify_mode stays the listener's; certs and CAs are fresh
 
 
-def _ssl_problem(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror and not isinstance(exc, ssl.SSLError):
-        return f"{exc.filename or ''}: {exc.strerror}".lstrip(": ")
-    return str(exc)
+def _ssl_problem(exc: OSError) -> str:
+    if isinstance(exc, ssl.SSLError):
+        return f"cannot load: {exc.reason or exc.strerror or 'error'}"
+    return exc.strerror or str(exc)
 
 
 _DN_KEYWORDS = {
