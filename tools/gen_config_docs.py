@@ -90,6 +90,7 @@ def _server_properties() -> list[str]:
     from kraft.config.server_properties import ServerProperties
 
     reserved = set(getattr(render, "RESERVED_KEYS", ()))
+    unrendered = tuple(getattr(render.models.ConfigChecker, "UNRENDERED_PREFIXES", ()))
     rows = ["| Property | Type | Default | In spec.config |", "|---|---|---|---|"]
     for name, field in sorted(ServerProperties.model_fields.items(),
                               key=lambda kv: kv[1].alias or kv[0]):
@@ -99,6 +100,8 @@ def _server_properties() -> list[str]:
         annotation = re.sub(r"\b[a-z_]+(?:\.[a-z_]+)*\.(?=[A-Za-z])", "", annotation)
         default = "" if field.is_required() else f"`{json.dumps(field.default, default=str)}`"
         allowed = "no: set by the operator" if key in reserved else "yes"
+        if key.startswith(unrendered):
+            allowed = "no: not rendered by the operator yet"
         rows.append(f"| `{key}` | {_cell(annotation)} | {default} | {allowed} |")
     return rows
 

@@ -282,23 +282,21 @@ class ServerProperties(BaseModel):
     # The HTTP port's TLS and authentication (`kraft.config.http_security`, docs/security.md).
     http_ssl_keystore_type: str = Field(default="PEM", alias="kraft.http.ssl.keystore.type")
     """The keystore's format: PEM only (Kafka's `ssl.keystore.type=PEM`)."""
-    http_ssl_keystore_location: str | None = Field(
-        default=None, alias="kraft.http.ssl.keystore.location")
+    http_ssl_keystore_location: str = Field(default="", alias="kraft.http.ssl.keystore.location")
     """A PEM file with the HTTP port's private key and certificate chain: set, the port speaks
     HTTPS only. Re-read for new connections when it changes (no restart)."""
-    http_ssl_key_password: str | None = Field(default=None, alias="kraft.http.ssl.key.password")
+    http_ssl_key_password: str = Field(default="", alias="kraft.http.ssl.key.password")
     """The password of an encrypted private key in the keystore."""
     http_ssl_truststore_type: str = Field(default="PEM", alias="kraft.http.ssl.truststore.type")
     """The truststore's format: PEM only."""
-    http_ssl_truststore_location: str | None = Field(
-        default=None, alias="kraft.http.ssl.truststore.location")
+    http_ssl_truststore_location: str = Field(default="", alias="kraft.http.ssl.truststore.location")
     """A PEM file of the CAs that client certificates must chain to; re-read as the keystore."""
     http_ssl_client_auth: Literal["none", "requested", "required"] = Field(
         default="none", alias="kraft.http.ssl.client.auth")
     """Kafka's `ssl.client.auth` for the HTTP port: `requested` verifies a client certificate
     when one is sent (a request may carry a token instead, and the kubelet's probes need
     neither); `required` refuses a connection without one (probes fail too)."""
-    http_auth_token_file: str | None = Field(default=None, alias="kraft.http.auth.token.file")
+    http_auth_token_file: str = Field(default="", alias="kraft.http.auth.token.file")
     """Bearer tokens (`token,name,scope` lines, docs/security.md): set, every route but
     /healthz and /readyz needs a token or a client certificate of enough scope. Re-read when
     it changes, so tokens rotate without a restart."""
