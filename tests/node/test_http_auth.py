@@ -19,6 +19,8 @@ import os
 import secrets
 import socket
 import ssl
+import subprocess
+import sys
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -270,3 +272,24 @@ async def test_an_open_port_warns_once_at_start(caplog: pytest.LogCaptureFixture
         await server.start()
         await server.stop()
     assert sum("event=http_open" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_kraft_kv_command_reads_its_token_from_a_file(world: World) -> None:
+    writer, reader = world.base / "writer.token", world.base / "reader.token"
+    writer.write_text(f"# the ingest job's token\n{WRITE}\n")
+    reader.write_text(READ + "\n")
+
+    def kv(token: Path, *op: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [sys.executable, "-m", "kraft", "kv", "--http", world.address, "--token-file",
+             str(token), "--http-cafile", str(world.cafile), *op],
+            capture_output=True, timeout=60, check=False)
+
+    put = kv(writer, "put", "k/cli", "from the command line")
+    assert put.returncode == 0 and int(put.stdout) >= 0, put
+    refused = kv(reader, "delete", "k/cli")
+    assert refused.returncode == 1
+    assert b"403 token:dashboard has scope read" in refused.stderr
+    assert READ.encode() not in refused.stderr + refused.stdout
+    got = kv(reader, "get", "k/cli")
+    assert got.returncode == 0 and got.stdout == b"from the command line", got

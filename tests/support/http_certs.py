@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,10 +62,11 @@ class Ca:
         path.write_bytes(self.pem())
         return path
 
-    def issue(self, common_name: str, *, ip: str | None = None, org: str | None = None,
-              client: bool = False) -> tuple[bytes, bytes, x509.Certificate]:
+    def issue(self, common_name: str, *, ip: str | Sequence[str] | None = None,
+              org: str | None = None, client: bool = False,
+              ) -> tuple[bytes, bytes, x509.Certificate]:
         """(key PEM, certificate chain PEM, certificate) of a leaf: a server certificate for
-        `ip`, or a client certificate (`client`)."""
+        `ip` (one address or several), or a client certificate (`client`)."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = dt.datetime.now(dt.UTC)
         builder = (x509.CertificateBuilder().subject_name(_name(common_name, org))
@@ -78,9 +80,9 @@ class Ca:
                        [ExtendedKeyUsageOID.CLIENT_AUTH if client
                         else ExtendedKeyUsageOID.SERVER_AUTH]), critical=False))
         if ip is not None:
-            builder = builder.add_extension(
-                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(ip))]),
-                critical=False)
+            ips = [ip] if isinstance(ip, str) else list(ip)
+            builder = builder.add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address(a)) for a in ips]), critical=False)
         cert = builder.sign(self.key, hashes.SHA256())
         chain = cert.public_bytes(serialization.Encoding.PEM) + self.pem()
         return _pem_key(key), chain, cert
