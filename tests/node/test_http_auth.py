@@ -19,8 +19,6 @@ import os
 import secrets
 import socket
 import ssl
-import subprocess
-import sys
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,9 +31,12 @@ from cryptography import x509
 from kraft.admin import QuorumClient
 from kraft.admin.http_credentials import HttpCredentials
 from kraft.cli.local import HttpResult, LocalCluster, http_call
+from kraft.cli.main import main
 from kraft.server.http_api import HttpApiServer
 from tests.node.conftest import FAST_TIMEOUTS, address_prefix, own_host
 from tests.support.http_certs import Ca
+
+pytestmark = pytest.mark.xdist_group("http-auth")  # one node for the whole module
 
 READ, WRITE, ADMIN = (secrets.token_urlsafe(24) for _ in range(3))
 TOKENS = f"# test tokens\n{READ},dashboard,read\n{WRITE},writer,write\n\n{ADMIN},ops,admin\n"
@@ -96,7 +97,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     tokens.write_text(TOKENS)
     cluster.properties.update({
         "kraft.http.ssl.keystore.location": str(keystore),
-        "kraft.http.ssl.truststore.location": str(cafile),
+        "kraft.http.ssl.truststore.location": str(ca.write(base / "truststore.pem")),
         "kraft.http.ssl.client.auth": "requested",
         "kraft.http.auth.token.file": str(tokens),
         "kraft.http.auth.write.principals": "User:CN=writer,O=acme",
@@ -274,22 +275,37 @@ async def test_an_open_port_warns_once_at_start(caplog: pytest.LogCaptureFixture
     assert sum("event=http_open" in r.getMessage() for r in caplog.records) == 1
 
 
-def test_kraft_kv_command_reads_its_token_from_a_file(world: World) -> None:
+def test_kraft_kv_command_reads_its_token_from_a_file(
+        world: World, capsysbinary: pytest.CaptureFixture[bytes]) -> None:
     writer, reader = world.base / "writer.token", world.base / "reader.token"
     writer.write_text(f"# the ingest job's token\n{WRITE}\n")
     reader.write_text(READ + "\n")
 
-    def kv(token: Path, *op: str) -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run(
-            [sys.executable, "-m", "kraft", "kv", "--http", world.address, "--token-file",
-             str(token), "--http-cafile", str(world.cafile), *op],
-            capture_output=True, timeout=60, check=False)
+    def kv(token: Path, *op: str) -> tuple[int, bytes, bytes]:
+        code = main(["kv", "--http", world.address, "--token-file", str(token),
+                     "--http-cafile", str(world.cafile), *op])
+        out, err = capsysbinary.readouterr()
+        return code, out, err
 
-    put = kv(writer, "put", "k/cli", "from the command line")
-    assert put.returncode == 0 and int(put.stdout) >= 0, put
-    refused = kv(reader, "delete", "k/cli")
-    assert refused.returncode == 1
-    assert b"403 token:dashboard has scope read" in refused.stderr
-    assert READ.encode() not in refused.stderr + refused.stdout
-    got = kv(reader, "get", "k/cli")
-    assert got.returncode == 0 and got.stdout == b"from the command line", got
+    code, out, _ = kv(writer, "put", "k/cli", "from the command line")
+    assert code == 0 and int(out) >= 0
+    code, out, err = kv(reader, "delete", "k/cli")
+    assert code == 1 and b"403 token:dashboard has scope read" in err
+    assert READ.encode() not in out + err
+    assert kv(reader, "get", "k/cli")[:2] == (0, b"from the command line")
+
+
+def test_replaced_truststore_decides_the_next_connections_client_certificates(
+        world: World) -> None:
+    ours = world.client_cert(world.ca, "writer", org="acme")
+    theirs = world.client_cert(world.other_ca, "writer", org="acme")
+    truststore = world.base / "truststore.pem"  # the node's; clients trust ca.pem
+    try:
+        _replace(truststore, world.other_ca.pem())
+        assert world.call("PUT", "/v1/kv/ktrust", None, b"theirs", **theirs).status == 200
+        with pytest.raises((ssl.SSLError, ConnectionError, http.client.HTTPException)):
+            world.call("PUT", "/v1/kv/ktrust", None, b"ours", **ours)
+    finally:
+        _replace(truststore, world.ca.pem())
+    assert world.call("PUT", "/v1/kv/ktrust", None, b"ours again", **ours).status == 200
+    assert world.value("ktrust") == b"ours again"
