@@ -200,6 +200,10 @@ class HttpApiServer:
                         "the HTTP port takes reads, writes, deletes and exports from anyone "
                         "who reaches it: set kraft.http.auth.token.file or "
                         "kraft.http.ssl.client.auth (docs/security.md)")
+        elif not self.security.tls:
+            log.warning("event=http_tokens_without_tls detail=%r",
+                        "bearer tokens travel in clear text: whoever sees the traffic can "
+                        "replay them; set kraft.http.ssl.keystore.location")
         if self.security.client_auth == "required":
             log.warning("event=http_client_auth_required detail=%r",
                         "a connection without a client certificate is refused at the "

@@ -32,6 +32,7 @@ from kraft.admin import QuorumClient
 from kraft.admin.http_credentials import HttpCredentials
 from kraft.cli.local import HttpResult, LocalCluster, http_call
 from kraft.cli.main import main
+from kraft.config.http_security import HttpSecurity
 from kraft.server.http_api import HttpApiServer
 from tests.node.conftest import FAST_TIMEOUTS, address_prefix, own_host
 from tests.support.http_certs import Ca
@@ -267,12 +268,20 @@ async def test_node_health_and_the_admin_client_carry_credentials(world: World) 
     assert "event=http_open" not in log
 
 
-async def test_an_open_port_warns_once_at_start(caplog: pytest.LogCaptureFixture) -> None:
-    server = HttpApiServer(cast(Any, None), cast(Any, None), own_host(), 0)
-    with caplog.at_level(logging.WARNING, logger="kraft.server.http_api"):
-        await server.start()
-        await server.stop()
-    assert sum("event=http_open" in r.getMessage() for r in caplog.records) == 1
+async def test_an_open_port_warns_once_at_start(caplog: pytest.LogCaptureFixture,
+                                                tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.csv"
+    tokens.write_text(TOKENS)
+    events = {}
+    for name, security in (("open", None), ("tokens", HttpSecurity(token_file=tokens))):
+        caplog.clear()
+        server = HttpApiServer(cast(Any, None), cast(Any, None), own_host(), 0,
+                               security=security)
+        with caplog.at_level(logging.WARNING, logger="kraft.server.http_api"):
+            await server.start()
+            await server.stop()
+        events[name] = [r.getMessage().split()[0] for r in caplog.records]
+    assert events == {"open": ["event=http_open"], "tokens": ["event=http_tokens_without_tls"]}
 
 
 def test_kraft_kv_command_reads_its_token_from_a_file(
