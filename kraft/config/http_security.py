@@ -85,10 +85,11 @@ def token_digest(token: str | bytes) -> bytes:
     return hashlib.sha256(token.encode() if isinstance(token, str) else token).digest()
 
 
-def parse_token_file(text: str, source: str) -> list[TokenEntry]:
+def parse_token_file(text: str, source: str, *, allow_empty: bool = False) -> list[TokenEntry]:
     """The entries of a token file's text (see the module docstring); raises
     HttpSecurityError naming `source` and the line of the first problem. A file with no
-    token at all is refused too: it would lock every client out without saying why."""
+    token at all is refused unless `allow_empty` (a node does not start on one: it would lock
+    every client out without saying why; a running node takes one as "revoke every token")."""
     entries: list[TokenEntry] = []
     seen: dict[bytes, int] = {}
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -118,7 +119,7 @@ def parse_token_file(text: str, source: str) -> list[TokenEntry]:
             raise HttpSecurityError(f"{where}: the same token as line {seen[digest]}")
         seen[digest] = number
         entries.append(TokenEntry(digest, name, scope, number))
-    if not entries:
+    if not entries and not allow_empty:
         raise HttpSecurityError(f"{source}: no token (lines are token,name,scope)")
     return entries
 

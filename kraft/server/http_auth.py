@@ -7,8 +7,9 @@
   while the last good context keeps serving.
 * `TokenFile` holds the SHA-256 of each token of the token file and re-reads the file when it
   changed, checked at every request: a rotated token counts from the next request on, a
-  removed one is refused from then. A file that cannot be read or parsed keeps the last good
-  tokens (logged once per change), so a bad edit never opens the port nor locks it.
+  removed one is refused from then; a file left with no token line revokes them all. A file
+  that cannot be read or parsed keeps the last good tokens (logged once per change), so a bad
+  edit never opens the port nor locks it.
 * `HttpAuthorizer` is the aiohttp middleware that decides each request before its handler
   runs (so before any body is read or anything applied): /healthz and /readyz are open; every
   other route needs the scope of `ROUTE_SCOPES` (admin > write > read). No credential or an
@@ -122,14 +123,14 @@ class TokenFile:
         except OSError as exc:
             raise HttpSecurityError(f"{KEYS['token_file']}={path}: cannot read: "
                                     f"{exc.strerror or exc}") from None
-        self._entries = tuple(self._parse(data or b""))
+        self._entries = tuple(self._parse(data or b"", allow_empty=False))
 
-    def _parse(self, data: bytes) -> list[TokenEntry]:
+    def _parse(self, data: bytes, *, allow_empty: bool) -> list[TokenEntry]:
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
             raise HttpSecurityError(f"{self.path}: not UTF-8 text") from None
-        return parse_token_file(text, str(self.path))
+        return parse_token_file(text, str(self.path), allow_empty=allow_empty)
 
     @property
     def entries(self) -> tuple[TokenEntry, ...]:
@@ -143,7 +144,7 @@ class TokenFile:
             data = self._watch.read_if_changed()
             if data is None:
                 return
-            entries = self._parse(data)
+            entries = self._parse(data, allow_empty=True)
         except (OSError, HttpSecurityError) as exc:
             self._watch.forget()
             problem = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -155,8 +156,9 @@ class TokenFile:
         self._bad = None
         old = {e.name for e in self._entries}
         self._entries = tuple(entries)
-        log.info("event=http_token_file_reloaded file=%s tokens=%d names=%s", self.path,
-                 len(entries), ",".join(sorted({e.name for e in entries} | old)))
+        log.log(logging.INFO if entries else logging.WARNING,
+                "event=http_token_file_reloaded file=%s tokens=%d names=%s", self.path,
+                len(entries), ",".join(sorted({e.name for e in entries} | old)))
 
     def lookup(self, token: str) -> TokenEntry | None:
         """The entry of `token` (the file re-read first if it changed), or None. Every digest

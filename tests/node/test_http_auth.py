@@ -196,6 +196,8 @@ def test_rotated_token_file_counts_from_the_next_request(world: World) -> None:
         _replace(world.tokens, b"this line is no token,\n")
         assert world.call("PUT", "/v1/kv/krot", new_writer[::-1], b"kept").status == 200
         _refused(world.call("PUT", "/v1/kv/krot", WRITE, b"x"), 401)
+        _replace(world.tokens, b"# every token revoked\n")  # no token line: none is valid
+        _refused(world.call("PUT", "/v1/kv/krot", new_writer[::-1], b"x"), 401)
     finally:
         _replace(world.tokens, TOKENS.encode())
     assert world.call("PUT", "/v1/kv/krot", WRITE, b"back").status == 200
