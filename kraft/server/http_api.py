@@ -58,6 +58,7 @@ from kraft.server.kv_api import (
     OutcomeUnknownError,
     WriteRefusedError,
 )
+from kraft.server.metrics import Registry
 from kraft.statemachine.kv import MAX_KEY_BYTES, MAX_VALUE_BYTES
 from kraft.storage.export import ExportError, export_bundle
 
@@ -137,11 +138,13 @@ class HttpApiServer:
 
     def __init__(self, kv: HttpKv, node: NodeAPI, host: str, port: int,
                  metadata_dir: Path | None = None, guard: ListenerGuard | None = None,
-                 security: HttpSecurity | None = None) -> None:
+                 security: HttpSecurity | None = None, registry: Registry | None = None,
+                 ) -> None:
         """`guard` holds the connections to the node's limits (`kraft.server.http_guard`);
         by default a guard of its own with the default limits. `security`: TLS and who may
         call what (`kraft.server.http_auth`); by default plain HTTP open to all. Raises
-        HttpSecurityError when its files cannot be used."""
+        HttpSecurityError when its files cannot be used. `registry`: where refusals are
+        counted (the node's metrics)."""
         self.kv = kv
         self.node = node
         self.host = host
@@ -171,7 +174,8 @@ class HttpApiServer:
         self.app.middlewares.append(self._connections.middleware)
         self.security = security if security is not None else HttpSecurity()
         self.tls = TlsFiles(self.security) if self.security.tls else None
-        self.authorizer = HttpAuthorizer(self.security) if self.security.authenticates else None
+        self.authorizer = (HttpAuthorizer(self.security, registry)
+                           if self.security.authenticates else None)
         if self.authorizer is not None:
             self.app.middlewares.append(self.authorizer.middleware)
         self._runner: web.AppRunner | None = None

@@ -46,6 +46,7 @@ from kraft.config.http_security import (
     parse_token_file,
     token_digest,
 )
+from kraft.server.metrics import CounterFamily, Registry
 
 log = logging.getLogger("kraft.server.http_auth")
 
@@ -291,11 +292,18 @@ class _Refusal:
 class HttpAuthorizer:
     """The middleware deciding every request (see the module docstring)."""
 
-    def __init__(self, sec: HttpSecurity) -> None:
-        """Reads the token file when one is set (raises HttpSecurityError if it is bad)."""
+    def __init__(self, sec: HttpSecurity, registry: Registry | None = None) -> None:
+        """Reads the token file when one is set (raises HttpSecurityError if it is bad).
+        With `registry`, refusals are counted in `kraft_http_refused_total{status}`."""
         self.sec = sec
         self.tokens = TokenFile(sec.token_file) if sec.token_file is not None else None
         self.refused = 0
+        self._counted: CounterFamily | None = None
+        if registry is not None:
+            self._counted = registry.counter_family(
+                "kraft_http_refused_total",
+                "HTTP requests refused before their handler ran: 401 (no credential or an "
+                "unknown token), 403 (a credential without the route's scope)", ("status",))
         self._last_log = 0.0
         self._unlogged = 0
 
@@ -362,6 +370,8 @@ class HttpAuthorizer:
         """Refusals are counted; logged at most once a second (a flood of them is one line
         a second saying how many were not logged)."""
         self.refused += 1
+        if self._counted is not None:
+            self._counted.labels(str(refusal.status)).inc()
         now = time.monotonic()
         if now - self._last_log < 1.0:
             self._unlogged += 1

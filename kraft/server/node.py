@@ -239,7 +239,7 @@ class KraftNode:
                                           metadata_dir=Path(cfg.metadata_dir),
                                           guard=guard.listener("http", min(
                                               cfg.max_connections, cfg.http_max_connections)),
-                                          security=http_security(cfg))
+                                          security=http_security(cfg), registry=self.registry)
             await self.http_api.start()
         if cfg.client_listener is not None:
             self.client_server = ClientServer(self.kv, self, cfg.client_listener.host,

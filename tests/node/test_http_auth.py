@@ -153,7 +153,10 @@ def test_no_token_or_an_unknown_one_is_401_and_applies_nothing(world: World) -> 
 def test_read_token_reads_but_writing_is_403_and_applies_nothing(world: World) -> None:
     assert world.call("PUT", "/v1/kv/kr", WRITE, b"before").status == 200
     assert world.call("GET", "/v1/kv/kr", READ).body == b"before"
-    assert world.call("GET", "/metrics", READ).status == 200
+    _refused(world.call("GET", "/v1/kv/kr"), 401)
+    metrics = world.call("GET", "/metrics", READ)
+    assert metrics.status == 200
+    assert b'kraft_http_refused_total{status="401"}' in metrics.body
     cas = json.dumps({"expected": base64.b64encode(b"before").decode(),
                       "value": base64.b64encode(b"after").decode()}).encode()
     for method, path, body in (("PUT", "/v1/kv/kr", b"after"), ("DELETE", "/v1/kv/kr", None),
