@@ -20,6 +20,7 @@ import urllib.request
 from typing import Any
 
 from e2e.backend import Backend
+from kraft.admin.http_credentials import HttpCredentials
 from tests.support.kvclient import KVWorkload, http_op, new_session
 from tests.support.linearizability import CAS, DELETE, GET, PUT, Op, check_history
 
@@ -30,15 +31,17 @@ class Traffic:
     """KV clients on one quorum's pods for as long as the `with` body runs."""
 
     def __init__(self, backend: Backend, quorum: str, clients: int = 3, keys: int = 8,
-                 seed: int = 0) -> None:
+                 seed: int = 0, credentials: HttpCredentials | None = None) -> None:
+        """`credentials`: the token and TLS trust of every call to the pods' HTTP ports."""
         self.backend = backend
+        self.credentials = credentials or HttpCredentials()
         self.quorum = quorum
         self.addresses: list[str] = []
         self._refresh()
         if not self.addresses:
             raise RuntimeError(f"no pod of {quorum} has an address")
         self.workload = KVWorkload(self.addresses, keys=keys, clients=clients, seed=seed,
-                                   timeout=5.0, read_ratio=0.3)
+                                   timeout=5.0, read_ratio=0.3, credentials=self.credentials)
         self.leaders: list[tuple[float, int, int]] = []
         """(time, leader id, epoch) each time the leader changed, as the nodes report it."""
         self.seen_before: list[float] = []
@@ -72,7 +75,10 @@ class Traffic:
         best = None
         for address in list(self.addresses):
             try:
-                with urllib.request.urlopen(f"http://{address}/v1/status", timeout=1) as r:
+                req = urllib.request.Request(self.credentials.url(address, "/v1/status"),
+                                             headers=self.credentials.headers())
+                with urllib.request.urlopen(req, timeout=1,
+                                            context=self.credentials.ssl_context()) as r:
                     s = json.loads(r.read())
             except (OSError, ValueError):
                 continue
@@ -118,12 +124,13 @@ class Traffic:
     def final_reads(self) -> None:
         """One linearizable read of every key (retried while no leader answers), recorded."""
         async def read_all() -> None:
-            async with new_session() as session:
+            async with new_session(self.credentials) as session:
                 for key in self.workload.keys:
                     for attempt in range(60):
                         address = self.addresses[attempt % len(self.addresses)]
                         call = time.monotonic()
-                        out = await http_op(session, address, "GET", f"/v1/kv/{key}", None, 5.0)
+                        out = await http_op(session, address, "GET", f"/v1/kv/{key}", None, 5.0,
+                                            scheme=self.credentials.scheme)
                         if out.status in (200, 404):
                             self.workload.history.record(Op(
                                 99, GET, key, call, time.monotonic(),

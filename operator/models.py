@@ -482,6 +482,10 @@ class ConfigChecker:
         }
     )
 
+    UNRENDERED_PREFIXES: ClassVar[tuple[str, ...]] = ("kraft.http.ssl.", "kraft.http.auth.")
+    """The HTTP port's TLS and token keys: they name files the pods do not have and turn the
+    probes' port to HTTPS, neither of which the operator renders yet (docs/security.md)."""
+
     def __init__(self, property_check: Any = None) -> None:
         self.property_check = property_check
 
@@ -492,6 +496,10 @@ class ConfigChecker:
                 problems.append(ConfigProblem(key, "not a server.properties key"))
             elif key in self.OPERATOR_KEYS:
                 problems.append(ConfigProblem(key, "set by the operator; it cannot be overridden"))
+            elif key.startswith(self.UNRENDERED_PREFIXES):
+                problems.append(ConfigProblem(key, "the HTTP port's TLS and tokens need files "
+                                              "mounted in the pods and HTTPS probes, which the "
+                                              "operator does not render yet"))
             elif "\n" in value:
                 problems.append(ConfigProblem(key, "a value cannot span lines"))
             elif self.property_check is not None:

@@ -153,7 +153,10 @@ class QuorumRef:
 def config_problems(config: Mapping[str, str]) -> list[str]:
     """spec.config checked against the ServerProperties model: unknown keys (with a hint),
     keys the operator sets itself, bad values. Empty when the config is acceptable."""
-    return [str(p) for p in ServerProperties.validate_overrides(config, reserved=RESERVED_KEYS)]
+    unrendered = [key for key in config if key.startswith(
+        models.ConfigChecker.UNRENDERED_PREFIXES)]
+    return [str(p) for p in ServerProperties.validate_overrides(
+        config, reserved=RESERVED_KEYS | frozenset(unrendered))]
 
 
 def node_ids(ref: QuorumRef, extra: Iterable[int] = ()) -> list[int]:

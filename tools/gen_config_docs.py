@@ -90,6 +90,7 @@ def _server_properties() -> list[str]:
     from kraft.config.server_properties import OVERRIDE_SECURITY_PREFIXES, ServerProperties
 
     reserved = set(getattr(render, "RESERVED_KEYS", ()))
+    unrendered = tuple(getattr(render.models.ConfigChecker, "UNRENDERED_PREFIXES", ()))
     rows = ["| Property | Type | Default | In spec.config |", "|---|---|---|---|"]
     for name, field in sorted(ServerProperties.model_fields.items(),
                               key=lambda kv: kv[1].alias or kv[0]):
@@ -101,6 +102,8 @@ def _server_properties() -> list[str]:
         allowed = "no: set by the operator" if key in reserved else \
             "no: TLS is not issued by the operator yet" \
             if key.startswith(OVERRIDE_SECURITY_PREFIXES) else "yes"
+        if key.startswith(unrendered):
+            allowed = "no: not rendered by the operator yet"
         rows.append(f"| `{key}` | {_cell(annotation)} | {default} | {allowed} |")
     return rows
 

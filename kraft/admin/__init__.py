@@ -8,6 +8,8 @@
 - Errors: `AdminError` (Kafka code and name, `retriable`, `already_done`) and
   `AdminConnectionError` (no answer; retriable).
 - `KvClient` / `KvClusterClient` (`kraft.admin.kv_client`): the binary KV protocol's client.
+- `HttpCredentials` (`kraft.admin.http_credentials`): the bearer token and TLS trust every
+  client of a node's HTTP port presents (docs/security.md).
 
 `server.properties` (read, validate, write) is `kraft.config.server_properties`'s
 `ServerProperties`. See docs/admin.md.
@@ -15,6 +17,7 @@
 
 from kraft.admin.client import QuorumClient
 from kraft.admin.errors import RETRIABLE_CODES, AdminConnectionError, AdminError
+from kraft.admin.http_credentials import CredentialsError, HttpCredentials
 from kraft.admin.models import (
     ClusterInfo,
     ControllerInfo,
@@ -30,7 +33,9 @@ __all__ = [
     "AdminError",
     "ClusterInfo",
     "ControllerInfo",
+    "CredentialsError",
     "Endpoint",
+    "HttpCredentials",
     "NodeHealth",
     "QuorumClient",
     "QuorumInfo",

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from kraft.admin.connection import AdminConnection, WireError
 from kraft.admin.errors import AdminConnectionError, AdminError
+from kraft.admin.http_credentials import HttpCredentials
 from kraft.admin.models import (
     ClusterInfo,
     ControllerInfo,
@@ -84,17 +85,20 @@ class QuorumClient:
     (host, port) pairs, or comma-separated text).
     `timeout_s`: the bound of each network step (connect, one request). `cluster_id`: when
     given, a quorum that reports another cluster id is refused (INCONSISTENT_CLUSTER_ID),
-    and membership calls carry it so the leader checks it too.
+    and membership calls carry it so the leader checks it too. `http`: the token and TLS
+    trust `node_health` presents to a node's HTTP port (`kraft.admin.http_credentials`).
     """
 
     def __init__(self, bootstrap: Sequence[str | tuple[str, int]] | str, *, timeout_s: float = 5.0,
                  cluster_id: str | None = None, client_id: str = "kraft-admin",
                  tls: Callable[[], ssl.SSLContext] | None = None,
-                 command_config: str | Path | None = None) -> None:
+                 command_config: str | Path | None = None,
+                 http: HttpCredentials | None = None) -> None:
         """`tls`: speak TLS to the controller listeners with the context it gives; or
         `command_config`: a client properties file, as Kafka's tools take
         `--command-config` (`security.protocol=SSL` and the `ssl.*` client keys; a bad
-        key raises ValueError naming it). Neither: PLAINTEXT."""
+        key raises ValueError naming it). Neither: PLAINTEXT. `http`: the
+        credentials of the nodes' HTTP ports (token, TLS trust) for `node_health`."""
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         if command_config is not None:
@@ -114,6 +118,7 @@ class QuorumClient:
         self.tls = tls
         self._conns: dict[tuple[str, int], AdminConnection] = {}
         self._http: aiohttp.ClientSession | None = None
+        self.http_credentials = http or HttpCredentials()
 
     async def __aenter__(self) -> QuorumClient:
         return self
@@ -426,13 +431,15 @@ class QuorumClient:
 
         Never raises for an unreachable node: it answers `live=False` with the reason.
         """
-        base = http_address if "://" in http_address else f"http://{http_address}"
-        base = base.rstrip("/")
+        creds = self.http_credentials
+        base = creds.url(http_address)
         import aiohttp  # here: describing a quorum or formatting never pays for it
 
         if self._http is None:
+            context = creds.ssl_context()
             self._http = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s), headers=creds.headers(),
+                connector=aiohttp.TCPConnector(ssl=context) if context is not None else None)
         session = self._http
         try:
             async with session.get(f"{base}/healthz") as r:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kraft.admin.http_credentials import HttpCredentials
 from kraft.config.address import parse_host_port
 from kraft.protocol.uuid import Uuid
 from kraft.storage.format import format_storage
@@ -182,12 +183,21 @@ class HttpResult:
 
 
 def http_call(address: str, method: str, path: str, body: bytes | None = None,
-              timeout: float = 10.0, follow: int = 3) -> HttpResult:
-    """One HTTP request; follows up to `follow` 307 redirects (to the leader)."""
+              timeout: float = 10.0, follow: int = 3,
+              credentials: HttpCredentials | None = None) -> HttpResult:
+    """One HTTP request; follows up to `follow` 307 redirects (to the leader). `credentials`:
+    the bearer token and TLS trust (`kraft.admin.http_credentials`); HTTPS when they name a
+    CA or a client certificate."""
     host, port = parse_host_port(address, "HTTP address")
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    creds = credentials or HttpCredentials()
+    context = creds.ssl_context()
+    conn: http.client.HTTPConnection
+    if context is not None:
+        conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=context)
+    else:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
-        conn.request(method, path, body=body)
+        conn.request(method, path, body=body, headers=creds.headers())
         resp = conn.getresponse()
         data = resp.read()
         headers = {k.lower(): v for k, v in resp.getheaders()}
@@ -197,7 +207,7 @@ def http_call(address: str, method: str, path: str, body: bytes | None = None,
         loc = headers["location"]
         rest = loc.split("://", 1)[1]
         addr, _, p = rest.partition("/")
-        return http_call(addr, method, "/" + p, body, timeout, follow - 1)
+        return http_call(addr, method, "/" + p, body, timeout, follow - 1, credentials)
     return HttpResult(resp.status, data, headers)
 
 
@@ -206,7 +216,11 @@ class LocalCluster:
 
     def __init__(self, base_dir: Path | str, voters: int = 3, observers: int = 0, *,
                  static: bool = False, first_address: int = 1, address_prefix: str = "127.0.0.",
-                 properties: dict[str, str] | None = None) -> None:
+                 properties: dict[str, str] | None = None,
+                 credentials: HttpCredentials | None = None) -> None:
+        """`credentials`: what the cluster's own HTTP calls (status, readiness, put, get)
+        present, for nodes whose `properties` secure their HTTP ports."""
+        self.credentials = credentials
         self.base = Path(base_dir)
         self.base.mkdir(parents=True, exist_ok=True)
         self.cluster_id = str(Uuid.random())
@@ -378,7 +392,8 @@ class LocalCluster:
         """A node's /v1/status, None when it does not answer."""
         node = self.nodes[node_id]
         try:
-            r = http_call(node.http, "GET", "/v1/status", timeout=timeout)
+            r = http_call(node.http, "GET", "/v1/status", timeout=timeout,
+                          credentials=self.credentials)
         except OSError:
             return None
         return r.json() if r.status == 200 else None
@@ -412,7 +427,8 @@ class LocalCluster:
         node = self.nodes[node_id]
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError):
-                if http_call(node.http, "GET", "/readyz", timeout=2).status == 200:
+                if http_call(node.http, "GET", "/readyz", timeout=2,
+                             credentials=self.credentials).status == 200:
                     return
             time.sleep(0.05)
         raise TimeoutError(f"node {node_id} not ready within {timeout}s; log {node.log_path}")
@@ -420,9 +436,11 @@ class LocalCluster:
     def put(self, key: str, value: bytes, via: int | None = None, timeout: float = 10.0) -> HttpResult:
         """PUT through `via` (default: the current leader), following redirects."""
         nid = via if via is not None else self.wait_for_leader()
-        return http_call(self.nodes[nid].http, "PUT", f"/v1/kv/{key}", value, timeout=timeout)
+        return http_call(self.nodes[nid].http, "PUT", f"/v1/kv/{key}", value, timeout=timeout,
+                         credentials=self.credentials)
 
     def get(self, key: str, via: int | None = None, timeout: float = 10.0) -> HttpResult:
         """Linearizable GET through `via` (default: the current leader)."""
         nid = via if via is not None else self.wait_for_leader()
-        return http_call(self.nodes[nid].http, "GET", f"/v1/kv/{key}", timeout=timeout)
+        return http_call(self.nodes[nid].http, "GET", f"/v1/kv/{key}", timeout=timeout,
+                         credentials=self.credentials)

@@ -146,13 +146,14 @@ def _event_loop_choice(config_path: Path) -> str:
 
 
 def _run_run(args: argparse.Namespace) -> int:
+    from kraft.config.http_security import HttpSecurityError
     from kraft.config.node import ConfigError
     from kraft.config.tls import TlsMaterialError
 
     setup_logging(args.log_level)
     try:
         return _event_loop_runner(_event_loop_choice(args.config))(run_node(args.config))
-    except (ConfigError, TlsMaterialError) as exc:
+    except (ConfigError, TlsMaterialError, HttpSecurityError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except FileNotFoundError as exc:
@@ -460,13 +461,27 @@ def _run_local(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _configure_kv(p: argparse.ArgumentParser) -> None:
+    from kraft.cli.kv import configure
+
+    configure(p)
+
+
+def _run_kv(args: argparse.Namespace) -> int:
+    from kraft.cli.kv import run
+
+    return run(args)
+
+
 def register_commands() -> None:
-    """Add run, quorum and local to the `kraft` command table."""
+    """Add run, quorum, local and kv to the `kraft` command table."""
     register(Command("run", "run a KRaft controller node", _configure_run, _run_run))
     register(Command("quorum", "describe and change the quorum (like kafka-metadata-quorum)",
                      _configure_quorum, _run_quorum))
     register(Command("local", "run a quorum of local processes on loopback with a live status",
                      _configure_local, _run_local))
+    register(Command("kv", "get, put or delete a key through a node's HTTP port",
+                     _configure_kv, _run_kv))
 
 
 register_commands()

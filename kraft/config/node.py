@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pydantic import ConfigDict, ValidationError, field_validator, model_validator
 
+from kraft.config.http_security import http_security
 from kraft.config.properties import PropertiesSyntaxError, read_properties
 from kraft.config.security import (
     AuthorizerSettings,
@@ -127,6 +128,7 @@ class NodeConfig(ServerProperties):
             raise ValueError(f"controller.quorum.voters: duplicate node id in {ids}")
         if self.metadata_directory is None:
             raise ValueError("metadata.log.dir (or log.dirs) is required")
+        http_security(self)  # the HTTP port's TLS and token keys, checked together
         return self
 
     @property

@@ -306,6 +306,40 @@ class ServerProperties(BaseModel):
     closed (a slow client cannot hold a connection by sending its headers a byte at a time)."""
     http_body_timeout_ms: int = Field(default=30_000, ge=1, alias="kraft.http.body.timeout.ms")
     """An HTTP request whose body has not all arrived this long after its headers is closed."""
+    # The HTTP port's TLS and authentication (`kraft.config.http_security`, docs/security.md).
+    http_ssl_keystore_type: str = Field(default="PEM", alias="kraft.http.ssl.keystore.type")
+    """The keystore's format: PEM only (Kafka's `ssl.keystore.type=PEM`)."""
+    http_ssl_keystore_location: str = Field(default="", alias="kraft.http.ssl.keystore.location")
+    """A PEM file with the HTTP port's private key and certificate chain: set, the port speaks
+    HTTPS only. Re-read for new connections when it changes (no restart)."""
+    http_ssl_key_password: str = Field(default="", alias="kraft.http.ssl.key.password")
+    """The password of an encrypted private key in the keystore."""
+    http_ssl_truststore_type: str = Field(default="PEM", alias="kraft.http.ssl.truststore.type")
+    """The truststore's format: PEM only."""
+    http_ssl_truststore_location: str = Field(default="", alias="kraft.http.ssl.truststore.location")
+    """A PEM file of the CAs that client certificates must chain to; re-read as the keystore."""
+    http_ssl_client_auth: Literal["none", "requested", "required"] = Field(
+        default="none", alias="kraft.http.ssl.client.auth")
+    """Kafka's `ssl.client.auth` for the HTTP port: `requested` verifies a client certificate
+    when one is sent (a request may carry a token instead, and the kubelet's probes need
+    neither); `required` refuses a connection without one (probes fail too)."""
+    http_auth_token_file: str = Field(default="", alias="kraft.http.auth.token.file")
+    """Bearer tokens (`token,name,scope` lines, docs/security.md): set, every route but
+    /healthz and /readyz needs a token or a client certificate of enough scope. Re-read when
+    it changes, so tokens rotate without a restart."""
+    http_auth_read_principals: str = Field(default="", alias="kraft.http.auth.read.principals")
+    """Client certificate principals (`User:CN=...;User:...`) with the read scope."""
+    http_auth_write_principals: str = Field(default="",
+                                            alias="kraft.http.auth.write.principals")
+    """Client certificate principals with the write scope (and read)."""
+    http_auth_admin_principals: str = Field(default="",
+                                            alias="kraft.http.auth.admin.principals")
+    """Client certificate principals with the admin scope (export; and write, read)."""
+
+    @field_validator("http_ssl_client_auth", mode="before")
+    @classmethod
+    def _lower_client_auth(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value  # as Kafka reads it
     event_loop: Literal["auto", "asyncio", "uvloop"] = Field(default="auto", alias="kraft.event.loop")
     """`auto`: uvloop when it is installed (less CPU per request), else asyncio's loop."""
 

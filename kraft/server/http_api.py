@@ -22,6 +22,12 @@ it within the call's time does it answer `307` with the leader's admin address i
 was applied then. A write whose outcome is unknown (leader changed before commit, timeout, the
 forwarded call's answer lost) answers `503` with `"outcome": "unknown"`.
 
+Security (`kraft.server.http_auth`, docs/security.md): with `kraft.http.ssl.keystore.location`
+the port speaks HTTPS only; with a token file or `kraft.http.ssl.client.auth`, every route but
+/healthz and /readyz needs a credential of enough scope (read: GETs and metrics; write: PUT,
+DELETE, CAS; admin: export), else 401 or 403 before anything is read or applied. With neither,
+the port takes every call from anyone who reaches it, and the node says so once at start.
+
 `GET /v1/kv/{key}?stale=true` reads this node's local state without any leadership check. It is
 NOT linearizable; it exists so the test suite can show that its linearizability checker catches
 stale reads.
@@ -39,7 +45,9 @@ from typing import Any, BinaryIO, Protocol, cast
 
 from aiohttp import web
 
+from kraft.config.http_security import HttpSecurity, describe
 from kraft.server.connection_limits import ConnectionGuard, ListenerGuard
+from kraft.server.http_auth import PRINCIPAL_KEY, HttpAuthorizer, TlsFiles
 from kraft.server.http_guard import HttpConnections
 from kraft.server.kv_api import (
     ForwardRefusedError,
@@ -51,6 +59,7 @@ from kraft.server.kv_api import (
     OutcomeUnknownError,
     WriteRefusedError,
 )
+from kraft.server.metrics import Registry
 from kraft.statemachine.kv import MAX_KEY_BYTES, MAX_VALUE_BYTES
 from kraft.storage.export import ExportError, export_bundle
 
@@ -129,9 +138,14 @@ class HttpApiServer:
     """Serves the routes in the module docstring for one node."""
 
     def __init__(self, kv: HttpKv, node: NodeAPI, host: str, port: int,
-                 metadata_dir: Path | None = None, guard: ListenerGuard | None = None) -> None:
+                 metadata_dir: Path | None = None, guard: ListenerGuard | None = None,
+                 security: HttpSecurity | None = None, registry: Registry | None = None,
+                 ) -> None:
         """`guard` holds the connections to the node's limits (`kraft.server.http_guard`);
-        by default a guard of its own with the default limits."""
+        by default a guard of its own with the default limits. `security`: TLS and who may
+        call what (`kraft.server.http_auth`); by default plain HTTP open to all. Raises
+        HttpSecurityError when its files cannot be used. `registry`: where refusals are
+        counted (the node's metrics)."""
         self.kv = kv
         self.node = node
         self.host = host
@@ -159,6 +173,12 @@ class HttpApiServer:
             guard = own.listener("http", own.limits.http_max_connections)
         self._connections = HttpConnections(guard)
         self.app.middlewares.append(self._connections.middleware)
+        self.security = security if security is not None else HttpSecurity()
+        self.tls = TlsFiles(self.security) if self.security.tls else None
+        self.authorizer = (HttpAuthorizer(self.security, registry)
+                           if self.security.authenticates else None)
+        if self.authorizer is not None:
+            self.app.middlewares.append(self.authorizer.middleware)
         self._runner: web.AppRunner | None = None
         self._server: asyncio.AbstractServer | None = None
 
@@ -170,10 +190,29 @@ class HttpApiServer:
         self._runner = web.AppRunner(self.app, access_log=None, keepalive_timeout=keepalive_s)
         await self._runner.setup()
         loop = asyncio.get_running_loop()
+        tls = self.tls.server_context if self.tls is not None else None
+        # a handshake is held to the headers' deadline: a client cannot park a connection
+        # in it longer than in a request's headers
+        handshake_s = self._connections.header_timeout_s if tls is not None else None
         self._server = await loop.create_server(self._connections.factory(self._runner),
-                                                self.host, self.port, reuse_address=True)
+                                                self.host, self.port, reuse_address=True,
+                                                ssl=tls, ssl_handshake_timeout=handshake_s)
         self.port = int(self._server.sockets[0].getsockname()[1])
-        log.info("event=admin_listening host=%s port=%d", self.host, self.port)
+        log.info("event=admin_listening host=%s port=%d %s", self.host, self.port,
+                 " ".join(describe(self.security)))
+        if self.authorizer is None:
+            log.warning("event=http_open host=%s port=%d detail=%r", self.host, self.port,
+                        "the HTTP port takes reads, writes, deletes and exports from anyone "
+                        "who reaches it: set kraft.http.auth.token.file or "
+                        "kraft.http.ssl.client.auth (docs/security.md)")
+        elif not self.security.tls:
+            log.warning("event=http_tokens_without_tls detail=%r",
+                        "bearer tokens travel in clear text: whoever sees the traffic can "
+                        "replay them; set kraft.http.ssl.keystore.location")
+        if self.security.client_auth == "required":
+            log.warning("event=http_client_auth_required detail=%r",
+                        "a connection without a client certificate is refused at the "
+                        "handshake: HTTPS probes (the kubelet's) carry none and fail")
         return self.port
 
     async def stop(self) -> None:
@@ -242,9 +281,9 @@ class HttpApiServer:
             if request.transport is not None:
                 request.transport.close()
             return resp
-        log.info("event=exported dir=%s log_start=%d log_end=%d files=%d peer=%s",
+        log.info("event=exported dir=%s log_start=%d log_end=%d files=%d peer=%s by=%s",
                  self.metadata_dir, manifest.log_start_offset, manifest.log_end_offset,
-                 len(manifest.files), request.remote)
+                 len(manifest.files), request.remote, request.get(PRINCIPAL_KEY, "-"))
         await resp.write_eof()
         return resp
 
@@ -270,7 +309,7 @@ class HttpApiServer:
 
     def _redirect(self, request: web.Request, exc: NotLeaderError) -> web.Response:
         if exc.leader_http:
-            location = f"http://{exc.leader_http}{request.rel_url}"
+            location = f"{request.scheme}://{exc.leader_http}{request.rel_url}"
             return web.Response(status=307, headers={"Location": location},
                                 text=json.dumps({"leader_id": exc.leader_id}),
                                 content_type="application/json")

@@ -49,6 +49,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kraft.config.http_security import http_security
 from kraft.config.node import NodeConfig
 from kraft.config.tls import TlsContexts
 from kraft.lane import LaneArbiter, append_scan
@@ -250,7 +251,8 @@ class KraftNode:
                                           cfg.http_listener.port,
                                           metadata_dir=Path(cfg.metadata_dir),
                                           guard=guard.listener("http", min(
-                                              cfg.max_connections, cfg.http_max_connections)))
+                                              cfg.max_connections, cfg.http_max_connections)),
+                                          security=http_security(cfg), registry=self.registry)
             await self.http_api.start()
         if cfg.client_listener is not None:
             self.client_server = ClientServer(self.kv, self, cfg.client_listener.host,

@@ -288,6 +288,22 @@ def test_config_seam_refuses_operator_keys_and_bad_keys() -> None:
     assert "set by the operator" in str(problems[1])
 
 
+def test_config_refuses_the_http_ports_tls_and_token_keys_it_cannot_render() -> None:
+    """They name files the pods do not have and need HTTPS probes: refused by both seams
+    rather than a node that cannot start."""
+    from kraft_operator import render
+
+    config = {"kraft.http.auth.token.file": "/etc/kraft/tokens.csv",
+              "kraft.http.ssl.keystore.location": "/etc/kraft/http.pem",
+              "kraft.http.max.connections": "100"}
+    problems = models.check_config(config)
+    assert [p.key for p in problems] == ["kraft.http.auth.token.file",
+                                         "kraft.http.ssl.keystore.location"]
+    assert "does not render yet" in str(problems[0])
+    assert [p.split("=")[0] for p in render.config_problems(config)] == [
+        "kraft.http.auth.token.file", "kraft.http.ssl.keystore.location"]
+
+
 def test_config_seam_delegates_to_a_property_checker() -> None:
     def check(key: str, value: str) -> str | None:
         return None if value.isdigit() else f"{value!r} is not an integer"

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from kraft.admin.http_credentials import HttpCredentials
 from tests.support.linearizability import CAS, DELETE, GET, PUT, HistoryRecorder, Op
 
 
@@ -44,15 +45,20 @@ class WorkloadStats:
     acked_writes: dict[str, bytes] = field(default_factory=dict)
 
 
-def new_session() -> aiohttp.ClientSession:
-    """A client session that never re-sends a request by itself.
+def new_session(credentials: HttpCredentials | None = None) -> aiohttp.ClientSession:
+    """A client session that never re-sends a request by itself; with `credentials`, its
+    requests carry their token and trust their CAs (`kraft.admin.http_credentials`).
 
     aiohttp silently retries idempotent methods (PUT, DELETE, GET) once when a connection
     breaks mid-request: a PUT that reached a leader which then died is sent again, and the
     retry's "connection refused" would hide the first attempt. With retries off, a refused
     connection really means the request never reached any node.
     """
-    session = aiohttp.ClientSession()
+    creds = credentials or HttpCredentials()
+    context = creds.ssl_context()
+    session = aiohttp.ClientSession(
+        headers=creds.headers(),
+        connector=aiohttp.TCPConnector(ssl=context) if context is not None else None)
     if hasattr(session, "_retry_connection"):
         session._retry_connection = False
     else:  # pragma: no cover - another aiohttp: refused connections are not trustworthy
@@ -65,9 +71,10 @@ _REFUSED_MEANS_NOT_SENT = True
 
 
 async def http_op(session: aiohttp.ClientSession, address: str, method: str, path: str,
-                  body: bytes | None, timeout: float, stale: bool = False) -> Outcome:
+                  body: bytes | None, timeout: float, stale: bool = False,
+                  scheme: str = "http") -> Outcome:
     """One request with manual 307 following; raises nothing (failures become outcomes)."""
-    url = f"http://{address}{path}"
+    url = f"{scheme}://{address}{path}"
     if stale:
         url += "?stale=true"
     for _ in range(4):
@@ -98,8 +105,11 @@ class KVWorkload:
 
     def __init__(self, addresses: list[str], keys: int = 4, clients: int = 4, seed: int = 0,
                  timeout: float = 8.0, read_ratio: float = 0.4, stale_reads: bool = False,
-                 binary: dict[int, tuple[str, int]] | None = None) -> None:
+                 binary: dict[int, tuple[str, int]] | None = None,
+                 credentials: HttpCredentials | None = None) -> None:
         self.addresses = addresses
+        self.credentials = credentials or HttpCredentials()
+        """The token and TLS trust of every HTTP call (none by default)."""
         self.binary = binary or {}
         """Node id -> the binary client protocol's address: one more client writes and reads
         through it (`kraft.admin.kv_client.KvClient`), on one connection to the leader, as
@@ -123,7 +133,7 @@ class KVWorkload:
 
     async def run(self) -> None:
         """Run the clients until `stop()`."""
-        async with new_session() as session:
+        async with new_session(self.credentials) as session:
             extra = [self._binary_client(self.clients)] if self.binary else []
             await asyncio.gather(*(self._client(session, c) for c in range(self.clients)),
                                  *extra)
@@ -214,7 +224,8 @@ class KVWorkload:
     async def _put(self, s: aiohttp.ClientSession, client: int, address: str, key: str) -> None:
         value = self._value(client)
         call = time.monotonic()
-        out = await http_op(s, address, "PUT", f"/v1/kv/{key}", value, self.timeout)
+        out = await http_op(s, address, "PUT", f"/v1/kv/{key}", value, self.timeout,
+                            scheme=self.credentials.scheme)
         ret = time.monotonic() if out.known and out.status == 200 else None
         if ret is not None:
             self.stats.acked_writes[key] = value
@@ -222,7 +233,8 @@ class KVWorkload:
 
     async def _delete(self, s: aiohttp.ClientSession, client: int, address: str, key: str) -> None:
         call = time.monotonic()
-        out = await http_op(s, address, "DELETE", f"/v1/kv/{key}", None, self.timeout)
+        out = await http_op(s, address, "DELETE", f"/v1/kv/{key}", None, self.timeout,
+                            scheme=self.credentials.scheme)
         ret = time.monotonic() if out.known and out.status == 200 else None
         if ret is not None:
             self.stats.acked_writes.pop(key, None)
@@ -237,7 +249,8 @@ class KVWorkload:
             "value": base64.b64encode(value).decode(),
         }).encode()
         call = time.monotonic()
-        out = await http_op(s, address, "POST", f"/v1/kv/{key}/cas", body, self.timeout)
+        out = await http_op(s, address, "POST", f"/v1/kv/{key}/cas", body, self.timeout,
+                            scheme=self.credentials.scheme)
         if out.known and out.status == 200:
             swapped = bool(json.loads(out.body)["swapped"])
             if swapped:
@@ -250,7 +263,7 @@ class KVWorkload:
     async def _get(self, s: aiohttp.ClientSession, client: int, address: str, key: str) -> None:
         call = time.monotonic()
         out = await http_op(s, address, "GET", f"/v1/kv/{key}", None, self.timeout,
-                            stale=self.stale_reads)
+                            stale=self.stale_reads, scheme=self.credentials.scheme)
         if out.status == 200:
             self._record(Op(client, GET, key, call, time.monotonic(), output=out.body), out)
         elif out.status == 404:
