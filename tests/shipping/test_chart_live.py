@@ -391,6 +391,12 @@ def test_the_chart_runs_the_operator_that_brings_up_a_quorum(
         # the quorum's NetworkPolicy, owned by it (the sandbox enforces none)
         (netpol,) = sb.get("networkpolicy", "-n", QUORUM_NS)["items"]
         assert netpol["metadata"]["ownerReferences"][0]["kind"] == "KRaftQuorum"
+        # a rule added by hand (every namespace to every port) is taken out again
+        wider = [*netpol["spec"]["ingress"], {"from": [{"namespaceSelector": {}}]}]
+        sb.kubectl("patch", "networkpolicy", QUORUM, "-n", QUORUM_NS, "--type=merge", "-p",
+                   json.dumps({"spec": {"ingress": wider}}))
+        wait_until("the NetworkPolicy's rules restored", lambda: len(sb.get(
+            "networkpolicy", "-n", QUORUM_NS, QUORUM)["spec"]["ingress"]) == 2)
         # the budget and the NetworkPolicy switched off: deleted
         sb.kubectl("patch", "kq", QUORUM, "-n", QUORUM_NS, "--type=merge", "-p",
                    json.dumps({"spec": {"podDisruptionBudget": {"enabled": False},
