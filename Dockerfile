@@ -3,9 +3,20 @@
 # The install steps are the scripts in docker/, which tests/shipping/test_image.py also runs
 # (in a clean virtual environment), so what the image does is tested without a container engine.
 # The sandbox (sandbox/) is a test world: neither it nor its dependencies are in the image.
+#
+# Supply chain: the Python dependencies are the lock file docker/requirements.lock (`make lock`:
+# pip-compile --generate-hashes), downloaded and installed with `pip --require-hashes` (a file
+# whose sha256 is not in the lock is refused); `make sbom` writes the image's CycloneDX SBOM
+# from the same lock. The base images are referenced by digest. THE DIGESTS ARE NOT VERIFIED
+# AGAINST THE REGISTRY: no registry could be reached where they were written; each is the one
+# public Dockerfiles name for that tag (the slim one in several independent repositories, the
+# builder's in one). A digest that is wrong fails the pull, never pulls another image. Check
+# both before a release, and set them to what the registry serves now:
+#   docker buildx imagetools inspect python:3.11.13-bookworm --format '{{.Manifest.Digest}}'
+#   docker buildx imagetools inspect python:3.11.13-slim-bookworm --format '{{.Manifest.Digest}}'
 
 # ---- builder: compiles the C extension and builds every wheel the image installs
-FROM python:3.11.13-bookworm AS builder
+FROM python:3.11.13-bookworm@sha256:e75be128195ec5b78912d55646e87d4638fc95234302a34472aeb2a474334cb1 AS builder
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY kraft/ kraft/
@@ -15,7 +26,7 @@ COPY docker/ docker/
 RUN sh docker/build-wheels.sh /src /wheels python3
 
 # ---- runtime: slim, non-root, read-only root file system friendly
-FROM python:3.11.13-slim-bookworm
+FROM python:3.11.13-slim-bookworm@sha256:86adf8dbadc3d6e82ee5dd2c74bec2e1c2467cdad47886280501df722372d2e1
 ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="kraft-quorum" \
       org.opencontainers.image.description="KRaft controller quorum node (kraft) and its Kubernetes operator (kraft-operator)" \

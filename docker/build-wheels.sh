@@ -1,7 +1,8 @@
 #!/bin/sh
 # Builder stage of the image (Dockerfile), and what tests/shipping/test_image.py runs outside a
-# container: build the kraft-quorum wheel (its C extension compiled here) and the wheels of every
-# dependency of the image, into one directory.
+# container: build the kraft-quorum wheel (its C extension compiled here) and download the wheel
+# of every locked dependency of the image (docker/requirements.lock, `make lock`), each checked
+# against its sha256 in the lock, into one directory with the lock beside them.
 #   docker/build-wheels.sh SOURCE_DIR WHEEL_DIR [PYTHON]
 set -eu
 src=$1
@@ -16,6 +17,9 @@ fi
 mkdir -p "$out"
 # the project's own wheel; a failed C build fails the image (KRAFT_REQUIRE_LANE)
 KRAFT_REQUIRE_LANE=1 "$py" -m pip wheel --no-cache-dir --no-deps --wheel-dir "$out" "$src"
-# the dependencies of the operator extra and the init process, as wheels
-"$py" -m pip wheel --no-cache-dir --wheel-dir "$out" --find-links "$out" \
-    "kraft-quorum[operator]" "dumb-init==1.2.5.post1"
+# the dependencies, exactly as locked: every one pinned and hashed (--require-hashes refuses a
+# file whose digest is not in the lock), wheels only (a wheel's hash is what the runtime stage
+# checks again; an sdist built here would not have one)
+"$py" -m pip download --no-cache-dir --require-hashes --only-binary :all: --no-deps \
+    --dest "$out" -r "$src/docker/requirements.lock"
+cp "$src/docker/requirements.lock" "$out/requirements.lock"

@@ -42,6 +42,7 @@ from kraft_operator.claims import Claim, Claims
 from kraft_operator.kube import ApiError, Conflict, Kube, NotFound
 from kraft_operator.metrics import Metrics
 from kraft_operator.planner import Plan, ReportDegraded, Wait, plan
+from kraft_operator.policy import OperatorPolicy
 from kraft_operator.voter_events import voter_set_changes
 
 log = logging.getLogger("kraft_operator")
@@ -107,11 +108,14 @@ class Reconciler:
 
     def __init__(self, kube: Kube, metrics: Metrics | None = None, *, identity: str = "",
                  admin_timeout_s: float = 10.0, chain: int = 1,
-                 claims: Claims | None = None) -> None:
+                 claims: Claims | None = None, policy: OperatorPolicy | None = None) -> None:
         """`chain`: after an action that was carried out, up to this many passes run at once
         (each observing again) instead of waiting for the next trigger, so creating objects
         one per pass does not take one interval each. `claims`: this operator's claims
-        on the objects (by default with the identity and the Lease timings' defaults)."""
+        on the objects (by default with the identity and the Lease timings' defaults).
+        `policy`: the allow-lists and where the operator's pods are (`kraft_operator.policy`;
+        by default nothing is refused)."""
+        self.policy = policy or OperatorPolicy()
         self.kube = kube
         self.chain = max(1, chain)
         self._progressed = False
@@ -223,10 +227,12 @@ class Reconciler:
             return "InvalidSpec"
         problems = render.config_problems(ref.spec.config)
         seen = await observe.gather(kube, ref, body)
-        result = plan(ref.spec, seen.observed)  # it sees the reported directory ids already
+        # it sees the reported directory ids already
+        result = plan(ref.spec, seen.observed, self.policy)
         action = result.action
         paused = result.condition("ReconciliationPaused").status == "True"
-        touch = not problems and not paused
+        refused = self.policy.refusal(ref.spec)
+        touch = not problems and not paused and refused is None
         if touch:
             for correction in seen.corrections:
                 recorded = await records.apply(kube, namespace, correction)
@@ -237,7 +243,7 @@ class Reconciler:
             node = getattr(action, "node_id", None)
             if isinstance(node, int):
                 in_use.add(node)
-            changed = await standing.ensure(kube, ref, sorted(in_use))
+            changed = await standing.ensure(kube, ref, sorted(in_use), self.policy)
             changed += await standing.claim_owners(kube, ref, list(seen.claims))
             for what in changed:
                 log.info("event=standing_object quorum=%s/%s change=%r", namespace, name, what)

@@ -4,6 +4,8 @@
                    [--http 0.0.0.0:8080] [--interval 5] [--lease-name kraft-operator]
                    [--lease-namespace NS] [--lease-duration 15] [--renew-deadline 10]
                    [--retry-period 2] [--identity ID] [--log-level INFO]
+                   [--allowed-images GLOB,...] [--allowed-service-accounts GLOB,...]
+                   [--operator-pod-labels K=V,...]
     kraft-operator crd          (the CRD YAML, generated from the models)
 
 `run` (the default) first acquires the coordination.k8s.io Lease (one active replica), then
@@ -28,6 +30,11 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("kraft_operator.main")
+
+# the names kraft_operator.policy reads (not imported here: `--help` stays light)
+ENV_ALLOWED_IMAGES = "KRAFT_OPERATOR_ALLOWED_IMAGES"
+ENV_ALLOWED_SERVICE_ACCOUNTS = "KRAFT_OPERATOR_ALLOWED_SERVICE_ACCOUNTS"
+ENV_POD_LABELS = "KRAFT_OPERATOR_POD_LABELS"
 
 EXIT_LEASE_LOST = 3
 SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -68,15 +75,41 @@ def build_parser() -> argparse.ArgumentParser:
                         help="this replica's name in the Lease (default: hostname + random)")
     parser.add_argument("--admin-timeout", type=float, default=10.0,
                         help="seconds a membership change may take to commit (default: 10.0)")
+    parser.add_argument("--allowed-images", default=os.environ.get(ENV_ALLOWED_IMAGES),
+                        metavar="GLOB,...",
+                        help="spec.image must match one of these globs, e.g. "
+                             "'registry.example.com/kraft-quorum:*' (default: "
+                             f"${ENV_ALLOWED_IMAGES}; unset: any image)")
+    parser.add_argument("--allowed-service-accounts",
+                        default=os.environ.get(ENV_ALLOWED_SERVICE_ACCOUNTS), metavar="GLOB,...",
+                        help="spec.podTemplate.serviceAccountName must match one of these "
+                             f"(default: ${ENV_ALLOWED_SERVICE_ACCOUNTS}; unset: any; empty: "
+                             "only the namespace's default)")
+    parser.add_argument("--operator-pod-labels", default=os.environ.get(ENV_POD_LABELS),
+                        metavar="K=V,...",
+                        help="labels of the operator's own pods, which each quorum's "
+                             "NetworkPolicy lets in (default: $" + ENV_POD_LABELS +
+                             " or app.kubernetes.io/name=kraft-operator)")
     parser.add_argument("--log-level", default="INFO", type=str.upper,
                         choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
                         help="default: INFO")
     return parser
 
 
-def _lease_namespace(args: argparse.Namespace) -> str:
-    if args.lease_namespace:
-        return str(args.lease_namespace)
+def operator_policy(args: argparse.Namespace) -> Any:
+    """The allow-lists and the operator's own pods (`kraft_operator.policy`) from the
+    arguments, which default to the environment the chart sets."""
+    from kraft_operator.policy import DEFAULT_POD_LABELS, OperatorPolicy, parse_labels, parse_list
+
+    return OperatorPolicy(parse_list(args.allowed_images),
+                          parse_list(args.allowed_service_accounts),
+                          _own_namespace(args),
+                          parse_labels(args.operator_pod_labels) or dict(DEFAULT_POD_LABELS))
+
+
+def _own_namespace(args: argparse.Namespace) -> str:
+    """The namespace the operator's pod runs in: $POD_NAMESPACE, the service account's
+    namespace, the kubeconfig context's, or default."""
     if os.environ.get("POD_NAMESPACE"):
         return os.environ["POD_NAMESPACE"]
     with contextlib.suppress(OSError):
@@ -89,6 +122,12 @@ def _lease_namespace(args: argparse.Namespace) -> str:
         if namespace:
             return str(namespace)
     return "default"
+
+
+def _lease_namespace(args: argparse.Namespace) -> str:
+    if args.lease_namespace:
+        return str(args.lease_namespace)
+    return _own_namespace(args)
 
 
 async def _serve_http(address: str, metrics: Any, healthy: Any) -> Any:
@@ -131,6 +170,12 @@ async def run(args: argparse.Namespace) -> int:
     identity = args.identity or f"{os.environ.get('HOSTNAME') or socket.gethostname()}-" \
                                 f"{uuid.uuid4().hex[:6]}"
     kube = Kube.from_kubeconfig(args.kubeconfig)
+    policy = operator_policy(args)
+    log.info("event=policy allowed_images=%s allowed_service_accounts=%s operator=%s/%s",
+             "any" if policy.allowed_images is None else ",".join(policy.allowed_images),
+             "any" if policy.allowed_service_accounts is None
+             else ",".join(policy.allowed_service_accounts), policy.operator_namespace,
+             ",".join(f"{k}={v}" for k, v in policy.operator_pod_labels.items()))
     metrics = Metrics()
     elector = LeaderElector(kube, _lease_namespace(args), args.lease_name, identity,
                             lease_duration_s=args.lease_duration,
@@ -153,7 +198,8 @@ async def run(args: argparse.Namespace) -> int:
         claims = Claims(kube, identity, lease_duration_s=args.lease_duration,
                         renew_deadline_s=args.renew_deadline, retry_period_s=args.retry_period)
         reconciler = Reconciler(kube, metrics, identity=identity,
-                                admin_timeout_s=args.admin_timeout, chain=8, claims=claims)
+                                admin_timeout_s=args.admin_timeout, chain=8, claims=claims,
+                                policy=policy)
         register(registry, reconciler, interval_s=args.interval)
         namespaces = list(args.namespace)
         operator = asyncio.ensure_future(kopf.operator(
@@ -194,6 +240,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.namespace and args.all_namespaces:
         print("kraft-operator: --namespace and --all-namespaces exclude each other",
               file=sys.stderr)
+        return 2
+    from kraft_operator.policy import parse_labels
+
+    try:
+        parse_labels(args.operator_pod_labels)
+    except ValueError as exc:
+        print(f"kraft-operator: --operator-pod-labels: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
                         format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",

@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 GROUP = "kraft.dev"
@@ -159,6 +166,63 @@ class PodDisruptionBudgetSpec(_Model):
     )
 
 
+class IPBlock(_Model):
+    """An address block, as a NetworkPolicyPeer's ipBlock."""
+
+    cidr: str = Field(min_length=1, description="The block, e.g. 10.0.0.0/16.")
+    except_: list[str] | None = Field(default=None, alias="except",
+                                      description="Blocks inside cidr left out.")
+
+
+class NetworkPolicyPeer(_Model):
+    """A source of traffic, as a NetworkPolicy rule's `from` entry (networking.k8s.io/v1)."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
+        "rule": "has(self.ipBlock) != (has(self.podSelector) || has(self.namespaceSelector))",
+        "message": "a peer is either an ipBlock or podSelector/namespaceSelector",
+    }]})
+
+    pod_selector: dict[str, Any] | None = Field(
+        default=None,
+        description="Pods (a LabelSelector); with namespaceSelector, pods in those namespaces; "
+                    "alone, pods in the quorum's namespace.")
+    namespace_selector: dict[str, Any] | None = Field(
+        default=None, description="Namespaces (a LabelSelector); {} is every namespace.")
+    ip_block: IPBlock | None = Field(default=None, description="An address block.")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> NetworkPolicyPeer:
+        if self.ip_block is not None and (self.pod_selector is not None
+                                          or self.namespace_selector is not None):
+            raise ValueError("ipBlock cannot be combined with podSelector or namespaceSelector")
+        if self.ip_block is None and self.pod_selector is None and \
+                self.namespace_selector is None:
+            raise ValueError("a peer needs podSelector, namespaceSelector or ipBlock")
+        return self
+
+
+class NetworkPolicySpec(_Model):
+    """The NetworkPolicy the operator keeps for the quorum's pods (ingress only)."""
+
+    enabled: bool = Field(
+        default=True,
+        description=(
+            "Keep a NetworkPolicy: the controller port (9093) open only to the quorum's own "
+            "pods and the operator's, the HTTP port (8080) to those and to httpFrom. It takes "
+            "effect only where the cluster's network plugin enforces NetworkPolicies."
+        ),
+    )
+    http_from: list[NetworkPolicyPeer] | None = Field(
+        default=None,
+        json_schema_extra={"maxItems": 64},
+        description=(
+            "Who else may reach the HTTP port (the KV API, /metrics), as NetworkPolicyPeer "
+            "entries. Unset: every pod of the quorum's namespace. An empty list: nobody else "
+            "(the quorum's pods and the operator only). The kubelet's probes are never blocked."
+        ),
+    )
+
+
 class UpdateStrategy(_Model):
     """How a pod-affecting change (image, resources, config, pod overrides) is rolled out."""
 
@@ -263,6 +327,11 @@ class KRaftQuorumSpec(_Model):
         default_factory=PodDisruptionBudgetSpec,
         json_schema_extra={"default": {}},
         description="The PodDisruptionBudget of the quorum's pods.",
+    )
+    network_policy: NetworkPolicySpec = Field(
+        default_factory=NetworkPolicySpec,
+        json_schema_extra={"default": {}},
+        description="The NetworkPolicy of the quorum's pods.",
     )
     auto_join: bool = Field(
         default=True,

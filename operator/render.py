@@ -2,8 +2,8 @@
 
 Per quorum: a headless Service (stable per-pod DNS names, published before the pods are
 ready so they can find each other), a client Service (ready pods only), one ConfigMap with a
-`server-N.properties` per node id (written with kraft.config's ServerProperties), and a
-PodDisruptionBudget. Per node: one PersistentVolumeClaim and one Pod. Every object carries
+`server-N.properties` per node id (written with kraft.config's ServerProperties), a
+PodDisruptionBudget and a NetworkPolicy. Per node: one PersistentVolumeClaim and one Pod. Every object carries
 the `app.kubernetes.io/*` labels and an owner reference to the KRaftQuorum (a claim only
 when `storage.onDelete` is Delete); the resource's own labels are never copied (a GitOps
 tool's tracking label on a pod or claim would make it look like part of the tool's app).
@@ -26,6 +26,7 @@ from typing import Any
 
 from kraft_operator import models
 from kraft_operator.planner import CreatePod, FormatMode, majority, pod_spec_hash
+from kraft_operator.policy import OperatorPolicy
 
 from kraft.config.server_properties import ServerProperties
 
@@ -54,12 +55,27 @@ RESERVED_KEYS = models.ConfigChecker.OPERATOR_KEYS
 IMAGE_UID = 10001
 """The image's user and group (Dockerfile: `USER 10001:10001`)."""
 POD_SECURITY_CONTEXT = {"runAsNonRoot": True, "runAsUser": IMAGE_UID, "runAsGroup": IMAGE_UID,
-                        "fsGroup": IMAGE_UID, "seccompProfile": {"type": "RuntimeDefault"}}
-CONTAINER_SECURITY_CONTEXT = {"allowPrivilegeEscalation": False,
-                              "capabilities": {"drop": ["ALL"]}}
-"""What the Pod Security "restricted" profile asks of every pod and container: a cluster's
-namespace that enforces it refuses a pod without these (the kraft node needs no privilege,
-capability or root)."""
+                        "fsGroup": IMAGE_UID, "fsGroupChangePolicy": "OnRootMismatch",
+                        "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY_CONTEXT = {"runAsNonRoot": True, "runAsUser": IMAGE_UID,
+                              "runAsGroup": IMAGE_UID, "allowPrivilegeEscalation": False,
+                              "privileged": False, "readOnlyRootFilesystem": True,
+                              "capabilities": {"drop": ["ALL"]},
+                              "seccompProfile": {"type": "RuntimeDefault"}}
+"""What the Pod Security "restricted" profile asks of every pod and container (a namespace
+that enforces it refuses a pod without these), and a read-only root file system besides: the
+kraft node needs no privilege, capability or root, and writes only to its data volume and
+/tmp. The container's fields repeat the pod's, so each container passes on its own (a
+container the user adds later, or a tool that checks containers one by one). fsGroup makes
+the data volume the image user's; OnRootMismatch skips the recursive chown of a large volume
+whose root is already right."""
+TMP_DIR = "/tmp"
+TMP_VOLUME = "tmp"
+TMP_SIZE_LIMIT = "64Mi"
+"""The one writable path beside the data volume (the root file system is read-only): the
+image's HOME and TMPDIR, where `sh -c` and Python's tempfile write. Nothing the node keeps
+lives there."""
+TMP_ENV = [{"name": "HOME", "value": TMP_DIR}, {"name": "TMPDIR", "value": TMP_DIR}]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +109,10 @@ class QuorumRef:
 
     @property
     def pdb(self) -> str:
+        return self.name
+
+    @property
+    def network_policy(self) -> str:
         return self.name
 
     def pod_name(self, node_id: int) -> str:
@@ -227,6 +247,41 @@ def pod_disruption_budget(ref: QuorumRef) -> dict[str, Any]:
     }
 
 
+def operator_peer(policy: OperatorPolicy) -> dict[str, Any]:
+    """The operator's pods as a NetworkPolicyPeer: its labels in its own namespace only (a
+    pod labelled like it elsewhere is not it)."""
+    return {"namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": policy.operator_namespace}},
+            "podSelector": {"matchLabels": dict(policy.operator_pod_labels)}}
+
+
+def network_policy(ref: QuorumRef, policy: OperatorPolicy) -> dict[str, Any]:
+    """Ingress to the quorum's pods: the controller port from the quorum's own pods and the
+    operator's (its DescribeQuorum and membership calls), the HTTP port from those and from
+    spec.networkPolicy.httpFrom (by default every pod of the namespace). Egress is left
+    open: the nodes reach each other, DNS and nothing else, and a policy cannot name the
+    cluster's DNS portably. Never an empty `from` (which NetworkPolicy reads as anyone)."""
+    own = {"podSelector": {"matchLabels": ref.selector_labels}}
+    operator = operator_peer(policy)
+    http_from = ref.spec.network_policy.http_from
+    extra = ([{"podSelector": {}}] if http_from is None
+             else [p.to_k8s() for p in http_from])
+    return {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": ref._meta(ref.network_policy, ref.labels),
+        "spec": {
+            "podSelector": {"matchLabels": ref.selector_labels},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [own, operator],
+                 "ports": [{"protocol": "TCP", "port": CONTROLLER_PORT}]},
+                {"from": [own, operator, *extra],
+                 "ports": [{"protocol": "TCP", "port": HTTP_PORT}]},
+            ],
+        },
+    }
+
+
 # --- per node --------------------------------------------------------------------------------
 
 
@@ -270,7 +325,8 @@ def pod(ref: QuorumRef, action: CreatePod, cluster_id: str) -> dict[str, Any]:
     node_id = action.node_id
     config = f"{CONFIG_DIR}/server-{node_id}.properties"
     mounts = [{"name": "data", "mountPath": DATA_DIR},
-              {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}]
+              {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+              {"name": TMP_VOLUME, "mountPath": TMP_DIR}]
     init_format = format_command(ref, node_id, cluster_id, action.format_mode,
                                  action.initial_voters)
     rejoin_format = format_command(ref, node_id, cluster_id, FormatMode.JOIN)
@@ -279,7 +335,8 @@ def pod(ref: QuorumRef, action: CreatePod, cluster_id: str) -> dict[str, Any]:
         "name": "kraft", "image": spec.image, "imagePullPolicy": spec.image_pull_policy,
         "command": ["sh", "-c", f"{shlex.join(rejoin_format)} && exec {shlex.join(run)}"],
         "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                {"name": AUTO_JOIN_ENV, "value": "true" if action.auto_join else "false"}],
+                {"name": AUTO_JOIN_ENV, "value": "true" if action.auto_join else "false"},
+                *copy.deepcopy(TMP_ENV)],
         "ports": [{"name": "controller", "containerPort": CONTROLLER_PORT},
                   {"name": "http", "containerPort": HTTP_PORT}],
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"},
@@ -297,12 +354,17 @@ def pod(ref: QuorumRef, action: CreatePod, cluster_id: str) -> dict[str, Any]:
         "hostname": ref.pod_name(node_id), "subdomain": ref.headless_service,
         "restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
         "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
+        # the node never calls the Kubernetes API: no token in the pod
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
         "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName":
                                                                 ref.pvc_name(node_id)}},
-                    {"name": "config", "configMap": {"name": ref.config_map}}],
+                    {"name": "config", "configMap": {"name": ref.config_map}},
+                    {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": TMP_SIZE_LIMIT}}],
         "initContainers": [{"name": "format", "image": spec.image,
                             "imagePullPolicy": spec.image_pull_policy,
                             "command": init_format, "volumeMounts": mounts,
+                            "env": copy.deepcopy(TMP_ENV),
                             # kraft format's error (a volume of another cluster) becomes the
                             # terminated state's message, which the operator reports
                             "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -367,14 +429,19 @@ def recovery_pod(ref: QuorumRef, node_id: int, directory_id: str, cluster_id: st
         "imagePullPolicy": ref.spec.image_pull_policy,
         "command": recovery_command(ref, node_id, directory_id, token),
         "volumeMounts": spec["initContainers"][0]["volumeMounts"],
+        "env": copy.deepcopy(TMP_ENV),
         "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT)})
     obj["metadata"]["annotations"][RECOVER_FROM_ANNOTATION] = directory_id
     return obj
 
 
-def standing_objects(ref: QuorumRef, in_use: Iterable[int] = ()) -> list[dict[str, Any]]:
-    """The objects every quorum has whatever its pods do (the PDB only when enabled)."""
+def standing_objects(ref: QuorumRef, in_use: Iterable[int] = (),
+                     policy: OperatorPolicy | None = None) -> list[dict[str, Any]]:
+    """The objects every quorum has whatever its pods do (the PDB and the NetworkPolicy only
+    when enabled)."""
     objects = [headless_service(ref), client_service(ref), config_map(ref, in_use)]
     if ref.spec.pod_disruption_budget.enabled:
         objects.append(pod_disruption_budget(ref))
+    if ref.spec.network_policy.enabled:
+        objects.append(network_policy(ref, policy or OperatorPolicy()))
     return objects

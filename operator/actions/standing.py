@@ -10,9 +10,11 @@ from typing import Any
 
 from kraft_operator import models, render
 from kraft_operator.kube import Conflict, Kube, NotFound
+from kraft_operator.policy import OperatorPolicy
 
 KINDS = {"Service": ("v1", "services"), "ConfigMap": ("v1", "configmaps"),
-         "PodDisruptionBudget": ("policy/v1", "poddisruptionbudgets")}
+         "PodDisruptionBudget": ("policy/v1", "poddisruptionbudgets"),
+         "NetworkPolicy": ("networking.k8s.io/v1", "networkpolicies")}
 
 
 def _differs(want: Any, have: Any) -> bool:
@@ -28,10 +30,11 @@ def _differs(want: Any, have: Any) -> bool:
     return bool(want != have)
 
 
-async def ensure(kube: Kube, ref: render.QuorumRef, in_use: list[int]) -> list[str]:
+async def ensure(kube: Kube, ref: render.QuorumRef, in_use: list[int],
+                 policy: OperatorPolicy | None = None) -> list[str]:
     """Create or patch the standing objects; returns what changed (for the log)."""
     changed = []
-    for obj in render.standing_objects(ref, in_use):
+    for obj in render.standing_objects(ref, in_use, policy):
         api, plural = KINDS[obj["kind"]]
         name = obj["metadata"]["name"]
         try:
@@ -45,11 +48,19 @@ async def ensure(kube: Kube, ref: render.QuorumRef, in_use: list[int]) -> list[s
             continue
         want = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
         want["metadata"] = {k: want["metadata"][k] for k in ("labels", "ownerReferences")}
-        if _differs(want, have) or ("data" in want and want["data"] != have.get("data")):
+        if _differs(want, have) or ("data" in want and want["data"] != have.get("data")) \
+                or (obj["kind"] == "NetworkPolicy" and _rules_differ(want, have)):
             if "data" in want:  # a ConfigMap's data is replaced whole: stale keys go too
                 want["data"] = {**{k: None for k in have.get("data") or {}}, **want["data"]}
             await kube.patch(api, plural, ref.namespace, name, want)
             changed.append(f"updated {obj['kind']} {name}")
+    if not ref.spec.network_policy.enabled:
+        try:
+            await kube.delete("networking.k8s.io/v1", "networkpolicies", ref.namespace,
+                              ref.network_policy)
+            changed.append(f"deleted NetworkPolicy {ref.network_policy}")
+        except NotFound:
+            pass
     if not ref.spec.pod_disruption_budget.enabled:
         try:
             await kube.delete("policy/v1", "poddisruptionbudgets", ref.namespace, ref.pdb)
@@ -57,6 +68,16 @@ async def ensure(kube: Kube, ref: render.QuorumRef, in_use: list[int]) -> list[s
         except NotFound:
             pass
     return changed
+
+
+def _rules_differ(want: dict[str, Any], have: dict[str, Any]) -> bool:
+    """Whether a NetworkPolicy's rules are not exactly the rendered ones. Compared both ways:
+    a rule or a peer field the server holds beyond the rendered ones (added by hand, or left
+    from a wider spec) would let in what the spec keeps out. The server adds nothing to
+    ingress rules whose ports name their protocol, and the merge patch replaces the list."""
+    want_in = (want.get("spec") or {}).get("ingress") or []
+    have_in = (have.get("spec") or {}).get("ingress") or []
+    return _differs(want_in, have_in) or _differs(have_in, want_in)
 
 
 async def claim_owners(kube: Kube, ref: render.QuorumRef, claims: list[Any]) -> list[str]:

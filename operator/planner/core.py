@@ -2,7 +2,7 @@
 
 The operations are asked in a fixed order; the first that has something to do decides:
 
-  paused -> invalid config -> spec.clusterId not the quorum's -> record a new quorum's ids ->
+  paused -> a spec the operator's allow-lists refuse -> invalid config -> spec.clusterId not the quorum's -> record a new quorum's ids ->
   a pod's volume formatted for another cluster (ForeignVolume: reported, nothing deleted)
   no quorum answers: never formed -> bootstrap; formed -> cold start or quorum loss/recovery
   a quorum answers: clear the recovery annotation -> failed Nodes -> missing voter pods ->
@@ -37,6 +37,7 @@ from kraft_operator.planner.context import (
     Decision,
     parse_target,
 )
+from kraft_operator.policy import OperatorPolicy
 
 CONDITION_TYPES = (
     "Ready", "Quorate", "Progressing", "Degraded", "ReconciliationPaused", "AwaitingApproval",
@@ -194,9 +195,12 @@ def _realized(ctx: Context) -> bool:
     return not replace_disk.stale_voters(ctx)
 
 
-def plan(spec: models.KRaftQuorumSpec, observed: Observed) -> Plan:
+def plan(spec: models.KRaftQuorumSpec, observed: Observed,
+         policy: OperatorPolicy | None = None) -> Plan:
     """The one next safe action for this spec and what was observed, with the conditions and
-    the status to write. Pure: the same input always gives the same plan."""
+    the status to write. Pure: the same input always gives the same plan. `policy`: the
+    operator's allow-lists (a spec they refuse is only reported: ImageNotAllowed,
+    ServiceAccountNotAllowed)."""
     ctx = Context(spec, observed)
     paused = _is_paused(spec, observed)
     warnings = []
@@ -205,8 +209,12 @@ def plan(spec: models.KRaftQuorumSpec, observed: Observed) -> Plan:
                         f"{spec.replicas - 1}")
     decision: Decision | None
     problems = models.check_config(spec.config)
+    refused = policy.refusal(spec) if policy is not None else None
     if paused:
         decision = Decision(Wait("Paused", "reconciliation is paused"), None)
+    elif refused is not None:
+        decision = Decision(ReportDegraded(refused.reason, refused.message), None,
+                            degraded=refused.reason)
     elif problems:
         decision = Decision(ReportDegraded("InvalidConfig", "; ".join(map(str, problems))),
                             None, degraded="InvalidConfig")

@@ -366,3 +366,20 @@ def test_every_cel_rule_has_a_cel_type_so_a_real_api_server_takes_the_crd() -> N
     from kraft_sandbox.schema import untyped_rules
 
     assert untyped_rules(_open_api(_crd())) == []
+
+
+def test_a_network_policy_peer_is_either_an_address_block_or_selectors() -> None:
+    """The CRD's CEL rule on spec.networkPolicy.httpFrom, as the models' own check: a peer
+    mixing ipBlock with a selector, or naming nothing, is refused by both."""
+    good = [{"podSelector": {"matchLabels": {"app": "client"}}},
+            {"namespaceSelector": {}, "podSelector": {}},
+            {"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}}]
+    assert _admit(_quorum({"networkPolicy": {"httpFrom": good}}))[1] == []
+    models.KRaftQuorumSpec.model_validate({"networkPolicy": {"httpFrom": good}})
+    for bad in ({"ipBlock": {"cidr": "10.0.0.0/8"}, "podSelector": {}}, {}):
+        problems = _admit(_quorum({"networkPolicy": {"httpFrom": [bad]}}))[1]
+        assert any("a peer is either an ipBlock" in message for _path, message in problems), \
+            problems
+        with pytest.raises(ValidationError):
+            models.KRaftQuorumSpec.model_validate({"networkPolicy": {"httpFrom": [bad]}})
+    assert _admit(_quorum({}))[0]["spec"]["networkPolicy"] == {"enabled": True}

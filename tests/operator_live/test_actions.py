@@ -83,8 +83,9 @@ async def test_resign_is_refused_when_stopping_the_leader_loses_the_majority(kub
 async def test_standing_objects_converge_and_then_stay_put(kube: Kube) -> None:
     ref = render.QuorumRef.from_body(BODY)
     first = await standing.ensure(kube, ref, [])
-    assert sorted(first) == ["created ConfigMap kq-config", "created PodDisruptionBudget kq",
-                             "created Service kq", "created Service kq-client"]
+    assert sorted(first) == ["created ConfigMap kq-config", "created NetworkPolicy kq",
+                             "created PodDisruptionBudget kq", "created Service kq",
+                             "created Service kq-client"]
     service = await kube.get("v1", "services", "default", "kq")
     assert {p["protocol"] for p in service["spec"]["ports"]} == {"TCP"}  # the server's default
     assert await standing.ensure(kube, ref, []) == []  # which is no difference

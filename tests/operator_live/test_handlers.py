@@ -165,3 +165,109 @@ async def test_a_pass_that_changes_nothing_does_not_write_the_status(kube: Kube)
     second = await kube.get(models.API_VERSION, models.PLURAL, "default", "kq")
     assert second["status"] == first["status"]
     assert "status" not in writes
+
+
+# --- the NetworkPolicy and the allow-lists --------------------------------------------------
+
+NETPOL = ("networking.k8s.io/v1", "networkpolicies")
+
+
+async def test_the_network_policy_is_created_owned_kept_exact_and_deleted_when_disabled(
+        kube: Kube) -> None:
+    from kraft_operator.policy import OperatorPolicy
+
+    await make(kube, {"replicas": 3})
+    policy = OperatorPolicy(operator_namespace="ops",
+                            operator_pod_labels={"app.kubernetes.io/name": "kraft-operator",
+                                                 "app.kubernetes.io/instance": "op"})
+    reconciler = Reconciler(kube, policy=policy)
+    await reconciler.reconcile("default", "kq")
+    netpol = await kube.get(*NETPOL, "default", "kq")
+    owner = netpol["metadata"]["ownerReferences"][0]
+    quorum = await kube.get(models.API_VERSION, models.PLURAL, "default", "kq")
+    assert (owner["kind"], owner["uid"]) == (models.KIND, quorum["metadata"]["uid"])
+    controller, http = netpol["spec"]["ingress"]
+    assert controller["ports"] == [{"protocol": "TCP", "port": 9093}]
+    own = {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "kraft",
+                                           "app.kubernetes.io/instance": "kq",
+                                           "app.kubernetes.io/managed-by": "kraft-operator"}}}
+    operator = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "kraft-operator",
+                                                "app.kubernetes.io/instance": "op"}}}
+    assert controller["from"] == [own, operator]
+    assert http["from"] == [own, operator, {"podSelector": {}}]  # default: the namespace
+    # a rule added by hand is taken out again: the policy is the spec's, exactly
+    widened = {"spec": {"ingress": [*netpol["spec"]["ingress"], {"from": [
+        {"namespaceSelector": {}}]}]}}
+    await kube.patch(*NETPOL, "default", "kq", widened)
+    await reconciler.reconcile("default", "kq")
+    assert len((await kube.get(*NETPOL, "default", "kq"))["spec"]["ingress"]) == 2
+    # httpFrom narrows the HTTP port: [] is the quorum and the operator only
+    await kube.patch(models.API_VERSION, models.PLURAL, "default", "kq",
+                     {"spec": {"networkPolicy": {"httpFrom": [
+                         {"ipBlock": {"cidr": "10.0.0.0/8"}}]}}})
+    await reconciler.reconcile("default", "kq")
+    http = (await kube.get(*NETPOL, "default", "kq"))["spec"]["ingress"][1]
+    assert http["from"] == [own, operator, {"ipBlock": {"cidr": "10.0.0.0/8"}}]
+    await kube.patch(models.API_VERSION, models.PLURAL, "default", "kq",
+                     {"spec": {"networkPolicy": {"httpFrom": []}}})
+    await reconciler.reconcile("default", "kq")
+    http = (await kube.get(*NETPOL, "default", "kq"))["spec"]["ingress"][1]
+    assert http["from"] == [own, operator]
+    await kube.patch(models.API_VERSION, models.PLURAL, "default", "kq",
+                     {"spec": {"networkPolicy": {"enabled": False}}})
+    await reconciler.reconcile("default", "kq")
+    assert await kube.list(*NETPOL, "default") == []
+
+
+@pytest.mark.parametrize(("spec", "reason", "named"), [
+    ({"image": "evil.example.com/miner:1"}, "ImageNotAllowed", "evil.example.com/miner:1"),
+    ({"image": "registry.example.com/kraft-quorum-evil:1"}, "ImageNotAllowed", "kraft-quorum-evil"),
+    ({"image": "registry.example.com/kraft-quorum:1",
+      "podTemplate": {"serviceAccountName": "cluster-admin"}},
+     "ServiceAccountNotAllowed", "cluster-admin"),
+])
+async def test_a_spec_the_allow_lists_refuse_is_a_condition_and_nothing_else(
+        kube: Kube, spec: dict[str, Any], reason: str, named: str) -> None:
+    from kraft_operator.policy import OperatorPolicy
+
+    policy = OperatorPolicy(allowed_images=("registry.example.com/kraft-quorum:*",
+                                            "registry.example.com/kraft-quorum@sha256:*"),
+                            allowed_service_accounts=("kraft-*",))
+    await make(kube, {"replicas": 3, **spec})
+    reconciler = Reconciler(kube, policy=policy, chain=5)
+    assert await reconciler.reconcile("default", "kq") == "ReportDegraded"
+    assert await reconciler.reconcile("default", "kq") == "ReportDegraded"
+    obj = await kube.get(models.API_VERSION, models.PLURAL, "default", "kq")
+    degraded = condition(obj, "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", reason)
+    assert named in degraded["message"]
+    events = await kube.list("v1", "events", "default")
+    assert [(e["reason"], e["type"]) for e in events] == [(reason, "Warning")]  # once
+    await untouched(kube)
+    assert await kube.list(*NETPOL, "default") == []
+
+
+async def test_an_image_refused_after_the_quorum_ran_changes_no_pod(kube: Kube) -> None:
+    """A quorum whose spec.image is changed to one the allow-list refuses keeps its pods as
+    they are: no roll, no new pod, until the spec is allowed again."""
+    from kraft_operator.policy import OperatorPolicy
+
+    policy = OperatorPolicy(allowed_images=("kraft-quorum:*",))
+    await make(kube, {"replicas": 3, "image": "kraft-quorum:1"})
+    reconciler = Reconciler(kube, policy=policy, chain=10)
+    await reconciler.reconcile("default", "kq")
+    before = {p["metadata"]["name"]: p["metadata"]["resourceVersion"]
+              for p in await kube.list("v1", "pods", "default")}
+    assert len(before) == 3
+    await kube.patch(models.API_VERSION, models.PLURAL, "default", "kq",
+                     {"spec": {"image": "other:1", "replicas": 5}})
+    assert await reconciler.reconcile("default", "kq") == "ReportDegraded"
+    after = {p["metadata"]["name"]: p["metadata"]["resourceVersion"]
+             for p in await kube.list("v1", "pods", "default")}
+    assert after == before
+    assert condition(await kube.get(models.API_VERSION, models.PLURAL, "default", "kq"),
+                     "Degraded")["reason"] == "ImageNotAllowed"
+    await kube.patch(models.API_VERSION, models.PLURAL, "default", "kq",
+                     {"spec": {"image": "kraft-quorum:2"}})
+    assert await reconciler.reconcile("default", "kq") != "ReportDegraded"

@@ -9,6 +9,7 @@ from kraft_operator import models, render
 from kraft_operator.planner import CreatePod, FormatMode
 
 from kraft.config.server_properties import ServerProperties
+from tests.support import pod_security
 
 BODY = {
     "apiVersion": models.API_VERSION, "kind": models.KIND,
@@ -153,33 +154,8 @@ def test_every_rendered_object_passes_kubernetes_schemas(version: str) -> None:
 
 
 def _restricted_violations(pod: dict) -> list[str]:
-    """What Pod Security's "restricted" profile (its checks for a pod that asks for no
-    volume types beyond the allowed ones) finds wrong, as kube-apiserver's admission names it:
-    a namespace that enforces the profile refused the operator's pods for each of these."""
-    spec = pod["spec"]
-    pod_ctx = spec.get("securityContext") or {}
-    found = []
-    for c in spec.get("initContainers", []) + spec["containers"]:
-        ctx = c.get("securityContext") or {}
-        name = c["name"]
-        if ctx.get("allowPrivilegeEscalation") is not False:
-            found.append(f"{name}: allowPrivilegeEscalation != false")
-        if "ALL" not in ((ctx.get("capabilities") or {}).get("drop") or []):
-            found.append(f"{name}: unrestricted capabilities")
-        if ctx.get("privileged"):
-            found.append(f"{name}: privileged")
-        if not ctx.get("runAsNonRoot", pod_ctx.get("runAsNonRoot")):
-            found.append(f"{name}: runAsNonRoot != true")
-        if ctx.get("runAsUser", pod_ctx.get("runAsUser")) == 0:
-            found.append(f"{name}: runAsUser=0")
-        seccomp = (ctx.get("seccompProfile") or pod_ctx.get("seccompProfile") or {})
-        if seccomp.get("type") not in ("RuntimeDefault", "Localhost"):
-            found.append(f"{name}: seccompProfile")
-    allowed = {"persistentVolumeClaim", "configMap", "secret", "emptyDir", "projected",
-               "downwardAPI", "csi", "ephemeral"}
-    found += [f"volume {v['name']}" for v in spec.get("volumes") or []
-              if not set(v) - {"name"} <= allowed]
-    return found
+    """What Pod Security's "restricted" profile finds wrong (tests/support/pod_security.py)."""
+    return pod_security.violations(pod["spec"], pod["metadata"])
 
 
 def test_the_pods_meet_the_restricted_pod_security_profile() -> None:
@@ -195,4 +171,6 @@ def test_the_pods_meet_the_restricted_pod_security_profile() -> None:
     # the checker does see a pod without them
     bare = initial_pod(r)
     del bare["spec"]["securityContext"]
-    assert "kraft: runAsNonRoot != true" in _restricted_violations(bare)
+    for c in bare["spec"]["containers"]:
+        del c["securityContext"]["runAsNonRoot"]
+    assert "runAsNonRoot: runAsNonRoot != true: kraft" in _restricted_violations(bare)

@@ -363,3 +363,17 @@ def test_an_unschedulable_pod_says_why_each_node_was_refused(sandbox: SandboxHan
                    if c["type"] == "PodScheduled")
     assert message == ("0/3 nodes are available: "
                        "3 node(s) didn't match pod anti-affinity rules."), message
+
+
+def test_mount_paths_are_rewritten_once_even_when_a_host_path_starts_with_one() -> None:
+    """A pod with an emptyDir at /tmp in a sandbox whose state is under /tmp: /etc/kraft
+    became /tmp/state/.../config and was then rewritten again as a path under /tmp (the
+    operator's pods, with their /tmp volume, could not find their config)."""
+    from kraft_sandbox.containers import ContainerSetup
+
+    mounts = [("/var/lib/kraft", "/tmp/st/p/volumes/data"),
+              ("/etc/kraft", "/tmp/st/p/volumes/config"), ("/tmp", "/tmp/st/p/volumes/tmp")]
+    text = "kraft format -c /etc/kraft/s.properties HOME=/tmp TMPDIR=/tmp/x /tmpfoo /var/lib/kraft"
+    assert ContainerSetup._rewrite(text, mounts) == (
+        "kraft format -c /tmp/st/p/volumes/config/s.properties HOME=/tmp/st/p/volumes/tmp "
+        "TMPDIR=/tmp/st/p/volumes/tmp/x /tmpfoo /tmp/st/p/volumes/data")

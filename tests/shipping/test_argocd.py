@@ -87,5 +87,8 @@ def test_applications_sync_the_operator_before_the_quorum() -> None:
             for n, a in apps.items()}
     assert wave["kraft-operator"] < wave["kraft-quorum"]
     quorum = apps["kraft-quorum"]["spec"]
+    # the operator reconciles the namespace the quorum is synced to
+    watched = apps["kraft-operator"]["spec"]["source"]["helm"]["valuesObject"]["watchNamespaces"]
+    assert quorum["destination"]["namespace"] in watched
     assert "SkipDryRunOnMissingResource=true" in quorum["syncPolicy"]["syncOptions"]
     assert quorum["syncPolicy"]["automated"]["prune"] is False

@@ -33,8 +33,12 @@ CHECKOV = ROOT / ".tools" / "checkov" / "bin" / "checkov"
 MATRIX: dict[str, dict[str, Any]] = {
     "defaults": {},
     "watch-namespaces": {"watchNamespaces": ["kafka", "payments"]},
+    "watch-all-namespaces": {"watchAllNamespaces": True,
+                             "quorumPolicy": {"allowedImages": ["*"],
+                                              "allowedServiceAccounts": ["kraft-*"]}},
     "everything": {
         "replicaCount": 2,
+        "watchNamespaces": ["kafka"],
         "image": {"repository": "registry.example/kraft-quorum",
                   "digest": "sha256:" + "ab" * 32, "pullPolicy": "Always"},
         "imagePullSecrets": [{"name": "registry"}],
@@ -290,9 +294,120 @@ def test_watch_namespaces_gives_roles_not_a_cluster_wide_role(tmp_path: Path) ->
     resources = {r for c in cluster_roles for rule in c["rules"] for r in rule["resources"]}
     assert resources == {"nodes", "persistentvolumes", "customresourcedefinitions",
                          "namespaces"}
-    everywhere = render(tmp_path, {})
+    everywhere = render(tmp_path, MATRIX["watch-all-namespaces"])
     assert "namespaces" not in {r for c in by_kind(everywhere, "ClusterRole")
                                 for rule in c["rules"] for r in rule["resources"]}
+
+
+def _rules(docs: list[dict[str, Any]], kind: str) -> set[tuple[str, str]]:
+    return {(g, r) for d in by_kind(docs, kind) for rule in d["rules"]
+            for g in rule["apiGroups"] for r in rule["resources"]}
+
+
+def test_the_default_scope_is_the_release_namespace(tmp_path: Path) -> None:
+    """By default the operator reconciles its own namespace: a Role there, no cluster-wide
+    right over pods or quorums, and kopf told that namespace alone."""
+    from kraft_operator.main import build_parser
+
+    docs = render(tmp_path, {})
+    cluster = _rules(docs, "ClusterRole")
+    assert {r for _g, r in cluster} == {"nodes", "persistentvolumes",
+                                        "customresourcedefinitions", "namespaces"}
+    roles = {d["metadata"]["name"]: d for d in by_kind(docs, "Role")}
+    assert set(roles) == {"kraft-operator", "kraft-operator-lease"}
+    assert {d["metadata"]["namespace"] for d in roles.values()} == {"kraft-system"}
+    (binding,) = [b for b in by_kind(docs, "RoleBinding") if b["roleRef"]["name"] ==
+                  "kraft-operator"]
+    assert binding["metadata"]["namespace"] == "kraft-system"
+    args = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    parsed = build_parser().parse_args(args[1:])
+    assert parsed.namespace == ["kraft-system"] and not parsed.all_namespaces
+    # watchAllNamespaces: the quorum rules cluster-wide, kopf on every namespace
+    wide = render(tmp_path, {"watchAllNamespaces": True})
+    assert ("", "pods") in _rules(wide, "ClusterRole")
+    args = by_kind(wide, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--all-namespaces" in args
+    # watchNamespaces wins over watchAllNamespaces
+    named = render(tmp_path, {"watchAllNamespaces": True, "watchNamespaces": ["kafka"]})
+    assert ("", "pods") not in _rules(named, "ClusterRole")
+    assert {d["metadata"]["namespace"] for d in by_kind(named, "Role")} == {
+        "kafka", "kraft-system"}
+
+
+def test_a_chart_quorum_outside_the_watched_namespaces_is_refused(tmp_path: Path) -> None:
+    values = {"quorum": {"create": True, "namespace": "kafka"}}
+    proc = helm("template", "kraft-operator", str(CHART), "--namespace", "kraft-system",
+                "--values", str(values_file(tmp_path, values)), check=False)
+    assert proc.returncode != 0
+    assert "quorum.namespace kafka is not reconciled" in proc.stderr
+    assert by_kind(render(tmp_path, {**values, "watchAllNamespaces": True}), "KRaftQuorum")
+
+
+def test_the_operator_may_keep_network_policies_wherever_it_reconciles(tmp_path: Path) -> None:
+    for case in ("defaults", "watch-namespaces", "watch-all-namespaces"):
+        docs = render(tmp_path, MATRIX[case])
+        kind = "ClusterRole" if case == "watch-all-namespaces" else "Role"
+        rules = [rule for d in by_kind(docs, kind) for rule in d["rules"]
+                 if "networkpolicies" in rule["resources"]]
+        assert rules and all(rule["apiGroups"] == ["networking.k8s.io"] for rule in rules)
+        assert {v for rule in rules for v in rule["verbs"]} == {"get", "create", "patch",
+                                                                "delete"}, case
+
+
+def test_the_operator_is_told_its_allow_lists_and_its_own_labels(tmp_path: Path) -> None:
+    from kraft_operator.main import build_parser, operator_policy
+    from kraft_operator.policy import OperatorPolicy
+
+    def policy_of(values: dict[str, Any]) -> OperatorPolicy:
+        deployment = by_kind(render(tmp_path, values), "Deployment")[0]
+        pod = deployment["spec"]["template"]
+        (container,) = pod["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        saved = dict(os.environ)
+        try:
+            os.environ.update({k: v for k, v in env.items() if v is not None},
+                              POD_NAMESPACE="kraft-system")
+            policy: OperatorPolicy = operator_policy(build_parser().parse_args(
+                container["args"][1:]))
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        # the labels the NetworkPolicies let in are the operator pods' own
+        assert policy.operator_pod_labels.items() <= pod["metadata"]["labels"].items()
+        assert policy.operator_namespace == "kraft-system"
+        return policy
+
+    default = policy_of({})
+    assert default.allowed_images == ("kraft-quorum:*", "kraft-quorum@sha256:*")
+    assert default.allowed_service_accounts == ()
+    assert default.refusal(models_spec(image="kraft-quorum:0.1.0")) is None
+    refused = default.refusal(models_spec(image="docker.io/library/busybox:1"))
+    assert refused is not None and refused.reason == "ImageNotAllowed"
+    custom = policy_of(MATRIX["watch-all-namespaces"])
+    assert custom.allowed_images == ("*",)
+    assert custom.refusal(models_spec(podTemplate={"serviceAccountName": "kraft-a"})) is None
+    assert custom.refusal(models_spec(podTemplate={"serviceAccountName": "admin"})) is not None
+
+
+def models_spec(**fields: Any) -> Any:
+    from kraft_operator import models
+
+    return models.KRaftQuorumSpec.model_validate(fields)
+
+
+def test_the_operator_deployment_passes_restricted_with_every_option(tmp_path: Path) -> None:
+    from tests.support import pod_security
+
+    for case in sorted(MATRIX):
+        (deployment,) = by_kind(render(tmp_path, MATRIX[case]), "Deployment")
+        spec, meta = pod_security.template_spec(deployment)
+        assert pod_security.violations(spec, meta) == [], case
+    privileged = {"securityContext": {"privileged": True, "allowPrivilegeEscalation": True,
+                                      "capabilities": {"add": ["SYS_ADMIN"]}}}
+    (deployment,) = by_kind(render(tmp_path, privileged), "Deployment")
+    found = {v.split(":")[0] for v in pod_security.violations(
+        *pod_security.template_spec(deployment))}
+    assert {"privileged", "allowPrivilegeEscalation", "capabilities_baseline"} <= found
 
 
 def test_optional_parts_are_off_by_default_and_on_when_asked(tmp_path: Path) -> None:
@@ -306,8 +421,15 @@ def test_optional_parts_are_off_by_default_and_on_when_asked(tmp_path: Path) -> 
     assert pods["spec"]["selector"]["matchLabels"] == {
         "app.kubernetes.io/name": "kraft", "app.kubernetes.io/managed-by": "kraft-operator"}
     assert pods["spec"]["podMetricsEndpoints"][0]["port"] == "http"
-    assert pods["spec"]["namespaceSelector"] == {"any": True}
+    assert pods["spec"]["namespaceSelector"] == {"matchNames": ["kafka"]}
     assert pods["metadata"]["labels"]["release"] == "prom"
+    (pods,) = by_kind(render(tmp_path, {"metrics": {"quorumPodMonitor": {"enabled": True}}}),
+                      "PodMonitor")
+    assert pods["spec"]["namespaceSelector"] == {"matchNames": ["kraft-system"]}
+    everywhere = render(tmp_path, {**MATRIX["watch-all-namespaces"],
+                                   "metrics": {"quorumPodMonitor": {"enabled": True}}})
+    (pods,) = by_kind(everywhere, "PodMonitor")
+    assert pods["spec"]["namespaceSelector"] == {"any": True}
     scoped = render(tmp_path, {**MATRIX["watch-namespaces"],
                                "metrics": {"quorumPodMonitor": {"enabled": True}}})
     (pods,) = by_kind(scoped, "PodMonitor")

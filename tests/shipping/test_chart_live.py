@@ -152,9 +152,19 @@ def granted(rules: list[tuple[str | None, dict[str, Any]]]) -> set[tuple[str, st
 
 
 def test_rbac_evaluation_refuses_what_no_rule_allows(tmp_path: Path) -> None:
-    docs = [d for d in yaml.safe_load_all(helm("template", "kraft-operator", str(CHART), "-n",
-                                               RELEASE_NS).stdout) if d]
-    rules = bound_rules(docs, "kraft-operator", RELEASE_NS)
+    def rules_of(*extra: str) -> list[Any]:
+        docs = [d for d in yaml.safe_load_all(helm(
+            "template", "kraft-operator", str(CHART), "-n", RELEASE_NS, *extra).stdout) if d]
+        return bound_rules(docs, "kraft-operator", RELEASE_NS)
+
+    # by default the operator's rights over pods are in its own namespace alone
+    scoped = rules_of()
+    assert not any((ns is None or ns == "a") and allows(rule, Call("", "pods", "create", "a", None))
+                   for ns, rule in scoped)
+    assert any((ns is None or ns == RELEASE_NS)
+               and allows(rule, Call("", "pods", "create", RELEASE_NS, None))
+               for ns, rule in scoped)
+    rules = rules_of("--set", "watchAllNamespaces=true")
 
     def ok(call: Call) -> bool:
         return any((ns is None or ns == call.namespace) and allows(rule, call)
@@ -346,7 +356,7 @@ def test_the_chart_watching_one_namespace_allows_what_the_operator_does(
 
 def test_the_chart_runs_the_operator_that_brings_up_a_quorum(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    values = {"operator": {"interval": 1, "adminTimeout": 5},
+    values = {"watchAllNamespaces": True, "operator": {"interval": 1, "adminTimeout": 5},
               "quorum": {"create": True, "name": QUORUM, "namespace": QUORUM_NS,
                          "spec": {"replicas": 3,
                                   "storage": {"size": "1Gi", "onScaleDown": "Delete"}}}}
@@ -378,11 +388,22 @@ def test_the_chart_runs_the_operator_that_brings_up_a_quorum(
             and len(sb.get("pvc", "-n", QUORUM_NS)["items"]) == 2
             and [p["spec"].get("maxUnavailable")
                  for p in sb.get("pdb", "-n", QUORUM_NS)["items"]] == [0]), timeout_s=240)
-        # the budget switched off: deleted
+        # the quorum's NetworkPolicy, owned by it (the sandbox enforces none)
+        (netpol,) = sb.get("networkpolicy", "-n", QUORUM_NS)["items"]
+        assert netpol["metadata"]["ownerReferences"][0]["kind"] == "KRaftQuorum"
+        # a rule added by hand (every namespace to every port) is taken out again
+        wider = [*netpol["spec"]["ingress"], {"from": [{"namespaceSelector": {}}]}]
+        sb.kubectl("patch", "networkpolicy", QUORUM, "-n", QUORUM_NS, "--type=merge", "-p",
+                   json.dumps({"spec": {"ingress": wider}}))
+        wait_until("the NetworkPolicy's rules restored", lambda: len(sb.get(
+            "networkpolicy", "-n", QUORUM_NS, QUORUM)["spec"]["ingress"]) == 2)
+        # the budget and the NetworkPolicy switched off: deleted
         sb.kubectl("patch", "kq", QUORUM, "-n", QUORUM_NS, "--type=merge", "-p",
-                   json.dumps({"spec": {"podDisruptionBudget": {"enabled": False}}}))
-        wait_until("the PodDisruptionBudget deleted",
-                   lambda: not sb.get("pdb", "-n", QUORUM_NS)["items"])
+                   json.dumps({"spec": {"podDisruptionBudget": {"enabled": False},
+                                        "networkPolicy": {"enabled": False}}}))
+        wait_until("the PodDisruptionBudget and the NetworkPolicy deleted",
+                   lambda: not sb.get("pdb", "-n", QUORUM_NS)["items"]
+                   and not sb.get("networkpolicy", "-n", QUORUM_NS)["items"])
         # a Service edited by hand: patched back to the rendering
         sb.kubectl("label", "service", f"{QUORUM}-client", "-n", QUORUM_NS,
                    "app.kubernetes.io/part-of-")

@@ -38,6 +38,30 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/*
+The namespaces the operator reconciles, comma-separated; empty when it is every namespace
+(watchAllNamespaces with no watchNamespaces). The default is the release namespace alone.
+*/}}
+{{- define "kraft-operator.namespaces" -}}
+{{- if .Values.watchNamespaces }}
+{{- join "," .Values.watchNamespaces }}
+{{- else if not .Values.watchAllNamespaces }}
+{{- .Release.Namespace }}
+{{- end }}
+{{- end }}
+
+{{/*
+The images a KRaftQuorum may run (--allowed-images): quorumPolicy.allowedImages, or by
+default the chart's own image repository with any tag or digest.
+*/}}
+{{- define "kraft-operator.allowedImages" -}}
+{{- if .Values.quorumPolicy.allowedImages }}
+{{- join "," .Values.quorumPolicy.allowedImages }}
+{{- else }}
+{{- printf "%s:*,%s@sha256:*" .Values.image.repository .Values.image.repository }}
+{{- end }}
+{{- end }}
+
 {{- define "kraft-operator.leaseName" -}}
 {{- default (include "kraft-operator.fullname" .) .Values.operator.lease.name }}
 {{- end }}
@@ -77,6 +101,10 @@ operator).
 # The PodDisruptionBudget, deleted when spec.podDisruptionBudget.enabled is false.
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
+  verbs: ["get", "create", "patch", "delete"]
+# The quorum's NetworkPolicy, deleted when spec.networkPolicy.enabled is false.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
   verbs: ["get", "create", "patch", "delete"]
 # An Event for every action.
 - apiGroups: [""]
