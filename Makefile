@@ -64,16 +64,19 @@ $(CHECKOV_STAMP): | $(STAMP)
 checkov: $(CHECKOV_STAMP)
 
 # The operator managing a 3-voter quorum in the sandbox, a disk wiped and healed (docs/sandbox.md).
+# CONTROL_PLANE=real runs it on the real Kubernetes control plane (make k8s-control-plane).
+CONTROL_PLANE ?= emulator
 run: $(STAMP) $(K8S_STAMP)
-	$(BIN)/python -m kraft_sandbox.demo
+	$(BIN)/python -m kraft_sandbox.demo --control-plane $(CONTROL_PLANE)
 
 # The node-level demo: three `kraft run` processes, no Kubernetes (kraft/cli/demo.py).
 demo-nodes: $(STAMP)
 	$(BIN)/python -m kraft.cli.demo
 
-# Every end-to-end scenario in the sandbox (or on the cluster of $$KUBECONFIG with
-# E2E_BACKEND=cluster), their figures written to docs/e2e.json and docs/e2e.md.
-e2e: $(STAMP) $(K8S_STAMP)
+# Every end-to-end scenario in the sandbox, on the emulated API and on the real control plane
+# side by side (or on the cluster of $$KUBECONFIG with E2E_BACKEND=cluster), their figures
+# written to docs/e2e.json and docs/e2e.md.
+e2e: $(STAMP) $(K8S_STAMP) k8s-control-plane
 	$(BIN)/python -m e2e --write-docs
 
 # Every test, then the node tests of the write path, failover, faults, membership and
