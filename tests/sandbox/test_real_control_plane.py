@@ -186,7 +186,11 @@ def test_helm_installs_the_chart_into_a_restricted_namespace(sb: SandboxHandle) 
     assert _as_pod(sb, operator, f"/api/v1/namespaces/{NS}/secrets") == 403
     assert _as_pod(sb, operator, "/api/v1/nodes") == 200
 
-    # the CRD the chart installed is published in OpenAPI v3: kubectl explains its fields
+    # the CRD the chart installed is served (discovery, its short name) and published in
+    # OpenAPI v3: kubectl explains its fields. (kubectl keeps discovery in a cache that
+    # `explain` does not refresh when a name is missing: `api-resources` reads it afresh.)
+    resources = sb.kubectl("api-resources", "--api-group=kraft.dev", "-o", "wide").stdout
+    assert "kraftquorums" in resources and " kq " in resources, resources
     explained = sb.kubectl("explain", "kq.spec").stdout
     assert "KIND:       KRaftQuorum" in explained
     for field in ("replicas", "storage", "config", "nodeFailureGracePeriodSeconds"):
