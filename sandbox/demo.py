@@ -301,10 +301,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="wipe the leader's disk instead of a follower's")
     p.add_argument("--state-dir", type=Path, default=None,
                    help="the sandbox's directory (default: a temporary one)")
-    p.add_argument("--control-plane", choices=["emulator", "real"],
-                   default=os.environ.get("CONTROL_PLANE") or "emulator",
+    p.add_argument("--control-plane", choices=["emulator", "real"], default="emulator",
                    help="the emulated API, or the real Kubernetes control plane (`make "
-                        "k8s-control-plane` builds it once) (default: $CONTROL_PLANE, else "
+                        "k8s-control-plane` builds it once; `make run` uses it) (default: "
                         "emulator)")
     args = p.parse_args(argv)
     if find_kubectl() is None:
