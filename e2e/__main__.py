@@ -2,9 +2,11 @@
 print each one's figures; with `--write-docs`, also write them to docs/e2e.json and the table
 of docs/e2e.md.
 
-The backend is the sandbox (a fresh one per scenario) unless `KUBECONFIG` is set or
-`E2E_BACKEND=cluster` (docs/e2e.md); `E2E_BACKEND=sandbox` forces the sandbox, and
-`E2E_BACKEND=sandbox-real` runs it on the real control plane (`make k8s-control-plane`).
+The backends are the sandbox (a fresh one per scenario) on the emulated API and on the real
+control plane (`make k8s-control-plane`), each scenario on both and the figures side by side,
+unless `KUBECONFIG` is set or `E2E_BACKEND=cluster` (docs/e2e.md); `E2E_BACKEND=sandbox` forces
+the sandbox on the emulated API alone, `E2E_BACKEND=sandbox-real` the real control plane alone,
+and a comma-separated list (`sandbox,sandbox-real`, the default) runs each backend named.
 """
 
 from __future__ import annotations
@@ -110,15 +112,46 @@ def table(results: list[dict[str, Any]]) -> str:
         "after the fault or change; the creation's are left out):\n\n" + actions + "\n"
 
 
-def write_docs(results: list[dict[str, Any]], meta: dict[str, Any]) -> None:
-    DOCS_JSON.write_text(json.dumps({"run": meta, "scenarios": results}, indent=2) + "\n")
+def side_by_side(runs: dict[str, list[dict[str, Any]]]) -> str:
+    """One table, a row per scenario, each cell the figure of every backend in order
+    (`emulator · real`), then each backend's actions."""
+    names = list(runs)
+    per_backend = {b: {r["scenario"]: _row(r) for r in results} for b, results in runs.items()}
+    scenarios = list(dict.fromkeys(r["scenario"] for results in runs.values() for r in results))
+    head = ("| scenario | ok | time to Ready (s) | time to healed (s) | writes acked | "
+            "linearizable (ops checked) | writes unknown / refused | longest window without "
+            "an acked write (s) | leader changes: window (s) |\n"
+            "|---|---|---|---|---|---|---|---|---|\n")
+    rows = []
+    for name in scenarios:
+        cells = [per_backend[b].get(name) or ["-"] * 8 for b in names]
+        rows.append(f"| {name} | " + " | ".join(
+            " · ".join(cells[i][col] for i in range(len(names))) for col in range(8)) + " |")
+    actions = ""
+    for b, results in runs.items():
+        actions += f"\nThe operator's actions on {b} (its Events' reasons after the fault or " \
+                   "change; the creation's are left out):\n\n" + "\n".join(
+                       f"- **{r['scenario']}**: {compress(r.get('actions') or []) or '-'}"
+                       + (f" (error: {r['error']})" if r.get("error") else "")
+                       for r in results) + "\n"
+    return (f"Each cell: {' · '.join(names)}.\n\n" + head + "\n".join(rows) + "\n" + actions)
+
+
+def _row(r: dict[str, Any]) -> list[str]:
+    line = table([r]).split("\n")[2]
+    return [c.strip() for c in line.strip("|").split("|")][1:]
+
+
+def write_docs(runs: dict[str, list[dict[str, Any]]], meta: dict[str, Any]) -> None:
+    DOCS_JSON.write_text(json.dumps({"run": meta, "backends": runs}, indent=2) + "\n")
     text = DOCS_MD.read_text()
     if BEGIN not in text or END not in text:
         raise SystemExit(f"{DOCS_MD.name}: the figure markers are missing")
     before, rest = text.split(BEGIN, 1)
     after = rest.split(END, 1)[1]
-    body = (f"\nMeasured {meta['date']} on the {meta['backend']} backend ({meta['machine']}), "
-            f"{meta['total_s']} s in all; commit {meta['commit']}.\n\n" + table(results))
+    backends = " and ".join(f"{b} ({meta['total_s'][b]} s)" for b in runs)
+    body = (f"\nMeasured {meta['date']} on {backends} ({meta['machine']}); commit "
+            f"{meta['commit']}.\n\n" + side_by_side(runs))
     DOCS_MD.write_text(before + BEGIN + "\n" + body + "\n" + END + after)
 
 
@@ -133,29 +166,34 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         p.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(SCENARIOS)}")
-    backend = os.environ.get("E2E_BACKEND") or ("cluster" if os.environ.get("KUBECONFIG")
-                                                else "sandbox")
-    if backend not in BACKENDS:
-        p.error(f"E2E_BACKEND={backend}: not one of {', '.join(BACKENDS)}")
-    started = time.monotonic()
-    results = []
-    for name in names:
-        print(f"== {name} ({backend})", flush=True)
-        figures = run_scenario(name, backend)
-        results.append(figures)
-        print(json.dumps(figures, indent=1), flush=True)
+    chosen = os.environ.get("E2E_BACKEND") or ("cluster" if os.environ.get("KUBECONFIG")
+                                               else "sandbox,sandbox-real")
+    backends = [b.strip() for b in chosen.split(",") if b.strip()]
+    bad = [b for b in backends if b not in BACKENDS]
+    if bad or not backends:
+        p.error(f"E2E_BACKEND={chosen}: each must be one of {', '.join(BACKENDS)}")
+    runs: dict[str, list[dict[str, Any]]] = {b: [] for b in backends}
+    took: dict[str, float] = {b: 0.0 for b in backends}
+    for name in names:  # scenario by scenario, each on every backend, under the same load
+        for backend in backends:
+            print(f"== {name} ({backend})", flush=True)
+            started = time.monotonic()
+            figures = run_scenario(name, backend)
+            took[backend] += time.monotonic() - started
+            runs[backend].append(figures)
+            print(json.dumps(figures, indent=1), flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, cwd=ROOT, check=False).stdout.strip()
     meta = {"date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "backend": backend, "commit": commit or "unknown",
+            "backends": backends, "commit": commit or "unknown",
             "machine": f"{os.cpu_count()} cores, {platform.python_implementation()} "
                        f"{platform.python_version()}, load average "
                        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end",
-            "total_s": round(time.monotonic() - started, 1)}
-    print("\n" + table(results))
+            "total_s": {b: round(t, 1) for b, t in took.items()}}
+    print("\n" + side_by_side(runs))
     if args.write_docs:
-        write_docs(results, meta)
-    return 0 if all(r.get("ok") for r in results) else 1
+        write_docs(runs, meta)
+    return 0 if all(r.get("ok") for results in runs.values() for r in results) else 1
 
 
 if __name__ == "__main__":

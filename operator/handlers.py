@@ -1,6 +1,7 @@
 """The kopf handlers and the periodic passes: a pass of a KRaftQuorum every interval (the
 operator's own loop per object, see `Reconciler.watch`) and at once when one is created,
-changed or found at start, each running one level-based reconcile pass (`Reconciler.reconcile`):
+changed or found at start or when one of its pods or claims changes (`Reconciler.poke`), each
+running one level-based reconcile pass (`Reconciler.reconcile`):
 
     claim the object (`kraft_operator.claims`): a pass of an operator that does not hold the
     claim only says so (a log line, one Event, the condition OperatorConflict) and stops
@@ -13,8 +14,11 @@ changed or found at start, each running one level-based reconcile pass (`Reconci
       -> run the one action -> a Kubernetes Event for it, structured logs, metrics.
 
 Passes of one resource never overlap (a lock per resource: the periodic pass and kopf's change
-handlers of one object run concurrently). A bad spec (one the models refuse, or a spec.config
-the ServerProperties model refuses) is reported as a condition and nothing is touched;
+handlers of one object run concurrently). A call the API server refuses (403: a verb missing from the
+operator's RBAC) is reported, never silent: the condition Forbidden naming the verb and the
+resource, a Warning Event and an error log line (`Reconciler._report_refusal`). A bad spec (one
+the models refuse, or a spec.config the ServerProperties model refuses) is reported as a
+condition and nothing is touched;
 `spec.paused` (or the pause annotation) only observes and reports.
 
 Deleting a KRaftQuorum needs nothing of the operator: everything it made is owned by the object
@@ -39,7 +43,7 @@ import pydantic
 from kraft_operator import models, observe, render
 from kraft_operator.actions import Env, Outcome, execute, records, standing
 from kraft_operator.claims import Claim, Claims
-from kraft_operator.kube import ApiError, Conflict, Kube, NotFound
+from kraft_operator.kube import ApiError, Conflict, Forbidden, Kube, NotFound
 from kraft_operator.metrics import Metrics
 from kraft_operator.planner import Plan, ReportDegraded, Wait, plan
 from kraft_operator.policy import OperatorPolicy
@@ -55,6 +59,12 @@ CLAIMED_ELSEWHERE); the holder's status writes carry it as stored, and turn it F
 operator it names as refused holds the claim itself."""
 CLAIMED_ELSEWHERE = "ClaimedByAnotherOperator"
 _REFUSED = re.compile(r"^operator (\S+) ")
+
+FORBIDDEN = "Forbidden"
+"""The condition (and the Warning Event's reason) of a pass the API server refused a call of
+(403: the operator's ServiceAccount lacks a verb its RBAC should grant): True naming the verb
+and resource, until a pass runs without a refusal (then False, reason Permitted)."""
+_CANNOT = re.compile(r'cannot (\S+) resource "([^"]+)"(?: in API group "([^"]*)")?')
 
 
 def _now_rfc3339() -> str:
@@ -129,6 +139,9 @@ class Reconciler:
         self._conflicts: set[str] = set()  # objects this operator wrote OperatorConflict on
         self._known: set[str] = set()
         self._periodic: dict[str, asyncio.Task[None]] = {}
+        self._forbidden: dict[str, str] = {}  # the last refusal of each object's passes
+        self._poked: set[str] = set()  # objects with a pass coming for a pod or claim change
+        self._told_forbidden: set[tuple[str, str]] = set()  # (uid, message) told by Event
 
     # ------------------------------------------------------------------ periodic passes
 
@@ -155,6 +168,27 @@ class Reconciler:
                 self._periodic.pop(key, None)
                 return
             await self.reconcile(namespace, name, "timer")
+
+    def poke(self, namespace: str, name: str, delay_s: float = 0.2) -> None:
+        """A pod or claim of this KRaftQuorum changed (a watch event): a pass soon, instead
+        of at the next interval. The events of a burst (a pod's status written several
+        times as it starts) within `delay_s` make one pass; one that arrives during a pass
+        makes one more after it."""
+        key = f"{namespace}/{name}"
+        if key not in self._known or key in self._poked:
+            return
+        self._poked.add(key)
+        asyncio.get_running_loop().create_task(self._poked_pass(namespace, name, delay_s),
+                                               name=f"poked {key}")
+
+    async def _poked_pass(self, namespace: str, name: str, delay_s: float) -> None:
+        key = f"{namespace}/{name}"
+        try:
+            await asyncio.sleep(delay_s)
+        finally:
+            self._poked.discard(key)
+        if key in self._known:
+            await self.reconcile(namespace, name, "watch")
 
     async def stop(self) -> None:
         """On a clean stop: end the periodic passes, release the claims and withdraw the
@@ -191,6 +225,11 @@ class Reconciler:
                 self._progressed = False
                 try:
                     action = await self._pass(namespace, name, trigger)
+                except Forbidden as exc:  # not a wedge: a condition, an Event, a log line
+                    self.metrics.reconciles.labels("error").inc()
+                    self.metrics.errors.labels("forbidden").inc()
+                    await self._report_refusal(namespace, name, exc.message)
+                    return None
                 except Exception as exc:  # the next pass starts over from what it observes
                     self.metrics.reconciles.labels("error").inc()
                     self.metrics.errors.labels("reconcile").inc()
@@ -247,7 +286,12 @@ class Reconciler:
             changed += await standing.claim_owners(kube, ref, list(seen.claims))
             for what in changed:
                 log.info("event=standing_object quorum=%s/%s change=%r", namespace, name, what)
-        status = self._status(body, ref, result, seen, problems)
+        key = f"{namespace}/{name}"
+        # this pass's refused reads, else the refusal that failed the last pass (an action's)
+        refusal = seen.forbidden[0] if seen.forbidden else self._forbidden.get(key)
+        status = self._status(body, ref, result, seen, problems, refusal)
+        for message in seen.forbidden:
+            await self._tell_forbidden(body, message)
         stored = body.get("status") or {}
         if not status_unchanged(stored, status):
             # only a change a user would see: an identical patch would still be a new
@@ -290,10 +334,15 @@ class Reconciler:
             if not isinstance(action, ReportDegraded) or self._degraded_changed(body, status):
                 await self._event(body, outcome)
             self._progressed = outcome.done and not isinstance(action, ReportDegraded)
+        if self._forbidden.pop(key, None) is not None:  # the pass got through this time
+            self._progressed = True  # the next pass at once: it writes what holds now
+        if not seen.forbidden:
+            self._told_forbidden = {t for t in self._told_forbidden if t[0] != ref.uid}
         return kind
 
     def _status(self, body: Obj, ref: render.QuorumRef, result: Plan,
-                seen: observe.Observation, problems: list[str]) -> Obj:
+                seen: observe.Observation, problems: list[str],
+                refusal: str | None = None) -> Obj:
         status: Obj = dict(result.status_fields)
         status["selector"] = ref.selector
         generation = int(body["metadata"].get("generation") or 1)
@@ -307,6 +356,11 @@ class Reconciler:
             wanted.append((c.type, c.status, c.reason, message))
         stored = body.get("status") or {}
         previous = stored.get("conditions") or []
+        if refusal is not None:
+            wanted.append((FORBIDDEN, "True", FORBIDDEN, forbidden_message(refusal)))
+        elif any(c.get("type") == FORBIDDEN for c in previous):
+            wanted.append((FORBIDDEN, "False", "Permitted",
+                           "the API server permitted every call of the last pass"))
         status["conditions"] = _conditions(previous, wanted, generation) + \
             self._carried_conflict(previous, generation)
         steady_caught_up_times(stored, status)
@@ -393,6 +447,50 @@ class Reconciler:
             return
         self._conflicts.add(key)
 
+    async def _report_refusal(self, namespace: str, name: str, message: str) -> None:
+        """A pass the API server refused a call of (403): the Forbidden condition on the
+        object (when its status may still be written), a Warning Event and an error log line
+        naming the verb and the resource, so a missing RBAC rule is seen, not a silent
+        wedge. Passes go on as usual; the first that runs without a refusal clears it."""
+        key = f"{namespace}/{name}"
+        self._forbidden[key] = message
+        try:
+            body = await self.kube.get(models.API_VERSION, models.PLURAL, namespace, name)
+        except NotFound:
+            return
+        except (ApiError, OSError) as exc:
+            log.error("event=forbidden quorum=%s %s condition=unwritten error=%r", key,
+                      _verb_resource(message), str(exc))
+            return
+        await self._tell_forbidden(body, message)
+        previous = (body.get("status") or {}).get("conditions") or []
+        stored = next((c for c in previous if c.get("type") == FORBIDDEN), {})
+        text = forbidden_message(message)
+        if (stored.get("status"), stored.get("message")) == ("True", text):
+            return
+        generation = int(body["metadata"].get("generation") or 1)
+        conditions = [c for c in previous if c.get("type") != FORBIDDEN] + _conditions(
+            [stored] if stored else [], [(FORBIDDEN, "True", FORBIDDEN, text)], generation)
+        try:
+            await self.kube.patch(models.API_VERSION, models.PLURAL, namespace, name,
+                                  {"status": {"conditions": conditions}}, subresource="status")
+        except (ApiError, OSError) as exc:  # the status itself may be what is refused
+            log.error("event=forbidden quorum=%s %s condition=unwritten error=%r", key,
+                      _verb_resource(message), str(exc))
+
+    async def _tell_forbidden(self, body: Obj, message: str) -> None:
+        """The error log line of a refusal at every pass that meets it; its Warning Event
+        once per object and message (until a pass runs without a refusal)."""
+        meta = body["metadata"]
+        key = f"{meta.get('namespace')}/{meta['name']}"
+        log.error("event=forbidden quorum=%s %s message=%r", key, _verb_resource(message),
+                  message)
+        told = (meta.get("uid", ""), message)
+        if told not in self._told_forbidden:
+            self._told_forbidden.add(told)
+            await self._event(body, Outcome(False, FORBIDDEN, forbidden_message(message),
+                                            warning=True))
+
     async def _event(self, body: Obj, outcome: Outcome) -> None:
         """A Kubernetes Event about the KRaftQuorum."""
         meta = body["metadata"]
@@ -418,6 +516,26 @@ class Reconciler:
             log.warning("event=event_post_failed reason=%s error=%r", outcome.reason, str(exc))
 
 
+def forbidden_message(message: str) -> str:
+    """What the Forbidden condition and Event say of a refusal: the verb and the resource
+    the operator may not use, then the API server's own message."""
+    match = _CANNOT.search(message)
+    if match is None:
+        return f"the API server refused a call of the operator: {message}"
+    verb, resource, group = match.group(1), match.group(2), match.group(3) or ""
+    named = f"{resource}.{group}" if group else resource
+    return (f"the operator may not {verb} {named}: grant it in its ClusterRole or Role "
+            f"(the API server says: {message})")
+
+
+def _verb_resource(message: str) -> str:
+    match = _CANNOT.search(message)
+    if match is None:
+        return "verb=? resource=?"
+    group = match.group(3) or ""
+    return f"verb={match.group(1)} resource={match.group(2)}{'.' + group if group else ''}"
+
+
 def _refused(condition: Obj) -> str | None:
     """The operator an OperatorConflict condition says does nothing."""
     match = _REFUSED.match(condition.get("message") or "")
@@ -432,8 +550,9 @@ def vars_of(action: object) -> dict[str, Any]:
 
 def register(registry: Any, reconciler: Reconciler, interval_s: float = 5.0) -> None:
     """Add the handlers to a kopf registry: an immediate pass when a KRaftQuorum is created,
-    changed (spec or annotations) or found at start, and its watch events followed so that a
-    pass runs every `interval_s` while it exists (no timer: see the module docstring)."""
+    changed (spec or annotations) or found at start, or when one of its pods or claims
+    changes (`Reconciler.poke`), and its watch events followed so that a pass runs every
+    `interval_s` while it exists (no timer: see the module docstring)."""
     import kopf
 
     group, version, plural = models.GROUP, models.VERSION, models.PLURAL
@@ -448,6 +567,11 @@ def register(registry: Any, reconciler: Reconciler, interval_s: float = 5.0) -> 
             prefix="kopf.kraft.dev")
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
             prefix="kopf.kraft.dev", key="last-handled-configuration")
+        # the pods and claims watched are the quorums' only, selected by the API server
+        quorums = (f"app.kubernetes.io/managed-by={render.MANAGED_BY},"
+                   f"app.kubernetes.io/name={render.APP_NAME}")
+        for plural_ in ("pods", "persistentvolumeclaims"):
+            settings.watching.label_selectors["", "v1", plural_] = quorums
 
     @kopf.on.login(registry=registry)
     def _login(**kwargs: Any) -> Any:
@@ -456,6 +580,20 @@ def register(registry: Any, reconciler: Reconciler, interval_s: float = 5.0) -> 
     @kopf.on.event(group, version, plural, registry=registry)
     async def _seen(type: str | None, namespace: str, name: str, **_: Any) -> None:
         reconciler.watch(namespace, name, type, interval_s)
+
+    # A change of a quorum's pod or claim (a pod Ready or not, its Node failed, a claim
+    # bound or gone) runs a pass of its KRaftQuorum at once rather than at the next interval.
+    owned = {"app.kubernetes.io/managed-by": render.MANAGED_BY,
+             "app.kubernetes.io/name": render.APP_NAME,
+             "app.kubernetes.io/instance": kopf.PRESENT}
+
+    @kopf.on.event("", "v1", "pods", labels=owned, registry=registry)
+    async def _pod_seen(namespace: str, labels: Any, **_: Any) -> None:
+        reconciler.poke(namespace, labels["app.kubernetes.io/instance"])
+
+    @kopf.on.event("", "v1", "persistentvolumeclaims", labels=owned, registry=registry)
+    async def _claim_seen(namespace: str, labels: Any, **_: Any) -> None:
+        reconciler.poke(namespace, labels["app.kubernetes.io/instance"])
 
     @kopf.on.create(group, version, plural, registry=registry)
     async def _created(namespace: str, name: str, **_: Any) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import dataclasses
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -113,6 +112,9 @@ class Observation:
     quorum_error: str | None = None
     claims: tuple[Obj, ...] = ()
     """The quorum's PersistentVolumeClaims as read (for their owner references)."""
+    forbidden: tuple[str, ...] = ()
+    """The API server's messages for the reads it refused (403) that the pass went on
+    without (the Nodes, a claim's PersistentVolume): each one is reported, never silent."""
 
 
 def _node_id(obj: Obj) -> int | None:
@@ -393,18 +395,27 @@ async def gather(kube: Any, ref: QuorumRef, body: Obj, *, now: float | None = No
         kube.list("v1", "pods", ref.namespace, label_selector=selector),
         kube.list("v1", "persistentvolumeclaims", ref.namespace, label_selector=selector))
     nodes: list[Obj] | None
+    forbidden: list[str] = []
     try:
         nodes = await kube.list("v1", "nodes", None)
     except kube.ApiError as exc:
         if exc.status != 403:
             raise
         nodes = None  # without permission to read Nodes no Node failure is ever assumed
+        forbidden.append(exc.message)
     volumes: dict[str, Obj] = {}
     for claim in pvcs:
         name = (claim.get("spec") or {}).get("volumeName")
         if name:
-            with contextlib.suppress(kube.NotFound, kube.Forbidden):
+            try:
                 volumes[name] = await kube.get("v1", "persistentvolumes", None, name)
+            except kube.NotFound:
+                pass
+            except kube.ApiError as exc:
+                if exc.status != 403:
+                    raise
+                if exc.message not in forbidden:
+                    forbidden.append(exc.message)
     status = body.get("status") or {}
     live = [p for p in pods if _node_id(p) is not None]
     (quorum, why), reports = await asyncio.gather(
@@ -414,4 +425,4 @@ async def gather(kube: Any, ref: QuorumRef, body: Obj, *, now: float | None = No
     snap = Snapshot(body, pods, pvcs, nodes, volumes)
     seen = build(ref, snap, quorum, reports, now=time.time() if now is None else now,
                  fresh_ids=[random_kafka_uuid() for _ in range(FRESH_IDS)], quorum_error=why)
-    return dataclasses.replace(seen, claims=tuple(pvcs))
+    return dataclasses.replace(seen, claims=tuple(pvcs), forbidden=tuple(forbidden))

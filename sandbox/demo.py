@@ -301,6 +301,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="wipe the leader's disk instead of a follower's")
     p.add_argument("--state-dir", type=Path, default=None,
                    help="the sandbox's directory (default: a temporary one)")
+    p.add_argument("--control-plane", choices=["emulator", "real"], default="emulator",
+                   help="the emulated API, or the real Kubernetes control plane (`make "
+                        "k8s-control-plane` builds it once; `make run` uses it) (default: "
+                        "emulator)")
     args = p.parse_args(argv)
     if find_kubectl() is None:
         say("no kubectl: run `make k8s-bins` (the demo drives the sandbox with the real kubectl)")
@@ -311,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         code = 0
         try:
             with start_sandbox(state, nodes=3, heartbeat_s=1.0,
+                               control_plane=args.control_plane, startup_timeout_s=120,
                                extra_args=["--operator"]) as sb:
                 try:
                     run_demo(sb, started, wipe_leader=args.wipe_leader)

@@ -154,7 +154,10 @@ class SandboxHandle:
         kubectl = find_kubectl()
         if kubectl is None:
             raise SandboxError("no kubectl: run `make k8s-bins`")
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        # a discovery cache of its own: a sandbox started later on the same address must
+        # not read this one's resources from ~/.kube/cache
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig),
+               "KUBECACHEDIR": str(self.state_dir / "kube-cache")}
         done = subprocess.run([kubectl, *args], env=env, capture_output=True, text=True,
                               timeout=timeout, input=input, check=False)
         if check and done.returncode != 0:

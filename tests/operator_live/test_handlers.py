@@ -271,3 +271,108 @@ async def test_an_image_refused_after_the_quorum_ran_changes_no_pod(kube: Kube) 
     await kube.patch(models.API_VERSION, models.PLURAL, "default", "kq",
                      {"spec": {"image": "kraft-quorum:2"}})
     assert await reconciler.reconcile("default", "kq") != "ReportDegraded"
+
+
+class Refusing(Kube):
+    """The emulated API (which has no authorizer) behind an RBAC rule set short of some
+    (verb, resource) pairs: those calls get the 403 kube-apiserver answers, in its words."""
+
+    def __init__(self, inner: Kube, refused: set[tuple[str, str]]) -> None:
+        super().__init__(inner.api)
+        self.refused = refused
+
+    def _call(self, method: str, url: str, query: Any = None, body: Any = None,
+              content_type: str | None = None) -> Any:
+        from kraft_operator.kube import Forbidden
+
+        parts = url.split("/")
+        named = parts[-2] in ("nodes", "pods", "persistentvolumeclaims", "persistentvolumes")
+        resource = parts[-2] if named else parts[-1]
+        verb = {"GET": "get" if named else "list", "POST": "create", "PATCH": "patch",
+                "DELETE": "delete", "PUT": "update"}[method]
+        if (verb, resource) in self.refused:
+            where = (f'in the namespace "{parts[4]}"' if parts[3] == "namespaces"
+                     else "at the cluster scope")
+            raise Forbidden(403, "Forbidden", (
+                f'{resource} is forbidden: User "system:serviceaccount:default:kraft-operator" '
+                f'cannot {verb} resource "{resource}" in API group "" {where}'))
+        return super()._call(method, url, query, body, content_type)
+
+
+async def test_a_refused_read_of_nodes_is_reported_not_silent(
+        kube: Kube, caplog: pytest.LogCaptureFixture) -> None:
+    """Without `list nodes` a pass goes on (no Node failure is assumed), but says so: the
+    condition Forbidden naming the verb and the resource, one Warning Event, an error log line
+    at every pass; once the permission is back the condition turns False."""
+    await make(kube, {"replicas": 3})
+    refusing = Refusing(kube, {("list", "nodes")})
+    reconciler = Reconciler(refusing)
+    assert await reconciler.reconcile("default", "kq") == "RecordCluster"
+    await reconciler.reconcile("default", "kq")
+    obj = await kube.get(models.API_VERSION, models.PLURAL, "default", "kq")
+    forbidden = condition(obj, "Forbidden")
+    assert forbidden["status"] == "True" and forbidden["reason"] == "Forbidden"
+    assert forbidden["message"].startswith("the operator may not list nodes:")
+    warnings = [e for e in await kube.list("v1", "events", "default") if e["type"] == "Warning"]
+    assert [(e["reason"], e["message"]) for e in warnings] == [
+        ("Forbidden", forbidden["message"])]
+    lines = [r for r in caplog.records if "event=forbidden" in r.getMessage()]
+    assert len(lines) == 2 and all(r.levelname == "ERROR" for r in lines)
+    assert "verb=list resource=nodes" in lines[0].getMessage()
+    refusing.refused.clear()
+    await reconciler.reconcile("default", "kq")
+    obj = await kube.get(models.API_VERSION, models.PLURAL, "default", "kq")
+    assert (condition(obj, "Forbidden")["status"],
+            condition(obj, "Forbidden")["reason"]) == ("False", "Permitted")
+
+
+async def test_a_refused_write_fails_the_pass_loudly(kube: Kube) -> None:
+    """Without `create persistentvolumeclaims` every pass fails at its action: the condition
+    Forbidden names that verb and resource (kept, not flapping, over the passes) and one
+    Warning Event says it; granting it again lets the quorum go on."""
+    await make(kube, {"replicas": 3})
+    refusing = Refusing(kube, {("create", "persistentvolumeclaims")})
+    reconciler = Reconciler(refusing)
+    assert await reconciler.reconcile("default", "kq") == "RecordCluster"
+    for _ in range(3):
+        assert await reconciler.reconcile("default", "kq") is None
+        obj = await kube.get(models.API_VERSION, models.PLURAL, "default", "kq")
+        forbidden = condition(obj, "Forbidden")
+        assert forbidden["status"] == "True"
+        assert "may not create persistentvolumeclaims" in forbidden["message"]
+    assert await kube.list("v1", "persistentvolumeclaims", "default") == []
+    reasons = [e["reason"] for e in await kube.list("v1", "events", "default")
+               if e["type"] == "Warning"]
+    assert reasons == ["Forbidden"]
+    refusing.refused.clear()
+    assert await reconciler.reconcile("default", "kq") == "CreatePVC"
+    await reconciler.reconcile("default", "kq")
+    obj = await kube.get(models.API_VERSION, models.PLURAL, "default", "kq")
+    assert condition(obj, "Forbidden")["status"] == "False"
+
+
+async def test_changes_of_a_quorums_pods_are_coalesced_into_one_pass(kube: Kube) -> None:
+    """A burst of pod or claim events makes one pass, not one per event; an unknown quorum's
+    events make none."""
+    import asyncio
+
+    await make(kube, {"replicas": 3, "paused": True})
+    reconciler = Reconciler(kube)
+    passes: list[str] = []
+    run = reconciler.reconcile
+
+    async def counted(namespace: str, name: str, trigger: str = "timer") -> Any:
+        passes.append(trigger)
+        return await run(namespace, name, trigger)
+
+    reconciler.reconcile = counted  # type: ignore[method-assign]
+    reconciler.poke("default", "kq")  # not followed yet (no watch event of it): nothing
+    reconciler.watch("default", "kq", "ADDED", interval_s=3600)
+    for _ in range(5):
+        reconciler.poke("default", "kq", delay_s=0.1)
+    await asyncio.sleep(0.5)
+    assert passes == ["watch"]
+    reconciler.poke("default", "kq", delay_s=0.1)
+    await asyncio.sleep(0.5)
+    assert passes == ["watch", "watch"]
+    await reconciler.stop()

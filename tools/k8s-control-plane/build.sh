@@ -35,6 +35,18 @@ if (( force == 0 )) && [[ -f "$stamp" ]]; then
   echo "control plane $k8s_version (etcd $etcd_version) already built in $bin"
   exit 0
 fi
+# One build at a time per cache: a second run (another clone's make test) waits for the first
+# and then reuses what it built, instead of both writing the same files.
+mkdir -p "$cache"
+exec 9>"$cache/.build.lock"
+if ! flock -n 9; then
+  echo "another build of the control plane is running in $cache: waiting for it"
+  flock 9
+fi
+if (( force == 0 )) && [[ -f "$stamp" ]]; then
+  echo "control plane $k8s_version (etcd $etcd_version) built meanwhile in $bin"
+  exit 0
+fi
 
 if ! command -v go >/dev/null 2>&1; then
   echo "build.sh: 'go' is not on PATH. The control plane is built from Go modules and needs" >&2

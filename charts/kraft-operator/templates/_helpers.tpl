@@ -90,10 +90,11 @@ operator).
   resources: ["kraftquorums/status"]
   verbs: ["patch"]
 # One Pod and one PersistentVolumeClaim per node: listed each pass, created, annotated with
-# the directory id the node reported, deleted on scale-down and replacement.
+# the directory id the node reported, deleted on scale-down and replacement; watched, so that a
+# change of one (Ready or not, its Node failed, a claim bound) runs a pass of its quorum at once.
 - apiGroups: [""]
   resources: ["pods", "persistentvolumeclaims"]
-  verbs: ["get", "list", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # The standing objects: headless and client Services, the ConfigMap of server.properties.
 - apiGroups: [""]
   resources: ["services", "configmaps"]
