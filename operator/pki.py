@@ -100,6 +100,11 @@ def fingerprint(cert: x509.Certificate) -> str:
     return cert.fingerprint(hashes.SHA256()).hex()
 
 
+def fingerprint_of(pem: str) -> str:
+    """The SHA-256 fingerprint of a PEM text's first certificate."""
+    return fingerprint(_load_certs(pem)[0])
+
+
 def _load_certs(pem: str) -> list[x509.Certificate]:
     try:
         certs = x509.load_pem_x509_certificates(pem.encode())

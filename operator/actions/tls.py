@@ -322,7 +322,7 @@ async def _ensure(store: _Store, ref: render.QuorumRef, pods: list[Obj],
         old_but_trusted = (not current and cluster.renewing and not on_bundle and leaf
                            and any(pki.signed_by(leaf, c) for c in cluster.trusted[1:])
                            and pki.leaf_current(leaf, _signer_of(leaf, cluster.trusted), cn,
-                                                sans, now, tls.renewal_days))
+                                                sans, now, 0))  # in its window, still valid
         if old_but_trusted:
             issuer = ((have or {}).get("metadata", {}).get("annotations") or {}).get(
                 ISSUER_ANNOTATION, "")
@@ -360,7 +360,7 @@ async def _ensure(store: _Store, ref: render.QuorumRef, pods: list[Obj],
                                                      pki.OPERATOR_CN, [], now, tls.renewal_days)
     if not op_current and clients.renewing and not on_bundle and op_leaf and \
             pki.leaf_current(op_leaf, _signer_of(op_leaf, clients.trusted), pki.OPERATOR_CN,
-                             [], now, tls.renewal_days):
+                             [], now, 0):
         op_current = True  # the nodes do not trust the new clients CA yet
     if not op_current or op.get(render.TRUSTSTORE_FILE) != cluster_bundle:
         if not op_current:
