@@ -76,6 +76,10 @@ class _Ca:
     user_supplied: bool = False
 
 
+class _Unwritten(Exception):
+    """Material that is missing while nothing may be written (a paused quorum)."""
+
+
 def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
@@ -152,6 +156,8 @@ async def _generated_ca(store: _Store, kind: str, key_name: str, cert_name: str,
     generation = int(((cert_obj or {}).get("metadata", {}).get("annotations") or {})
                      .get(GENERATION_ANNOTATION, "0") or 0)
     cn = f"{store.ref.namespace}/{store.ref.name} {kind} CA"
+    if (key_pem is None or "ca.crt" not in certs) and not store.write:
+        raise _Unwritten(f"the {kind} CA is not made yet")
     if key_pem is None or "ca.crt" not in certs:
         pair = pki.generate_ca(cn, now, tls.validity_days)
         await store.put(key_name, key_obj, {"ca.key": pair.key_pem},
@@ -259,6 +265,8 @@ async def ensure(kube: Kube, ref: render.QuorumRef, pods: list[Obj],
         return await _ensure(store, ref, pods, now)
     except pki.PkiError as exc:
         return TlsState(True, problem=str(exc), changes=tuple(store.changes))
+    except _Unwritten:
+        return TlsState(True, status={"enabled": True})
 
 
 async def _node_secrets(store: _Store, ref: render.QuorumRef,
@@ -390,7 +398,7 @@ async def _ensure(store: _Store, ref: render.QuorumRef, pods: list[Obj],
                                             .not_after),
               "clientsCaNotAfter": _rfc3339(pki.CertInfo.parse(clients.signer.cert_pem)
                                             .not_after),
-              "caRenewal": step}
+              **({"caRenewal": step} if step else {})}  # absent, as a merge patch leaves it
     for change in store.changes:
         log.info("event=pki_changed quorum=%s/%s change=%r", ref.namespace, ref.name, change)
     return TlsState(True, generation, None, client_tls(op_pair, cluster_bundle), status,
