@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import re
 import time
@@ -42,6 +43,7 @@ from typing import Any
 import pydantic
 from kraft_operator import models, observe, render
 from kraft_operator.actions import Env, Outcome, execute, records, standing
+from kraft_operator.actions import tls as tls_action
 from kraft_operator.claims import Claim, Claims
 from kraft_operator.kube import ApiError, Conflict, Forbidden, Kube, NotFound
 from kraft_operator.metrics import Metrics
@@ -265,7 +267,12 @@ class Reconciler:
             await self._refuse_spec(body, exc)
             return "InvalidSpec"
         problems = render.config_problems(ref.spec.config)
-        seen = await observe.gather(kube, ref, body)
+        pki_state = await self._pki(ref, body)
+        seen = await observe.gather(kube, ref, body, tls=pki_state.client)
+        if pki_state.enabled:
+            seen = dataclasses.replace(seen, observed=dataclasses.replace(
+                seen.observed, tls_generation=pki_state.generation,
+                tls_problem=pki_state.problem))
         # it sees the reported directory ids already
         result = plan(ref.spec, seen.observed, self.policy)
         action = result.action
@@ -292,6 +299,8 @@ class Reconciler:
         status = self._status(body, ref, result, seen, problems, refusal)
         for message in seen.forbidden:
             await self._tell_forbidden(body, message)
+        status["tls"] = pki_state.status if pki_state.enabled and pki_state.status else \
+            {"enabled": pki_state.enabled}
         stored = body.get("status") or {}
         if not status_unchanged(stored, status):
             # only a change a user would see: an identical patch would still be a new
@@ -313,7 +322,7 @@ class Reconciler:
                         type(action).__name__)
             return None
         if touch or isinstance(action, Wait | ReportDegraded):
-            env = Env(kube, ref, body, seen.observed, self.admin_timeout_s)
+            env = Env(kube, ref, body, seen.observed, self.admin_timeout_s, pki_state.client)
             outcome = await execute(action, env)
         kind = type(action).__name__
         ready = any(c["type"] == "Ready" and c["status"] == "True" for c in status["conditions"])
@@ -365,6 +374,16 @@ class Reconciler:
             self._carried_conflict(previous, generation)
         steady_caught_up_times(stored, status)
         return status
+
+    async def _pki(self, ref: render.QuorumRef, body: Obj) -> tls_action.TlsState:
+        """The quorum's PKI for this pass (kraft_operator.actions.tls): Secrets made to match
+        unless the quorum is paused."""
+        if not ref.tls:
+            return tls_action.TlsState(False)
+        pods = await self.kube.list("v1", "pods", ref.namespace, label_selector=ref.selector)
+        paused = ref.spec.paused or ((body.get("metadata") or {}).get("annotations") or {}).get(
+            models.PAUSE_ANNOTATION, "").lower() == "true"
+        return await tls_action.ensure(self.kube, ref, pods, write=not paused)
 
     @staticmethod
     def _degraded_changed(body: Obj, status: Obj) -> bool:

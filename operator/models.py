@@ -244,6 +244,60 @@ class UpdateStrategy(_Model):
     )
 
 
+class IssuerRef(_Model):
+    """A cert-manager Issuer or ClusterIssuer (not supported yet: refused as Degraded)."""
+
+    name: str = Field(min_length=1, description="Name of the Issuer or ClusterIssuer.")
+    kind: str | None = Field(default=None, pattern=r"^(Issuer|ClusterIssuer)$",
+                             description="Issuer (when unset) or ClusterIssuer.")
+    group: str | None = Field(default=None,
+                              description="API group of the issuer (cert-manager.io when unset).")
+
+
+class TlsSpec(_Model):
+    """mTLS on the controller listener from a PKI the operator issues (docs/security.md)."""
+
+    enabled: bool | None = Field(
+        default=None,
+        description=(
+            "Serve the controller listener with mTLS (CONTROLLER:SSL, ssl.client.auth="
+            "required) from certificates the operator issues. Unset: on for a new quorum; a "
+            "quorum formatted before without TLS stays plaintext until this is set to true "
+            "(status.tls.enabled says which applies)."
+        ),
+    )
+    validity_days: int = Field(
+        default=365, ge=2, le=3650,
+        description="Validity of the certificates (and CAs) the operator issues, in days.",
+    )
+    renewal_days: int = Field(
+        default=30, ge=1, le=3649,
+        description=(
+            "A certificate (or CA the operator generated) is renewed this many days before it "
+            "expires."
+        ),
+    )
+    ca_secret_name: str | None = Field(
+        default=None, min_length=1, max_length=253,
+        description=(
+            "A Secret of the quorum's namespace holding your own CA (ca.crt and ca.key, or "
+            "tls.crt and tls.key): it signs the node and operator certificates, and the "
+            "operator never renews it (every certificate in ca.crt is trusted, so put the new "
+            "CA beside the old one to move to it)."
+        ),
+    )
+    issuer_ref: IssuerRef | None = Field(
+        default=None,
+        description="A cert-manager issuer: not supported yet (the quorum goes Degraded).",
+    )
+
+    @model_validator(mode="after")
+    def _window(self) -> TlsSpec:
+        if self.renewal_days >= self.validity_days:
+            raise ValueError(f"tls.renewalDays ({self.renewal_days}) must be less than "
+                             f"tls.validityDays ({self.validity_days})")
+        return self
+
 
 def _kafka_text(value: object) -> str:
     """A spec.config value as server.properties holds it: strings as they are, integers in
@@ -353,6 +407,11 @@ class KRaftQuorumSpec(_Model):
         json_schema_extra={"default": {}},
         description="How pod-affecting changes are rolled out.",
     )
+    tls: TlsSpec = Field(
+        default_factory=TlsSpec,
+        json_schema_extra={"default": {}},
+        description="mTLS on the controller listener from an operator-issued PKI.",
+    )
     node_failure_grace_period_seconds: int = Field(
         default=300,
         ge=0,
@@ -415,6 +474,18 @@ class Condition(_Model):
     )
 
 
+class TlsStatus(_Model):
+    """What the operator's PKI serves (no key material)."""
+
+    enabled: bool = Field(description="Whether the controller listener is served with mTLS.")
+    cluster_ca_not_after: str | None = Field(
+        default=None, description="When the cluster CA signing the nodes expires (RFC 3339).")
+    clients_ca_not_after: str | None = Field(
+        default=None, description="When the clients CA expires (RFC 3339).")
+    ca_renewal: str | None = Field(
+        default=None, description="The step of a CA renewal in progress, if any.")
+
+
 class KRaftQuorumStatus(_Model):
     """The observed state, rebuilt from a live DescribeQuorum on every reconcile."""
 
@@ -460,6 +531,7 @@ class KRaftQuorumStatus(_Model):
     current_operation: OperationStatus | None = Field(
         default=None, description="The operation in progress, if any."
     )
+    tls: TlsStatus | None = Field(default=None, description="The controller listener's TLS.")
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},

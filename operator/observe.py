@@ -363,9 +363,11 @@ async def read_reports(pods: Sequence[Obj], timeout_s: float = 2.0) -> dict[str,
 
 
 async def describe(ref: QuorumRef, node_ids: Iterable[int], cluster_id: str | None,
-                   timeout_s: float = 3.0) -> tuple[QuorumInfo | None, str | None]:
+                   timeout_s: float = 3.0, tls: Any = None) -> tuple[QuorumInfo | None,
+                                                                   str | None]:
     """The live quorum through kraft.admin (DescribeQuorum from the leader), asked of every
-    node that has a pod; (None, why) when no leader answers."""
+    node that has a pod; (None, why) when no leader answers. `tls`: the operator's client
+    TLS (kraft.admin's `tls`) for a quorum with TLS."""
     from kraft.admin import AdminError, QuorumClient
 
     ids = sorted(set(node_ids))
@@ -374,7 +376,7 @@ async def describe(ref: QuorumRef, node_ids: Iterable[int], cluster_id: str | No
     bootstrap = [ref.controller_address(i) for i in ids]
     try:
         async with QuorumClient(bootstrap, timeout_s=timeout_s, cluster_id=cluster_id,
-                                client_id="kraft-operator") as admin:
+                                client_id="kraft-operator", tls=tls) as admin:
             info = await admin.describe_quorum()
     except AdminError as exc:
         return None, str(exc)  # "NAME: message": the Kafka error name is already there
@@ -386,7 +388,7 @@ async def describe(ref: QuorumRef, node_ids: Iterable[int], cluster_id: str | No
 
 
 async def gather(kube: Any, ref: QuorumRef, body: Obj, *, now: float | None = None,
-                 describe_timeout_s: float = 3.0) -> Observation:
+                 describe_timeout_s: float = 3.0, tls: Any = None) -> Observation:
     """Read everything the planner needs for this quorum (see the module docstring)."""
     import time
 
@@ -420,7 +422,7 @@ async def gather(kube: Any, ref: QuorumRef, body: Obj, *, now: float | None = No
     live = [p for p in pods if _node_id(p) is not None]
     (quorum, why), reports = await asyncio.gather(
         describe(ref, (n for n in map(_node_id, live) if n is not None), status.get("clusterId"),
-                 describe_timeout_s),
+                 describe_timeout_s, tls),
         read_reports(live))
     snap = Snapshot(body, pods, pvcs, nodes, volumes)
     seen = build(ref, snap, quorum, reports, now=time.time() if now is None else now,

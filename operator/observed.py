@@ -181,3 +181,7 @@ class Observed:
     annotations: Mapping[str, str] = field(default_factory=dict)
     now: float = 0.0
     fresh_ids: tuple[str, ...] = ()
+    tls_generation: str = ""
+    """The trust generation of the quorum's PKI ("" without TLS): part of the pods' hash."""
+    tls_problem: str | None = None
+    """Why the quorum's PKI could not be made (TLS on): the planner reports it, Degraded."""

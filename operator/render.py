@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kraft_operator import models
+from kraft_operator import models, pki
 from kraft_operator.planner import CreatePod, FormatMode, majority, pod_spec_hash
 from kraft_operator.policy import OperatorPolicy
 
@@ -36,6 +36,10 @@ LISTENER = "CONTROLLER"
 CONFIG_DIR = "/etc/kraft"
 DATA_DIR = "/var/lib/kraft"
 METADATA_DIR = f"{DATA_DIR}/metadata"
+TLS_DIR = "/etc/kraft-tls"
+"""Where a node's Secret (its key and chain, the trusted CAs) is mounted, read-only."""
+KEYSTORE_FILE = "node.pem"
+TRUSTSTORE_FILE = "truststore.pem"
 CLUSTER_DOMAIN = "cluster.local"
 APP_NAME = "kraft"
 MANAGED_BY = "kraft-operator"
@@ -86,12 +90,15 @@ class QuorumRef:
     namespace: str
     uid: str
     spec: models.KRaftQuorumSpec
+    tls: bool = False
+    """Whether the controller listener is served with mTLS (`tls_enabled`)."""
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> QuorumRef:
         meta = body.get("metadata") or {}
         spec = models.KRaftQuorumSpec.model_validate(body.get("spec") or {})
-        return cls(meta["name"], meta.get("namespace") or "default", meta.get("uid") or "", spec)
+        return cls(meta["name"], meta.get("namespace") or "default", meta.get("uid") or "", spec,
+                   tls_enabled(spec, body.get("status") or {}))
 
     # --- names -------------------------------------------------------------------------------
 
@@ -132,6 +139,38 @@ class QuorumRef:
     def http_address(self, node_id: int) -> str:
         return f"{self.host(node_id)}:{HTTP_PORT}"
 
+    def host_names(self, node_id: int) -> list[str]:
+        """Every DNS name of the node's pod through the headless Service, short to FQDN:
+        the SANs of its certificate."""
+        pod, svc = self.pod_name(node_id), self.headless_service
+        return [pod, f"{pod}.{svc}", f"{pod}.{svc}.{self.namespace}",
+                f"{pod}.{svc}.{self.namespace}.svc", self.host(node_id)]
+
+    # --- the PKI's Secrets (Strimzi's names: <cluster>-cluster-ca, -cluster-ca-cert, ...) ---
+
+    @property
+    def cluster_ca_secret(self) -> str:
+        return f"{self.name}-cluster-ca"
+
+    @property
+    def cluster_ca_cert_secret(self) -> str:
+        return f"{self.name}-cluster-ca-cert"
+
+    @property
+    def clients_ca_secret(self) -> str:
+        return f"{self.name}-clients-ca"
+
+    @property
+    def clients_ca_cert_secret(self) -> str:
+        return f"{self.name}-clients-ca-cert"
+
+    @property
+    def operator_secret(self) -> str:
+        return f"{self.name}-operator-certs"
+
+    def node_secret(self, node_id: int) -> str:
+        return f"{self.pod_name(node_id)}-certs"
+
     # --- labels and ownership ------------------------------------------------------------
 
     @property
@@ -170,6 +209,43 @@ class QuorumRef:
 # --- configuration ---------------------------------------------------------------------------
 
 
+def tls_enabled(spec: models.KRaftQuorumSpec, status: Mapping[str, Any]) -> bool:
+    """spec.tls.enabled when set; unset, what status.tls recorded, and for a quorum with no
+    record: on when it is new (no cluster id yet), off for one formatted before the operator
+    knew TLS (it stays plaintext until enabled: switching needs every node at once)."""
+    if spec.tls.enabled is not None:
+        return spec.tls.enabled
+    recorded = (status.get("tls") or {}).get("enabled")
+    if isinstance(recorded, bool):
+        return recorded
+    return not status.get("clusterId")
+
+
+NODE_PRINCIPALS = ";".join(pki.principal(pki.node_cn(i)) for i in range(models.MAX_REPLICAS))
+"""Every node id a quorum can have (0 to MAX_REPLICAS - 1), so a scaled quorum's grants stay
+the same file (they are read at start): the authorizer binds each to its own id."""
+
+
+def tls_properties(ref: QuorumRef) -> dict[str, str]:
+    """The controller listener's mTLS keys and the grants, for a quorum with TLS."""
+    prefix = f"listener.name.{LISTENER.lower()}."
+    operator = pki.principal(pki.OPERATOR_CN)
+    alter = [operator, NODE_PRINCIPALS] if ref.spec.auto_join else [operator]
+    return {
+        "listener.security.protocol.map": f"{LISTENER}:SSL",
+        prefix + "ssl.keystore.type": "PEM",
+        prefix + "ssl.keystore.location": f"{TLS_DIR}/{KEYSTORE_FILE}",
+        prefix + "ssl.truststore.type": "PEM",
+        prefix + "ssl.truststore.location": f"{TLS_DIR}/{TRUSTSTORE_FILE}",
+        prefix + "ssl.client.auth": "required",
+        "kraft.authorizer.cluster.action.principals": NODE_PRINCIPALS,
+        # auto-join sends AddRaftVoter as the node; a follower's /v1/quorum asks Describe
+        "kraft.authorizer.alter.principals": ";".join(alter),
+        "kraft.authorizer.describe.principals": ";".join([operator, NODE_PRINCIPALS]),
+    }
+
+
+
 def config_problems(config: Mapping[str, str]) -> list[str]:
     """spec.config checked against the ServerProperties model: unknown keys (with a hint),
     keys the operator sets itself, bad values. Empty when the config is acceptable."""
@@ -197,6 +273,7 @@ def server_properties(ref: QuorumRef, node_id: int) -> ServerProperties:
         "metadata.log.dir": METADATA_DIR,
         "http.listener": f"0.0.0.0:{HTTP_PORT}",
         "controller.quorum.auto.join.enable": ref.spec.auto_join,
+        **(tls_properties(ref) if ref.tls else {}),
     }, source=f"{ref.name} node {node_id}")
     return base.with_overrides(dict(ref.spec.config), source=f"{ref.name} spec.config")
 
@@ -327,6 +404,8 @@ def pod(ref: QuorumRef, action: CreatePod, cluster_id: str) -> dict[str, Any]:
     mounts = [{"name": "data", "mountPath": DATA_DIR},
               {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
               {"name": TMP_VOLUME, "mountPath": TMP_DIR}]
+    if ref.tls:
+        mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
     init_format = format_command(ref, node_id, cluster_id, action.format_mode,
                                  action.initial_voters)
     rejoin_format = format_command(ref, node_id, cluster_id, FormatMode.JOIN)
@@ -371,6 +450,9 @@ def pod(ref: QuorumRef, action: CreatePod, cluster_id: str) -> dict[str, Any]:
                             "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT)}],
         "containers": [container],
     }
+    if ref.tls:  # no subPath: the kubelet updates the files when the Secret changes
+        pod_spec["volumes"].append({"name": "tls", "secret": {
+            "secretName": ref.node_secret(node_id), "defaultMode": 0o440}})
     if tmpl.affinity:
         pod_spec["affinity"] = tmpl.affinity
     if tmpl.tolerations:

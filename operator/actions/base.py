@@ -19,6 +19,8 @@ class Env:
     body: dict[str, Any]
     observed: Observed
     admin_timeout_s: float = 10.0
+    tls: Any = None
+    """The operator's client TLS for kraft.admin (a quorum with TLS), else None."""
 
     def pod_of(self, node_id: int) -> PodState | None:
         return next((p for p in self.observed.pods if p.node_id == node_id and not p.deleting),

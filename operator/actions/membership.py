@@ -17,7 +17,8 @@ from kraft.admin import AdminError, Endpoint, QuorumClient
 
 def _client(env: Env) -> QuorumClient:
     return QuorumClient(env.bootstrap(), timeout_s=min(env.admin_timeout_s, 5.0),
-                        cluster_id=env.observed.cluster_id, client_id="kraft-operator")
+                        cluster_id=env.observed.cluster_id, client_id="kraft-operator",
+                        tls=env.tls)
 
 
 def _failed(what: str, exc: AdminError) -> Outcome:

@@ -41,9 +41,11 @@ def majority(n: int) -> int:
     return n // 2 + 1
 
 
-def pod_spec_hash(spec: models.KRaftQuorumSpec) -> str:
+def pod_spec_hash(spec: models.KRaftQuorumSpec, tls_generation: str = "") -> str:
     """A digest of everything in the spec that shapes a pod: a pod created from another
-    digest is out of date and is rolled."""
+    digest is out of date and is rolled. `tls_generation`: the trust generation of the
+    operator's PKI (kraft_operator.actions.tls), "" for a quorum without TLS (whose digest
+    is the same as before TLS existed)."""
     shaping = {
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
@@ -52,6 +54,8 @@ def pod_spec_hash(spec: models.KRaftQuorumSpec) -> str:
         "podTemplate": spec.pod_template.to_k8s(),
         "autoJoin": spec.auto_join,
     }
+    if tls_generation:
+        shaping["tls"] = tls_generation
     text = json.dumps(shaping, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -80,7 +84,7 @@ class Context:
         self.now = observed.now
         self.replicas = spec.replicas
         self.desired_ids = range(spec.replicas)
-        self.desired_hash = pod_spec_hash(spec)
+        self.desired_hash = pod_spec_hash(spec, observed.tls_generation)
         self.grace = float(spec.node_failure_grace_period_seconds)
         self.pods: dict[int, PodState] = {}
         for pod in sorted(observed.pods, key=lambda p: (p.deleting, p.name)):

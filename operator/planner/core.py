@@ -218,6 +218,9 @@ def plan(spec: models.KRaftQuorumSpec, observed: Observed,
     elif problems:
         decision = Decision(ReportDegraded("InvalidConfig", "; ".join(map(str, problems))),
                             None, degraded="InvalidConfig")
+    elif observed.tls_problem:
+        reason = "IssuerRefNotSupported" if "issuerRef" in observed.tls_problem else "TlsNotReady"
+        decision = Decision(ReportDegraded(reason, observed.tls_problem), None, degraded=reason)
     else:
         decision = (format_op.cluster_id_mismatch(ctx) or format_op.record_cluster(ctx)
                     or format_op.foreign_volumes(ctx) or _decide(ctx))

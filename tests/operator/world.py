@@ -87,6 +87,9 @@ class World:
     last_known_voters: tuple[tuple[int, str], ...] = ()
     operation: Operation | None = None
     annotations: dict[str, str] = field(default_factory=dict)
+    tls_generation: str = ""
+    """The trust generation of the quorum's PKI, as kraft_operator.actions.tls reports it."""
+    tls_problem: str | None = None
     observed_generation: int | None = None
     broken_hashes: set[str] = field(default_factory=set)
     auto_join_enabled: bool = True  # whether auto-join really adds (Kafka's behaviour)
@@ -135,7 +138,8 @@ class World:
             nodes=tuple(self.nodes.values()), quorum=quorum, operation=self.operation,
             cluster_id=self.cluster_id, initial_voters=self.initial_voters,
             last_known_voters=self.last_known_voters, annotations=dict(self.annotations),
-            now=self.now, fresh_ids=tuple(kafka_uuid(next(self._ids)) for _ in range(fresh)))
+            now=self.now, fresh_ids=tuple(kafka_uuid(next(self._ids)) for _ in range(fresh)),
+            tls_generation=self.tls_generation, tls_problem=self.tls_problem)
 
     def write_status(self, plan: Plan) -> None:
         """What the handler writes back from the plan."""
@@ -278,7 +282,8 @@ def realized(world: World, spec: models.KRaftQuorumSpec) -> bool:
         and world.voters == wanted
         and len(wanted) == spec.replicas
         and set(world.pods) == set(range(spec.replicas))
-        and all(p.spec_hash == pod_spec_hash(spec) and p.age >= 1 for p in world.pods.values())
+        and all(p.spec_hash == pod_spec_hash(spec, world.tls_generation) and p.age >= 1
+                for p in world.pods.values())
     )
 
 

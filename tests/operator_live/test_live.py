@@ -61,8 +61,10 @@ def quorum(name: str = "kq", **spec: Any) -> dict[str, Any]:
 
 
 def apply(sb: SandboxHandle, *objects: dict[str, Any]) -> None:
-    sb.kubectl("apply", "--validate=false", "-f", "-",
-               input="\n---\n".join(json.dumps(o) for o in objects))
+    # one object per call: kubectl reads input starting with `{` as a JSON stream, in which
+    # a `---` separator is a syntax error
+    for o in objects:
+        sb.kubectl("apply", "--validate=false", "-f", "-", input=json.dumps(o))
 
 
 @pytest.fixture

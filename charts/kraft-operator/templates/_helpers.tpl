@@ -99,6 +99,11 @@ operator).
 - apiGroups: [""]
   resources: ["services", "configmaps"]
   verbs: ["get", "create", "patch"]
+# The PKI (spec.tls): the CAs, each node's certificate, the operator's client certificate;
+# and a user-supplied CA (spec.tls.caSecretName), read only.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "create", "patch"]
 # The PodDisruptionBudget, deleted when spec.podDisruptionBudget.enabled is false.
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
