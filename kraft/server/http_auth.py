@@ -46,6 +46,7 @@ from kraft.config.http_security import (
     parse_token_file,
     token_digest,
 )
+from kraft.config.security import distinguished_name
 from kraft.server.metrics import CounterFamily, Registry
 
 log = logging.getLogger("kraft.server.http_auth")
@@ -253,33 +254,12 @@ def _ssl_problem(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-_DN_KEYWORDS = {
-    "commonName": "CN", "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST",
-    "organizationName": "O", "organizationalUnitName": "OU", "streetAddress": "STREET",
-    "domainComponent": "DC", "userId": "UID",
-}
-"""RFC 2253's attribute keywords, by the long names Python's `getpeercert()` gives."""
-
-
-def _dn_escape(value: str) -> str:
-    out = []
-    for i, c in enumerate(value):
-        if c in ',+"\\<>;' or (c == "#" and i == 0) or (c == " " and i in (0, len(value) - 1)):
-            out.append("\\" + c)
-        else:
-            out.append(c)
-    return "".join(out)
-
-
 def principal_of(peercert: dict[str, Any] | None) -> str | None:
     """Kafka's default principal of a verified client certificate: `User:` and its subject
     in RFC 2253 form (the last RDN first, as Java's `X500Principal.getName()`), or None."""
     if not peercert or not peercert.get("subject"):
         return None
-    rdns = []
-    for rdn in reversed(peercert["subject"]):
-        rdns.append("+".join(f"{_DN_KEYWORDS.get(k, k)}={_dn_escape(str(v))}" for k, v in rdn))
-    return "User:" + ",".join(rdns)
+    return "User:" + distinguished_name(peercert["subject"])
 
 
 @dataclass(frozen=True, slots=True)
