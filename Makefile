@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # pytest workers, for 2 cores: the suite waits on processes (nodes, JVMs, the control plane)
 # about half its time, so 4 workers keep both cores busy (measured: 2 workers 1,119 s at 47 %
-# of 2 cores, 4 workers 720 s at 77 %; TEST_TIMES_FILE=FILE records each test's wall and CPU).
+# of 2 cores, 4 workers 720 s at 76 %; TEST_TIMES_FILE=FILE records each test's wall and CPU).
 WORKERS ?= 4
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
