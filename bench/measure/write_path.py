@@ -247,7 +247,7 @@ def run(seconds: float, properties: dict[str, str]) -> dict[str, Any]:
                     else:
                         os.environ[k] = v
             leader = cluster.wait_leader()
-            cluster.seq(1.0, 0.0)  # write-in: connections, segments, preallocation
+            warm = cluster.seq(1.0, 0.0)  # write-in: connections, segments, preallocation
             pids = {name: pid for name, pid in cluster.pids().items() if name.startswith("node")}
             result = cluster.seq(seconds, 0.0)
         finally:
@@ -264,6 +264,7 @@ def run(seconds: float, properties: dict[str, str]) -> dict[str, Any]:
     return {
         "seconds": seconds, "properties": properties,
         "client": {k: result["latency"][k] for k in ("n", "p50_ms", "p99_ms")},
+        "writes_acknowledged": warm["latency"]["n"] + result["latency"]["n"],
         "writes_traced": len(rows),
         "steps": summarize(rows),
         "second_follower_write_us": round(statistics.median(other), 1) if other else None,

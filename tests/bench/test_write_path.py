@@ -139,7 +139,10 @@ def test_bad_flags_are_named() -> None:
 @pytest.mark.xdist_group("default-loopback")
 def test_a_traced_quorum_gives_every_step_in_order() -> None:
     summary = write_path.run(1.0, {})
-    assert summary["writes_traced"] > 100
+    # one write at a time, so each acknowledged write (the write-in's too) has its own chain:
+    # most are whole (how many the machine does in the second is not what is asserted)
+    assert summary["writes_acknowledged"] > 0
+    assert summary["writes_traced"] >= summary["writes_acknowledged"] // 2
     table = summary["steps"]
     # every step of the chain was seen (the benchmark's properties write through and use the
     # kernel's fsync), and each comes after the one before it
