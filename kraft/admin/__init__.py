@@ -9,7 +9,7 @@
   `AdminConnectionError` (no answer; retriable).
 - `KvClient` / `KvClusterClient` (`kraft.admin.kv_client`): the binary KV protocol's client.
 - `HttpCredentials` (`kraft.admin.http_credentials`): the bearer token and TLS trust every
-  client of a node's HTTP port presents (docs/security.md).
+  client of a node's HTTP port or binary client port presents (docs/security.md).
 
 `server.properties` (read, validate, write) is `kraft.config.server_properties`'s
 `ServerProperties`. See docs/admin.md.

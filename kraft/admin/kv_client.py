@@ -10,6 +10,11 @@ it given every node's client address.
         offset = await c.put("k", b"v")
         offsets = await c.put_many([("a", b"1"), ("b", b"2")])
         value = await c.get("k")
+
+On a node whose KV API is secured (docs/security.md), `credentials` (the HTTP port's
+`HttpCredentials`: a bearer token, the CAs and a client certificate) make the connection TLS
+and send the token in an AUTH frame before any other; a refused token raises `Unauthenticated`
+from `connect`, an op beyond the credential's scope raises `Forbidden`.
 """
 
 from __future__ import annotations
@@ -20,12 +25,16 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import cast
 
+from kraft.admin.http_credentials import HttpCredentials
 from kraft.protocol.framing import ReadBuffer
 from kraft.protocol.kv_wire import (
+    AUTH_BEARER,
     ERROR,
+    FORBIDDEN,
     NOT_FOUND,
     NOT_LEADER,
     OK,
+    OP_AUTH,
     OP_DELETE,
     OP_GET,
     OP_GET_STALE,
@@ -33,6 +42,7 @@ from kraft.protocol.kv_wire import (
     REQUEST_FRAME_HEAD,
     REQUEST_HEAD,
     RESPONSE_HEAD,
+    UNAUTHENTICATED,
     UNKNOWN_OUTCOME,
 )
 
@@ -52,6 +62,15 @@ class NotLeader(ClientError):
 
 class OutcomeUnknown(ClientError):
     """The write may or may not have been applied (leader change, connection lost)."""
+
+
+class Unauthenticated(ClientError):
+    """The node needs a credential the connection does not hold (none sent, an unknown or
+    revoked token); nothing of the op was applied."""
+
+
+class Forbidden(ClientError):
+    """The connection's credential lacks the op's scope; nothing of it was applied."""
 
 
 _PACK_REQUEST = REQUEST_FRAME_HEAD.pack
@@ -111,6 +130,10 @@ def _settle(fut: asyncio.Future[_Answer], status: int, offset: int, leader: int,
         fut.set_exception(OutcomeUnknown(payload.decode() or "outcome unknown"))
     elif status == ERROR:
         fut.set_exception(ClientError(payload.decode()))
+    elif status == UNAUTHENTICATED:
+        fut.set_exception(Unauthenticated(payload.decode()))
+    elif status == FORBIDDEN:
+        fut.set_exception(Forbidden(payload.decode()))
     else:
         fut.set_result((status, offset, payload))
 
@@ -118,9 +141,13 @@ def _settle(fut: asyncio.Future[_Answer], status: int, offset: int, leader: int,
 class KvClient:
     """One pipelined connection to one node (see the module docstring)."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, credentials: HttpCredentials | None = None) -> None:
         self.host = host
         self.port = port
+        self.credentials = credentials
+        self.principal: str | None = None
+        """Who the node took the connection for, and its scope (`token:ops admin`), once an
+        AUTH was answered."""
         self._protocol: _ClientProtocol | None = None
         self._transport: asyncio.Transport | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -130,12 +157,25 @@ class KvClient:
         self._flush_scheduled = False
 
     async def connect(self, timeout_s: float = 5.0) -> KvClient:
-        """Open the connection."""
+        """Open the connection (TLS and AUTH with `credentials`); raises `Unauthenticated`
+        when the node refuses the token."""
         loop = self._loop = asyncio.get_running_loop()
+        creds = self.credentials
+        ctx = creds.ssl_context() if creds is not None else None
         transport, protocol = await asyncio.wait_for(
-            loop.create_connection(lambda: _ClientProtocol(self), self.host, self.port), timeout_s)
+            loop.create_connection(lambda: _ClientProtocol(self), self.host, self.port,
+                                   ssl=ctx, server_hostname=self.host if ctx else None),
+            timeout_s)
         self._transport = transport
         self._protocol = protocol
+        if creds is not None and creds.token:
+            try:
+                _, _, payload = await asyncio.wait_for(
+                    self._call(OP_AUTH, AUTH_BEARER, creds.token.encode()), timeout_s)
+            except BaseException:
+                await self.close()
+                raise
+            self.principal = payload.decode()
         return self
 
     @property
@@ -228,8 +268,10 @@ class KvClusterClient:
     `addresses` maps node id -> (host, client port) for every node.
     """
 
-    def __init__(self, addresses: dict[int, tuple[str, int]]) -> None:
+    def __init__(self, addresses: dict[int, tuple[str, int]],
+                 credentials: HttpCredentials | None = None) -> None:
         self.addresses = dict(addresses)
+        self.credentials = credentials
         self._clients: dict[int, KvClient] = {}
         self.leader_id = next(iter(self.addresses))
 
@@ -237,7 +279,7 @@ class KvClusterClient:
         c = self._clients.get(node_id)
         if c is None or not c.connected:
             host, port = self.addresses[node_id]
-            c = await KvClient(host, port).connect()
+            c = await KvClient(host, port, self.credentials).connect()
             self._clients[node_id] = c
         return c
 

@@ -14,6 +14,10 @@ longer than MAX_FRAME (or `socket.request.max.bytes` when that is lower) or shor
 request head closes the connection; the listener's connections are admitted, closed when idle
 and their unfinished frames held to the node's budget as the controller listener's
 (`kraft.server.connection_limits`).
+
+With the node's KV security settings on (`kraft.server.client_auth`: the HTTP port's TLS and
+credentials), the port speaks TLS and each op needs the scope it asks for; AUTH frames carry
+tokens.
 """
 
 from __future__ import annotations
@@ -24,10 +28,12 @@ import struct
 from typing import Protocol, cast
 
 from kraft.protocol.kv_wire import (
+    AUTH_BEARER,
     ERROR,
     NOT_FOUND,
     NOT_LEADER,
     OK,
+    OP_AUTH,
     OP_DELETE,
     OP_GET,
     OP_GET_STALE,
@@ -35,9 +41,11 @@ from kraft.protocol.kv_wire import (
     REQUEST_FRAME_HEAD,
     REQUEST_HEAD,
     RESPONSE_HEAD,
+    UNAUTHENTICATED,
     UNKNOWN_OUTCOME,
     encode_response,
 )
+from kraft.server.client_auth import ClientAuth, Session
 from kraft.server.connection_limits import ConnectionGuard, ListenerGuard, Tracked
 from kraft.server.kv_api import NotLeaderError, OutcomeUnknownError
 from kraft.server.writes import Completion
@@ -81,6 +89,8 @@ class ClientNode(Protocol):
         """A request was refused for a key or value above its limit (counted)."""
 
 MAX_FRAME = 16 * 1024 * 1024
+HANDSHAKE_TIMEOUT_S = 10.0
+"""A TLS handshake not done in this long closes the connection (the controller listener's)."""
 MAX_IN_FLIGHT = 16384
 """Requests of one connection waiting for their answer before the server stops reading it."""
 
@@ -128,9 +138,12 @@ class ClientProtocol(asyncio.Protocol):
     def __init__(self, kv: ClientHost, node: ClientNode,
                  connections: set[ClientProtocol] | None = None,
                  dirty: list[ClientProtocol] | None = None,
-                 guard: ListenerGuard | None = None) -> None:
+                 guard: ListenerGuard | None = None, auth: ClientAuth | None = None) -> None:
         self.kv = kv
         self.node = node
+        self._auth = auth
+        self._session: Session | None = None
+        """This connection's credential when the port authenticates (None: it does not)."""
         self._guard = guard or ConnectionGuard().listener("client")
         self._max_frame = min(MAX_FRAME, self._guard.max_frame_bytes)
         self._track: Tracked | None = None
@@ -159,6 +172,9 @@ class ClientProtocol(asyncio.Protocol):
             self.transport = None
             return
         self._connections.add(self)
+        auth = self._auth
+        if auth is not None and auth.authenticates:
+            self._session = auth.session(transport.get_extra_info("ssl_object"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -185,6 +201,8 @@ class ClientProtocol(asyncio.Protocol):
         if t is None or self.transport is None:
             return
         t.active = True
+        if self._session is not None:
+            self._session.check()
         buf = self._buf
         if buf or self._read_paused:
             buf += data
@@ -259,6 +277,16 @@ class ClientProtocol(asyncio.Protocol):
             if klen > MAX_KEY_BYTES or (op == OP_PUT and end - kend > MAX_VALUE_BYTES):
                 self._refuse(request_id, klen, end - kend if op == OP_PUT else 0)
                 continue
+            if op == OP_AUTH or self._session is not None:
+                if op == OP_AUTH:
+                    if not self._login(request_id, view[kstart:kend], view[kend:end], writes):
+                        return -1
+                    continue
+                assert self._session is not None
+                refusal = self._session.refusal(op)
+                if refusal is not None:
+                    self._refused(request_id, *refusal)
+                    continue
             key = view[kstart:kend]
             if not key.isascii():
                 try:
@@ -277,6 +305,43 @@ class ClientProtocol(asyncio.Protocol):
                 self._handle(request_id, op, key)
         self._submit(writes)
         return pos
+
+    def _login(self, request_id: int, mechanism: bytes, token: bytes,
+               writes: list[tuple[bytes, Completion]]) -> bool:
+        """An AUTH frame: answered OK with who the connection is now, or UNAUTHENTICATED and
+        the connection closed (False: the caller stops reading; the frames before it were
+        taken and are submitted first)."""
+        session = self._session
+        why: str | None
+        if mechanism != AUTH_BEARER.encode():
+            why = f"unknown AUTH mechanism {mechanism[:32]!r} (the one mechanism is bearer)"
+        else:
+            why = session.login(token) if session is not None else None
+        if why is None:
+            who = f"{session.who} {session.scope.label}" if session is not None and \
+                session.scope is not None else "anonymous admin"
+            self._reply(encode_response(request_id, OK, payload=who.encode()))
+            return True
+        self._submit(writes)
+        writes.clear()
+        self._in_flight -= 1  # answered here, written before the close
+        self._flush()
+        t, transport = self._track, self.transport
+        if transport is not None:
+            transport.write(encode_response(request_id, UNAUTHENTICATED, payload=why.encode()))
+        if t is not None:
+            t.close("auth_failed", why)
+        return False
+
+    def _refused(self, request_id: int, status: int, why: str) -> None:
+        """Answer an op the connection's credential does not allow (nothing of it is read
+        or proposed)."""
+        t = self._track
+        if t is not None:
+            self._guard.node.bad_requests.report(
+                self._guard.name, "unauthenticated" if status == UNAUTHENTICATED else "forbidden",
+                f"{t.host}:{t.port}", why)
+        self._reply(encode_response(request_id, status, payload=why.encode()))
 
     def _refuse(self, request_id: int, key_bytes: int, value_bytes: int) -> None:
         """Answer ERROR to a request whose key or value is above its limit (nothing of it is
@@ -322,7 +387,8 @@ class ClientProtocol(asyncio.Protocol):
         nothing read and not handled (what the lane handed back waits for this connection's
         own turn), and nothing waiting to be written."""
         t = self.transport
-        return (t is not None and not t.is_closing() and not self._in_flight and not self._out
+        return (self._auth is None and t is not None and not t.is_closing()
+                and not self._in_flight and not self._out
                 and not self._buf and not self._read_paused and not self._write_blocked
                 and not t.get_write_buffer_size() and t.get_extra_info("socket") is not None)
 
@@ -444,8 +510,10 @@ class ClientServer:
     """The listener of the binary client protocol."""
 
     def __init__(self, kv: ClientHost, node: ClientNode, host: str, port: int,
-                 guard: ListenerGuard | None = None) -> None:
+                 guard: ListenerGuard | None = None, auth: ClientAuth | None = None) -> None:
+        """`auth`: TLS and credentials (`ClientAuth.for_settings`); None: plaintext, open."""
         self.kv = kv
+        self.auth = auth
         self.node = node
         self.host = host
         self.port = port
@@ -471,10 +539,22 @@ class ClientServer:
         loop = asyncio.get_running_loop()
         def protocol() -> ClientProtocol:
             return ClientProtocol(self.kv, self.node, self._connections, self._dirty,
-                                  self._guard)
+                                  self._guard, self.auth)
 
-        self._server = await loop.create_server(protocol, self.host, self.port, reuse_address=True)
-        log.info("event=client_listener_started host=%s port=%d", self.host, self.port)
+        auth = self.auth
+        tls = auth.tls.server_context if auth is not None and auth.tls is not None else None
+        self._server = await loop.create_server(
+            protocol, self.host, self.port, reuse_address=True, ssl=tls,
+            ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if tls is not None else None)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        log.info("event=client_listener_started host=%s port=%d %s", self.host, self.port,
+                 auth.describe() if auth is not None else "tls=off auth=off")
+        if auth is None or not auth.authenticates:
+            log.warning("event=client_open host=%s port=%d detail=%r", self.host, self.port,
+                        "the binary client port takes reads and writes from anyone who "
+                        "reaches it: set kraft.http.auth.token.file or "
+                        "kraft.http.ssl.client.auth, which hold for it as for the HTTP port "
+                        "(docs/security.md)")
 
     async def stop(self) -> None:
         """Stop listening and close the connections."""

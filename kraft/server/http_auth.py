@@ -120,6 +120,9 @@ class TokenFile:
         self._watch = _FileWatch(path)
         self._entries: tuple[TokenEntry, ...] = ()
         self._bad: str | None = None
+        self.generation = 0
+        """Counts the reloads that changed the entries (a holder of a digest checks it again
+        when this moved)."""
         try:
             data = self._watch.read_if_changed()
         except OSError as exc:
@@ -158,6 +161,7 @@ class TokenFile:
         self._bad = None
         old = {e.name for e in self._entries}
         self._entries = tuple(entries)
+        self.generation += 1
         log.log(logging.INFO if entries else logging.WARNING,
                 "event=http_token_file_reloaded file=%s tokens=%d names=%s", self.path,
                 len(entries), ",".join(sorted({e.name for e in entries} | old)))
@@ -166,7 +170,11 @@ class TokenFile:
         """The entry of `token` (the file re-read first if it changed), or None. Every digest
         is compared, in constant time each."""
         self.refresh()
-        digest = token_digest(token)
+        return self.lookup_digest(token_digest(token))
+
+    def lookup_digest(self, digest: bytes) -> TokenEntry | None:
+        """The entry whose token has this SHA-256, or None (the file is not re-read: the
+        caller refreshes). Every digest is compared, in constant time each."""
         found: TokenEntry | None = None
         for entry in self._entries:
             if hmac.compare_digest(entry.digest, digest):
@@ -262,6 +270,12 @@ def principal_of(peercert: dict[str, Any] | None) -> str | None:
     return "User:" + distinguished_name(peercert["subject"])
 
 
+def no_scope_reason(principal: str) -> str:
+    """Why a verified certificate's principal gets nothing (it is in no scope list)."""
+    return (f"principal {principal} has no scope (name it in {KEYS['read']}, {KEYS['write']} "
+            f"or {KEYS['admin']})")
+
+
 @dataclass(frozen=True, slots=True)
 class _Refusal:
     status: int
@@ -306,23 +320,27 @@ class HttpAuthorizer:
             if kind.lower() != "bearer" or not token:
                 return _Refusal(401, "the Authorization header is not 'Bearer <token>'",
                                 'Bearer realm="kraft", error="invalid_request"')
-            entry = self.tokens.lookup(token) if self.tokens is not None else None
-            if entry is None:
+            got = self.token_credential(token)
+            if got is None:
                 return _Refusal(401, "unknown token",
                                 'Bearer realm="kraft", error="invalid_token"')
-            return f"token:{entry.name}", entry.scope
+            return got
         ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
         principal = principal_of(ssl_object.getpeercert()) if ssl_object is not None else None
         if principal is not None:
             scope = self.sec.scope_of_principal(principal)
             if scope is None:
-                return _Refusal(403, f"principal {principal} has no scope (name it in "
-                                f"{KEYS['read']}, {KEYS['write']} or {KEYS['admin']})",
+                return _Refusal(403, no_scope_reason(principal),
                                 'Bearer realm="kraft", error="insufficient_scope"')
             return principal, scope
         return _Refusal(401, "no credential: send Authorization: Bearer <token>"
                         + (" or a client certificate" if self.sec.client_auth != "none" else ""),
                         'Bearer realm="kraft"')
+
+    def token_credential(self, token: str) -> tuple[str, Scope] | None:
+        """(`token:<name>`, scope) of a token the file holds, or None."""
+        entry = self.tokens.lookup(token) if self.tokens is not None else None
+        return None if entry is None else (f"token:{entry.name}", entry.scope)
 
     @web.middleware
     async def middleware(self, request: web.Request,

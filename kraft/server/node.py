@@ -66,6 +66,7 @@ from kraft.raft.state import FollowerState, Role
 from kraft.raft.voters import VoterSet, static_voter_set
 from kraft.records.control import KRaftVersionRecord, VotersRecord
 from kraft.server.apply_driver import ApplyDriver, now_ms
+from kraft.server.client_auth import ClientAuth
 from kraft.server.client_protocol import ClientServer
 from kraft.server.connection_limits import ConnectionGuard, ConnectionLimits
 from kraft.server.event_queue import EventQueue
@@ -246,18 +247,22 @@ class KraftNode:
                                       principal_of=None if self.tls is None
                                       else self.tls.principal_of)
         await self.listener.start()
+        security = http_security(cfg)  # the KV API's, on the HTTP and the binary port alike
         if cfg.http_listener is not None:
             self.http_api = HttpApiServer(self.kv, self, cfg.http_listener.host,
                                           cfg.http_listener.port,
                                           metadata_dir=Path(cfg.metadata_dir),
                                           guard=guard.listener("http", min(
                                               cfg.max_connections, cfg.http_max_connections)),
-                                          security=http_security(cfg), registry=self.registry)
+                                          security=security, registry=self.registry)
             await self.http_api.start()
         if cfg.client_listener is not None:
+            http = self.http_api
+            auth = ClientAuth.for_settings(security, http.tls if http else None,
+                                           http.authorizer if http else None)
             self.client_server = ClientServer(self.kv, self, cfg.client_listener.host,
                                               cfg.client_listener.port,
-                                              guard=guard.listener("client"))
+                                              guard=guard.listener("client"), auth=auth)
             await self.client_server.start()
         # Everything allocated so far (modules, configuration, the loaded state) lives as long
         # as the process: keep it out of every later full collection, which otherwise scans it

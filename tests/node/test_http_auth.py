@@ -1,5 +1,6 @@
-"""The HTTP port secured (docs/security.md, "The HTTP port"): one `kraft run` node serving
-HTTPS with a token file and client certificates mapped to scopes, driven over loopback.
+"""The KV API secured (docs/security.md, "The HTTP port"): one `kraft run` node serving
+HTTPS with a token file and client certificates mapped to scopes, driven over loopback, and
+its binary client port held to the same settings (TLS, AUTH frames, the same scopes).
 
 No credential or an unknown token answers 401 with `WWW-Authenticate: Bearer`, a credential
 without the scope 403, and neither applies anything; the probes stay open; a rotated token
@@ -30,9 +31,11 @@ from cryptography import x509
 
 from kraft.admin import QuorumClient
 from kraft.admin.http_credentials import HttpCredentials
+from kraft.admin.kv_client import Forbidden, KvClient, OutcomeUnknown, Unauthenticated
 from kraft.cli.local import HttpResult, LocalCluster, http_call
 from kraft.cli.main import main
 from kraft.config.http_security import HttpSecurity
+from kraft.server.client_protocol import ClientServer
 from kraft.server.http_api import HttpApiServer
 from tests.node.conftest import FAST_TIMEOUTS, address_prefix, own_host
 from tests.support.http_certs import Ca
@@ -323,3 +326,98 @@ def test_replaced_truststore_decides_the_next_connections_client_certificates(
         _replace(truststore, world.ca.pem())
     assert world.call("PUT", "/v1/kv/ktrust", None, b"ours again", **ours).status == 200
     assert world.value("ktrust") == b"ours again"
+
+
+# ------------------------------------------------------------------ the binary client port
+# The same node's `client.listener`: the HTTP port's settings hold for it (docs/security.md).
+
+
+def _kv(world: World, token: str | None = None, **kwargs: Any) -> KvClient:
+    host, port = world.cluster.nodes[1].client
+    return KvClient(host, port, world.creds(token, **kwargs))
+
+
+async def test_binary_port_without_a_credential_is_refused_and_applies_nothing(
+        world: World) -> None:
+    async with _kv(world) as c:
+        with pytest.raises(Unauthenticated, match="no credential"):
+            await c.put("kbin-anon", b"x")
+        with pytest.raises(Unauthenticated):
+            await c.delete("kbin-anon")
+        with pytest.raises(Unauthenticated):
+            await c.get("kbin-anon", stale=True)
+        assert c.connected  # a refusal is an answer; only a wrong token closes
+    host, port = world.cluster.nodes[1].client
+    plain = KvClient(host, port)  # plaintext to a TLS port: the handshake fails
+    with pytest.raises((ConnectionError, OutcomeUnknown, ssl.SSLError)):
+        await plain.connect()
+        await plain.put("kbin-anon", b"plain")
+    assert world.value("kbin-anon") is None
+
+
+async def test_binary_port_tokens_have_their_scopes(world: World) -> None:
+    async with _kv(world, WRITE) as writer:
+        assert writer.principal == "token:writer write"
+        offset = await writer.put("kbin", b"by-writer")
+        assert offset >= 0
+    assert world.value("kbin") == b"by-writer"  # the HTTP port sees it
+    async with _kv(world, READ) as reader:
+        assert await reader.get("kbin") == b"by-writer"
+        with pytest.raises(Forbidden, match="token:dashboard has scope read"):
+            await reader.put("kbin", b"by-reader")
+        with pytest.raises(Forbidden):
+            await reader.delete("kbin")
+        assert await reader.get("kbin", stale=True) == b"by-writer"
+    with pytest.raises(Unauthenticated, match="unknown token"):
+        await _kv(world, secrets.token_urlsafe(24)).connect()
+    assert world.value("kbin") == b"by-writer"
+    metrics = world.call("GET", "/metrics", READ).body.decode()
+    assert 'kraft_bad_requests_total{listener="client",reason="forbidden"}' in metrics
+    assert 'kraft_connections_closed_total{listener="client",reason="auth_failed"}' in metrics
+
+
+async def test_binary_port_a_revoked_token_stops_counting_on_an_open_connection(
+        world: World) -> None:
+    async with _kv(world, WRITE) as c:
+        await c.put("kbin-rev", b"before")
+        try:
+            _replace(world.tokens, TOKENS.replace(f"{WRITE},writer,write\n", "").encode())
+            with pytest.raises(Unauthenticated, match="revoked"):
+                await c.put("kbin-rev", b"after")
+        finally:
+            _replace(world.tokens, TOKENS.encode())
+    assert world.value("kbin-rev") == b"before"
+    log = world.cluster.nodes[1].log_path.read_text()
+    assert WRITE not in log and "event=client_open" not in log
+
+
+async def test_binary_port_client_certificates_have_their_principals_scopes(
+        world: World) -> None:
+    async with _kv(world, **world.client_cert(world.ca, "writer", org="acme")) as c:
+        await c.put("kbin-cert", b"by-cert")
+    async with _kv(world, **world.client_cert(world.ca, "auditor")) as c:
+        assert await c.get("kbin-cert") == b"by-cert"
+        with pytest.raises(Forbidden, match="User:CN=auditor has scope read"):
+            await c.put("kbin-cert", b"by-auditor")
+    async with _kv(world, **world.client_cert(world.ca, "stranger")) as c:
+        with pytest.raises(Forbidden, match="has no scope"):
+            await c.get("kbin-cert")
+    rogue = _kv(world, **world.client_cert(world.other_ca, "writer", org="acme"))
+    with pytest.raises((ConnectionError, OutcomeUnknown, ssl.SSLError)):
+        await rogue.connect()
+        await rogue.put("kbin-cert", b"rogue")
+    assert world.value("kbin-cert") == b"by-cert"
+
+
+async def test_an_open_binary_port_warns_and_takes_any_auth(
+        caplog: pytest.LogCaptureFixture) -> None:
+    server = ClientServer(cast(Any, None), cast(Any, None), own_host(), 0)
+    with caplog.at_level(logging.WARNING, logger="kraft.server.client_protocol"):
+        await server.start()
+    try:
+        assert [r.getMessage().split()[0] for r in caplog.records] == ["event=client_open"]
+        creds = HttpCredentials(token="t" * 20)
+        async with KvClient(server.host, server.port, creds) as c:
+            assert c.principal == "anonymous admin"
+    finally:
+        await server.stop()
