@@ -20,7 +20,8 @@ import struct
 import sys
 
 
-def _read_exact(sock: socket.socket, n: int) -> bytes:
+def read_exact(sock: socket.socket, n: int) -> bytes:
+    """Exactly `n` bytes from `sock`, or ConnectionError naming how many came first."""
     out = bytearray()
     while len(out) < n:
         chunk = sock.recv(n - len(out))
@@ -43,8 +44,8 @@ def client(host: str, port: int, spec: list[list[int]]) -> list[list[object]]:
     with socket.create_connection((host, port), timeout=30) as sock:
         sock.sendall(b"".join(frames))
         while len(answers) < len(spec):
-            (length,) = struct.unpack(">I", _read_exact(sock, 4))
-            body = _read_exact(sock, length)
+            (length,) = struct.unpack(">I", read_exact(sock, 4))
+            body = read_exact(sock, length)
             rid, status, offset, _leader = struct.unpack_from(">IBqi", body)
             answers[rid] = [status, offset, body[17:].decode(errors="replace")[:300]]
     return [answers[i + 1] for i in range(len(spec))]
@@ -71,8 +72,8 @@ def forward(host: str, port: int, spec: dict[str, object]) -> dict[str, object]:
     with socket.create_connection((host, port), timeout=30) as sock:
         sock.sendall(struct.pack(">i", len(body)) + body)
         try:
-            (length,) = struct.unpack(">i", _read_exact(sock, 4))
-            answer = _read_exact(sock, length)
+            (length,) = struct.unpack(">i", read_exact(sock, 4))
+            answer = read_exact(sock, length)
         except (ConnectionError, OSError):
             return {"error": None, "message": None}
     corr, error = struct.unpack_from(">ih", answer)

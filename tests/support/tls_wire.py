@@ -16,6 +16,7 @@ from kraft.protocol.framing import RequestHeader, decode_response, encode_reques
 from kraft.protocol.uuid import Uuid
 from kraft.raft import messages as m
 from kraft.server.translate import request_to_wire
+from tests.support.attacker import read_exact
 
 TOPIC = "__cluster_metadata"
 TOPIC_ID = Uuid.parse("AAAAAAAAAAAAAAAAAAAAAQ")
@@ -31,16 +32,6 @@ def client_context(truststore: Path | None, keystore: Path | None = None, *,
     if keystore is not None:
         ctx.load_cert_chain(str(keystore))
     return ctx
-
-
-def _read_exact(sock: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(out)} of {n} bytes")
-        out += chunk
-    return bytes(out)
 
 
 class Wire:
@@ -62,8 +53,8 @@ class Wire:
         self._corr += 1
         frame = encode_request(RequestHeader(int(api), version, self._corr, "hostile"), body)
         self.sock.sendall(frame)
-        (size,) = struct.unpack(">i", _read_exact(self.sock, 4))
-        header, data = decode_response(int(api), version, _read_exact(self.sock, size))
+        (size,) = struct.unpack(">i", read_exact(self.sock, 4))
+        header, data = decode_response(int(api), version, read_exact(self.sock, size))
         assert header.correlation_id == self._corr
         return data
 
