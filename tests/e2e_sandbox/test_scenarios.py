@@ -1,6 +1,7 @@
 """The end-to-end scenarios (`e2e/`) in the sandbox, as `make test` runs them: the leader's disk
-wiped under KV traffic (which also creates the quorum), a cold start of every pod and a bad
-spec on a running quorum; and `make run`'s demo. Each scenario raises on a quorum that does not
+wiped under KV traffic (which also creates the quorum) and a cold start of every pod; and `make
+run`'s demo (`make e2e` runs every scenario; a bad spec on a running quorum is
+tests/operator_live/test_live.py's too). Each scenario raises on a quorum that does not
 converge, on a KV history that is not linearizable (an acknowledged write lost) and on an
 action it forbids; the times are measured (`make e2e`, docs/e2e.md), not asserted here.
 """
@@ -17,7 +18,7 @@ from e2e.scenarios import SCENARIOS, Run
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e")]
 
 
-@pytest.mark.parametrize("name", ["disk-failure-leader", "cold-start", "bad-spec"])
+@pytest.mark.parametrize("name", ["disk-failure-leader", "cold-start"])
 def test_scenario_in_the_sandbox(name: str, tmp_path: Path) -> None:
     backend = SandboxBackend(tmp_path)
     try:

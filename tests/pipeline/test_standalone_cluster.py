@@ -1,8 +1,9 @@
 """`kraft audit --master spark://...` on a real Spark standalone cluster on loopback.
 
-A master and two workers are started from the installed PySpark (`spark-class` with
-`org.apache.spark.deploy.master.Master` and `...worker.Worker`, one core and a small memory
-each); the audit of the planted-fault quorum runs on them as a separate process and must
+A master and a worker are started from the installed PySpark (`spark-class` with
+`org.apache.spark.deploy.master.Master` and `...worker.Worker`, two cores and a small memory;
+one worker and one executor: each JVM costs seconds of CPU to start on a 2-core machine, and
+the driver already talks to the cluster over the network as with many); the audit of the planted-fault quorum runs on them as a separate process and must
 give the same summary as the in-process `local[2]` audit of the same quorum.
 """
 
@@ -63,7 +64,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[str]:
-    """A standalone master and two one-core workers on 127.0.0.1; yields the master URL."""
+    """A standalone master and one two-core worker on 127.0.0.1; yields the master URL."""
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1"}
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -73,16 +74,14 @@ def cluster(tmp_path: Path) -> Iterator[str]:
         procs.append(master)
         url = _wait_for(master_log, r"Starting Spark master at (spark://127\.0\.0\.1:\d+)",
                         master, 60)
-        for i in range(2):
-            work = tmp_path / f"worker-{i}"
-            work.mkdir()
-            wlog = tmp_path / f"worker-{i}.log"
-            procs.append(_start(["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                                 "--cores", "1", "--memory", "1g", "--webui-port", "0",
-                                 "--work-dir", str(work), url], wlog, env))
-        for i, proc in enumerate(procs[1:]):
-            _wait_for(tmp_path / f"worker-{i}.log", r"Successfully registered with master",
-                      proc, 60)
+        work = tmp_path / "worker"
+        work.mkdir()
+        wlog = tmp_path / "worker.log"
+        worker = _start(["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                         "--cores", "2", "--memory", "1g", "--webui-port", "0",
+                         "--work-dir", str(work), url], wlog, env)
+        procs.append(worker)
+        _wait_for(wlog, r"Successfully registered with master", worker, 60)
         yield url
     finally:
         for proc in reversed(procs):
@@ -101,7 +100,7 @@ def test_audit_on_a_standalone_cluster_matches_local(
     proc = subprocess.run(
         [str(kraft), "audit", "--master", cluster, "--input", str(scenario.root),
          "--output", str(out), "--no-report",
-         "--conf", "spark.executor.memory=512m", "--conf", "spark.executor.cores=1",
+         "--conf", "spark.executor.memory=512m", "--conf", "spark.executor.cores=2",
          "--conf", "spark.cores.max=2"],
         capture_output=True, text=True, timeout=300,
         env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
