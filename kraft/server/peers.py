@@ -76,6 +76,7 @@ from kraft.server.translate import (
 from kraft.server.transport import (
     KafkaConnection,
     PeerNetwork,
+    PeerVersions,
     RequestError,
     unsupported_version_frame,
 )
@@ -158,7 +159,8 @@ class Peers:
         config = node.config
         self._listener_name = config.controller_listener.name
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.network = PeerNetwork(f"raft-client-{config.node_id}", node.tls_client)
+        self.network = PeerNetwork(f"raft-client-{config.node_id}", node.tls_client,
+                                   on_open=self._peer_opened)
         self.authorizer = Authorizer(config.authorizer, config.node_id)
         """Who may send what on the controller listener (`kraft.server.authorize`)."""
         """The connections to the peers, one per destination."""
@@ -177,7 +179,8 @@ class Peers:
         self.kafka_connections: set[int] = set()
         """Listener connections whose ApiVersions named Apache Kafka's client software."""
         self.kafka_replicas: set[int] = set()
-        """Replicas that fetched on such a connection: Kafka controllers (docs/node.md, "A
+        """Replicas that fetched on such a connection, or whose ApiVersions answered this
+        node's own connection as a Kafka controller's: Kafka controllers (docs/node.md, "A
         quorum with Kafka controllers")."""
         self.fetch_sent: tuple[int, KafkaConnection, int, int] | None = None
         """The last fetch sent on an open connection: (the core's correlation id, the
@@ -436,6 +439,15 @@ class Peers:
             return await asyncio.wait_for(fut, timeout_s)
         finally:
             self.inbound.pop(corr, None)
+
+    def _peer_opened(self, dest: int, versions: PeerVersions) -> None:
+        """A connection of this node's to `dest` is open: a voter that answers ApiVersions as
+        a Kafka controller is one (known before this node asks for its vote, so before it
+        leads a new mixed quorum and takes any KV write there)."""
+        if dest >= 0 and versions.kafka_controller and dest not in self.kafka_replicas:
+            self.kafka_replicas.add(dest)
+            log.info("event=kafka_controller_peer replica=%d detail=%r", dest,
+                     "its ApiVersions lists BrokerRegistration: KV calls are refused here")
 
     def on_frame(self, frame: bytes, peer: PeerInfo) -> bytes | DeferredReply | None:
         """One request frame of the Kafka listener: answered at once (ApiVersions,

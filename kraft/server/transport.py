@@ -60,6 +60,11 @@ def unsupported_version_frame(correlation_id: int) -> bytes:
     return encode_response(ApiKey.API_VERSIONS, 0, correlation_id, body)[4:]
 
 
+KAFKA_CONTROLLER_APIS = frozenset({62, 63})
+"""BrokerRegistration and BrokerHeartbeat: every Apache Kafka controller announces them in
+ApiVersions (its ControllerApis serve the brokers), a kraft node never does."""
+
+
 @dataclass
 class PeerVersions:
     """The api version ranges a peer announced, and its supported features."""
@@ -68,6 +73,11 @@ class PeerVersions:
     features: dict[str, tuple[int, int]] = field(default_factory=dict)
     _picked: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
     """`pick`'s answers so far (the ranges do not change once announced)."""
+
+    @property
+    def kafka_controller(self) -> bool:
+        """Whether the peer is an Apache Kafka controller (`KAFKA_CONTROLLER_APIS`)."""
+        return not KAFKA_CONTROLLER_APIS.isdisjoint(self.ranges)
 
     def pick(self, api_key: int) -> int:
         """The highest version of `api_key` both sides speak; raises RequestError if none."""
@@ -288,10 +298,13 @@ class PeerNetwork:
     retry backoff paces them.
     """
 
-    def __init__(self, client_id: str, tls: Callable[[], ssl.SSLContext] | None = None) -> None:
-        """`tls`: every connection speaks TLS with the context it gives (None: PLAINTEXT)."""
+    def __init__(self, client_id: str, tls: Callable[[], ssl.SSLContext] | None = None,
+                 on_open: Callable[[int, PeerVersions], None] | None = None) -> None:
+        """`tls`: every connection speaks TLS with the context it gives (None: PLAINTEXT).
+        `on_open(dest, versions)`: told what each new connection's peer announced."""
         self.client_id = client_id
         self.tls = tls
+        self.on_open = on_open
         self._peers: dict[int, _Peer] = {}
 
     async def _connection(self, dest: int, address: tuple[str, int], timeout_s: float) -> KafkaConnection:
@@ -343,6 +356,8 @@ class PeerNetwork:
         peer.connecting = None
         fut.set_result(conn)
         log.info("event=connected destination=%d host=%s port=%d", dest, address[0], address[1])
+        if self.on_open is not None:
+            self.on_open(dest, conn.versions)
         return conn
 
     async def request(self, dest: int, address: tuple[str, int], api_key: ApiKey,

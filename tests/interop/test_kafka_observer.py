@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 
 from kraft.cli.local import http_call
+from kraft.protocol import messages as w
+from kraft.protocol.api import ApiKey
+from kraft.server.transport import PeerNetwork
 from kraft.storage.layout import parse_snapshot_file_name, partition_dir
 from tests.support.kafka import NEWEST, kafka_dist
 from tests.support.mixed import MixedQuorum, batches_of
@@ -248,3 +251,21 @@ def test_kraft_node_auto_joins_a_kafka_quorum(quorum: MixedQuorum) -> None:
     _voter_ids(quorum, [1, 2, 3, OBSERVER])
     status = _observer_caught_up(quorum)
     assert status["is_voter"] is True
+
+
+async def test_a_nodes_own_connection_tells_a_kafka_controller_from_a_kraft_node(
+        quorum: MixedQuorum) -> None:
+    """What a kraft node learns of each voter when it dials it (before it asks for a vote, so
+    before it could lead a new mixed quorum): Kafka's controllers announce BrokerRegistration
+    and BrokerHeartbeat in ApiVersions, a kraft node neither; `Peers` marks the former as
+    Kafka's, and KV calls are refused from then on."""
+    seen: dict[int, bool] = {}
+    network = PeerNetwork("raft-client-test",
+                          on_open=lambda dest, v: seen.__setitem__(dest, v.kafka_controller))
+    try:
+        for nid, node in quorum.nodes.items():
+            await network.request(nid, (node.host, node.port), ApiKey.API_VERSIONS,
+                                  lambda _v: w.ApiVersionsRequestData(), 10.0)
+    finally:
+        network.close()
+    assert seen == {1: True, 2: True, 3: True, OBSERVER: False}
