@@ -221,6 +221,9 @@ class LocalCluster:
         """`credentials`: what the cluster's own HTTP calls (status, readiness, put, get)
         present, for nodes whose `properties` secure their HTTP ports."""
         self.credentials = credentials
+        self.command_prefix: list[str] = []
+        """Run each `kraft run` under this command (`["prlimit", "--nofile=512:512", "--"]`
+        to give the nodes other limits than this process's)."""
         self.base = Path(base_dir)
         self.base.mkdir(parents=True, exist_ok=True)
         self.cluster_id = str(Uuid.random())
@@ -333,7 +336,7 @@ class LocalCluster:
         env = {k: v for k, v in os.environ.items() if not k.startswith("KRAFT_")}
         env["PYTHONUNBUFFERED"] = "1"
         node.process = subprocess.Popen(
-            [sys.executable, "-m", "kraft", "run", "--config",
+            [*self.command_prefix, sys.executable, "-m", "kraft", "run", "--config",
              str(node.config_path)],
             stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )

@@ -102,9 +102,14 @@ def _configure_run(p: argparse.ArgumentParser) -> None:
 async def run_node(config_path: Path) -> int:
     """Run one node until SIGTERM/SIGINT (graceful) or a fatal error."""
     from kraft.config.node import load_config
+    from kraft.server.connection_limits import raise_open_files_limit, socket_budget
     from kraft.server.node import KraftNode
 
     cfg = load_config(config_path)
+    open_files = raise_open_files_limit()
+    logging.getLogger("kraft.server.connections").info(
+        "event=open_files_limit soft=%d listener_sockets_budget=%d", open_files,
+        socket_budget(open_files))
     node = KraftNode(cfg)
     await node.start()
     loop = asyncio.get_running_loop()

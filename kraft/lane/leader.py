@@ -77,6 +77,8 @@ class LeaderLaneRunner:
         self.reports = 0
         self.stops: dict[str, int] = {}
         self.not_armed: dict[str, int] = {}
+        self._not_armed = ""
+        """The last arming failure logged (each distinct one is logged once in a row)."""
 
     def stats(self) -> dict[str, Any]:
         """What the lane has done (for the status page): times armed, reports taken by the
@@ -180,13 +182,17 @@ class LeaderLaneRunner:
             version = shell.version()
             shell.start()
         except (OSError, ValueError, RuntimeError, TypeError) as exc:
-            log.warning("event=leader_lane_not_armed replica=%d error=%r",
-                        host.node_id, str(exc))
+            # the next arming is tried at once: say each distinct failure once
+            if str(exc) != self._not_armed:
+                self._not_armed = str(exc)
+                log.warning("event=leader_lane_not_armed replica=%d error=%r",
+                            host.node_id, str(exc))
             # nothing ran: the parked fetches are the core's again, the connections theirs
             s.parked.extend(self._give_back(
                 voters, client, [(rid, u, waiting.get(rid)) for _fd, rid, _r, _w, u in setup],
                 client_unread, [], -1))
             return
+        self._not_armed = ""
         self._armed = _Armed(shell, lease.epoch, client, voters, keys, lease.log_end, version)
         loop.add_reader(shell.done_fd, self._ended)
         self._ticker = LaneTicker(loop, self._tick_s, self._tick)

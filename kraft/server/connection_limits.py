@@ -24,6 +24,13 @@ names and defaults where Kafka has the setting):
   `kraft.http.body.timeout.ms` (30000): the admin HTTP server's own cap on open connections,
   and the time a request's headers, then its body, have to arrive.
 
+* The open-files budget (not a setting: `socket_budget` of the process's `RLIMIT_NOFILE`,
+  whose soft limit `kraft run` raises to the hard one at start): the connections of every
+  listener together; past the budget a new one is closed at accept (reason `open_files`), so
+  a flood of connections leaves the node the descriptors its log, snapshots and peers need
+  (a segment it could not open would stop it). A TLS connection counts once its handshake
+  is done (a handshake has 10 s).
+
 Each connection closed or refused for a limit, or for bad input (a listener's own reasons),
 counts in `kraft_connections_closed_total{listener, reason}` and is logged, rate-limited by
 `BadInputLog`: the first lines of a reason in a minute, then one line saying how many more
@@ -34,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -50,9 +58,37 @@ DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
 DEFAULT_BUFFERED_MAX_BYTES = 128 * 1024 * 1024
 """`kraft.socket.buffered.max.bytes`: above one largest frame (`socket.request.max.bytes`),
 so a single largest request always fits, and well under a small pod's memory."""
+FD_RESERVE_MIN, FD_RESERVE_MAX = 256, 4096
+"""The file descriptors kept from the listeners (`socket_budget`): a quarter of the limit,
+within these bounds."""
 IDLE_SWEEPS = 4
 """A listener looks for idle connections every `connections.max.idle.ms / IDLE_SWEEPS`; one
 is closed after that many looks in a row found it idle (so after 1 to 1.25 times the limit)."""
+
+
+def raise_open_files_limit() -> int:
+    """Raise the soft `RLIMIT_NOFILE` to the hard limit (as Go's runtime does for every
+    program, etcd included); returns the soft limit in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
+def socket_budget(open_files: int | None = None) -> int:
+    """The sockets the listeners may hold together: `open_files` (default: the soft
+    `RLIMIT_NOFILE` now) less a reserve for the log, snapshots, peers and the runtime."""
+    if open_files is None:
+        open_files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if open_files == resource.RLIM_INFINITY:
+        return KAFKA_INT_MAX
+    reserve = min(FD_RESERVE_MAX, max(FD_RESERVE_MIN, open_files // 4))
+    return max(16, open_files - reserve)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +104,8 @@ class ConnectionLimits:
     http_max_connections: int = 1000
     http_header_timeout_ms: int = 10_000
     http_body_timeout_ms: int = 30_000
+    max_sockets: int = KAFKA_INT_MAX
+    """The open-files budget of every listener's sockets together (`socket_budget`)."""
 
     @classmethod
     def from_config(cls, cfg: Any) -> ConnectionLimits:
@@ -82,6 +120,7 @@ class ConnectionLimits:
             http_max_connections=cfg.http_max_connections,
             http_header_timeout_ms=cfg.http_header_timeout_ms,
             http_body_timeout_ms=cfg.http_body_timeout_ms,
+            max_sockets=socket_budget(),
         )
 
 
@@ -221,6 +260,10 @@ class ListenerGuard:
         and logged here; the caller closes it at once)."""
         limits = self.node.limits
         peer = f"{host}:{port}"
+        node = self.node
+        if node.sockets >= limits.max_sockets:
+            node.bad_input.report(self.name, "open_files", peer, node.budget_detail())
+            return None
         if len(self.connections) >= self.max_connections:
             self.node.bad_input.report(
                 self.name, "max_connections", peer,
@@ -237,6 +280,7 @@ class ListenerGuard:
             return None
         t = Tracked(self, host, port, close, busy)
         self.connections.add(t)
+        node.sockets += 1
         self._per_ip[host] = have + 1
         self._start_sweeper()
         return t
@@ -246,6 +290,7 @@ class ListenerGuard:
         if t is None or t not in self.connections:
             return
         self.connections.discard(t)
+        self.node.sockets -= 1
         left = self._per_ip.get(t.host, 1) - 1
         if left > 0:
             self._per_ip[t.host] = left
@@ -312,8 +357,18 @@ class ConnectionGuard:
             event="bad_request", summary_event="bad_requests_not_logged")
         """Requests refused on an open connection (the connection's own close is `bad_input`'s)."""
         self.buffered_total = 0
+        self.sockets = 0
+        """The listeners' admitted connections now, all listeners together."""
+        r.gauge("kraft_listener_sockets", "Connections the listeners hold, all together, "
+                "against the open-files budget",
+                lambda: float(self.sockets))
         self._holders: set[Tracked] = set()
         self.listeners: dict[str, ListenerGuard] = {}
+
+    def budget_detail(self) -> str:
+        """Why a connection is over the open-files budget (for the log line)."""
+        return (f"{self.sockets} connections open on the listeners, the open-files budget is {self.limits.max_sockets} (RLIMIT_NOFILE less a "
+                "reserve for the log, snapshots and peers)")
 
     def listener(self, name: str, max_connections: int | None = None) -> ListenerGuard:
         """The guard of listener `name` (made at its first use)."""
@@ -349,3 +404,4 @@ class ConnectionGuard:
             g.stop()
         self.bad_input.close()
         self.bad_requests.close()
+

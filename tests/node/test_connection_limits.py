@@ -8,6 +8,7 @@ still serves and that nothing acknowledged was lost.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import resource
@@ -21,8 +22,10 @@ from typing import Any
 
 import pytest
 
+from kraft.admin.kv_client import KvClient
 from kraft.cli.local import LocalCluster, LocalNode, http_call
 from kraft.lane import native
+from kraft.storage.layout import partition_dir
 from tests.support.lane_mode import lane_off
 
 MiB = 1 << 20
@@ -519,3 +522,55 @@ def test_http_connections_are_capped(clusters: Callable[..., LocalCluster]) -> N
     assert 45 <= seen["held"] <= 50 and seen["held"] + seen["refused"] == 200, seen
     assert _closed(node, "http", "max_connections") == seen["refused"]
     assert http_call(node.http, "GET", "/healthz").status == 200  # the flood is gone
+
+
+def test_a_flood_past_the_open_files_limit_is_refused_and_the_log_still_rolls(
+        clusters: Callable[..., LocalCluster]) -> None:
+    """The node runs with 400 file descriptors, so its listeners may hold 144 connections
+    (`socket_budget`). Raw connections flood the controller listener and the HTTP port: past
+    the budget each is closed at accept, and the node still opens its segments as its log
+    rolls every few writes. Before the budget, such a flood took the last descriptors and the
+    next segment's fsync stopped the node."""
+    c = clusters(1, properties={"metadata.log.segment.bytes": "65536"})
+    node = c.nodes[1]
+    c.command_prefix = ["prlimit", "--nofile=400:400", "--"]
+    c.start_all()
+    c.wait_for_leader()
+    c.wait_ready(1)
+
+    async def writes(kv: KvClient, prefix: str) -> list[int]:
+        return [await kv.put(f"{prefix}{i}", b"w" * 5000) for i in range(40)]
+
+    async def scenario() -> tuple[list[dict[str, Any]], list[int], list[int]]:
+        kv = await KvClient(*node.client).connect()  # before the flood
+        try:
+            before = await writes(kv, "before")
+            floods = [subprocess.Popen([sys.executable, "-c", FLOOD, node.host, str(port), "300"],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                      for port in (node.port, node.http_port)]
+            try:
+                seen = []
+                for f in floods:
+                    assert f.stdout is not None
+                    seen.append(json.loads(await asyncio.to_thread(f.stdout.readline)))
+                during = await writes(kv, "during")  # about 3 MB: the log rolls 40 times
+            finally:
+                for f in floods:
+                    if f.stdin is not None:
+                        f.stdin.close()
+                    await asyncio.to_thread(f.wait, 30)
+            return seen, before, during
+        finally:
+            await kv.close()
+
+    seen, before, during = asyncio.run(scenario())
+    assert node.alive, node.log_path.read_text()[-3000:]
+    held = sum(s["held"] for s in seen)
+    assert 0 < held <= 144 and all(s["refused"] > 0 for s in seen), seen
+    assert during[-1] > during[0] > before[-1]  # acknowledged, in order, after the flood began
+    assert _closed(node, "CONTROLLER", "open_files") > 0
+    assert _closed(node, "http", "open_files") > 0
+    assert c.get("during39").body == b"w" * 5000
+    # segments were opened during the flood (the newest starts after the last write before it)
+    bases = sorted(int(p.stem) for p in partition_dir(node.dir).glob("*.log"))
+    assert bases[-1] > before[-1], bases
