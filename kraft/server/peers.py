@@ -461,7 +461,7 @@ class Peers:
                     # its latest fetch decides: a forged one is undone by the replica's next
                     self.kafka_replicas.discard(req.replica_id)
                 return self._defer(ApiKey.FETCH, version, corr, req, req.replica_id,
-                                   peer.connection_id)
+                                   peer.connection_id, listener=peer.listener)
         elif is_forward_frame(frame):
             return self._node.kv.serve_forwarded(frame, peer)
         try:
@@ -505,7 +505,8 @@ class Peers:
         if authz.enabled and not authz.claim_allowed(api, _source_of(request), peer):
             return _refused(api, version, corr)
         return self._defer(ApiKey(api), version, corr, request,
-                           audit=audit_line(request, f"{peer.host}:{peer.port}"))
+                           audit=audit_line(request, f"{peer.host}:{peer.port}"),
+                           listener=peer.listener)
 
     def _update_features(self, version: int, corr: int, data: w.UpdateFeaturesRequestData,
                          peer: PeerInfo) -> bytes | DeferredReply:
@@ -548,8 +549,10 @@ class Peers:
 
     def _defer(self, api: ApiKey, version: int, corr: int, request: m.Request,
                source: int | None = None, peer: int = -1,
-               features: tuple[str, ...] = (), audit: str | None = None) -> DeferredReply:
-        """Hand a decoded request to the core; its answer completes the returned reply."""
+               features: tuple[str, ...] = (), audit: str | None = None,
+               listener: str = "") -> DeferredReply:
+        """Hand a decoded request to the core; its answer completes the returned reply (with
+        the leader's endpoint of `listener`, the one the request came on)."""
         timeout = frame_answer.FRAME_ANSWER_TIMEOUT_S
         if isinstance(request, m.AddRaftVoterRequest):
             timeout = max(timeout, request.timeout_ms / 1000 + 5)
@@ -557,7 +560,8 @@ class Peers:
         key = self.inbound_ids
         assert self._loop is not None
         deadline = self._loop.time() + timeout
-        answer = FrameAnswer(api, version, corr, DeferredReply(), deadline, peer, features, audit)
+        answer = FrameAnswer(api, version, corr, DeferredReply(), deadline, peer, features, audit,
+                             listener)
         self.inbound[key] = answer
         self.sweep.ask(deadline)
         self._queue.push(ev.RequestReceived(_source_of(request) if source is None else source, key,
