@@ -491,7 +491,8 @@ class Peers:
             body: object = api_versions_response(version, finalized_features=finalized)
             return encode_response(api, version, corr, body)[4:]
         if api == ApiKey.DESCRIBE_CLUSTER:
-            return encode_response(api, version, corr, self._describe_cluster(data))[4:]
+            return encode_response(api, version, corr,
+                                   self._describe_cluster(data, peer.listener))[4:]
         if api == ApiKey.UPDATE_FEATURES:
             assert isinstance(data, w.UpdateFeaturesRequestData)
             return self._update_features(version, corr, data, peer)
@@ -568,13 +569,23 @@ class Peers:
                                          request))
         return answer.future
 
-    def _describe_cluster(self, data: w.DescribeClusterRequestData) -> w.DescribeClusterResponseData:
+    def _describe_cluster(self, data: w.DescribeClusterRequestData,
+                          listener: str = "") -> w.DescribeClusterResponseData:
+        """The controllers at their endpoints of the listener the request came on, as Kafka's
+        ControllerApis answers (a client that reached the TLS listener is sent to TLS ports);
+        on the listener this node dials with (or an unknown one), at the addresses it dials
+        them at (a static quorum's controller.quorum.voters)."""
         D = w.DescribeClusterResponseData
         core = self._node.core
         assert core is not None
+        own = not listener or listener.upper() == self._listener_name.upper()
         brokers = []
         for v in core.voters().voters:
-            addr = self.address_of(v.id, v.endpoints)
+            if own:
+                addr = self.address_of(v.id, v.endpoints)
+            else:
+                found = next((e for e in v.endpoints if e.name.upper() == listener.upper()), None)
+                addr = None if found is None else (found.host, found.port)
             if addr is not None:
                 brokers.append(D.DescribeClusterBroker(broker_id=v.id, host=addr[0], port=addr[1]))
         return D(error_code=0, endpoint_type=2, cluster_id=self._node.cluster_id,

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from kraft.admin import QuorumClient
 from kraft.cli.local import LocalCluster, http_call
 from tests.node.test_failover import _final_reads
 from tests.support.kvclient import KVWorkload
@@ -182,9 +183,38 @@ def _tls_refused_without_certificate(m: Migration, nid: int) -> bool:
         return True
 
 
+def _admin_sees(m: Migration, name: str) -> tuple[set[int], int]:
+    """Through listener `name` of every node: the controller ports DescribeCluster names,
+    and the leader DescribeQuorum (sent to the leader at the port DescribeCluster named)."""
+    c = m.cluster
+    tls = None
+    if name == TLS:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.load_verify_locations(cafile=str(m.ca.truststore))
+        ctx.load_cert_chain(str(m.keystores[1]))  # a node's: it holds Describe
+
+        def tls() -> ssl.SSLContext:
+            return ctx
+
+    async def ask() -> tuple[set[int], int]:
+        bootstrap = [(n.host, m.ports[i][name]) for i, n in c.nodes.items()]
+        async with QuorumClient(bootstrap, timeout_s=5, tls=tls) as admin:
+            info = await admin.describe_cluster()
+            quorum = await admin.describe_quorum()
+        return {ctl.port for ctl in info.controllers}, quorum.leader_id
+
+    return asyncio.run(ask())
+
+
 def _check_listeners(m: Migration) -> None:
     """What the layout just rolled to means on the wire."""
     layout = m.layout
+    # an admin client on either listener is sent to that listener's ports (a static quorum
+    # knows its voters' addresses on the dialled listener only: controller.quorum.voters)
+    for name in layout.names[:1] if m.static else layout.names:
+        ports, leader_id = _admin_sees(m, name)
+        assert ports == {m.ports[i][name] for i in m.cluster.nodes}, (name, ports)
+        assert leader_id in m.cluster.nodes
     for nid, node in m.cluster.nodes.items():
         counts = m.peer_connections(nid)
         dial = layout.names[0]
