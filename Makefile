@@ -176,6 +176,7 @@ soak: $(STAMP)
 	  --seconds $(LANE_SOAK_SECONDS) $(if $(LANE_SOAK_SEEDS),--seeds $(LANE_SOAK_SEEDS))
 	$(BIN)/python -m kraft.sim --soak --lane-drive --leader-drive --native-lane
 	KRAFT_SOAK_CA_RENEWAL=1 $(BIN)/pytest -q tests/operator_live/test_tls_live.py
+	KRAFT_SOAK_TLS_MIGRATION=1 $(BIN)/pytest -q tests/operator_live/test_tls_migration_live.py
 
 # Real processes under random kill -9 / SIGTERM / SIGSTOP / lost disks / torn tails, 5 minutes
 # per seed: four seeds on 3 voters, two on 5; beside the nemesis a hostile client sends garbage,

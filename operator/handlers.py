@@ -105,12 +105,17 @@ def steady_caught_up_times(previous: Obj, status: Obj) -> None:
 
 
 def status_unchanged(previous: Obj, patch: Obj) -> bool:
-    """Whether merging this status patch would change nothing stored (a None removes)."""
+    """Whether merging this status patch would change nothing stored (a None removes; an
+    object merges key by key, as a JSON merge patch does)."""
     for key, value in patch.items():
+        stored = previous.get(key)
         if value is None:
-            if previous.get(key) is not None:
+            if stored is not None:
                 return False
-        elif previous.get(key) != value:
+        elif isinstance(value, dict) and isinstance(stored, dict):
+            if not status_unchanged(stored, value):
+                return False
+        elif stored != value:
             return False
     return True
 
@@ -299,8 +304,10 @@ class Reconciler:
         status = self._status(body, ref, result, seen, problems, refusal)
         for message in seen.forbidden:
             await self._tell_forbidden(body, message)
-        status["tls"] = pki_state.status if pki_state.enabled and pki_state.status else \
-            {"enabled": pki_state.enabled}
+        # the listeners' record is the planner's (a TLS migration's phase); the PKI adds
+        # what it serves (its CAs' dates, a CA renewal's step)
+        status["tls"] = {**{k: v for k, v in (pki_state.status or {}).items()
+                            if k != "enabled"}, **status.get("tls", {})}
         stored = body.get("status") or {}
         if not status_unchanged(stored, status):
             # only a change a user would see: an identical patch would still be a new

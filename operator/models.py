@@ -263,7 +263,8 @@ class TlsSpec(_Model):
             "Serve the controller listener with mTLS (CONTROLLER:SSL, ssl.client.auth="
             "required) from certificates the operator issues. Unset: on for a new quorum; a "
             "quorum formatted before without TLS stays plaintext until this is set to true "
-            "(status.tls.enabled says which applies)."
+            "(status.tls.enabled says which applies). Changing it on a running quorum "
+            "migrates it by three rolls (status.tls.migration)."
         ),
     )
     validity_days: int = Field(
@@ -474,10 +475,46 @@ class Condition(_Model):
     )
 
 
-class TlsStatus(_Model):
-    """What the operator's PKI serves (no key material)."""
+class TlsMigrationStatus(_Model):
+    """A TLS migration in progress: the quorum moves to a second controller listener of the
+    other protocol by three rolls (docs/security.md)."""
 
-    enabled: bool = Field(description="Whether the controller listener is served with mTLS.")
+    protocol: str = Field(pattern=r"^(PLAINTEXT|SSL)$",
+                          description="The protocol the quorum moves to: SSL or PLAINTEXT.")
+    listener: str = Field(description="The listener it moves to (CONTROLLER_SSL, ...).")
+    port: int = Field(ge=1, le=65535, description="That listener's port.")
+    phase: int = Field(
+        ge=0, le=3,
+        description=(
+            "The layout the pods are rolled to: 0 the old listener alone, 1 both with the old "
+            "one dialled, 2 both with the new one dialled, 3 the new listener alone. A phase "
+            "starts once the roll of the one before is done and the quorum is healthy."
+        ),
+    )
+    layout: str | None = Field(
+        default=None,
+        description="The phase's listeners, the dialled one first (NAME:PROTOCOL:PORT,...).")
+    message: str | None = Field(default=None, description="What the phase does.")
+    started_at: str | None = Field(default=None,
+                                   description="When the migration started (RFC 3339).")
+
+
+class TlsStatus(_Model):
+    """What the operator's PKI serves (no key material) and the controller listener."""
+
+    enabled: bool = Field(
+        description=(
+            "Whether the quorum's controller listener is served with mTLS (during a migration: "
+            "the one it moves from; it flips when the migration completes)."
+        ),
+    )
+    listener: str | None = Field(
+        default=None,
+        description="The controller listener's name (CONTROLLER unless a migration moved it).")
+    port: int | None = Field(default=None, ge=1, le=65535,
+                             description="The controller listener's port (9093 or 9094).")
+    migration: TlsMigrationStatus | None = Field(
+        default=None, description="The TLS migration in progress, if any.")
     cluster_ca_not_after: str | None = Field(
         default=None, description="When the cluster CA signing the nodes expires (RFC 3339).")
     clients_ca_not_after: str | None = Field(

@@ -37,7 +37,13 @@ from kraft_operator.observed import (
     PvcState,
     QuorumInfo,
 )
-from kraft_operator.render import DIRECTORY_CONFIRMED_ANNOTATION, HTTP_PORT, QuorumRef
+from kraft_operator.planner.listeners import parse_listeners
+from kraft_operator.render import (
+    DIRECTORY_CONFIRMED_ANNOTATION,
+    HTTP_PORT,
+    LISTENERS_ANNOTATION,
+    QuorumRef,
+)
 
 Obj = dict[str, Any]
 
@@ -199,6 +205,7 @@ def pod_state(pod: Obj, reported: Reported | None = None) -> PodState | None:
         volume_gone_since=gone_since,
         format_refused=_format_refused(pod),
         manual_roll=notes.get(models.MANUAL_ROLL_ANNOTATION, "").lower() == "true",
+        listeners=parse_listeners(notes.get(LISTENERS_ANNOTATION)),
     )
 
 
@@ -326,6 +333,7 @@ def build(ref: QuorumRef, snap: Snapshot, quorum: QuorumInfo | None,
         annotations=dict(meta.get("annotations") or {}),
         now=now,
         fresh_ids=tuple(fresh_ids),
+        listeners=ref.listeners,
     )
     return Observation(observed, tuple(corrections), quorum_error)
 
@@ -363,17 +371,20 @@ async def read_reports(pods: Sequence[Obj], timeout_s: float = 2.0) -> dict[str,
 
 
 async def describe(ref: QuorumRef, node_ids: Iterable[int], cluster_id: str | None,
-                   timeout_s: float = 3.0, tls: Any = None) -> tuple[QuorumInfo | None,
-                                                                   str | None]:
+                   timeout_s: float = 3.0, tls: Any = None,
+                   pods: Sequence[PodState] = ()) -> tuple[QuorumInfo | None, str | None]:
     """The live quorum through kraft.admin (DescribeQuorum from the leader), asked of every
-    node that has a pod; (None, why) when no leader answers. `tls`: the operator's client
-    TLS (kraft.admin's `tls`) for a quorum with TLS."""
+    node that has a pod, on the controller listener every one of `pods` binds
+    (`QuorumRef.dial`); (None, why) when no leader answers. `tls`: the operator's client
+    TLS (kraft.admin's `tls`), used when that listener is TLS."""
     from kraft.admin import AdminError, QuorumClient
 
     ids = sorted(set(node_ids))
     if not ids:
         return None, "no pods"
-    bootstrap = [ref.controller_address(i) for i in ids]
+    dial = ref.dial(pods)
+    tls = tls if dial.ssl else None
+    bootstrap = [ref.controller_address(i, dial.port) for i in ids]
     try:
         async with QuorumClient(bootstrap, timeout_s=timeout_s, cluster_id=cluster_id,
                                 client_id="kraft-operator", tls=tls) as admin:
@@ -420,9 +431,10 @@ async def gather(kube: Any, ref: QuorumRef, body: Obj, *, now: float | None = No
                     forbidden.append(exc.message)
     status = body.get("status") or {}
     live = [p for p in pods if _node_id(p) is not None]
+    states = [state for state in map(pod_state, live) if state is not None]
     (quorum, why), reports = await asyncio.gather(
         describe(ref, (n for n in map(_node_id, live) if n is not None), status.get("clusterId"),
-                 describe_timeout_s, tls),
+                 describe_timeout_s, tls, states),
         read_reports(live))
     snap = Snapshot(body, pods, pvcs, nodes, volumes)
     seen = build(ref, snap, quorum, reports, now=time.time() if now is None else now,

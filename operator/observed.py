@@ -97,6 +97,64 @@ class QuorumInfo:
         )
 
 
+PLAINTEXT = "PLAINTEXT"
+SSL = "SSL"
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerListener:
+    """One controller listener of the quorum's nodes: its name, security protocol (Kafka's
+    PLAINTEXT or SSL) and port."""
+
+    name: str
+    protocol: str
+    port: int
+
+    @property
+    def ssl(self) -> bool:
+        return self.protocol == SSL
+
+    def text(self) -> str:
+        """`NAME:PROTOCOL:PORT`, as a pod's listeners annotation holds it."""
+        return f"{self.name}:{self.protocol}:{self.port}"
+
+    @classmethod
+    def parse(cls, text: str) -> ControllerListener | None:
+        """`NAME:PROTOCOL:PORT`, None when it is not that."""
+        name, _, rest = text.strip().partition(":")
+        protocol, _, port = rest.partition(":")
+        if not name or protocol not in (PLAINTEXT, SSL) or not port.isdigit():
+            return None
+        return cls(name, protocol, int(port))
+
+
+DEFAULT_LISTENER = ControllerListener("CONTROLLER", PLAINTEXT, 9093)
+"""The controller listener of a quorum with nothing recorded (and no TLS)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TlsMigration:
+    """status.tls.migration: the quorum moves from its controller listener to `target` (the
+    other protocol, on the other port) by rolls; `phase` is the layout the pods are rolled to
+    (0: the old listener alone, 1: both, the old one dialled, 2: both, the new one dialled,
+    3: the new one alone)."""
+
+    target: ControllerListener
+    phase: int
+    started_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerState:
+    """The quorum's controller listeners as recorded in status.tls, and what the spec wants:
+    `steady` is the listener it runs on (during a migration, the one it moves from),
+    `wanted_ssl` whether spec.tls (or the default for a new quorum) asks for TLS."""
+
+    steady: ControllerListener = DEFAULT_LISTENER
+    migration: TlsMigration | None = None
+    wanted_ssl: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class PodState:
     """One node's Pod. node_id and directory_id come from the label and annotation the
@@ -122,6 +180,9 @@ class PodState:
     for another cluster or node): its termination message, or "" when it gave none."""
     manual_roll: bool = False
     """The pod carries kraft.dev/manual-rolling-update: "true": a person asked for its restart."""
+    listeners: tuple[ControllerListener, ...] | None = None
+    """The controller listeners its node binds, dialled one first (kraft.dev/controller-listeners);
+    None for a pod made before the annotation: it binds the quorum's steady listener."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,3 +246,6 @@ class Observed:
     """The trust generation of the quorum's PKI ("" without TLS): part of the pods' hash."""
     tls_problem: str | None = None
     """Why the quorum's PKI could not be made (TLS on): the planner reports it, Degraded."""
+    listeners: ListenerState = field(default_factory=ListenerState)
+    """The controller listeners recorded in status.tls and the protocol the spec wants
+    (`kraft_operator.planner.tls_migration`)."""

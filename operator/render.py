@@ -21,18 +21,31 @@ from __future__ import annotations
 import copy
 import shlex
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kraft_operator import models, pki
+from kraft_operator.observed import ControllerListener, ListenerState
 from kraft_operator.planner import CreatePod, FormatMode, majority, pod_spec_hash
+from kraft_operator.planner.listeners import (
+    HOME_PORT,
+    Layout,
+    dial_listener,
+    layout_of,
+    listener_state,
+    wanted_ssl,
+)
 from kraft_operator.policy import OperatorPolicy
 
 from kraft.config.server_properties import ServerProperties
 
-CONTROLLER_PORT = 9093
+CONTROLLER_PORT = HOME_PORT
+"""The controller port of a quorum that never migrated (a migration adds 9094 beside it)."""
 HTTP_PORT = 8080
 LISTENER = "CONTROLLER"
+LISTENERS_ANNOTATION = "kraft.dev/controller-listeners"
+"""On a pod: the controller listeners its node binds, the dialled one first
+(`NAME:PROTOCOL:PORT,...`): which one the operator may dial while pods run two layouts."""
 CONFIG_DIR = "/etc/kraft"
 DATA_DIR = "/var/lib/kraft"
 METADATA_DIR = f"{DATA_DIR}/metadata"
@@ -90,15 +103,41 @@ class QuorumRef:
     namespace: str
     uid: str
     spec: models.KRaftQuorumSpec
-    tls: bool = False
-    """Whether the controller listener is served with mTLS (`tls_enabled`)."""
+    listeners: ListenerState = field(default_factory=ListenerState)
+    """The controller listeners recorded in status.tls (and a TLS migration's phase)."""
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> QuorumRef:
         meta = body.get("metadata") or {}
         spec = models.KRaftQuorumSpec.model_validate(body.get("spec") or {})
         return cls(meta["name"], meta.get("namespace") or "default", meta.get("uid") or "", spec,
-                   tls_enabled(spec, body.get("status") or {}))
+                   listener_state(spec, body.get("status") or {}))
+
+    @property
+    def layout(self) -> Layout:
+        """The controller listeners the pods are to run (`kraft_operator.planner.listeners`)."""
+        return layout_of(self.listeners)
+
+    @property
+    def tls(self) -> bool:
+        """Some controller listener of the pods is TLS: the PKI is kept and mounted."""
+        return self.layout.has_ssl
+
+    @property
+    def controller_ports(self) -> list[int]:
+        """Every controller port the pods may bind now: both during a TLS migration."""
+        ports = {self.listeners.steady.port}
+        if self.listeners.migration is not None:
+            ports.add(self.listeners.migration.target.port)
+        return sorted(ports)
+
+    def spec_hash(self, tls_generation: str = "") -> str:
+        """The pods' spec hash with this trust generation and the layout."""
+        return pod_spec_hash(self.spec, tls_generation, self.layout.key)
+
+    def dial(self, pods: Iterable[Any] = ()) -> ControllerListener:
+        """The listener the operator's admin calls use (`dial_listener`)."""
+        return dial_listener(self.layout, pods, self.listeners.steady)
 
     # --- names -------------------------------------------------------------------------------
 
@@ -133,8 +172,9 @@ class QuorumRef:
         return (f"{self.pod_name(node_id)}.{self.headless_service}.{self.namespace}.svc."
                 f"{CLUSTER_DOMAIN}")
 
-    def controller_address(self, node_id: int) -> str:
-        return f"{self.host(node_id)}:{CONTROLLER_PORT}"
+    def controller_address(self, node_id: int, port: int | None = None) -> str:
+        """host:port of the node's controller listener (by default the one it dials)."""
+        return f"{self.host(node_id)}:{self.layout.dialled.port if port is None else port}"
 
     def http_address(self, node_id: int) -> str:
         return f"{self.host(node_id)}:{HTTP_PORT}"
@@ -210,15 +250,9 @@ class QuorumRef:
 
 
 def tls_enabled(spec: models.KRaftQuorumSpec, status: Mapping[str, Any]) -> bool:
-    """spec.tls.enabled when set; unset, what status.tls recorded, and for a quorum with no
-    record: on when it is new (no cluster id yet), off for one formatted before the operator
-    knew TLS (it stays plaintext until enabled: switching needs every node at once)."""
-    if spec.tls.enabled is not None:
-        return spec.tls.enabled
-    recorded = (status.get("tls") or {}).get("enabled")
-    if isinstance(recorded, bool):
-        return recorded
-    return not status.get("clusterId")
+    """Whether TLS is wanted (`kraft_operator.planner.listeners.wanted_ssl`); the pods serve
+    it once a migration got there (`QuorumRef.tls`)."""
+    return wanted_ssl(spec, status)
 
 
 NODE_PRINCIPALS = ";".join(pki.principal(pki.node_cn(i)) for i in range(models.MAX_REPLICAS))
@@ -226,23 +260,39 @@ NODE_PRINCIPALS = ";".join(pki.principal(pki.node_cn(i)) for i in range(models.M
 the same file (they are read at start): the authorizer binds each to its own id."""
 
 
-def tls_properties(ref: QuorumRef) -> dict[str, str]:
-    """The controller listener's mTLS keys and the grants, for a quorum with TLS."""
-    prefix = f"listener.name.{LISTENER.lower()}."
-    operator = pki.principal(pki.OPERATOR_CN)
-    alter = [operator, NODE_PRINCIPALS] if ref.spec.auto_join else [operator]
-    return {
-        "listener.security.protocol.map": f"{LISTENER}:SSL",
-        prefix + "ssl.keystore.type": "PEM",
-        prefix + "ssl.keystore.location": f"{TLS_DIR}/{KEYSTORE_FILE}",
-        prefix + "ssl.truststore.type": "PEM",
-        prefix + "ssl.truststore.location": f"{TLS_DIR}/{TRUSTSTORE_FILE}",
-        prefix + "ssl.client.auth": "required",
-        "kraft.authorizer.cluster.action.principals": NODE_PRINCIPALS,
-        # auto-join sends AddRaftVoter as the node; a follower's /v1/quorum asks Describe
-        "kraft.authorizer.alter.principals": ";".join(alter),
-        "kraft.authorizer.describe.principals": ";".join([operator, NODE_PRINCIPALS]),
+def listener_properties(ref: QuorumRef, node_id: int) -> dict[str, str]:
+    """The controller listeners of the layout: bound, advertised, their protocols, each TLS
+    one's mTLS files, and the grants when the authorizer is on."""
+    layout = ref.layout
+    out = {
+        "listeners": ",".join(f"{item.name}://0.0.0.0:{item.port}" for item in layout.listeners),
+        "advertised.listeners": ",".join(f"{item.name}://{ref.host(node_id)}:{item.port}"
+                                         for item in layout.listeners),
+        "controller.listener.names": ",".join(layout.names),
     }
+    if layout.has_ssl or len(layout.listeners) > 1 or layout.dialled.name != LISTENER:
+        out["listener.security.protocol.map"] = ",".join(
+            f"{item.name}:{item.protocol}" for item in layout.listeners)
+    for item in layout.listeners:
+        if item.ssl:
+            prefix = f"listener.name.{item.name.lower()}."
+            out.update({
+                prefix + "ssl.keystore.type": "PEM",
+                prefix + "ssl.keystore.location": f"{TLS_DIR}/{KEYSTORE_FILE}",
+                prefix + "ssl.truststore.type": "PEM",
+                prefix + "ssl.truststore.location": f"{TLS_DIR}/{TRUSTSTORE_FILE}",
+                prefix + "ssl.client.auth": "required",
+            })
+    if layout.authorizer:
+        operator = pki.principal(pki.OPERATOR_CN)
+        alter = [operator, NODE_PRINCIPALS] if ref.spec.auto_join else [operator]
+        out.update({
+            "kraft.authorizer.cluster.action.principals": NODE_PRINCIPALS,
+            # auto-join sends AddRaftVoter as the node; a follower's /v1/quorum asks Describe
+            "kraft.authorizer.alter.principals": ";".join(alter),
+            "kraft.authorizer.describe.principals": ";".join([operator, NODE_PRINCIPALS]),
+        })
+    return out
 
 
 
@@ -266,14 +316,11 @@ def server_properties(ref: QuorumRef, node_id: int) -> ServerProperties:
     base = ServerProperties.from_mapping({
         "node.id": node_id,
         "process.roles": "controller",
-        "listeners": f"{LISTENER}://0.0.0.0:{CONTROLLER_PORT}",
-        "advertised.listeners": f"{LISTENER}://{ref.host(node_id)}:{CONTROLLER_PORT}",
-        "controller.listener.names": LISTENER,
+        **listener_properties(ref, node_id),
         "controller.quorum.bootstrap.servers": bootstrap,
         "metadata.log.dir": METADATA_DIR,
         "http.listener": f"0.0.0.0:{HTTP_PORT}",
         "controller.quorum.auto.join.enable": ref.spec.auto_join,
-        **(tls_properties(ref) if ref.tls else {}),
     }, source=f"{ref.name} node {node_id}")
     return base.with_overrides(dict(ref.spec.config), source=f"{ref.name} spec.config")
 
@@ -289,14 +336,21 @@ def config_map(ref: QuorumRef, in_use: Iterable[int] = ()) -> dict[str, Any]:
 # --- services and the disruption budget ------------------------------------------------------
 
 
+def controller_port_name(port: int) -> str:
+    """The name of a controller port in the Service and the pods: `controller` for 9093,
+    `controller-2` for the port a TLS migration adds."""
+    return "controller" if port == CONTROLLER_PORT else "controller-2"
+
+
 def headless_service(ref: QuorumRef) -> dict[str, Any]:
+    ports = [{"name": controller_port_name(port), "port": port, "targetPort": port}
+             for port in ref.controller_ports]
     return {
         "apiVersion": "v1", "kind": "Service",
         "metadata": ref._meta(ref.headless_service, ref.labels),
         "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
                  "selector": ref.selector_labels,
-                 "ports": [{"name": "controller", "port": CONTROLLER_PORT,
-                            "targetPort": CONTROLLER_PORT},
+                 "ports": [*ports,
                            {"name": "http", "port": HTTP_PORT, "targetPort": HTTP_PORT}]},
     }
 
@@ -333,8 +387,9 @@ def operator_peer(policy: OperatorPolicy) -> dict[str, Any]:
 
 
 def network_policy(ref: QuorumRef, policy: OperatorPolicy) -> dict[str, Any]:
-    """Ingress to the quorum's pods: the controller port from the quorum's own pods and the
-    operator's (its DescribeQuorum and membership calls), the HTTP port from those and from
+    """Ingress to the quorum's pods: the controller port (both during a TLS migration) from
+    the quorum's own pods and the operator's (its DescribeQuorum and membership calls), the
+    HTTP port from those and from
     spec.networkPolicy.httpFrom (by default every pod of the namespace). Egress is left
     open: the nodes reach each other, DNS and nothing else, and a policy cannot name the
     cluster's DNS portably. Never an empty `from` (which NetworkPolicy reads as anyone)."""
@@ -351,7 +406,7 @@ def network_policy(ref: QuorumRef, policy: OperatorPolicy) -> dict[str, Any]:
             "policyTypes": ["Ingress"],
             "ingress": [
                 {"from": [own, operator],
-                 "ports": [{"protocol": "TCP", "port": CONTROLLER_PORT}]},
+                 "ports": [{"protocol": "TCP", "port": port} for port in ref.controller_ports]},
                 {"from": [own, operator, *extra],
                  "ports": [{"protocol": "TCP", "port": HTTP_PORT}]},
             ],
@@ -380,7 +435,8 @@ def pvc(ref: QuorumRef, node_id: int, directory_id: str) -> dict[str, Any]:
 
 def initial_controllers(ref: QuorumRef, voters: Iterable[tuple[int, str]]) -> str:
     """`--initial-controllers` text: id@host:port:directory-id for every initial voter."""
-    return ",".join(f"{n}@{ref.host(n)}:{CONTROLLER_PORT}:{d}" for n, d in sorted(voters))
+    port = ref.layout.dialled.port
+    return ",".join(f"{n}@{ref.host(n)}:{port}:{d}" for n, d in sorted(voters))
 
 
 def format_command(ref: QuorumRef, node_id: int, cluster_id: str, mode: FormatMode,
@@ -416,7 +472,8 @@ def pod(ref: QuorumRef, action: CreatePod, cluster_id: str) -> dict[str, Any]:
         "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                 {"name": AUTO_JOIN_ENV, "value": "true" if action.auto_join else "false"},
                 *copy.deepcopy(TMP_ENV)],
-        "ports": [{"name": "controller", "containerPort": CONTROLLER_PORT},
+        "ports": [*({"name": controller_port_name(item.port), "containerPort": item.port}
+                    for item in sorted(ref.layout.listeners, key=lambda item: item.port)),
                   {"name": "http", "containerPort": HTTP_PORT}],
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"},
                            "periodSeconds": 2, "timeoutSeconds": 2, "failureThreshold": 2},
@@ -472,6 +529,7 @@ def pod(ref: QuorumRef, action: CreatePod, cluster_id: str) -> dict[str, Any]:
         models.POD_SPEC_HASH_ANNOTATION: action.spec_hash,
         models.AUTO_JOIN_ANNOTATION: "true" if action.auto_join else "false",
         FORMAT_MODE_ANNOTATION: action.format_mode.value,
+        LISTENERS_ANNOTATION: ref.layout.annotation(),
     }
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": ref._meta(ref.pod_name(node_id), labels, annotations=annotations),
@@ -503,7 +561,7 @@ def recovery_pod(ref: QuorumRef, node_id: int, directory_id: str, cluster_id: st
     """The surviving replica's pod for quorum-loss recovery: the ordinary pod (auto-join off)
     with a one-shot init container forcing its voter set to itself alone before `kraft run`."""
     action = CreatePod(node_id, directory_id, FormatMode.JOIN, False,
-                       recovery_spec_hash(pod_spec_hash(ref.spec)))
+                       recovery_spec_hash(ref.spec_hash()))
     obj = pod(ref, action, cluster_id)
     spec = obj["spec"]
     spec["initContainers"].append({

@@ -263,6 +263,11 @@ class LocalCluster:
         nid = node_id if node_id is not None else max(self.nodes) + 1
         return self._new_node(nid)
 
+    def extra_port(self, node_id: int) -> int:
+        """One more port free on node `node_id`'s address, held for this quorum as its own
+        ports are (a second controller listener, as a migration to TLS binds)."""
+        return free_port(self.nodes[node_id].host, hold=self._ports)
+
     def _props(self, node: LocalNode) -> dict[str, str]:
         props = {
             "node.id": str(node.node_id),

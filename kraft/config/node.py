@@ -90,11 +90,15 @@ class NodeConfig(ServerProperties):
             raise ValueError("listeners: a listener name appears twice")
         if not self.controller_listener_names:
             raise ValueError("controller.listener.names: at least one name is required")
-        first = self.controller_listener_names[0]
-        if first not in names:
-            raise ValueError(
-                f"controller.listener.names: {first!r} is not one of listeners {sorted(names)}"
-            )
+        for name in self.controller_listener_names:
+            # Kafka's KafkaConfig: a controller's controller.listener.names must only contain
+            # values appearing in listeners (each one is bound)
+            if name not in names:
+                raise ValueError(
+                    f"controller.listener.names: {name!r} is not one of listeners "
+                    f"{sorted(names)} (a controller binds every controller listener)")
+        if len(set(self.controller_listener_names)) != len(self.controller_listener_names):
+            raise ValueError("controller.listener.names: a listener name appears twice")
         for listener in self.listeners:
             protocol = self.security_protocol(listener.name)
             if protocol is None:
@@ -109,14 +113,16 @@ class NodeConfig(ServerProperties):
             lname = key.split(".")[2]
             if lname not in {item.name.lower() for item in self.listeners}:
                 raise ValueError(f"{key}: no listener named {lname!r} in listeners")
-        ssl = self.controller_ssl
-        if ssl is not None:
-            where = listener_key(self.controller_listener.name, "ssl.keystore.location")
+        for listener in self.controller_listeners:
+            ssl = self.listener_ssl(listener.name)
+            if ssl is None:
+                continue
+            where = listener_key(listener.name, "ssl.keystore.location")
             if not ssl.has_keystore:
                 raise ValueError(f"{where}: an SSL controller listener needs a keystore (or "
                                  "ssl.keystore.key with ssl.keystore.certificate.chain)")
             if ssl.truststore_location is None and ssl.truststore_certificates is None:
-                raise ValueError(f"{listener_key(self.controller_listener.name, 'ssl.truststore.location')}: "
+                raise ValueError(f"{listener_key(listener.name, 'ssl.truststore.location')}: "
                                  "an SSL controller listener needs a truststore (the CA its "
                                  "peers' certificates chain to)")
         if not self.quorum_voters and not self.bootstrap_servers:
@@ -133,9 +139,20 @@ class NodeConfig(ServerProperties):
 
     @property
     def controller_listener(self) -> ListenerAddress:
-        """The bound listener raft uses (the first of controller.listener.names)."""
+        """The controller listener this node speaks to its peers with (the first of
+        controller.listener.names, as Kafka's RaftManager picks it): its protocol and TLS
+        settings are those of every connection the node opens, and a peer's endpoint of
+        that name is the one dialled."""
         name = self.controller_listener_names[0]
         return next(item for item in self.listeners if item.name == name)
+
+    @property
+    def controller_listeners(self) -> list[ListenerAddress]:
+        """Every controller listener, in the order of controller.listener.names: the node
+        binds each one with its own protocol and TLS settings (several during a migration
+        between PLAINTEXT and SSL, docs/security.md)."""
+        by_name = {item.name: item for item in self.listeners}
+        return [by_name[name] for name in self.controller_listener_names if name in by_name]
 
     @property
     def advertised_controller_listeners(self) -> list[ListenerAddress]:
@@ -151,12 +168,16 @@ class NodeConfig(ServerProperties):
 
     @property
     def controller_ssl(self) -> SslSettings | None:
-        """The controller listener's TLS settings when it is mapped to SSL, else None (every
-        node speaks to its peers with the protocol of its own controller listener)."""
-        listener = self.controller_listener
-        if self.security_protocol(listener.name) != "SSL":
+        """The TLS settings of the listener the node dials its peers with (the first
+        controller listener) when it is mapped to SSL, else None (PLAINTEXT)."""
+        return self.listener_ssl(self.controller_listener.name)
+
+    def listener_ssl(self, name: str) -> SslSettings | None:
+        """The TLS settings of listener `name` when it is mapped to SSL, else None
+        (`listener.name.<name>.ssl.*` over the bare `ssl.*` keys, as Kafka resolves them)."""
+        if self.security_protocol(name) != "SSL":
             return None
-        return ssl_settings(self.to_properties(), listener.name)
+        return ssl_settings(self.to_properties(), name)
 
     @property
     def authorizer(self) -> AuthorizerSettings:

@@ -8,6 +8,7 @@ per parked fetch the lane hands back: a module below both, so neither imports th
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from kraft.protocol.api import ApiKey, api_spec
@@ -35,11 +36,15 @@ class FrameAnswer:
     """A Kafka request frame waiting for the core's answer: encodes it into the frame body
     the listener writes back (or a REQUEST_TIMED_OUT answer when the core never answers)."""
 
-    __slots__ = ("api", "audit", "corr", "deadline", "features", "future", "peer", "version")
+    __slots__ = ("api", "audit", "corr", "deadline", "features", "future", "listener", "peer",
+                 "version")
 
     def __init__(self, api: ApiKey, version: int, corr: int, future: DeferredReply,
                  deadline: float, peer: int = -1, features: tuple[str, ...] = (),
-                 audit: str | None = None) -> None:
+                 audit: str | None = None, listener: str = "") -> None:
+        self.listener = listener
+        """The name of the listener the frame came on ("": unknown): the answer carries the
+        leader's endpoint of that listener only (`endpoints_for_listener`)."""
         self.audit = audit
         """A change of membership or features: what was asked and by whom (`audit_line`),
         logged once with its outcome when answered."""
@@ -60,6 +65,8 @@ class FrameAnswer:
         if self.audit is not None:
             code = getattr(response, "error_code", ErrorCode.NONE)
             log.info("%s result=%s", self.audit, ErrorCode(code).name)
+        if self.listener:
+            response = endpoints_for_listener(response, self.listener)
         try:
             body: ReplyBody | None = None
             if self.api is ApiKey.FETCH and type(response) is m.FetchResponse and (
@@ -98,6 +105,23 @@ class FrameAnswer:
                 log.info("%s result=%s", self.audit, ErrorCode.REQUEST_TIMED_OUT.name)
             body = api_spec(self.api).response_class(error_code=int(ErrorCode.REQUEST_TIMED_OUT))
             self.future.set(encode_response(self.api, self.version, self.corr, body)[4:])
+
+
+def endpoints_for_listener(response: m.Response, listener: str) -> m.Response:
+    """`response` with only the leader's endpoints named `listener`: an answer names the
+    leader's endpoint on the listener the request came on, as Kafka's KafkaRaftClient builds
+    its answers with the request's listener name, so a peer that dialled a TLS listener is
+    not sent to a plaintext one (or the other way round) while a quorum migrates between
+    them. None of that name: no endpoint (the peer then uses the voters set's, as Kafka's
+    does)."""
+    endpoints: tuple[m.Endpoint, ...] = getattr(response, "leader_endpoints", ())
+    if not endpoints:
+        return response
+    wanted = listener.upper()
+    if len(endpoints) == 1 and endpoints[0].name.upper() == wanted:
+        return response
+    kept = tuple(e for e in endpoints if e.name.upper() == wanted)
+    return dataclasses.replace(response, leader_endpoints=kept)  # type: ignore[arg-type]
 
 
 def audit_line(request: m.Request, peer: str) -> str | None:

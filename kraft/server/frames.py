@@ -31,11 +31,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import logging
 import math
 import ssl
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -85,6 +86,9 @@ class PeerInfo:
     connection_id: int
     principal: str = ANONYMOUS
     tls: bool = False
+    listener: str = ""
+    """The name of the listener the connection came on: an answer names the leader's
+    endpoint of that listener (Kafka answers with the request's listener name)."""
 
 
 ReplyBody = bytes | tuple[bytes | memoryview, ...]
@@ -163,14 +167,14 @@ class _FrameServerProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         lst = self.listener
-        lst._next_id += 1
+        connection_id = next(lst._ids)
         peername = transport.get_extra_info("peername") or ("?", 0)
         principal: str | None = ANONYMOUS
         tls = lst._tls is not None
         if tls:
             principal = lst._principal_of(transport.get_extra_info("peercert"))
-        self.peer = PeerInfo(str(peername[0]), int(peername[1]), lst._next_id,
-                             principal or ANONYMOUS, tls)
+        self.peer = PeerInfo(str(peername[0]), int(peername[1]), connection_id,
+                             principal or ANONYMOUS, tls, lst.name)
         if principal is None:  # no ssl.principal.mapping.rules rule matched: not authenticated
             lst._bad_input(self.peer, "no_principal", "no ssl.principal.mapping.rules rule "
                            "matches the client certificate's name")
@@ -464,6 +468,10 @@ class _FrameServerProtocol(asyncio.Protocol):
                 self.transport.pause_reading()
 
 
+FrameServerConnection = _FrameServerProtocol
+"""One accepted connection of a `FrameListener` (what `FrameListener.connection` returns)."""
+
+
 class FrameListener:
     """Accepts connections and serves size-prefixed request frames with `handler`."""
 
@@ -480,13 +488,15 @@ class FrameListener:
         guard: ListenerGuard | None = None,
         tls: ssl.SSLContext | None = None,
         principal_of: Callable[[Any], str | None] | None = None,
+        connection_ids: Iterator[int] | None = None,
     ) -> None:
         """`guard` admits the connections and holds the node-wide limits
         (`kraft.server.connection_limits`); by default, a guard of this listener's own with
         Kafka's defaults and `max_frame_bytes`. `tls`: serve TLS with this context (a
         connection is served once its handshake is done); `principal_of` maps a verified
         peer certificate (`getpeercert()`, None without one) to the connection's principal
-        (None: refused)."""
+        (None: refused). `connection_ids`: where the connections' ids come from (a
+        sequence several listeners of a node share keeps them unique; default 1, 2, ...)."""
         self.host = host
         self.port = port
         self.name = name
@@ -500,7 +510,8 @@ class FrameListener:
         self._principal_of: Callable[[Any], str | None] = principal_of or (lambda _c: ANONYMOUS)
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[_FrameServerProtocol] = set()
-        self._next_id = 0
+        self._ids: Iterator[int] = connection_ids if connection_ids is not None \
+            else itertools.count(1)
         self.connections_closed_for_bad_input = 0
 
     def connection(self, connection_id: int) -> _FrameServerProtocol | None:

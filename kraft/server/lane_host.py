@@ -27,7 +27,7 @@ from kraft.server.event_queue import EventQueue
 from kraft.server.fetch_fast import decode_fetch_request, encode_fetch_request
 from kraft.server.flusher import LogService
 from kraft.server.frame_answer import FRAME_ANSWER_TIMEOUT_S, FrameAnswer
-from kraft.server.frames import DeferredReply, FrameListener
+from kraft.server.frames import DeferredReply, FrameListener, FrameServerConnection
 from kraft.server.peers import Peers
 from kraft.server.writes import WriteBook
 from kraft.storage.loader import MetadataDir
@@ -47,7 +47,7 @@ class LaneNode(Protocol):
     md: MetadataDir | None
     peers: Peers
     client_server: ClientServer | None
-    listener: FrameListener | None
+    listeners: tuple[FrameListener, ...]
     loop: asyncio.AbstractEventLoop | None
     queue: EventQueue
     writes: WriteBook
@@ -56,6 +56,7 @@ class LaneNode(Protocol):
 
     def note_leader_high_watermark(self, high_watermark: int, epoch: int) -> None: ...
     def in_kafka_quorum(self) -> bool: ...
+    def frame_connection(self, connection_id: int) -> FrameServerConnection | None: ...
 
 
 class NodeLaneHost:
@@ -163,7 +164,7 @@ class NodeLaneHost:
     def client_connection(self) -> ClientConnection | None:
         """The one open client connection (None: none, several, or the node not serving)."""
         clients = self._node.client_server
-        if clients is None or self._node.listener is None:
+        if clients is None or not self._node.listeners:
             return None
         conns = clients.connections
         if len(conns) != 1 or self._node.in_kafka_quorum():
@@ -174,11 +175,10 @@ class NodeLaneHost:
     def voter_connection(self, replica_id: int) -> tuple[int, VoterConnection] | None:
         """(connection id, connection) of the connection `replica_id` last fetched on."""
         node = self._node
-        listener = node.listener
         peer = node.peers.fetch_peers.get(replica_id)
-        if listener is None or peer is None:
+        if peer is None:
             return None
-        proto = listener.connection(peer)
+        proto = node.frame_connection(peer)
         return None if proto is None else (peer, proto)
 
     def parked_frame(self, correlation_id: int) -> tuple[int, int, int] | None:
@@ -213,8 +213,10 @@ class NodeLaneHost:
         peers.inbound_ids += 1
         key = peers.inbound_ids
         reply = DeferredReply()
+        conn = node.frame_connection(peer)
         answer = FrameAnswer(ApiKey.FETCH, version, wire_corr, reply,
-                             node.loop.time() + FRAME_ANSWER_TIMEOUT_S, peer)
+                             node.loop.time() + FRAME_ANSWER_TIMEOUT_S, peer,
+                             listener=conn.peer.listener if conn is not None else "")
         peers.inbound[key] = answer
         peers.sweep.ask(answer.deadline)
         return key, req, reply

@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import itertools
 import logging
 import random
 import ssl
@@ -72,9 +73,7 @@ from kraft.server.connection_limits import ConnectionGuard, ConnectionLimits
 from kraft.server.event_queue import EventQueue
 from kraft.server.executor import EffectExecutor
 from kraft.server.flusher import LogService
-from kraft.server.frames import (
-    FrameListener,
-)
+from kraft.server.frames import FrameListener, FrameServerConnection
 from kraft.server.http_api import HttpApiServer
 from kraft.server.kv_api import NotLeaderError
 from kraft.server.kv_front import KvFront
@@ -144,13 +143,22 @@ class KraftNode:
         self.metadata_version: int | None = None
         """The metadata.version level of bootstrap.checkpoint (None: the file has none)."""
         self.cluster_id = ""
-        self.listener: FrameListener | None = None
+        self.listeners: tuple[FrameListener, ...] = ()
+        """The controller listeners bound, in the order of controller.listener.names (empty
+        before the node started)."""
         self.http_api: HttpApiServer | None = None
         self.client_server: ClientServer | None = None
-        settings = config.controller_ssl
-        self.tls: TlsContexts | None = None if settings is None else TlsContexts(settings)
-        """The controller listener's TLS contexts (None: PLAINTEXT), reloaded when their
-        files change; raises TlsMaterialError naming the key of a file that cannot load."""
+        self.listener_tls: dict[str, TlsContexts] = {}
+        """Each SSL controller listener's TLS contexts by listener name, reloaded when their
+        files change; building them raises TlsMaterialError naming the key of a file that
+        cannot load."""
+        for bound in config.controller_listeners:
+            settings = config.listener_ssl(bound.name)
+            if settings is not None:
+                self.listener_tls[bound.name] = TlsContexts(settings)
+        self.tls: TlsContexts | None = self.listener_tls.get(config.controller_listener.name)
+        """The TLS contexts of the listener the node dials its peers with (the first
+        controller listener; None: PLAINTEXT)."""
         self.tls_client: Callable[[], ssl.SSLContext] | None = (
             None if self.tls is None else self.tls.client_context)
         """The context of each new outgoing connection (Fetch, Vote, forwarding, ...)."""
@@ -171,6 +179,21 @@ class KraftNode:
         self.lanes = LaneArbiter()
         """The native lanes switched on and built, and their turns on the core loop
         (`kraft.lane.arbiter`)."""
+
+    @property
+    def listener(self) -> FrameListener | None:
+        """The first controller listener (the one whose protocol the node dials its peers
+        with), None before the node started."""
+        return self.listeners[0] if self.listeners else None
+
+    def frame_connection(self, connection_id: int) -> FrameServerConnection | None:
+        """The open connection of id `connection_id` on any controller listener, None when
+        it is closed (`PeerInfo.connection_id`; the ids are unique across the listeners)."""
+        for listener in self.listeners:
+            conn = listener.connection(connection_id)
+            if conn is not None:
+                return conn
+        return None
 
     # ================================================================== start / stop
 
@@ -238,15 +261,22 @@ class KraftNode:
         engine = logs.start()
         log.info("event=flusher replica=%d mode=%s engine=%s", cfg.node_id, cfg.flush_mode,
                  engine)
-        bound = cfg.controller_listener
         guard = self.connection_guard
-        self.listener = FrameListener(bound.host, bound.port, self.peers.on_frame, name=bound.name,
-                                      max_frame_bytes=cfg.socket_request_max_bytes,
-                                      guard=guard.listener(bound.name),
-                                      tls=None if self.tls is None else self.tls.listener_context(),
-                                      principal_of=None if self.tls is None
-                                      else self.tls.principal_of)
-        await self.listener.start()
+        ids = itertools.count(1)  # one sequence: a connection id names one connection
+        listeners = []
+        for bound in cfg.controller_listeners:
+            # each listener with its own protocol, TLS files, principals and limits
+            tls = self.listener_tls.get(bound.name)
+            listener = FrameListener(bound.host, bound.port, self.peers.on_frame,
+                                     name=bound.name,
+                                     max_frame_bytes=cfg.socket_request_max_bytes,
+                                     guard=guard.listener(bound.name),
+                                     tls=None if tls is None else tls.listener_context(),
+                                     principal_of=None if tls is None else tls.principal_of,
+                                     connection_ids=ids)
+            listeners.append(listener)
+            self.listeners = tuple(listeners)  # those bound so far are stopped by stop()
+            await listener.start()
         security = http_security(cfg)  # the KV API's, on the HTTP and the binary port alike
         if cfg.http_listener is not None:
             self.http_api = HttpApiServer(self.kv, self, cfg.http_listener.host,
@@ -324,8 +354,8 @@ class KraftNode:
             with contextlib.suppress(BaseException):
                 await self._core_task
         self.connection_guard.stop()
-        if self.listener is not None:
-            await self.listener.stop()
+        for listener in self.listeners:
+            await listener.stop()
         if self.http_api is not None:
             await self.http_api.stop()
         if self.client_server is not None:

@@ -473,7 +473,7 @@ class Peers:
                     # its latest fetch decides: a forged one is undone by the replica's next
                     self.kafka_replicas.discard(req.replica_id)
                 return self._defer(ApiKey.FETCH, version, corr, req, req.replica_id,
-                                   peer.connection_id)
+                                   peer.connection_id, listener=peer.listener)
         elif is_forward_frame(frame):
             return self._node.kv.serve_forwarded(frame, peer)
         try:
@@ -503,7 +503,8 @@ class Peers:
             body: object = api_versions_response(version, finalized_features=finalized)
             return encode_response(api, version, corr, body)[4:]
         if api == ApiKey.DESCRIBE_CLUSTER:
-            return encode_response(api, version, corr, self._describe_cluster(data))[4:]
+            return encode_response(api, version, corr,
+                                   self._describe_cluster(data, peer.listener))[4:]
         if api == ApiKey.UPDATE_FEATURES:
             assert isinstance(data, w.UpdateFeaturesRequestData)
             return self._update_features(version, corr, data, peer)
@@ -517,7 +518,8 @@ class Peers:
         if authz.enabled and not authz.claim_allowed(api, _source_of(request), peer):
             return _refused(api, version, corr)
         return self._defer(ApiKey(api), version, corr, request,
-                           audit=audit_line(request, f"{peer.host}:{peer.port}"))
+                           audit=audit_line(request, f"{peer.host}:{peer.port}"),
+                           listener=peer.listener)
 
     def _update_features(self, version: int, corr: int, data: w.UpdateFeaturesRequestData,
                          peer: PeerInfo) -> bytes | DeferredReply:
@@ -560,8 +562,10 @@ class Peers:
 
     def _defer(self, api: ApiKey, version: int, corr: int, request: m.Request,
                source: int | None = None, peer: int = -1,
-               features: tuple[str, ...] = (), audit: str | None = None) -> DeferredReply:
-        """Hand a decoded request to the core; its answer completes the returned reply."""
+               features: tuple[str, ...] = (), audit: str | None = None,
+               listener: str = "") -> DeferredReply:
+        """Hand a decoded request to the core; its answer completes the returned reply (with
+        the leader's endpoint of `listener`, the one the request came on)."""
         timeout = frame_answer.FRAME_ANSWER_TIMEOUT_S
         if isinstance(request, m.AddRaftVoterRequest):
             timeout = max(timeout, request.timeout_ms / 1000 + 5)
@@ -569,20 +573,31 @@ class Peers:
         key = self.inbound_ids
         assert self._loop is not None
         deadline = self._loop.time() + timeout
-        answer = FrameAnswer(api, version, corr, DeferredReply(), deadline, peer, features, audit)
+        answer = FrameAnswer(api, version, corr, DeferredReply(), deadline, peer, features, audit,
+                             listener)
         self.inbound[key] = answer
         self.sweep.ask(deadline)
         self._queue.push(ev.RequestReceived(_source_of(request) if source is None else source, key,
                                          request))
         return answer.future
 
-    def _describe_cluster(self, data: w.DescribeClusterRequestData) -> w.DescribeClusterResponseData:
+    def _describe_cluster(self, data: w.DescribeClusterRequestData,
+                          listener: str = "") -> w.DescribeClusterResponseData:
+        """The controllers at their endpoints of the listener the request came on, as Kafka's
+        ControllerApis answers (a client that reached the TLS listener is sent to TLS ports);
+        on the listener this node dials with (or an unknown one), at the addresses it dials
+        them at (a static quorum's controller.quorum.voters)."""
         D = w.DescribeClusterResponseData
         core = self._node.core
         assert core is not None
+        own = not listener or listener.upper() == self._listener_name.upper()
         brokers = []
         for v in core.voters().voters:
-            addr = self.address_of(v.id, v.endpoints)
+            if own:
+                addr = self.address_of(v.id, v.endpoints)
+            else:
+                found = next((e for e in v.endpoints if e.name.upper() == listener.upper()), None)
+                addr = None if found is None else (found.host, found.port)
             if addr is not None:
                 brokers.append(D.DescribeClusterBroker(broker_id=v.id, host=addr[0], port=addr[1]))
         return D(error_code=0, endpoint_type=2, cluster_id=self._node.cluster_id,

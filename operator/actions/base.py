@@ -27,9 +27,17 @@ class Env:
                     None)
 
     def bootstrap(self) -> list[str]:
-        """Controller addresses of every node that has a pod (for kraft.admin)."""
+        """Controller addresses of every node that has a pod (for kraft.admin), on the
+        listener every live pod binds (`QuorumRef.dial`: mid-migration, pods run two
+        layouts)."""
         ids = sorted({p.node_id for p in self.observed.pods})
-        return [self.ref.controller_address(i) for i in ids]
+        port = self.ref.dial(self.observed.pods).port
+        return [self.ref.controller_address(i, port) for i in ids]
+
+    @property
+    def admin_tls(self) -> Any:
+        """The operator's client TLS when the listener it dials is TLS, else None."""
+        return self.tls if self.ref.dial(self.observed.pods).ssl else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from kraft_operator.actions import membership, pods, quorum_recovery, report, volumes
+from kraft_operator.actions import (
+    membership,
+    pods,
+    quorum_recovery,
+    report,
+    tls_migration,
+    volumes,
+)
 from kraft_operator.actions.base import Env, Outcome
 from kraft_operator.planner import (
     Action,
     AddVoter,
+    AdvanceTlsMigration,
     ClearRecoveryAnnotation,
     CreatePod,
     CreatePVC,
@@ -48,4 +56,6 @@ async def execute(action: Action, env: Env) -> Outcome | None:
             return await quorum_recovery.force_single_voter(action, env)
         case ClearRecoveryAnnotation():
             return await quorum_recovery.clear_annotation(env)
+        case AdvanceTlsMigration():
+            return tls_migration.advance(action)
     raise TypeError(f"no executor for {action!r}")

@@ -8,7 +8,6 @@ reconcile; the planner re-checks the live quorum before sending it again.
 
 from __future__ import annotations
 
-from kraft_operator import render
 from kraft_operator.actions.base import Env, Outcome
 from kraft_operator.planner import AddVoter, RemoveVoter
 
@@ -18,7 +17,7 @@ from kraft.admin import AdminError, Endpoint, QuorumClient
 def _client(env: Env) -> QuorumClient:
     return QuorumClient(env.bootstrap(), timeout_s=min(env.admin_timeout_s, 5.0),
                         cluster_id=env.observed.cluster_id, client_id="kraft-operator",
-                        tls=env.tls)
+                        tls=env.admin_tls)
 
 
 def _failed(what: str, exc: AdminError) -> Outcome:
@@ -29,11 +28,13 @@ def _failed(what: str, exc: AdminError) -> Outcome:
 
 async def add_voter(action: AddVoter, env: Env) -> Outcome:
     what = f"AddRaftVoter {action.node_id}:{action.directory_id}"
-    endpoint = Endpoint(listener=render.LISTENER, host=env.ref.host(action.node_id),
-                        port=render.CONTROLLER_PORT)
+    # the new voter's endpoints: every controller listener its pod binds (Kafka's
+    # add-controller sends the controller's advertised listeners)
+    endpoints = [Endpoint(listener=item.name, host=env.ref.host(action.node_id), port=item.port)
+                 for item in env.ref.layout.listeners]
     try:
         async with _client(env) as admin:
-            await admin.add_voter(action.node_id, action.directory_id, [endpoint],
+            await admin.add_voter(action.node_id, action.directory_id, endpoints,
                                   timeout_s=env.admin_timeout_s)
     except AdminError as exc:
         if exc.already_done:

@@ -36,7 +36,6 @@ from typing import Any
 
 from kraft_operator import models, pki, render
 from kraft_operator.kube import Conflict, Kube, NotFound
-from kraft_operator.planner import pod_spec_hash
 
 log = logging.getLogger("kraft_operator.tls")
 
@@ -212,7 +211,7 @@ async def _user_ca(store: _Store, name: str) -> _Ca:
 
 def _settled(ref: render.QuorumRef, pods: list[Obj], generation: str) -> bool:
     """Every wanted node's pod runs, ready, with the spec hash of this trust generation."""
-    want = pod_spec_hash(ref.spec, generation)
+    want = ref.spec_hash(generation)
     current = set()
     for p in pods:
         meta = p.get("metadata") or {}

@@ -99,6 +99,20 @@ class ClearRecoveryAnnotation:
 
 
 @dataclass(frozen=True, slots=True)
+class AdvanceTlsMigration:
+    """A TLS migration's next phase (or its end) is recorded in status.tls: the pods roll to
+    its layout (`kraft_operator.planner.tls_migration`). Carried out by the status write;
+    its Event says which phase."""
+
+    phase: int
+    protocol: str
+    """The protocol the quorum moves to (PLAINTEXT or SSL)."""
+    complete: bool
+    """The migration ends here (phase 3: done, or 0: turned back)."""
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Wait:
     """Nothing to do now; reconcile again later."""
 
@@ -116,7 +130,8 @@ class ReportDegraded:
 
 Action = (
     RecordCluster | CreatePVC | DeletePVC | CreatePod | DeletePod | AddVoter | RemoveVoter
-    | ResignLeader | ForceSingleVoter | ClearRecoveryAnnotation | Wait | ReportDegraded
+    | ResignLeader | ForceSingleVoter | ClearRecoveryAnnotation | AdvanceTlsMigration | Wait
+    | ReportDegraded
 )
 
 MEMBERSHIP_ACTIONS = (AddVoter, RemoveVoter, ForceSingleVoter)

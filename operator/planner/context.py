@@ -25,6 +25,7 @@ from kraft_operator.observed import (
     ReplicaInfo,
 )
 from kraft_operator.planner.actions import Action
+from kraft_operator.planner.listeners import layout_of
 
 # How long a membership call may stay unconfirmed before it is sent again (it is idempotent).
 MEMBERSHIP_RETRY_SECONDS = 30.0
@@ -41,11 +42,14 @@ def majority(n: int) -> int:
     return n // 2 + 1
 
 
-def pod_spec_hash(spec: models.KRaftQuorumSpec, tls_generation: str = "") -> str:
+def pod_spec_hash(spec: models.KRaftQuorumSpec, tls_generation: str = "",
+                  listeners: str = "") -> str:
     """A digest of everything in the spec that shapes a pod: a pod created from another
     digest is out of date and is rolled. `tls_generation`: the trust generation of the
     operator's PKI (kraft_operator.actions.tls), "" for a quorum without TLS (whose digest
-    is the same as before TLS existed)."""
+    is the same as before TLS existed). `listeners`: the controller listeners' layout
+    (`Layout.key`: "" for the one CONTROLLER listener on 9093 a quorum that never migrated
+    runs on)."""
     shaping = {
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
@@ -56,6 +60,8 @@ def pod_spec_hash(spec: models.KRaftQuorumSpec, tls_generation: str = "") -> str
     }
     if tls_generation:
         shaping["tls"] = tls_generation
+    if listeners:
+        shaping["listeners"] = listeners
     text = json.dumps(shaping, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -84,7 +90,9 @@ class Context:
         self.now = observed.now
         self.replicas = spec.replicas
         self.desired_ids = range(spec.replicas)
-        self.desired_hash = pod_spec_hash(spec, observed.tls_generation)
+        self.layout = layout_of(observed.listeners)
+        """The controller listeners the pods are to run (`kraft_operator.planner.listeners`)."""
+        self.desired_hash = pod_spec_hash(spec, observed.tls_generation, self.layout.key)
         self.grace = float(spec.node_failure_grace_period_seconds)
         self.pods: dict[int, PodState] = {}
         for pod in sorted(observed.pods, key=lambda p: (p.deleting, p.name)):

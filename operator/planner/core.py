@@ -12,6 +12,7 @@ The operations are asked in a fixed order; the first that has something to do de
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -19,7 +20,14 @@ from typing import Any
 from kraft_operator import models
 from kraft_operator.observed import Observed, Operation, ReplicaInfo
 from kraft_operator.planner import format as format_op
-from kraft_operator.planner import recover, replace_disk, replace_node, roll, scale
+from kraft_operator.planner import (
+    recover,
+    replace_disk,
+    replace_node,
+    roll,
+    scale,
+    tls_migration,
+)
 from kraft_operator.planner.actions import (
     Action,
     AddVoter,
@@ -37,6 +45,7 @@ from kraft_operator.planner.context import (
     Decision,
     parse_target,
 )
+from kraft_operator.planner.listeners import PHASES, tls_status
 from kraft_operator.policy import OperatorPolicy
 
 CONDITION_TYPES = (
@@ -145,7 +154,8 @@ def _decide(ctx: Context) -> Decision | None:
         decision = _continue_operation(ctx, op)
         if decision is not None:
             return decision
-    for step in (replace_disk.replace_disk, scale.scale_down, scale.scale_up, roll.roll):
+    for step in (replace_disk.replace_disk, scale.scale_down, scale.scale_up, roll.roll,
+                 tls_migration.step):
         decision = step(ctx)
         if decision is not None:
             return decision
@@ -230,6 +240,12 @@ def plan(spec: models.KRaftQuorumSpec, observed: Observed,
                                  "the spec is realized" if realized else "waiting for the "
                                  "quorum to settle"), None)
 
+    migration = observed.listeners.migration
+    if migration is not None and decision.progressing == roll.REASON:
+        # a roll of a TLS migration's phase: the condition says which
+        decision = dataclasses.replace(decision, message=(
+            f"{decision.message or getattr(decision.action, 'message', '')} (TLS migration "
+            f"phase {migration.phase} of {PHASES})").strip())
     status = _status(ctx, decision, realized)
     conditions = _conditions(ctx, decision, realized, paused)
     return Plan(decision.action, conditions, status, tuple(warnings),
@@ -269,6 +285,8 @@ def _status(ctx: Context, decision: Decision, realized: bool) -> dict[str, Any]:
     status["currentOperation"] = _op_status(op)
     if realized:
         status["observedGeneration"] = obs.generation
+    status["tls"] = tls_migration.unformed(ctx) or tls_status(obs.listeners)
+    status.update(decision.extra_status)
     return status
 
 

@@ -277,3 +277,46 @@ def test_connection_limits_default_to_kafkas_and_name_a_bad_value() -> None:
         build_config({**BASE, "max.connections.per.ip.overrides": "10.0.0.1"})
     with pytest.raises(ConfigError, match=r"socket\.request\.max\.bytes"):
         build_config({**BASE, "socket.request.max.bytes": "0"})
+
+
+MIGRATING = {
+    **BASE,
+    "listeners": "CONTROLLER://127.0.0.1:9093,CONTROLLER_SSL://127.0.0.1:9094",
+    "controller.listener.names": "CONTROLLER_SSL,CONTROLLER",
+    "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,CONTROLLER_SSL:SSL",
+    "listener.name.controller_ssl.ssl.keystore.location": "/node.pem",
+    "listener.name.controller_ssl.ssl.truststore.location": "/ca.pem",
+    "listener.name.controller_ssl.ssl.client.auth": "required",
+}
+"""Midway through a migration to TLS: both listeners bound, TLS dialled."""
+
+
+def test_several_controller_listeners_each_with_its_protocol_the_first_dialled() -> None:
+    cfg = build_config(MIGRATING)
+    assert [(a.name, a.port) for a in cfg.controller_listeners] == [
+        ("CONTROLLER_SSL", 9094), ("CONTROLLER", 9093)]
+    assert cfg.controller_listener.name == "CONTROLLER_SSL"
+    assert cfg.listener_ssl("CONTROLLER") is None
+    tls = cfg.listener_ssl("CONTROLLER_SSL")
+    assert tls is not None and tls.client_auth == "required"
+    assert cfg.controller_ssl == tls  # what the node dials with
+    assert [a.name for a in cfg.advertised_controller_listeners] == ["CONTROLLER_SSL",
+                                                                     "CONTROLLER"]
+    # the other way round: plaintext dialled, the TLS listener still served
+    back = build_config({**MIGRATING, "controller.listener.names": "CONTROLLER,CONTROLLER_SSL"})
+    assert back.controller_ssl is None and back.listener_ssl("CONTROLLER_SSL") is not None
+
+
+@pytest.mark.parametrize(("extra", "says"), [
+    ({"controller.listener.names": "CONTROLLER_SSL,OTHER"}, "'OTHER' is not one of listeners"),
+    ({"controller.listener.names": "CONTROLLER,CONTROLLER"}, "appears twice"),
+    # the second controller listener is SSL too: it needs its own keystore and truststore
+    ({"listener.name.controller_ssl.ssl.keystore.location": ""},
+     "listener.name.controller_ssl.ssl.keystore.location"),
+    ({"controller.listener.names": "CONTROLLER,CONTROLLER_SSL",
+      "listener.name.controller_ssl.ssl.truststore.location": ""},
+     "listener.name.controller_ssl.ssl.truststore.location"),
+])
+def test_every_controller_listener_is_checked(extra: dict[str, str], says: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        build_config({**MIGRATING, **extra})

@@ -17,6 +17,9 @@ from datetime import UTC, datetime
 
 from kraft_operator import models
 from kraft_operator.observed import (
+    ControllerListener,
+    Endpoint,
+    ListenerState,
     NodeState,
     Observed,
     Operation,
@@ -41,6 +44,7 @@ from kraft_operator.planner import (
     majority,
     pod_spec_hash,
 )
+from kraft_operator.planner.listeners import layout_of, listener_state
 
 TICK_SECONDS = 10.0
 
@@ -60,6 +64,8 @@ class SimPod:
     age: int = 0  # ticks since it started; caught up and ready from age 1
     broken: bool = False  # cannot start (bad spec, no room): stays Pending
     volume_gone_since: float | None = None  # its status says its volume is gone
+    listeners: tuple[ControllerListener, ...] = ()  # bound, the dialled one first
+    authorizer: bool = False
 
     @property
     def key(self) -> tuple[int, str]:
@@ -93,6 +99,18 @@ class World:
     observed_generation: int | None = None
     broken_hashes: set[str] = field(default_factory=set)
     auto_join_enabled: bool = True  # whether auto-join really adds (Kafka's behaviour)
+    spec: models.KRaftQuorumSpec | None = None
+    """The spec `run` plans with (status.tls's record is read against it)."""
+    tls_record: dict[str, object] | None = None
+    """status.tls as the handler stores it (the listeners' record, a migration's phase)."""
+    pki: bool = False
+    """The trust generation follows the layout: "tls-1" while a listener is TLS, else ""."""
+    publish_delay: int = 0
+    """Ticks a restarted voter takes, once caught up, to publish its endpoints
+    (UpdateRaftVoter committed)."""
+    endpoints: dict[tuple[int, str], tuple[ControllerListener, ...]] = field(
+        default_factory=dict)
+    """Each voter's endpoints in the voters set."""
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1000))
     events: list[str] = field(default_factory=list)
 
@@ -115,10 +133,24 @@ class World:
 
     # --- observing -----------------------------------------------------------------------
 
+    def listener_state(self) -> ListenerState:
+        """What the handler reads from the spec and status.tls."""
+        status: dict[str, object] = {"tls": self.tls_record or {}}
+        if self.cluster_id:
+            status["clusterId"] = self.cluster_id
+        return listener_state(self.spec or models.KRaftQuorumSpec(), status)
+
+    def generation_now(self) -> str:
+        if not self.pki:
+            return self.tls_generation
+        return "tls-1" if layout_of(self.listener_state()).has_ssl else ""
+
     def observe(self, fresh: int = 12) -> Observed:
         quorum = None
         if self.quorum_answers() and self.leader is not None:
-            voters = tuple(ReplicaInfo(k[0], k[1], caught_up=self.caught_up(k))
+            voters = tuple(ReplicaInfo(k[0], k[1], caught_up=self.caught_up(k),
+                                       endpoints=tuple(Endpoint(e.name, f"kq-{k[0]}", e.port)
+                                                       for e in self.endpoints.get(k, ())))
                            for k in sorted(self.voters))
             observers = tuple(ReplicaInfo(p.node_id, p.directory_id, caught_up=p.age >= 1)
                               for p in sorted(self.pods.values(), key=lambda p: p.node_id)
@@ -131,7 +163,7 @@ class World:
                 phase=PodPhase.PENDING if p.broken else PodPhase.RUNNING,
                 ready=quorum is not None and not p.broken and p.age >= 1,
                 node_name=p.node_name, spec_hash=p.spec_hash, auto_join=p.auto_join,
-                volume_gone_since=p.volume_gone_since)
+                volume_gone_since=p.volume_gone_since, listeners=p.listeners or None)
             for p in self.pods.values())
         return Observed(
             generation=self.generation, pods=pods, pvcs=tuple(self.pvcs.values()),
@@ -139,7 +171,8 @@ class World:
             cluster_id=self.cluster_id, initial_voters=self.initial_voters,
             last_known_voters=self.last_known_voters, annotations=dict(self.annotations),
             now=self.now, fresh_ids=tuple(kafka_uuid(next(self._ids)) for _ in range(fresh)),
-            tls_generation=self.tls_generation, tls_problem=self.tls_problem)
+            tls_generation=self.generation_now(), tls_problem=self.tls_problem,
+            listeners=self.listener_state())
 
     def write_status(self, plan: Plan) -> None:
         """What the handler writes back from the plan."""
@@ -156,6 +189,14 @@ class World:
             op["type"], op["target"], self._parse_time(op["startedAt"]), op["attempt"])
         if "observedGeneration" in fields:
             self.observed_generation = fields["observedGeneration"]
+        if isinstance(fields.get("tls"), dict):
+            record = dict(self.tls_record or {})
+            for key, value in fields["tls"].items():
+                if value is None:
+                    record.pop(key, None)
+                else:
+                    record[key] = value
+            self.tls_record = record
 
     @staticmethod
     def _parse_time(text: str) -> float:
@@ -185,8 +226,10 @@ class World:
                 else:
                     node = next(name for name, s in sorted(self.nodes.items()) if s.ready)
                     down = False
+                layout = layout_of(self.listener_state())  # what the ConfigMap says now
                 self.pods[n] = SimPod(n, d, h, a, node_name=node,
-                                      broken=h in self.broken_hashes or down)
+                                      broken=h in self.broken_hashes or down,
+                                      listeners=layout.listeners, authorizer=layout.authorizer)
             case DeletePod(node_id=n):
                 self.pods.pop(n, None)
             case AddVoter(node_id=n, directory_id=d):
@@ -232,8 +275,16 @@ class World:
             initial = set(self.initial_voters)
             if sum(1 for k in initial if self.running(k)) >= majority(len(initial)):
                 self.formed, self.voters = True, set(initial)
+                formatted = layout_of(self.listener_state()).listeners[:1]
+                for k in initial:  # as formatted (--initial-controllers)
+                    self.endpoints[k] = formatted
         if not self.quorum_answers():
             return
+        for k in self.voters:  # a restarted voter publishes its listeners (UpdateRaftVoter)
+            pod = self.pods.get(k[0])
+            if pod is not None and pod.directory_id == k[1] and not pod.broken \
+                    and pod.age >= 1 + self.publish_delay:
+                self.endpoints[k] = pod.listeners
         if self.leader is None or self.leader not in self.voters or not self.running(self.leader):
             candidates = sorted(k for k in self.voters if self.running(k))
             self.leader, self.epoch = candidates[0], self.epoch + 1
@@ -282,8 +333,9 @@ def realized(world: World, spec: models.KRaftQuorumSpec) -> bool:
         and world.voters == wanted
         and len(wanted) == spec.replicas
         and set(world.pods) == set(range(spec.replicas))
-        and all(p.spec_hash == pod_spec_hash(spec, world.tls_generation) and p.age >= 1
-                for p in world.pods.values())
+        and all(p.spec_hash == pod_spec_hash(spec, world.generation_now(),
+                                             layout_of(world.listener_state()).key)
+                and p.age >= 1 for p in world.pods.values())
     )
 
 
@@ -295,6 +347,7 @@ def run(world: World, spec: models.KRaftQuorumSpec, steps: int = 200,
     from kraft_operator.planner import plan
 
     plans = []
+    world.spec = spec
     for _ in range(steps):
         observed = world.observe()
         result = plan(spec, observed)

@@ -61,8 +61,15 @@ def test_tls_is_on_for_a_new_quorum_and_off_for_one_formatted_without_it() -> No
     assert render.QuorumRef.from_body(body()).tls
     assert not render.QuorumRef.from_body(body({"clusterId": CLUSTER})).tls
     assert render.QuorumRef.from_body(body({"clusterId": CLUSTER, "tls": {"enabled": True}})).tls
-    assert render.QuorumRef.from_body(body({"clusterId": CLUSTER}, tls={"enabled": True})).tls
     assert not render.QuorumRef.from_body(body(tls={"enabled": False})).tls
+    # a running plaintext quorum whose spec asks for TLS serves plaintext until a migration
+    # (kraft_operator.planner.tls_migration) has moved it; its first phase binds TLS beside
+    ref = render.QuorumRef.from_body(body({"clusterId": CLUSTER}, tls={"enabled": True}))
+    assert not ref.tls and ref.listeners.wanted_ssl
+    migrating = render.QuorumRef.from_body(body({"clusterId": CLUSTER, "tls": {
+        "enabled": False, "migration": {"protocol": "SSL", "listener": "CONTROLLER_SSL",
+                                        "port": 9094, "phase": 1}}}, tls={"enabled": True}))
+    assert migrating.tls and migrating.layout.names == ("CONTROLLER", "CONTROLLER_SSL")
 
 
 def test_a_tls_nodes_properties_and_pod_mount_its_secret_read_only() -> None:

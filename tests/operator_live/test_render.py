@@ -174,3 +174,57 @@ def test_the_pods_meet_the_restricted_pod_security_profile() -> None:
     for c in bare["spec"]["containers"]:
         del c["securityContext"]["runAsNonRoot"]
     assert "runAsNonRoot: runAsNonRoot != true: kraft" in _restricted_violations(bare)
+
+
+def migrating(phase: int, to_tls: bool = True) -> render.QuorumRef:
+    """A quorum in phase `phase` of a TLS migration (from PLAINTEXT, or back from TLS)."""
+    target = {"protocol": "SSL", "listener": "CONTROLLER_SSL", "port": 9094} if to_tls else \
+        {"protocol": "PLAINTEXT", "listener": "CONTROLLER_PLAINTEXT", "port": 9094}
+    body = {**BODY, "spec": {**BODY["spec"], "tls": {"enabled": to_tls}},  # type: ignore[dict-item]
+            "status": {"clusterId": CLUSTER, "tls": {
+                "enabled": not to_tls, "listener": "CONTROLLER", "port": 9093,
+                "migration": {**target, "phase": phase}}}}
+    return render.QuorumRef.from_body(body)
+
+
+@pytest.mark.parametrize("to_tls", [True, False], ids=["to-tls", "to-plaintext"])
+def test_each_phase_of_a_tls_migration_renders_a_config_the_node_accepts(to_tls: bool) -> None:
+    """The three server.properties changes of each roll (docs/security.md), as the node's own
+    configuration model checks them; the authorizer only where TLS is alone."""
+    from kraft.config.node import build_config
+
+    old, new = ("CONTROLLER", "CONTROLLER_SSL") if to_tls else ("CONTROLLER",
+                                                                "CONTROLLER_PLAINTEXT")
+    expected = {0: (old,), 1: (old, new), 2: (new, old), 3: (new,)}
+    for phase, names in expected.items():
+        r = migrating(phase, to_tls)
+        props = ServerProperties.parse(render.config_map(r)["data"]["server-1.properties"])
+        cfg = build_config(props.to_properties())
+        assert tuple(cfg.controller_listener_names) == names, phase
+        ports = {"CONTROLLER": 9093, new: 9094}
+        assert [(a.name, a.port) for a in cfg.controller_listeners] == \
+            [(n, ports[n]) for n in names]
+        assert [a.host for a in cfg.advertised_controller_listeners] == \
+            ["kq-1.kq.ns1.svc.cluster.local"] * len(names)
+        for n in names:
+            tls = (n == "CONTROLLER") != to_tls
+            assert (cfg.listener_ssl(n) is not None) == tls, (phase, n)
+        # the peers are dialled on the first listener's port
+        assert {b.port for b in cfg.bootstrap_servers} == {ports[names[0]]}
+        alone_tls = len(names) == 1 and cfg.listener_ssl(names[0]) is not None
+        assert cfg.authorizer.enabled == alone_tls, phase
+        pod = render.pod(r, CreatePod(1, D1, FormatMode.JOIN, True, "h"), CLUSTER)
+        container = pod["spec"]["containers"][0]
+        assert sorted(p["containerPort"] for p in container["ports"]) == \
+            sorted([ports[n] for n in names] + [8080])
+        assert pod["metadata"]["annotations"][render.LISTENERS_ANNOTATION].split(",")[0] \
+            .startswith(names[0] + ":")
+        mounts = {m["name"] for m in container["volumeMounts"]}
+        assert ("tls" in mounts) == ((to_tls and phase > 0) or (not to_tls and phase < 3)), phase
+        # the Service and the NetworkPolicy open both ports for the whole migration
+        service = render.headless_service(r)
+        assert {p["port"] for p in service["spec"]["ports"]} == {9093, 9094, 8080}
+        rules = render.network_policy(r, render.OperatorPolicy())["spec"]["ingress"]
+        assert {p["port"] for p in rules[0]["ports"]} == {9093, 9094}
+    steady = ref()
+    assert [p["port"] for p in render.headless_service(steady)["spec"]["ports"]] == [9093, 8080]
