@@ -23,6 +23,10 @@ cannot carry shows as committed < offered. Per rate, for each system:
   leader's first commit and a window of up to 60 s make it cover the window alone.
 - CPU seconds of every process in the window (`CpuMeter`).
 
+A last rate (`capacity_rate`) above what either system carries gives their throughput, with a
+short warm-up and window: at a rate it cannot carry, TestRaftServer's unanswered appends pile
+up without bound in its leader's heap.
+
 Failover: kill -9 of the leader, the time until a commit in a higher epoch. TestRaftServer:
 the new leader's own log line of its first commit in the new epoch (ms timestamps); kraft-quorum:
 the compare scenario's trial (`KraftCluster.failover_trial`: the first acknowledgement of a
@@ -61,7 +65,7 @@ DOCS = ROOT / "docs"
 class KafkaRaftParams:
     """Rates and durations of the comparison (`quick_params()` for a short run)."""
 
-    rates: list[int] = field(default_factory=lambda: [5_000, 25_000, 100_000, 400_000])
+    rates: list[int] = field(default_factory=lambda: [5_000, 25_000, 100_000])
     """Offered records/s, one TestRaftServer cluster each (its `--throughput` is fixed at
     start); the first is TestRaftServer's default and the rate of the latency target."""
     warmup_s: float = 30.0
@@ -69,6 +73,13 @@ class KafkaRaftParams:
     kraft-quorum: `kraft_warmup_s`."""
     duration_s: float = 55.0
     kraft_warmup_s: float = 5.0
+    capacity_rate: int | None = 400_000
+    """A last rate above what either system carries on 2 cores, for its throughput, with a
+    short warm-up and window: TestRaftServer bounds neither its unanswered appends nor their
+    batches, so at a rate it cannot carry its leader's heap fills (1 GiB at about 150 bytes
+    per record behind). kraft-quorum's driver drops what is due past 20,000 unanswered."""
+    capacity_warmup_s: float = 15.0
+    capacity_duration_s: float = 10.0
     failover_trials: int = 5
     failover_inflight: int = 16
     version: str = VERSION
@@ -77,10 +88,19 @@ class KafkaRaftParams:
 
     @classmethod
     def quick_params(cls) -> KafkaRaftParams:
-        """Two rates, 10-s windows, one failover trial (TestRaftServer's percentiles then
-        cover its warm-up too: `histogram_span` in the results says so)."""
-        return cls(rates=[5_000, 100_000], warmup_s=5.0, duration_s=10.0, kraft_warmup_s=2.0,
-                   failover_trials=1, quick=True)
+        """5,000/s and the capacity rate, short windows, one failover trial (TestRaftServer's
+        percentiles then cover its warm-up too: `histogram_span` in the results says so)."""
+        return cls(rates=[5_000], warmup_s=5.0, duration_s=10.0, kraft_warmup_s=2.0,
+                   capacity_warmup_s=5.0, capacity_duration_s=5.0, failover_trials=1, quick=True)
+
+    def levels(self) -> list[tuple[int, float, float, str]]:
+        """(rate, TestRaftServer's warm-up, window, kind) of every rate, in run order: the
+        latency rates, then the capacity rate."""
+        out = [(r, self.warmup_s, self.duration_s, "latency") for r in self.rates]
+        if self.capacity_rate:
+            out.append((self.capacity_rate, self.capacity_warmup_s, self.capacity_duration_s,
+                        "capacity"))
+        return out
 
 
 RESTART_TIMEOUT_S = 180.0
@@ -98,15 +118,15 @@ def _sleep_until(t: float, what: str) -> None:
 # ============================================================================ TestRaftServer
 
 
-def kafka_window(c: KafkaRaftCluster, p: KafkaRaftParams) -> dict[str, Any]:
+def kafka_window(c: KafkaRaftCluster, warmup_s: float, duration_s: float) -> dict[str, Any]:
     """One rate's window on a started TestRaftServer cluster."""
     lead = c.wait_leader()
     first = c.first_commit(lead.leader_id, lead.epoch) or time.time()
-    _sleep_until(first + p.warmup_s, f"kafka-raft {c.throughput}/s: warm-up after the first commit")
+    _sleep_until(first + warmup_s, f"kafka-raft {c.throughput}/s: warm-up after the first commit")
     before = wait_quiet(max_wait_s=0.0)
     v0, t0 = c.leader_view(), time.time()
     with CpuMeter(c.pids()) as m:
-        _sleep_until(t0 + p.duration_s, f"kafka-raft {c.throughput}/s: window")
+        _sleep_until(t0 + duration_s, f"kafka-raft {c.throughput}/s: window")
         v1, t1 = c.leader_view(), time.time()
     out: dict[str, Any] = {"rate": c.throughput, "window_s": round(t1 - t0, 2), "cpu": m.result,
                            "machine_before": before, "leader": lead.leader_id, "epoch": lead.epoch}
@@ -125,7 +145,7 @@ def kafka_window(c: KafkaRaftCluster, p: KafkaRaftParams) -> dict[str, Any]:
                           "records_per_s": round(r.records_per_s(c.record_size), 1),
                           "p75_ms": r.p75_ms, "p99_ms": r.p99_ms, "p999_ms": r.p999_ms,
                           "histogram_span_s": [round(span[0] - first, 1), round(span[1] - first, 1)],
-                          "covers_warmup": span[0] < first + p.warmup_s - 0.5}
+                          "covers_warmup": span[0] < first + warmup_s - 0.5}
         out["latency"] = {"p75_ms": r.p75_ms, "p99_ms": r.p99_ms, "p999_ms": r.p999_ms,
                           "resolution_ms": 1.0}
     else:
@@ -167,16 +187,18 @@ def kafka_failover_trial(c: KafkaRaftCluster, max_s: float) -> dict[str, Any]:
 def kafka_side(p: KafkaRaftParams) -> dict[str, Any]:
     """Every rate on a cluster of its own; the failover trials on the first rate's."""
     out: dict[str, Any] = {"levels": {}}
-    for i, rate in enumerate(p.rates):
+    for i, (rate, warmup, duration, kind) in enumerate(p.levels()):
         print(f"-- kafka-raft: TestRaftServer at {rate:,} records/s", flush=True)
 
-        def one(rate: int = rate, first: bool = i == 0) -> dict[str, Any]:
+        def one(rate: int = rate, warmup: float = warmup, duration: float = duration,
+                kind: str = kind, first: bool = i == 0) -> dict[str, Any]:
             c = KafkaRaftCluster(WORK / f"kafka-raft-{rate}", throughput=rate, version=p.version)
             t = time.monotonic()
             with running(c):
                 started_s = round(time.monotonic() - t, 1)
                 out.setdefault("info", c.info())
-                level = dict(kafka_window(c, p), start_s=started_s)
+                level = dict(kafka_window(c, warmup, duration), start_s=started_s, kind=kind,
+                             warmup_s=warmup)
                 _print_level("kafka-raft", level)
                 if first:
                     out["failover"] = _trials(lambda: kafka_failover_trial(c, 30.0),
@@ -198,13 +220,13 @@ def kraft_side(p: KafkaRaftParams) -> dict[str, Any]:
         s = KraftCluster(WORK / "kraft-vs-kafka")
         with running(s):
             out["info"] = s.info()
-            for rate in p.rates:
+            for rate, _, duration, kind in p.levels():
                 print(f"-- kafka-raft: kraft-quorum at {rate:,} records/s", flush=True)
                 before = wait_quiet(max_wait_s=5.0)
                 with CpuMeter(s.pids()) as m:
-                    r = s.rate(rate, p.duration_s, p.kraft_warmup_s)
+                    r = s.rate(rate, duration, p.kraft_warmup_s)
                 level = dict(r, committed_per_s=r.get("ops_per_s"), cpu=m.result,
-                             machine_before=before)
+                             machine_before=before, kind=kind, warmup_s=p.kraft_warmup_s)
                 _print_level("kraft-quorum", level)
                 out["levels"][str(rate)] = level
             out["failover"] = _trials(lambda: s.failover_trial(p.failover_inflight, 15.0),
@@ -288,13 +310,17 @@ def parse(argv: list[str]) -> argparse.Namespace:
         description="kraft-quorum beside Apache Kafka's TestRaftServer (3 voters each on "
                     "127.0.0.1): committed records/s and commit latency at fixed offered rates, "
                     "failover after kill -9 of the leader.")
-    ap.add_argument("--quick", action="store_true", help="two rates, 10-s windows, one trial")
+    ap.add_argument("--quick", action="store_true",
+                    help="5,000/s and the capacity rate, short windows, one failover trial")
     ap.add_argument("--seconds", type=float, help="the measured window per rate, seconds")
     ap.add_argument("--warmup", type=float,
                     help="TestRaftServer's warm-up after its first commit, seconds (30 lets "
                          "its printed percentiles cover the window alone)")
     ap.add_argument("--rates", help="offered records/s, comma-separated (the first is the "
                                     "latency target's)")
+    ap.add_argument("--capacity-rate", type=int,
+                    help="the last rate, above both systems' capacity, with a short window "
+                         "(default 400000; 0: none)")
     ap.add_argument("--trials", type=int, help="failover trials per system")
     ap.add_argument("--kafka-version", default=VERSION, help=f"default {VERSION}")
     ap.add_argument("--write-docs", action="store_true",
@@ -314,6 +340,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
             ap.error(f"--rates: expected whole records/s separated by commas, got {args.rates!r}")
         if not args.rates or min(args.rates) <= 0:
             ap.error(f"--rates: expected positive records/s, got {args.rates!r}")
+        if len(set(args.rates)) != len(args.rates):
+            ap.error(f"--rates: each rate once, got {args.rates!r}")
+    if args.capacity_rate is not None and args.capacity_rate < 0:
+        ap.error(f"--capacity-rate must be >= 0, got {args.capacity_rate}")
+    if args.capacity_rate and args.rates and args.capacity_rate in args.rates:
+        ap.error(f"--capacity-rate {args.capacity_rate} is one of --rates already")
     return args
 
 
@@ -328,6 +360,10 @@ def params_of(args: argparse.Namespace) -> KafkaRaftParams:
         p.rates = args.rates
     if args.trials is not None:
         p.failover_trials = args.trials
+    if args.capacity_rate is not None:
+        p.capacity_rate = args.capacity_rate or None
+    if p.capacity_rate in p.rates:
+        p.capacity_rate = None  # --rates named it: measured with the long window
     p.version = args.kafka_version
     return p
 
@@ -356,7 +392,7 @@ def main(argv: list[str]) -> int:
     try:
         res = run(p)
     finally:
-        for d in [WORK / "kraft-vs-kafka", *(WORK / f"kafka-raft-{r}" for r in p.rates)]:
+        for d in [WORK / "kraft-vs-kafka", *(WORK / f"kafka-raft-{r}" for r, *_ in p.levels())]:
             shutil.rmtree(d, ignore_errors=True)
     print(json.dumps(res["summary"], indent=2, default=str), flush=True)
     if args.write_docs:

@@ -251,7 +251,14 @@ def kafka_raft_section(kr: dict[str, Any] | None) -> list[str]:
           "its leader flushes after each batch it writes, a voter after each Fetch answer).",
           f"- Per rate: kraft-quorum {p.get('kraft_warmup_s')} s warm-up, TestRaftServer "
           f"{p.get('warmup_s')} s after its leader's first commit (a new JVM, one cluster per "
-          f"rate), then a window of {p.get('duration_s')} s. Committed/s: kraft-quorum the answers "
+          f"rate), then a window of {p.get('duration_s')} s. "
+          + (f"The last rate, {_f(p.get('capacity_rate'))}/s, is above what either carries "
+             "here, for their throughput, with a short window (TestRaftServer "
+             f"{p.get('capacity_warmup_s')} s warm-up, both {p.get('capacity_duration_s')} s): "
+             "TestRaftServer bounds neither its unanswered appends nor their batches, so its "
+             "leader's heap fills at a rate it cannot carry; kraft-quorum's driver drops what "
+             "is due past 20,000 unanswered writes. " if p.get("capacity_rate") else "")
+          + "Committed/s: kraft-quorum the answers "
           "in the window; TestRaftServer its leader's high watermark at both ends of the window "
           "(a Fetch of an observer), its own printed figure beside it.",
           "- Latency: kraft-quorum from its client's send to the answer (a commit plus one "
@@ -266,12 +273,14 @@ def kafka_raft_section(kr: dict[str, Any] | None) -> list[str]:
           "| ---: | ---: | ---: | --- | ---: | ---: | --- |"]
     kl = (systems.get("kraft-quorum") or {}).get("levels") or {}
     fl = (systems.get("kafka-raft") or {}).get("levels") or {}
-    for rate in p.get("rates") or sorted({int(r) for r in (*kl, *fl)}):
+    rates = [*(p.get("rates") or []), *([p["capacity_rate"]] if p.get("capacity_rate") else [])]
+    for rate in rates or sorted({int(r) for r in (*kl, *fl)}):
         k, f = kl.get(str(rate)) or {}, fl.get(str(rate)) or {}
+        kind = " (capacity)" if "capacity" in (k.get("kind"), f.get("kind")) else ""
         held = f" ({_f(k.get('held_back'))} not sent: over 20,000 outstanding)" if k.get("held_back") else ""
         pr = f.get("printed") or {}
         span = pr.get("histogram_span_s")
-        L.append(f"| {_f(rate)} | {_f(k.get('committed_per_s'))}{held}{k.get('error', '')} "
+        L.append(f"| {_f(rate)}{kind} | {_f(k.get('committed_per_s'))}{held}{k.get('error', '')} "
                  f"| {_lat(k.get('latency'), ('p50_ms', 'p75_ms', 'p99_ms', 'p999_ms')) if k.get('latency') else '—'} "
                  f"| {_cpu(k)} | {_f(f.get('committed_per_s'))} ({_f(pr.get('records_per_s'))})"
                  f"{' ' + f['error'] if f.get('error') else ''} "

@@ -74,15 +74,16 @@ def _level(rate: int, committed: float, p99: float, **extra: object) -> dict[str
 
 
 def _result() -> dict[str, object]:
-    rates = [5_000, 100_000, 400_000]
+    rates = [5_000, 100_000]
     res: dict[str, object] = {
         "mode": "full", "params": {"rates": rates, "warmup_s": 30.0, "duration_s": 55.0,
-                                   "kraft_warmup_s": 5.0},
+                                   "kraft_warmup_s": 5.0, "capacity_rate": 400_000,
+                                   "capacity_warmup_s": 15.0, "capacity_duration_s": 10.0},
         "record_size": 117,
         "systems": {
             "kraft-quorum": {"levels": {
                 "5000": _level(5_000, 5_000.0, 1.4), "100000": _level(100_000, 99_500.0, 9.0),
-                "400000": _level(400_000, 110_000.0, 800.0, held_back=900_000)},
+                "400000": _level(400_000, 110_000.0, 800.0, held_back=900_000, kind="capacity")},
                 "failover": {"recovery": {"n": 2, "p50_ms": 150.0, "p99_ms": 190.0,
                                           "max_ms": 190.0}}},
             "kafka-raft": {"info": {"version": "Apache Kafka 4.4.0 kafka.tools.TestRaftServer",
@@ -91,7 +92,7 @@ def _result() -> dict[str, object]:
                 "5000": _level(5_000, 4_999.0, 31.0, printed={"records_per_s": 5001.0,
                                                               "histogram_span_s": [30.0, 84.2]}),
                 "100000": _level(100_000, 98_000.0, 40.0),
-                "400000": _level(400_000, 240_000.0, 250.0)},
+                "400000": _level(400_000, 240_000.0, 250.0, kind="capacity")},
                 "failover": {"recovery": {"n": 2, "p50_ms": 2600.0, "p99_ms": 3100.0,
                                           "max_ms": 3100.0}}}}}
     res["summary"] = measure.summarize(res, rates)
@@ -125,7 +126,8 @@ def test_the_targets_compare_kraft_with_testraftserver() -> None:
 def test_the_report_section_shows_every_rate_and_why_a_run_is_missing() -> None:
     lines = compare.kafka_raft_section(_result())
     text = "\n".join(lines)
-    assert "| 400,000 | 110,000 (900,000 not sent: over 20,000 outstanding) |" in text
+    assert "| 400,000 (capacity) | 110,000 (900,000 not sent: over 20,000 outstanding) |" in text
+    assert "The last rate, 400,000/s, is above what either carries here" in text
     assert "| 5,000 | 5,000 | — / — / 1.40 / — | node1 1.0 | 4,999 (5,001) | — / 31.00 / — (30.0-84.2) |" in text
     assert "| kafka-raft | 240,000 (offered 400,000) | 5,000 | 31.00 ms at 5,000/s | 2: 2,600 / 3,100 / 3,100 |" in text
     assert compare.kafka_raft_section(None) == []
@@ -142,8 +144,19 @@ def test_missing_jars_name_make_kafka(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "run `make kafka` first" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("args", "word"), [(["--rates", "5k"], "--rates"), (["--rates", "0"], "--rates"),
-                                            (["--seconds", "0"], "--seconds"), (["--trials", "-1"], "--trials")])
+def test_the_rates_run_with_long_windows_and_the_capacity_rate_last_with_a_short_one() -> None:
+    p = measure.params_of(measure.parse(["--rates", "1000,2000", "--seconds", "20"]))
+    assert p.levels() == [(1000, 30.0, 20.0, "latency"), (2000, 30.0, 20.0, "latency"),
+                          (400_000, 15.0, 10.0, "capacity")]
+    assert measure.params_of(measure.parse(["--capacity-rate", "0"])).levels()[-1][3] == "latency"
+    quick = measure.params_of(measure.parse(["--quick"]))
+    assert [lv[0] for lv in quick.levels()] == [5_000, 400_000] and quick.failover_trials == 1
+
+
+@pytest.mark.parametrize(("args", "word"), [
+    (["--rates", "5k"], "--rates"), (["--rates", "0"], "--rates"), (["--rates", "9,9"], "--rates"),
+    (["--seconds", "0"], "--seconds"), (["--trials", "-1"], "--trials"),
+    (["--rates", "9", "--capacity-rate", "9"], "--capacity-rate")])
 def test_a_bad_option_is_named(args: list[str], word: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert measure.main(args) == 2
     assert word in capsys.readouterr().err
