@@ -224,6 +224,11 @@ def _lat(lat: dict[str, Any] | None, keys: tuple[str, ...]) -> str:
     return " / ".join(_f(lat.get(k), 2) for k in keys)
 
 
+def _other(level: dict[str, Any]) -> str:
+    other = (level.get("cpu") or {}).get("other_cpu_s")
+    return f"; others {other}" if other is not None else ""
+
+
 def kafka_raft_section(kr: dict[str, Any] | None) -> list[str]:
     """Section 7: kraft-quorum beside Apache Kafka's TestRaftServer (`bench.measure.kafka_raft`);
     nothing when the run has no such part."""
@@ -252,8 +257,8 @@ def kafka_raft_section(kr: dict[str, Any] | None) -> list[str]:
           f"- Per rate: kraft-quorum {p.get('kraft_warmup_s')} s warm-up, TestRaftServer "
           f"{p.get('warmup_s')} s after its leader's first commit (a new JVM, one cluster per "
           f"rate), then a window of {p.get('duration_s')} s. "
-          + (f"The last rate, {_f(p.get('capacity_rate'))}/s, is above what either carries "
-             "here, for their throughput, with a short window (TestRaftServer "
+          + (f"The last rate, {_f(p.get('capacity_rate'))}/s, is there for their throughput, "
+             "meant to be more than either carries, with a short window (TestRaftServer "
              f"{p.get('capacity_warmup_s')} s warm-up, both {p.get('capacity_duration_s')} s): "
              "TestRaftServer bounds neither its unanswered appends nor their batches, so its "
              "leader's heap fills at a rate it cannot carry; kraft-quorum's driver drops what "
@@ -268,8 +273,9 @@ def kafka_raft_section(kr: dict[str, Any] | None) -> list[str]:
           "its last two 30-s metric samples: `span` is the part of its run (s after the first "
           "commit) the percentiles cover.", "",
           "| offered records/s | kraft-quorum committed/s | kraft-quorum p50 / p75 / p99 / p99.9 ms "
-          "| kraft-quorum CPU-s | TestRaftServer committed/s (printed) | TestRaftServer p75 / p99 / "
-          "p99.9 ms (span s) | TestRaftServer CPU-s |",
+          "| kraft-quorum CPU-s (others: processes outside the benchmark) | TestRaftServer "
+          "committed/s (printed) | TestRaftServer p75 / p99 / p99.9 ms (span s) | TestRaftServer "
+          "CPU-s |",
           "| ---: | ---: | ---: | --- | ---: | ---: | --- |"]
     kl = (systems.get("kraft-quorum") or {}).get("levels") or {}
     fl = (systems.get("kafka-raft") or {}).get("levels") or {}
@@ -282,10 +288,10 @@ def kafka_raft_section(kr: dict[str, Any] | None) -> list[str]:
         span = pr.get("histogram_span_s")
         L.append(f"| {_f(rate)}{kind} | {_f(k.get('committed_per_s'))}{held}{k.get('error', '')} "
                  f"| {_lat(k.get('latency'), ('p50_ms', 'p75_ms', 'p99_ms', 'p999_ms')) if k.get('latency') else '—'} "
-                 f"| {_cpu(k)} | {_f(f.get('committed_per_s'))} ({_f(pr.get('records_per_s'))})"
+                 f"| {_cpu(k)}{_other(k)} | {_f(f.get('committed_per_s'))} ({_f(pr.get('records_per_s'))})"
                  f"{' ' + f['error'] if f.get('error') else ''} "
                  f"| {_lat(f.get('latency'), ('p75_ms', 'p99_ms', 'p999_ms')) if f.get('latency') else '—'}"
-                 f"{f' ({span[0]}-{span[1]})' if span else ''} | {_cpu(f)} |")
+                 f"{f' ({span[0]}-{span[1]})' if span else ''} | {_cpu(f)}{_other(f)} |")
     summ = kr.get("summary") or {}
     L += ["", "| system | throughput (most committed/s at any rate) | highest rate carried "
           "(committed >= 99 % of offered) | p99 at the first rate | failover after kill -9 of "

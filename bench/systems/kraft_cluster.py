@@ -263,7 +263,9 @@ def driver_main() -> None:
         millisecond the writes due by then (`rate` per second from the start) go out through
         `KvClient.send` callbacks whatever the answers. Latency is from a write's send to its
         answer, for every write sent inside the window (answered inside it or during the
-        drain after it, up to `drain_s`); throughput counts answers inside the window. More
+        drain after it, up to `drain_s`); throughput counts answers inside the window;
+        `behind_at_end_s` is the writes unanswered when the window ends, in seconds of the
+        rate. More
         than `max_outstanding` unanswered writes make the writes then due be dropped (counted
         as `held_back`: the rate was not sustained)."""
         from kraft.protocol.kv_wire import NOT_FOUND, OK, OP_PUT
@@ -316,6 +318,7 @@ def driver_main() -> None:
                 loop.call_later(0.001, tick)
             else:
                 sending[0] = False
+                state["outstanding_at_end"] = state["outstanding"]
                 if state["outstanding"] == 0 and not drained.done():
                     drained.set_result(None)
 
@@ -330,6 +333,7 @@ def driver_main() -> None:
         return {"rate": rate, "ops_per_s": round(state["done"] / duration, 1),
                 "completed_in_window": state["done"], "sent_in_window": state["sent_in_window"],
                 "held_back": state["held_back"], "unanswered": state["outstanding"],
+                "behind_at_end_s": round(state.get("outstanding_at_end", 0) / rate, 3),
                 "errors": errs, "latency": summarize_ns(lat), "connections": nconn,
                 "client": "open loop, callbacks"}
 
