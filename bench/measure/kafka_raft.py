@@ -284,12 +284,25 @@ def summarize(res: dict[str, Any], rates: list[int]) -> dict[str, Any]:
                    and not (levels[str(r)].get("held_back") or levels[str(r)].get("unanswered"))
                    and (levels[str(r)].get("behind_at_end_s") or 0) < 0.5]
         at = levels.get(str(rates[0])) or {}
-        out[name] = {"throughput_per_s": max(got.values()) if got else None,
-                     "at_rate": max(got, key=lambda r: got[r]) if got else None,
+        best = max(got, key=lambda r: got[r]) if got else None
+        out[name] = {"throughput_per_s": got[best] if best is not None else None,
+                     "at_rate": best,
+                     "cpu_us_per_record": cpu_per_record(levels[str(best)]) if best else None,
                      "highest_rate_carried": max(carried) if carried else None,
                      "latency_rate": rates[0], "latency": at.get("latency"),
                      "failover": (side.get("failover") or {}).get("recovery")}
     return out
+
+
+def cpu_per_record(level: dict[str, Any]) -> dict[str, float] | None:
+    """CPU microseconds per committed record in one window: in all, and per process."""
+    cpu = level.get("cpu") or {}
+    n = (level.get("committed_per_s") or 0) * (cpu.get("wall_s") or 0)
+    per = cpu.get("cpu_s") or {}
+    if n <= 0 or not per:
+        return None
+    return {"all": round(sum(per.values()) / n * 1e6, 1),
+            **{k: round(v / n * 1e6, 1) for k, v in per.items()}}
 
 
 def run(p: KafkaRaftParams) -> dict[str, Any]:

@@ -109,6 +109,10 @@ def test_the_summary_takes_the_most_committed_and_the_highest_rate_carried() -> 
     assert s["kafka-raft"]["highest_rate_carried"] == 5_000
     assert s["kafka-raft"]["latency"] == {"p99_ms": 31.0}
     assert s["kafka-raft"]["failover"]["p99_ms"] == 3100.0
+    assert s["kafka-raft"]["cpu_us_per_record"] is None  # its capacity window has no wall time
+    assert measure.cpu_per_record({"committed_per_s": 1000.0, "cpu": {
+        "wall_s": 10.0, "cpu_s": {"node1": 0.05, "client": 0.02}}}) == {
+            "all": 7.0, "node1": 5.0, "client": 2.0}
 
 
 def test_the_targets_compare_kraft_with_testraftserver() -> None:
@@ -130,7 +134,8 @@ def test_the_report_section_shows_every_rate_and_why_a_run_is_missing() -> None:
     assert "| 400,000 (capacity) | 110,000 (900,000 not sent: over 20,000 outstanding) |" in text
     assert "The last rate, 400,000/s, is there for their throughput" in text
     assert "| 5,000 | 5,000 | — / — / 1.40 / — | node1 1.0; others 0.5 | 4,999 (5,001) | — / 31.00 / — (30.0-84.2) |" in text
-    assert "| kafka-raft | 240,000 (offered 400,000) | 5,000 | 31.00 ms at 5,000/s | 2: 2,600 / 3,100 / 3,100 |" in text
+    assert ("| kafka-raft | 240,000 (offered 400,000) | — | 5,000 | 31.00 ms at 5,000/s "
+            "| 2: 2,600 / 3,100 / 3,100 |") in text
     assert compare.kafka_raft_section(None) == []
     assert compare.kafka_raft_section({"error": "no jars: run `make kafka` first"})[-1] == \
         "Not measured: no jars: run `make kafka` first"
