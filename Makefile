@@ -154,13 +154,15 @@ cycles: $(STAMP)
 
 # The peers (etcd from Debian, PySyncObj in .venv-peers/) are installed by the harness itself.
 # PySyncObj runs on the interpreter .venv/ was made with, so both Python systems share it.
+# Kafka's TestRaftServer runs from the jars of `make kafka` (bench/systems/kafka_raft.py);
+# `python -m bench kafka-raft` runs that comparison alone.
 PEERS_PYTHON = $$($(BIN)/python -c 'import sys; print(sys._base_executable)')
 
-bench: $(STAMP)
+bench: $(STAMP) kafka
 	PYTHON="$(PEERS_PYTHON)" bash bench/systems/setup_peers.sh
 	$(BIN)/python -m bench
 
-bench-quick: $(STAMP)
+bench-quick: $(STAMP) kafka
 	PYTHON="$(PEERS_PYTHON)" bash bench/systems/setup_peers.sh
 	$(BIN)/python -m bench compare --quick
 

@@ -9,6 +9,10 @@ A module may also define `write_markdown(result, md_path)`: it then renders its 
 of docs/benchmarks.md (outside the generated block) and is left out of the generated tables
 (the comparison with the peers, `bench_compare`, does this). `--quick` sets `BENCH_QUICK=1`
 for a short smoke run of the modules that honour it.
+
+`python -m bench kafka-raft [--seconds S] [--quick] [--write-docs] ...` runs only the
+comparison's Kafka scenario, kraft-quorum beside Apache Kafka's TestRaftServer
+(`bench.measure.kafka_raft`; `--help` lists its options).
 """
 
 from __future__ import annotations
@@ -105,7 +109,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m bench",
         description="Run the benchmarks (all by default) and write docs/benchmarks.{json,md}.",
-        epilog=f"benchmarks: {', '.join(have)}")
+        epilog=f"benchmarks: {', '.join(have)}; `python -m bench kafka-raft --help`: only the "
+               "comparison with Apache Kafka's TestRaftServer")
     p.add_argument("names", nargs="*", metavar="NAME", help="the benchmarks to run (default: all)")
     p.add_argument("--quick", action="store_true",
                    help="a short smoke run (BENCH_QUICK=1) of the modules that honour it")
@@ -117,7 +122,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str]) -> int:
-    """Run the named benchmarks (all by default) and write docs/benchmarks.{json,md}."""
+    """Run the named benchmarks (all by default) and write docs/benchmarks.{json,md}; or, with
+    `kafka-raft` first, only the comparison with Kafka's TestRaftServer."""
+    if argv[:1] == ["kafka-raft"]:
+        from bench.measure import kafka_raft
+
+        return kafka_raft.main(argv[1:])
     try:
         args = parse(argv)
     except SystemExit as exc:  # --help (0) or a bad flag or name (2), already printed

@@ -12,7 +12,7 @@ and YAML configs; ours is XML, so they are left out.) `mvn dependency:copy-depen
 `<cache>/m2`, outside the clone, so a clean clone reuses it.
 
 A directory that holds a stamp naming exactly the jars it should is left alone: a rerun is
-offline and instant. The launchers that run these jars live in `tests/support/kafka.py`.
+offline and instant. The java command lines that run these jars are `tools/kafka_launch.py`.
 """
 
 from __future__ import annotations

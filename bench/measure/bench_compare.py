@@ -1,11 +1,13 @@
-"""kraft-quorum against PySyncObj 0.3.17 and etcd 3.4, side by side, in one invocation.
+"""kraft-quorum against PySyncObj 0.3.17, etcd 3.4 and Apache Kafka's own raft benchmark
+(`kafka.tools.TestRaftServer`), side by side, in one invocation.
 
-`python -m bench compare` (full, about 20 minutes) or `python -m bench compare --quick`
+`python -m bench compare` (full, about 35 minutes) or `python -m bench compare --quick`
 (`BENCH_QUICK=1`; a few minutes). Peers must be installed first:
-`bash bench/systems/setup_peers.sh`.
+`bash bench/systems/setup_peers.sh`, and Kafka's jars cached by `make kafka` (without them the
+Kafka scenario records why it did not run and the others still run).
 
 `run()` returns one dict per scenario (throughput, latency, failover, kip1166, snapshot,
-restart) plus `machine`, `versions` and `targets`; `write_markdown(result, md_path)`
+restart, kafka_raft) plus `machine`, `versions` and `targets`; `write_markdown(result, md_path)`
 (`bench.report.compare`) renders them as the comparison section of docs/benchmarks.md and the
 charts in docs/img/.
 """
@@ -20,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.measure import scenarios
+from bench.measure import kafka_raft, scenarios
 from bench.measure.scenarios import (
     WORK,
     Params,
@@ -136,6 +138,18 @@ def run() -> dict[str, Any]:
                 os.environ[key] = value
 
 
+def kafka_raft_scenario(quick: bool) -> dict[str, Any]:
+    """kraft-quorum beside Kafka's TestRaftServer (`bench.measure.kafka_raft`), or why it did
+    not run (the jars of `make kafka` missing)."""
+    kp = kafka_raft.KafkaRaftParams.quick_params() if quick else kafka_raft.KafkaRaftParams()
+    try:
+        kafka_raft.check_jars(kp.version)
+    except kafka_raft.KafkaUnavailable as exc:
+        print(f"!! kafka-raft not run: {exc}", flush=True)
+        return {"error": str(exc)}
+    return kafka_raft.run(kp)
+
+
 def _run(p: Params, quick: bool, frozen: dict[str, Any]) -> dict[str, Any]:
     started = time.monotonic()
     m0 = machine_busy()
@@ -154,6 +168,7 @@ def _run(p: Params, quick: bool, frozen: dict[str, Any]) -> dict[str, Any]:
     res["failover"] = step("failover", lambda: failover(p))
     res["kip1166"] = step("kip1166", lambda: kip1166(p))
     res["snapshot"], res["restart"] = step("snapshot+restart", lambda: snapshot_and_restart(p))
+    res["kafka_raft"] = step("kafka-raft", lambda: kafka_raft_scenario(quick))
     m1 = machine_busy()
     res["targets"] = evaluate_targets(res)
     res["machine"]["busy"] = _busy_summary(res)

@@ -684,8 +684,32 @@ def evaluate_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
                f"state {(snap.get('snapshot_installed_bytes') or 0) / 1e6:.0f} MB"),
         Target("restart with ~1 GiB of log", "<=", 5.0, max(rst_ready) if rst_ready else None, "s",
                f"log on disk {log_gib:.2f} GiB"),
+        *kafka_raft_targets(res),
     ]
     return [t.as_dict() for t in targets]
+
+
+def kafka_raft_targets(res: dict[str, Any]) -> list[Target]:
+    """kraft-quorum against Kafka's TestRaftServer (`bench.measure.kafka_raft`): its commit
+    throughput at least Kafka's, its commit latency p99 at the first offered rate at most
+    Kafka's; none when the run has no such part."""
+    kr = _get(res, "kafka_raft")
+    if not isinstance(kr, dict) or "summary" not in kr:
+        return []
+    kraft = _get(kr, "summary", "kraft-quorum") or {}
+    kafka = _get(kr, "summary", "kafka-raft") or {}
+    rate = kafka.get("latency_rate") or kraft.get("latency_rate")
+    return [
+        Target("commit throughput vs Kafka's TestRaftServer", ">=", kafka.get("throughput_per_s"),
+               kraft.get("throughput_per_s"), "records/s",
+               f"limit = TestRaftServer's; open loop at the same offered rates, "
+               f"{kr.get('record_size')}-byte records"),
+        Target(f"commit latency p99 vs Kafka's TestRaftServer at {rate:,} records/s" if rate
+               else "commit latency p99 vs Kafka's TestRaftServer", "<=",
+               _get(kafka, "latency", "p99_ms"), _get(kraft, "latency", "p99_ms"), "ms",
+               "limit = TestRaftServer's (whole ms, append to commit in its process); "
+               "kraft-quorum's from its client's send to the answer"),
+    ]
 
 
 # ============================================================================ helpers

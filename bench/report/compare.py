@@ -54,7 +54,7 @@ def render_markdown(res: dict[str, Any]) -> str:
     imgs = charts.all_charts(res, IMG)
     mi = res.get("machine", {})
     busy = mi.get("busy", {})
-    L = [BEGIN, "", "## kraft-quorum vs PySyncObj and etcd (`python -m bench compare`)", "",
+    L = [BEGIN, "", "## kraft-quorum vs PySyncObj, etcd and Kafka's TestRaftServer (`python -m bench compare`)", "",
          f"Mode **{res.get('mode')}**, one invocation, {res.get('timings_s', {}).get('total')} s. "
          f"Machine: {mi.get('nproc')} cores ({mi.get('cpu')}), {mi.get('memory_gib')} GiB, kernel "
          f"{mi.get('kernel')}, Python {mi.get('python')} (`{mi.get('python_executable')}`; PySyncObj "
@@ -210,12 +210,115 @@ def render_markdown(res: dict[str, Any]) -> str:
                      f"| {_f(r.get('ready_s'), 2)} | — |")
     if rs.get("error"):
         L.append(f"\nError: {rs['error']}")
+    L += kafka_raft_section(res.get("kafka_raft"))
     if imgs:
         L += ["", "### Charts", ""]
         for pth in imgs:
             L.append(f"![{pth.stem}](img/{pth.name})")
     L += ["", END]
     return "\n".join(L)
+
+
+def _lat(lat: dict[str, Any] | None, keys: tuple[str, ...]) -> str:
+    lat = lat or {}
+    return " / ".join(_f(lat.get(k), 2) for k in keys)
+
+
+def _other(level: dict[str, Any]) -> str:
+    other = (level.get("cpu") or {}).get("other_cpu_s")
+    return f"; others {other}" if other is not None else ""
+
+
+def kafka_raft_section(kr: dict[str, Any] | None) -> list[str]:
+    """Section 7: kraft-quorum beside Apache Kafka's TestRaftServer (`bench.measure.kafka_raft`);
+    nothing when the run has no such part."""
+    if not kr:
+        return []
+    L = ["", "### 7. Apache Kafka's own raft benchmark (`kafka.tools.TestRaftServer`) beside "
+         "kraft-quorum", ""]
+    if kr.get("error"):
+        return [*L, f"Not measured: {kr['error']}"]
+    p = kr.get("params") or {}
+    systems = kr.get("systems") or {}
+    kinfo = (systems.get("kafka-raft") or {}).get("info") or {}
+    L += [f"Mode **{kr.get('mode')}**, {kr.get('date_utc')}, {kr.get('took_s')} s "
+          f"(`python -m bench kafka-raft`, or this scenario of `python -m bench compare`). "
+          f"{kinfo.get('version', 'TestRaftServer')}, 3 voters on 127.0.0.1 (static "
+          f"`controller.quorum.voters`, Kafka's defaults: append linger 25 ms, election timeout "
+          f"1 s, fetch timeout 2 s), JVM `{kinfo.get('config', {}).get('jvm', '?')}`; kraft-quorum "
+          "3 voters with the settings above, its binary client in a separate process.", "",
+          f"- Same records: {kr.get('record_size')} bytes each (a PUT of a 100-byte value in "
+          "kraft-quorum's log; TestRaftServer's `--record-size`). Same load: open loop at a "
+          "fixed offered rate (TestRaftServer's `--throughput`, its own load shape; kraft-quorum's "
+          "driver sends the writes due each millisecond whatever the answers), so both carry "
+          "the same offered load and a rate one cannot carry shows as committed < offered. "
+          "Commit = a majority of voters with the record written and fsynced (TestRaftServer: "
+          "its leader flushes after each batch it writes, a voter after each Fetch answer).",
+          f"- Per rate: kraft-quorum {p.get('kraft_warmup_s')} s warm-up, TestRaftServer "
+          f"{p.get('warmup_s')} s after its leader's first commit (a new JVM, one cluster per "
+          f"rate), then a window of {p.get('duration_s')} s. "
+          + (f"The last rate, {_f(p.get('capacity_rate'))}/s, is there for their throughput, "
+             "meant to be more than either carries, with a short window (TestRaftServer "
+             f"{p.get('capacity_warmup_s')} s warm-up, both {p.get('capacity_duration_s')} s): "
+             "TestRaftServer bounds neither its unanswered appends nor their batches, so its "
+             "leader's heap fills at a rate it cannot carry; kraft-quorum's driver drops what "
+             "is due past 20,000 unanswered writes. " if p.get("capacity_rate") else "")
+          + "Committed/s: kraft-quorum the answers "
+          "in the window; TestRaftServer its leader's high watermark at both ends of the window "
+          "(a Fetch of an observer), its own printed figure beside it.",
+          "- Latency: kraft-quorum from its client's send to the answer (a commit plus one "
+          "loopback round trip and the state machine's apply), ns clock; TestRaftServer from "
+          "`scheduleAppend` to the committed batch in its own process, in whole ms, as it prints "
+          "it (p75, p99, p99.9; it computes no p50, so its p50 is at most its p75). Its line covers "
+          "its last two 30-s metric samples: `span` is the part of its run (s after the first "
+          "commit) the percentiles cover.", "",
+          "| offered records/s | kraft-quorum committed/s | kraft-quorum p50 / p75 / p99 / p99.9 ms "
+          "| kraft-quorum CPU-s (others: processes outside the benchmark) | TestRaftServer "
+          "committed/s (printed) | TestRaftServer p75 / p99 / p99.9 ms (span s) | TestRaftServer "
+          "CPU-s |",
+          "| ---: | ---: | ---: | --- | ---: | ---: | --- |"]
+    kl = (systems.get("kraft-quorum") or {}).get("levels") or {}
+    fl = (systems.get("kafka-raft") or {}).get("levels") or {}
+    rates = [*(p.get("rates") or []), *([p["capacity_rate"]] if p.get("capacity_rate") else [])]
+    for rate in rates or sorted({int(r) for r in (*kl, *fl)}):
+        k, f = kl.get(str(rate)) or {}, fl.get(str(rate)) or {}
+        kind = " (capacity)" if "capacity" in (k.get("kind"), f.get("kind")) else ""
+        held = f" ({_f(k.get('held_back'))} not sent: over 20,000 outstanding)" if k.get("held_back") else ""
+        pr = f.get("printed") or {}
+        span = pr.get("histogram_span_s")
+        L.append(f"| {_f(rate)}{kind} | {_f(k.get('committed_per_s'))}{held}{k.get('error', '')} "
+                 f"| {_lat(k.get('latency'), ('p50_ms', 'p75_ms', 'p99_ms', 'p999_ms')) if k.get('latency') else '—'} "
+                 f"| {_cpu(k)}{_other(k)} | {_f(f.get('committed_per_s'))} ({_f(pr.get('records_per_s'))})"
+                 f"{' ' + f['error'] if f.get('error') else ''} "
+                 f"| {_lat(f.get('latency'), ('p75_ms', 'p99_ms', 'p999_ms')) if f.get('latency') else '—'}"
+                 f"{f' ({span[0]}-{span[1]})' if span else ''} | {_cpu(f)}{_other(f)} |")
+    summ = kr.get("summary") or {}
+    L += ["", "| system | throughput (most committed/s at any rate) | CPU µs per committed record "
+          "there (per process) | highest rate carried (committed >= 99 % of offered, < 0.5 s "
+          "behind at the end) | p99 at the first rate | failover after kill -9 of the leader: "
+          "trials, p50 / p99 / max ms |", "| --- | ---: | --- | ---: | ---: | --- |"]
+    for name, sm in summ.items():
+        fo = sm.get("failover") or {}
+        lat = sm.get("latency") or {}
+        per = dict(sm.get("cpu_us_per_record") or {})
+        every = per.pop("all", None)
+        each = " / ".join(f"{k} {v}" for k, v in per.items())
+        L.append(f"| {name} | {_f(sm.get('throughput_per_s'))} (offered {_f(sm.get('at_rate'))}) "
+                 f"| {_f(every, 1)}{f' ({each})' if each else ''} "
+                 f"| {_f(sm.get('highest_rate_carried'))} | {_f(lat.get('p99_ms'))} ms at "
+                 f"{_f(sm.get('latency_rate'))}/s | {fo.get('n', 0)}: {_f(fo.get('p50_ms'), 0)} / "
+                 f"{_f(fo.get('p99_ms'), 0)} / {_f(fo.get('max_ms'), 0)} |")
+    L += ["", "- Failover: TestRaftServer from the kill to its new leader's own log line of its "
+          "first commit in the new epoch (ms timestamps); kraft-quorum the first acknowledgement of "
+          "a write sent after the kill (16 outstanding, as in section 3), which comes after the "
+          "commit. Each system with its defaults: both have a 2 s fetch timeout.",
+          "- Machine load: every window's CPU seconds per process and the CPU used by other "
+          "processes (`other_cpu_s`) are in docs/benchmarks.json (`compare.kafka_raft`)."]
+    worst = max((lv.get("cpu") or {}).get("other_cpu_s", 0) for side in systems.values()
+                for lv in (side.get("levels") or {}).values() if isinstance(lv, dict)) \
+        if systems else 0
+    L.append(f"  Largest CPU used by processes outside the benchmark in one window: {worst} CPU-s.")
+    return L
 
 
 def _caught(sn: dict[str, Any], res: dict[str, Any]) -> str:

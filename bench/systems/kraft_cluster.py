@@ -257,6 +257,86 @@ def driver_main() -> None:
                 "completed_in_window": state["done"], "errors": errs,
                 "latency": summarize_ns(lat), "connections": nconn, "client": "callbacks"}
 
+    async def bin_rate(addr: list[Any], rate: int, duration: float, warmup: float,
+                       drain_s: float, max_outstanding: int) -> dict[str, Any]:
+        """Open loop at a fixed rate, the load shape of Kafka's TestRaftServer: every
+        millisecond the writes due by then (`rate` per second from the start) go out through
+        `KvClient.send` callbacks whatever the answers. Latency is from a write's send to its
+        answer, for every write sent inside the window (answered inside it or during the
+        drain after it, up to `drain_s`); throughput counts answers inside the window;
+        `behind_at_end_s` is the writes unanswered when the window ends, in seconds of the
+        rate. More
+        than `max_outstanding` unanswered writes make the writes then due be dropped (counted
+        as `held_back`: the rate was not sustained)."""
+        from kraft.protocol.kv_wire import NOT_FOUND, OK, OP_PUT
+
+        conns = await bin_clients(addr, 8)
+        pc = time.perf_counter_ns
+        t0 = pc()
+        warm_end = t0 + int(warmup * 1e9)
+        end = warm_end + int(duration * 1e9)
+        total = int((warmup + duration) * rate)
+        lat: list[int] = []
+        errs: dict[str, int] = {}
+        state = {"sent": 0, "outstanding": 0, "done": 0, "held_back": 0, "sent_in_window": 0}
+        drained = loop.create_future()
+        nconn = len(conns)
+        keys = [key_of(i) for i in range(NKEYS)]
+        sending = [True]
+
+        def answered(started: int, in_window: bool, status: int, _offset: int,
+                     payload: bytes) -> None:
+            e = pc()
+            state["outstanding"] -= 1
+            if status != OK and status != NOT_FOUND:
+                k = f"status {status}: {payload[:60].decode(errors='replace')}"
+                errs[k] = errs.get(k, 0) + 1
+            else:
+                if warm_end <= e <= end:
+                    state["done"] += 1
+                if in_window:
+                    lat.append(e - started)
+            if not sending[0] and state["outstanding"] == 0 and not drained.done():
+                drained.set_result(None)
+
+        def tick() -> None:
+            now = pc()
+            target = min(total, (min(now, end) - t0) * rate // 1_000_000_000 + 1)
+            due = target - state["sent"] - state["held_back"]
+            in_window = warm_end <= now < end
+            for _ in range(max(0, due)):
+                if state["outstanding"] >= max_outstanding:
+                    state["held_back"] += 1
+                    continue
+                i = state["sent"]
+                state["sent"] = i + 1
+                state["outstanding"] += 1
+                state["sent_in_window"] += in_window
+                conns[i % nconn].send(OP_PUT, keys[i % NKEYS], value,
+                                      partial(answered, now, in_window))
+            if now < end and state["sent"] + state["held_back"] < total:
+                loop.call_later(0.001, tick)
+            else:
+                sending[0] = False
+                state["outstanding_at_end"] = state["outstanding"]
+                if state["outstanding"] == 0 and not drained.done():
+                    drained.set_result(None)
+
+        try:
+            tick()
+            await asyncio.sleep(max(0.0, (end - pc()) / 1e9))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(drained), duration + warmup + drain_s)
+        finally:
+            for c in conns:
+                await c.close()
+        return {"rate": rate, "ops_per_s": round(state["done"] / duration, 1),
+                "completed_in_window": state["done"], "sent_in_window": state["sent_in_window"],
+                "held_back": state["held_back"], "unanswered": state["outstanding"],
+                "behind_at_end_s": round(state.get("outstanding_at_end", 0) / rate, 3),
+                "errors": errs, "latency": summarize_ns(lat), "connections": nconn,
+                "client": "open loop, callbacks"}
+
     async def bin_failover(addrs: dict[str, list[Any]], inflight: int, kill_at: float,
                            max_s: float, req_timeout: float) -> dict[str, Any]:
         from kraft.admin.kv_client import KvClient, NotLeader
@@ -312,6 +392,10 @@ def driver_main() -> None:
                                                     req["warmup"]))
         if cmd == "bin_seq":
             return loop.run_until_complete(bin_tput(req["addr"], 1, req["duration"], req["warmup"]))
+        if cmd == "bin_rate":
+            return loop.run_until_complete(bin_rate(req["addr"], req["rate"], req["duration"],
+                                                    req["warmup"], req.get("drain_s", 10.0),
+                                                    req.get("max_outstanding", 20_000)))
         if cmd == "bin_failover":
             return loop.run_until_complete(bin_failover(req["addrs"], req["inflight"], req["kill_at"],
                                                         req["max_s"], req.get("req_timeout", FAILOVER_REQ_TIMEOUT_S)))
@@ -738,6 +822,18 @@ class KraftCluster:
         return self.driver.call({"cmd": "tput", "addr": self.addr(self.wait_leader()),
                                  "inflight": inflight, "duration": duration, "warmup": warmup},
                                 duration + warmup + 60)
+
+    def rate(self, rate: int, duration: float, warmup: float, drain_s: float = 10.0,
+             max_outstanding: int = 20_000) -> dict[str, Any]:
+        """PUTs against the leader at a fixed rate, open loop (the driver's `bin_rate`)."""
+        assert self.driver is not None
+        if self.client != "binary":
+            raise RuntimeError("the fixed-rate load runs on the binary client protocol only")
+        self.wait_caught_up()
+        return self.driver.call({"cmd": "bin_rate", "addr": self.bin_addr(self.wait_leader()),
+                                 "rate": rate, "duration": duration, "warmup": warmup,
+                                 "drain_s": drain_s, "max_outstanding": max_outstanding},
+                                2 * (duration + warmup) + drain_s + 60)
 
     def slow_trial_limit_s(self, fault: str) -> float:
         """The issue's target for a trial: 300 ms after kill -9, fetch timeout + 1 s after a

@@ -126,7 +126,7 @@ def summarize_ns(lat_ns: list[int]) -> dict[str, float]:
     def ms(v: float) -> float:
         return round(v / 1e6, 4)
     return {"n": len(s), "mean_ms": ms(sum(s) / len(s)), "p50_ms": ms(pct(s, 50)),
-            "p90_ms": ms(pct(s, 90)), "p99_ms": ms(pct(s, 99)), "p999_ms": ms(pct(s, 99.9)),
+            "p75_ms": ms(pct(s, 75)), "p90_ms": ms(pct(s, 90)), "p99_ms": ms(pct(s, 99)), "p999_ms": ms(pct(s, 99.9)),
             "max_ms": ms(s[-1]), "min_ms": ms(s[0])}
 
 

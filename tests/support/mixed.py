@@ -27,7 +27,7 @@ from kraft.cli.local import LocalCluster, LocalNode
 from kraft.config.properties import read_properties
 from kraft.protocol.uuid import Uuid
 from kraft.storage.layout import partition_dir
-from tests.support.kafka import KafkaDist, _java_env, wait_port
+from tests.support.kafka import KafkaDist, java_env, wait_port
 
 
 def batches_of(metadata_dir: Path) -> dict[int, bytes]:
@@ -132,7 +132,7 @@ class MixedQuorum:
                                 logs_dir=node.dir.parent / "kafka-logs")
         with open(node.log_path, "ab") as log:
             self._kafka[nid] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                                start_new_session=True, env=_java_env())
+                                                start_new_session=True, env=java_env())
 
     def wait_listening(self, nid: int, timeout: float = 90.0) -> None:
         """Until node `nid`'s controller listener accepts TCP."""
