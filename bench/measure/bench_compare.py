@@ -1,7 +1,7 @@
 """kraft-quorum against PySyncObj 0.3.17, etcd 3.4 and Apache Kafka's own raft benchmark
 (`kafka.tools.TestRaftServer`), side by side, in one invocation.
 
-`python -m bench compare` (full, about 35 minutes) or `python -m bench compare --quick`
+`python -m bench compare` (full, about 28 minutes: 17 without the Kafka scenario) or `python -m bench compare --quick`
 (`BENCH_QUICK=1`; a few minutes). Peers must be installed first:
 `bash bench/systems/setup_peers.sh`, and Kafka's jars cached by `make kafka` (without them the
 Kafka scenario records why it did not run and the others still run).

@@ -74,8 +74,9 @@ class KafkaRaftParams:
     duration_s: float = 55.0
     kraft_warmup_s: float = 5.0
     capacity_rate: int | None = 200_000
-    """A last rate meant to be more than either system carries on 2 cores (TestRaftServer
-    carried about 120,000/s here), for its throughput, with a short warm-up and window: TestRaftServer bounds neither its unanswered appends nor their
+    """A last rate meant to be more than either system carries on 2 cores, for its throughput,
+    with a short warm-up and window (on a quiet machine TestRaftServer carried all of it: its
+    figure is then a floor, and the summary says so): TestRaftServer bounds neither its unanswered appends nor their
     batches, so at a rate it cannot carry its leader's heap fills (1 GiB at about 150 bytes
     per record behind). kraft-quorum's driver drops what is due past 20,000 unanswered."""
     capacity_warmup_s: float = 15.0

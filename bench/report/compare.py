@@ -303,7 +303,9 @@ def kafka_raft_section(kr: dict[str, Any] | None) -> list[str]:
         per = dict(sm.get("cpu_us_per_record") or {})
         every = per.pop("all", None)
         each = " / ".join(f"{k} {v}" for k, v in per.items())
-        L.append(f"| {name} | {_f(sm.get('throughput_per_s'))} (offered {_f(sm.get('at_rate'))}) "
+        floor = ", all it was offered: at least this" if sm.get("at_rate") is not None \
+            and sm.get("at_rate") == sm.get("highest_rate_carried") else ""
+        L.append(f"| {name} | {_f(sm.get('throughput_per_s'))} (offered {_f(sm.get('at_rate'))}{floor}) "
                  f"| {_f(every, 1)}{f' ({each})' if each else ''} "
                  f"| {_f(sm.get('highest_rate_carried'))} | {_f(lat.get('p99_ms'))} ms at "
                  f"{_f(sm.get('latency_rate'))}/s | {fo.get('n', 0)}: {_f(fo.get('p50_ms'), 0)} / "

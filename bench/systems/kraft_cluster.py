@@ -46,6 +46,7 @@ from bench.systems.peers import (
     failover_loop,
     key_of,
     kill_proc,
+    recovery_after,
     sequential,
     serve_json_lines,
     summarize_ns,
@@ -888,10 +889,8 @@ class KraftCluster:
         else:
             assert self.proxy is not None
             self.proxy.call({"cmd": "isolate", "node": lid}, 10)
-        done_at = time.monotonic()
-        r = self.driver.recv(max_s + 30)
-        if r.get("recovery_s") is not None:
-            r["recovery_s"] += kill_at - done_at
+        done_at = time.monotonic()  # the node is dead, or every route of it cut, by now
+        r = recovery_after(self.driver.recv(max_s + 30), done_at)
         r["old_leader"] = lid
         if fault == "kill":
             kill_proc(node.process, graceful_s=0)

@@ -268,3 +268,30 @@ def test_disk_probe_times_real_syncs_and_leaves_nothing(tmp_path: Path) -> None:
     assert r["n"] == 40 and r["bytes"] == 187
     assert 0 < r["min_ms"] <= r["p50_ms"] <= r["p99_ms"] <= r["max_ms"]
     assert list(where.iterdir()) == []
+
+
+def test_recovery_counts_only_writes_sent_after_the_fault_landed() -> None:
+    from bench.systems.peers import recovery_after
+
+    # planned at 10.0, landed at 10.004: the write sent at 10.001 was the old leader's
+    r = recovery_after({"acks_after": [(10.001, 10.002), (10.005, 10.210), (10.3, 10.25)]},
+                       10.004)
+    assert r == {"recovery_s": pytest.approx(0.206)}
+    assert recovery_after({"acks_after": [(10.001, 10.002)]}, 10.004)["recovery_s"] is None
+    assert recovery_after({}, 1.0)["recovery_s"] is None
+
+
+def test_the_failover_load_runs_past_the_planned_moment_by_the_margin() -> None:
+    import asyncio
+    import time
+
+    from bench.systems.peers import FAULT_MARGIN_S, failover_loop
+
+    async def op(_i: int) -> None:
+        await asyncio.sleep(0.002)
+
+    kill_at = time.monotonic() + 0.05
+    r = asyncio.run(failover_loop(op, 2, kill_at, max_s=5.0, after_s=0.01))
+    sent = [s for s, _ in r["acks_after"]]
+    assert min(sent) >= kill_at and max(sent) >= kill_at + FAULT_MARGIN_S
+    assert max(sent) < kill_at + FAULT_MARGIN_S + 1.0 and r["acked_before_kill"] > 0

@@ -133,6 +133,10 @@ def test_the_report_section_shows_every_rate_and_why_a_run_is_missing() -> None:
     text = "\n".join(lines)
     assert "| 400,000 (capacity) | 110,000 (900,000 not sent: over 20,000 outstanding) |" in text
     assert "The last rate, 400,000/s, is there for their throughput" in text
+    carried = _result()
+    carried["summary"]["kafka-raft"]["highest_rate_carried"] = 400_000  # type: ignore[index]
+    assert "(offered 400,000, all it was offered: at least this)" in "\n".join(
+        compare.kafka_raft_section(carried))
     assert "| 5,000 | 5,000 | — / — / 1.40 / — | node1 1.0; others 0.5 | 4,999 (5,001) | — / 31.00 / — (30.0-84.2) |" in text
     assert ("| kafka-raft | 240,000 (offered 400,000) | — | 5,000 | 31.00 ms at 5,000/s "
             "| 2: 2,600 / 3,100 / 3,100 |") in text
