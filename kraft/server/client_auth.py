@@ -62,10 +62,11 @@ class ClientAuth:
         return self.authorizer is not None
 
     def session(self, ssl_object: Any) -> Session:
-        """The credential state of a connection just made (`ssl_object`: its TLS object, or
-        None on a plaintext port)."""
-        session = Session(self)
-        if ssl_object is not None and self.authorizer is not None:
+        """The credential state of a connection just made on a port that `authenticates`
+        (`ssl_object`: its TLS object, or None on a plaintext port)."""
+        assert self.authorizer is not None
+        session = Session(self, self.authorizer)
+        if ssl_object is not None:
             principal = principal_of(ssl_object.getpeercert())
             if principal is not None:
                 session.who = principal
@@ -85,12 +86,12 @@ class Session:
     """One connection's credential: who it is, the scope it holds (None: none yet), and for a
     token its SHA-256, checked again when the token file changes."""
 
-    __slots__ = ("_auth", "_digest", "_generation", "reason", "scope", "status", "who")
+    __slots__ = ("_authorizer", "_digest", "_generation", "reason", "scope", "status", "who")
 
-    def __init__(self, auth: ClientAuth) -> None:
-        self._auth = auth
+    def __init__(self, auth: ClientAuth, authorizer: HttpAuthorizer) -> None:
+        self._authorizer = authorizer
         self.who = "anonymous"
-        self.scope: Scope | None = None if auth.authenticates else Scope.ADMIN
+        self.scope: Scope | None = None
         self.reason = ("no credential: send AUTH bearer <token>"
                        + (" or a client certificate" if auth.security.client_auth != "none"
                           else ""))
@@ -101,11 +102,8 @@ class Session:
 
     def check(self) -> None:
         """Before the ops of a read: a token the file no longer holds stops counting."""
-        if self._digest is None:
-            return
-        authorizer = self._auth.authorizer
-        tokens = authorizer.tokens if authorizer is not None else None
-        if tokens is None:
+        tokens = self._authorizer.tokens
+        if self._digest is None or tokens is None:
             return
         tokens.refresh()
         if tokens.generation == self._generation:
@@ -122,25 +120,21 @@ class Session:
     def login(self, token: bytes) -> str | None:
         """An AUTH frame's token: None once it is this connection's credential, else why not
         (the caller answers UNAUTHENTICATED and closes the connection)."""
-        authorizer = self._auth.authorizer
-        if authorizer is None:
-            return None  # an open port takes any AUTH (the client may not know it is open)
-        if authorizer.tokens is None:
+        tokens = self._authorizer.tokens
+        if tokens is None:
             return (f"this port takes no token ({KEYS['token_file']} is not set): present a "
                     "client certificate")
         if not token or len(token) > MAX_TOKEN_BYTES:
             return "unknown token"
-        try:
-            text = token.decode()
-        except UnicodeDecodeError:
+        tokens.refresh()
+        digest = token_digest(token)  # the digest of the bytes the token file's text gives
+        entry = tokens.lookup_digest(digest)
+        if entry is None:
             return "unknown token"
-        got = authorizer.token_credential(text)
-        if got is None:
-            return "unknown token"
-        self.who, self.scope = got
+        self.who, self.scope = f"token:{entry.name}", entry.scope
         self.status = UNAUTHENTICATED
-        self._digest = token_digest(text)
-        self._generation = authorizer.tokens.generation
+        self._digest = digest
+        self._generation = tokens.generation
         return None
 
     def refusal(self, op: int) -> tuple[int, str] | None:

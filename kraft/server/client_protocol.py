@@ -175,6 +175,7 @@ class ClientProtocol(asyncio.Protocol):
         auth = self._auth
         if auth is not None and auth.authenticates:
             self._session = auth.session(transport.get_extra_info("ssl_object"))
+        # (an open port has no session: any AUTH is answered OK, every op allowed)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -277,12 +278,11 @@ class ClientProtocol(asyncio.Protocol):
             if klen > MAX_KEY_BYTES or (op == OP_PUT and end - kend > MAX_VALUE_BYTES):
                 self._refuse(request_id, klen, end - kend if op == OP_PUT else 0)
                 continue
-            if op == OP_AUTH or self._session is not None:
-                if op == OP_AUTH:
-                    if not self._login(request_id, view[kstart:kend], view[kend:end], writes):
-                        return -1
-                    continue
-                assert self._session is not None
+            if op == OP_AUTH:
+                if not self._login(request_id, view[kstart:kend], view[kend:end], writes):
+                    return -1
+                continue
+            if self._session is not None:
                 refusal = self._session.refusal(op)
                 if refusal is not None:
                     self._refused(request_id, *refusal)
