@@ -529,7 +529,7 @@ def test_a_flood_past_the_open_files_limit_is_refused_and_the_log_still_rolls(
     """The node runs with 400 file descriptors, so its listeners may hold 144 connections
     (`socket_budget`). Raw connections flood the controller listener and the HTTP port: past
     the budget each is closed at accept, and the node still opens its segments as its log
-    rolls every few writes. Before the budget, such a flood took the last descriptors and the
+    rolls every dozen writes. Before the budget, such a flood took the last descriptors and the
     next segment's fsync stopped the node."""
     c = clusters(1, properties={"metadata.log.segment.bytes": "65536"})
     node = c.nodes[1]
@@ -553,7 +553,7 @@ def test_a_flood_past_the_open_files_limit_is_refused_and_the_log_still_rolls(
                 for f in floods:
                     assert f.stdout is not None
                     seen.append(json.loads(await asyncio.to_thread(f.stdout.readline)))
-                during = await writes(kv, "during")  # about 3 MB: the log rolls 40 times
+                during = await writes(kv, "during")  # 200 kB: new 64 KiB segments opened
             finally:
                 for f in floods:
                     if f.stdin is not None:

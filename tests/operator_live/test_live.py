@@ -19,6 +19,7 @@ the two never fight over the status, and the other takes over once the holder st
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import urllib.request
@@ -67,14 +68,22 @@ def apply(sb: SandboxHandle, *objects: dict[str, Any]) -> None:
         sb.kubectl("apply", "--validate=false", "-f", "-", input=json.dumps(o))
 
 
-@pytest.fixture
-def sb(tmp_path: Path) -> Iterator[SandboxHandle]:
+@contextlib.contextmanager
+def crd_sandbox(base: Path) -> Iterator[SandboxHandle]:
+    """A 3-node sandbox under `base` with the KRaftQuorum CRD established (the operator's
+    live tests' world; the test applies its operator and quorums)."""
     if find_kubectl() is None:
         pytest.fail("no kubectl: run `make k8s-bins` (the tests need the real kubectl)")
-    with start_sandbox(tmp_path / "sandbox", nodes=3, backoff_base_s=0.2,
+    with start_sandbox(base / "sandbox", nodes=3, backoff_base_s=0.2,
                        heartbeat_s=0.5) as handle:
         handle.kubectl("apply", "--validate=false", "-f", "-", input=crdgen.render())
         handle.kubectl("wait", "--for=condition=Established", "crd/kraftquorums.kraft.dev")
+        yield handle
+
+
+@pytest.fixture
+def sb(tmp_path: Path) -> Iterator[SandboxHandle]:
+    with crd_sandbox(tmp_path) as handle:
         yield handle
 
 

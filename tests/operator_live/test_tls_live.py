@@ -19,13 +19,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kraft_operator import crdgen, pki
-from kraft_sandbox.handle import SandboxHandle, find_kubectl, start_sandbox
+from kraft_operator import pki
+from kraft_sandbox.handle import SandboxHandle
 
 from kraft.admin import QuorumClient
 from tests.operator_live.test_live import (
     NS,
     apply,
+    crd_sandbox,
     events,
     get,
     operator_log,
@@ -41,12 +42,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("operator_live")]
 
 @pytest.fixture(scope="module")
 def sb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxHandle]:
-    if find_kubectl() is None:
-        pytest.fail("no kubectl: run `make k8s-bins` (the tests need the real kubectl)")
-    with start_sandbox(tmp_path_factory.mktemp("tls") / "sandbox", nodes=3,
-                       backoff_base_s=0.2, heartbeat_s=0.5) as handle:
-        handle.kubectl("apply", "--validate=false", "-f", "-", input=crdgen.render())
-        handle.kubectl("wait", "--for=condition=Established", "crd/kraftquorums.kraft.dev")
+    with crd_sandbox(tmp_path_factory.mktemp("tls")) as handle:
         apply(handle, operator_pod("op-tls"))
         apply(handle, quorum())
         yield handle

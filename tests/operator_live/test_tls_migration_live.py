@@ -19,10 +19,18 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kraft_operator import crdgen
-from kraft_sandbox.handle import SandboxHandle, find_kubectl, start_sandbox
+from kraft_sandbox.handle import SandboxHandle
 
-from tests.operator_live.test_live import NS, apply, events, get, operator_pod, quorum, ready
+from tests.operator_live.test_live import (
+    NS,
+    apply,
+    crd_sandbox,
+    events,
+    get,
+    operator_pod,
+    quorum,
+    ready,
+)
 from tests.sandbox.conftest import wait_for
 from tests.sandbox.test_quorum import kv
 
@@ -34,12 +42,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("operator_live"),
 
 @pytest.fixture(scope="module")
 def sb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxHandle]:
-    if find_kubectl() is None:
-        pytest.fail("no kubectl: run `make k8s-bins` (the tests need the real kubectl)")
-    with start_sandbox(tmp_path_factory.mktemp("tls-migration") / "sandbox", nodes=3,
-                       backoff_base_s=0.2, heartbeat_s=0.5) as handle:
-        handle.kubectl("apply", "--validate=false", "-f", "-", input=crdgen.render())
-        handle.kubectl("wait", "--for=condition=Established", "crd/kraftquorums.kraft.dev")
+    with crd_sandbox(tmp_path_factory.mktemp("tls-migration")) as handle:
         apply(handle, operator_pod("op-mig"))
         apply(handle, quorum(tls={"enabled": False}))
         yield handle
