@@ -41,12 +41,11 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.measure.scenarios import WORK, _safe, running
+from bench.measure.scenarios import WORK, _safe, failover_trials, running
 from bench.systems.kafka_raft import (
     RECORD_SIZE,
     VERSION,
@@ -56,7 +55,7 @@ from bench.systems.kafka_raft import (
     histogram_span,
 )
 from bench.systems.kraft_cluster import KraftCluster
-from bench.systems.peers import ROOT, CpuMeter, summarize_s, wait_quiet
+from bench.systems.peers import ROOT, CpuMeter, wait_quiet
 
 DOCS = ROOT / "docs"
 
@@ -211,8 +210,8 @@ def kafka_side(p: KafkaRaftParams) -> dict[str, Any]:
                              warmup_s=warmup, machine_before_start=quiet)
                 _print_level("kafka-raft", level)
                 if first:
-                    out["failover"] = _trials(lambda: kafka_failover_trial(c, 30.0),
-                                              p.failover_trials, "kafka-raft")
+                    out["failover"] = failover_trials(lambda: kafka_failover_trial(c, 30.0),
+                                                      p.failover_trials, "kafka-raft")
             return level
         out["levels"][str(rate)] = _safe(one, f"kafka-raft {rate}/s")
     return out
@@ -239,27 +238,12 @@ def kraft_side(p: KafkaRaftParams) -> dict[str, Any]:
                              machine_before=before, kind=kind, warmup_s=p.kraft_warmup_s)
                 _print_level("kraft-quorum", level)
                 out["levels"][str(rate)] = level
-            out["failover"] = _trials(lambda: s.failover_trial(p.failover_inflight, 15.0),
-                                      p.failover_trials, "kraft-quorum")
+            out["failover"] = failover_trials(lambda: s.failover_trial(p.failover_inflight, 15.0),
+                                              p.failover_trials, "kraft-quorum")
     r = _safe(lambda: (run(), {})[1], "kafka-raft: kraft-quorum")
     if "error" in r:
         out.update(r)
     return out
-
-
-def _trials(trial: Callable[[], dict[str, Any]], n: int, name: str) -> dict[str, Any]:
-    trials: list[dict[str, Any]] = []
-    for t in range(n):
-        try:
-            r = trial()
-        except Exception as exc:  # keep the trials done so far, record the failure
-            trials.append({"recovery_s": None, "error": f"{type(exc).__name__}: {exc}"})
-            print(f"   {name} failover trial {t} failed: {exc!r}", flush=True)
-            break
-        trials.append(r)
-        print(f"   {name} failover trial {t}: recovery={r.get('recovery_s')} s", flush=True)
-    rec = [t["recovery_s"] for t in trials if t.get("recovery_s") is not None]
-    return {"recovery": summarize_s(rec), "failed_trials": len(trials) - len(rec), "trials": trials}
 
 
 def _print_level(name: str, level: dict[str, Any]) -> None:

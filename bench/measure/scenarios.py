@@ -88,6 +88,23 @@ class System(Protocol):
     def visibility(self, samples: int, gap_s: float) -> dict[str, Any]: ...
 
 
+
+def failover_trials(trial: Callable[[], dict[str, Any]], n: int, name: str) -> dict[str, Any]:
+    """`n` failover trials in a row (the first failure ends them, recorded with the trials
+    done so far): the summary of their `recovery_s`, the failed count and every trial."""
+    trials: list[dict[str, Any]] = []
+    for t in range(n):
+        try:
+            r = trial()
+        except Exception as exc:  # keep the trials done so far, record the failure
+            trials.append({"recovery_s": None, "error": f"{type(exc).__name__}: {exc}"})
+            print(f"   {name} failover trial {t} failed: {exc!r}", flush=True)
+            break
+        trials.append(r)
+        print(f"   {name} failover trial {t}: recovery={r.get('recovery_s')} s", flush=True)
+    rec = [t["recovery_s"] for t in trials if t.get("recovery_s") is not None]
+    return {"recovery": summarize_s(rec), "failed_trials": len(trials) - len(rec), "trials": trials}
+
 def systems() -> list[tuple[str, Callable[[], Any]]]:
     """(name, factory) of every system, in run order."""
     return [
@@ -291,22 +308,12 @@ def failover(p: Params) -> dict[str, Any]:
 
         def one(name: str = name, make: Callable[[], Any] = make) -> dict[str, Any]:
             s = make()
-            trials = []
             with running(s):
                 info = s.info()
-                for t in range(p.failover_trials):
-                    try:
-                        r = measured(s, lambda: s.failover_trial(p.failover_inflight, 15.0),
-                                     quiet_max_s=1.0)
-                    except Exception as exc:  # keep the trials done so far, record the failure
-                        trials.append({"recovery_s": None, "error": f"{type(exc).__name__}: {exc}"})
-                        print(f"   {name} trial {t} failed: {exc!r}", flush=True)
-                        break
-                    trials.append(r)
-                    print(f"   {name} trial {t}: recovery={r.get('recovery_s')}", flush=True)
-            rec = [t["recovery_s"] for t in trials if t.get("recovery_s") is not None]
-            return dict(info, kill9=dict(recovery=summarize_s(rec),
-                                         failed_trials=len(trials) - len(rec), trials=trials))
+                kill9 = failover_trials(
+                    lambda: measured(s, lambda: s.failover_trial(p.failover_inflight, 15.0),
+                                     quiet_max_s=1.0), p.failover_trials, name)
+            return dict(info, kill9=kill9)
         out["systems"][name] = _safe(one, f"failover {name}")
     print("-- partition: kraft-quorum", flush=True)
 
