@@ -278,6 +278,14 @@ class KraftNode:
             self.listeners = tuple(listeners)  # those bound so far are stopped by stop()
             await listener.start()
         security = http_security(cfg)  # the KV API's, on the HTTP and the binary port alike
+        if security.authenticates and not self.peers.authorizer.enabled:
+            # a follower forwards KV calls to the leader as ForwardKv on the controller
+            # listener, which then answers anyone who reaches it
+            log.warning("event=kv_forward_open detail=%r",
+                        "the KV API needs a credential on the HTTP and client ports, but the "
+                        "controller listener has no authorizer: ForwardKv there takes KV calls "
+                        "from anyone who reaches it; grant ClusterAction to the nodes "
+                        "(docs/security.md)")
         if cfg.http_listener is not None:
             self.http_api = HttpApiServer(self.kv, self, cfg.http_listener.host,
                                           cfg.http_listener.port,
