@@ -93,6 +93,23 @@ SO_TIMESTAMPNS = 35
 """Linux's (asm-generic) option number; the socket module does not name it."""
 
 
+def wait_for_receive_times(timeout_s: float = 10.0) -> None:
+    """Return once the kernel stamps received packets: setting SO_TIMESTAMPNS turns the
+    stamping on through deferred work, so on a loaded machine the first packets after it can
+    arrive unstamped. A throwaway pair of sockets shows when stamps come."""
+    mine, theirs = _tcp_pair()
+    with mine, theirs:
+        mine.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            theirs.sendall(b"x")
+            _data, anc, _flags, _addr = mine.recvmsg(1, socket.CMSG_SPACE(16))
+            if anc:
+                return
+            assert time.monotonic() < deadline, "the kernel stamps no received packet"
+            time.sleep(0.01)
+
+
 def received_at(sock: socket.socket) -> int:
     """When the kernel received the next unread byte on `sock` (SO_TIMESTAMPNS set), in ns;
     the byte stays unread."""
@@ -272,6 +289,7 @@ def test_the_voter_whose_fetch_commits_hears_the_high_watermark_before_the_clien
     with leader_shell(tmp_path, tcp=True, linger_ms=0) as (shell, client, voters, _path, _mine):
         for sock in (client, voters[2].sock):
             sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        wait_for_receive_times()
         shell.start()
         voters[2].fetch(1)
         for n in range(5):
